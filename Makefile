@@ -1,0 +1,35 @@
+# sluice — the two set-up commands are `make run` and `make test`.
+BUILD   ?= build
+JOBS    ?= $(shell nproc)
+CMAKE   ?= cmake
+CONFIG  ?= -DCMAKE_BUILD_TYPE=Release -DSLUICE_WERROR=ON
+
+.PHONY: all bootstrap build test test-asan test-tsan bench clean
+
+all: build
+
+bootstrap:
+	@scripts/bootstrap
+
+build: bootstrap
+	$(CMAKE) -S . -B $(BUILD) $(CONFIG)
+	$(CMAKE) --build $(BUILD) -j $(JOBS)
+
+# Every test: unit, shared vectors, Redis, gateway, browser, and the installed-package example.
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# The tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-asan: bootstrap
+	$(CMAKE) -S . -B $(BUILD)-asan $(CONFIG) -DSLUICE_SANITIZE=address,undefined -DSLUICE_BUILD_BENCHMARKS=OFF
+	$(CMAKE) --build $(BUILD)-asan -j $(JOBS)
+	ctest --test-dir $(BUILD)-asan --output-on-failure -j $(JOBS) -LE no-sanitizer
+
+# The concurrency tests under ThreadSanitizer.
+test-tsan: bootstrap
+	$(CMAKE) -S . -B $(BUILD)-tsan $(CONFIG) -DSLUICE_SANITIZE=thread -DSLUICE_BUILD_BENCHMARKS=OFF -DSLUICE_BUILD_SERVER=OFF
+	$(CMAKE) --build $(BUILD)-tsan -j $(JOBS)
+	ctest --test-dir $(BUILD)-tsan --output-on-failure -j $(JOBS) -L concurrency
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan

@@ -1,0 +1,71 @@
+// Error and Result<T>: how sluice reports failures that are not rejections (bad specs, a store down).
+// Value types; not synchronised, like any value.
+#pragma once
+
+#include <cassert>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace sluice {
+
+// Why an operation failed. A rejection by a limiter is a Decision, never an Error.
+enum class ErrorCode {
+  kInvalidArgument = 1,  // a spec, key or cost that is out of range
+  kStoreUnavailable,     // the store cannot be reached (Redis down, breaker open)
+  kTimeout,              // the store did not answer in time; the operation may have run
+  kProtocol,             // the store answered something we do not understand
+  kNotFound,             // e.g. releasing a lease that does not exist (any more)
+};
+
+const char* to_string(ErrorCode code);
+
+struct Error {
+  ErrorCode code = ErrorCode::kInvalidArgument;
+  std::string message;
+};
+
+// Either a T or an Error, in the manner of std::expected (C++23).
+template <class T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}          // NOLINT(google-explicit-constructor)
+  Result(Error error) : v_(std::move(error)) {}      // NOLINT(google-explicit-constructor)
+
+  bool ok() const { return v_.index() == 0; }
+  explicit operator bool() const { return ok(); }
+
+  T& value() & { assert(ok()); return std::get<0>(v_); }
+  const T& value() const& { assert(ok()); return std::get<0>(v_); }
+  T&& value() && { assert(ok()); return std::get<0>(std::move(v_)); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+
+  const Error& error() const { assert(!ok()); return std::get<1>(v_); }
+
+ private:
+  std::variant<T, Error> v_;
+};
+
+// Result<void>: success or an Error.
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Error error) : error_(std::move(error)), ok_(false) {}  // NOLINT(google-explicit-constructor)
+
+  bool ok() const { return ok_; }
+  explicit operator bool() const { return ok_; }
+  const Error& error() const { assert(!ok_); return error_; }
+
+ private:
+  Error error_;
+  bool ok_ = true;
+};
+
+inline Error invalid_argument(std::string message) {
+  return Error{ErrorCode::kInvalidArgument, std::move(message)};
+}
+
+}  // namespace sluice

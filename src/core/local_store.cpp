@@ -1,0 +1,352 @@
+#include "sluice/local_store.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "core/flat_table.h"
+#include "core/siphash.h"
+#include "sluice/algorithms.h"
+
+namespace sluice {
+
+using detail::FlatTable;
+using detail::Hash128;
+
+namespace {
+
+using LogPtr = std::unique_ptr<SlidingLogState>;
+using LeasesPtr = std::unique_ptr<ConcurrencyState>;
+using Fixed = std::array<std::uint64_t, 2>;  // any fixed-size state, bit for bit
+
+template <class P>
+constexpr bool kIsFixed = !std::is_same_v<P, LogPtr> && !std::is_same_v<P, LeasesPtr>;
+
+static_assert(sizeof(GcraState) == sizeof(Fixed) && sizeof(IntervalBucketState) == sizeof(Fixed) &&
+              sizeof(FixedWindowState) == sizeof(Fixed) &&
+              sizeof(SlidingWindowState) == sizeof(Fixed));
+
+// Runs a decision on a table's payload, creating heap states on first use.
+template <class P>
+Decision run(P& payload, const Limit& limit, Nanos now, std::int64_t cost, std::uint64_t lease) {
+  if constexpr (std::is_same_v<P, LogPtr>) {
+    if (!payload) payload = std::make_unique<SlidingLogState>();
+    return decide(*payload, limit, now, cost);
+  } else if constexpr (std::is_same_v<P, LeasesPtr>) {
+    if (!payload) payload = std::make_unique<ConcurrencyState>();
+    return decide(*payload, limit, now, cost, lease);
+  } else {
+    (void)lease;
+    return decide(payload, limit, now, cost);
+  }
+}
+
+std::int64_t to_us(Nanos t) { return t.count() > 0 ? t.count() / 1000 : 0; }
+
+Status check_cost(std::int64_t cost) {
+  if (cost < 1 || cost > kMaxLimit) {
+    return invalid_argument("cost must be between 1 and 2^40 (1099511627776), got " +
+                            std::to_string(cost));
+  }
+  return {};
+}
+
+std::size_t pow2_at_least(std::size_t n) { return std::bit_ceil(std::max<std::size_t>(n, 1)); }
+
+}  // namespace
+
+Status validate(std::span<const LimitRequest> requests, std::span<Decision> decisions) {
+  if (requests.size() != decisions.size()) {
+    return invalid_argument("acquire_all needs one decision slot per request");
+  }
+  for (const LimitRequest& r : requests) {
+    if (r.limit == nullptr) return invalid_argument("a limit request has no limit");
+    if (Status s = check_cost(r.cost); !s) return s;
+  }
+  return {};
+}
+
+struct alignas(64) LocalStore::Shard {
+  mutable std::mutex mu;
+  // The tables, one per kind of state; all guarded by mu.
+  FlatTable<GcraState> gcra;
+  FlatTable<IntervalBucketState> interval;
+  FlatTable<FixedWindowState> fixed;
+  FlatTable<SlidingWindowState> sliding;
+  FlatTable<LogPtr> logs;
+  FlatTable<LeasesPtr> leases;
+
+  template <class F>
+  decltype(auto) with_table(const Limit& limit, F&& f) {
+    switch (limit.algorithm()) {
+      case Algorithm::kTokenBucket:
+        if (limit.params().refill == Refill::kInterval) return f(interval);
+        return f(gcra);
+      case Algorithm::kGcra: return f(gcra);
+      case Algorithm::kFixedWindow: return f(fixed);
+      case Algorithm::kSlidingWindow: return f(sliding);
+      case Algorithm::kSlidingLog: return f(logs);
+      case Algorithm::kConcurrency: return f(leases);
+    }
+    return f(gcra);  // not reached: every algorithm is handled above
+  }
+
+  std::size_t size() const {
+    return gcra.size() + interval.size() + fixed.size() + sliding.size() + logs.size() +
+           leases.size();
+  }
+
+  std::size_t memory_bytes() const {
+    return gcra.memory_bytes() + interval.memory_bytes() + fixed.memory_bytes() +
+           sliding.memory_bytes() + logs.memory_bytes() + leases.memory_bytes();
+  }
+
+  // Makes room for one more key: sweeps a little on every insert, and evicts at the cap.
+  template <class P>
+  void make_room(FlatTable<P>& table, std::int64_t now_us, std::size_t cap) {
+    table.sweep(now_us, 2);
+    if (size() < cap) return;
+    gcra.sweep(now_us, 64);
+    interval.sweep(now_us, 64);
+    fixed.sweep(now_us, 64);
+    sliding.sweep(now_us, 64);
+    logs.sweep(now_us, 64);
+    leases.sweep(now_us, 64);
+    while (size() >= cap) {
+      const std::size_t largest = std::max({gcra.size(), interval.size(), fixed.size(),
+                                            sliding.size(), logs.size(), leases.size()});
+      if (gcra.size() == largest) gcra.evict(16);
+      else if (interval.size() == largest) interval.evict(16);
+      else if (fixed.size() == largest) fixed.evict(16);
+      else if (sliding.size() == largest) sliding.evict(16);
+      else if (logs.size() == largest) logs.evict(16);
+      else leases.evict(16);
+    }
+  }
+
+  // Records the state a decision left: kept until it is full again, dropped when it already is.
+  template <class P>
+  static void settle(FlatTable<P>& table, typename FlatTable<P>::Slot& slot, std::int64_t now_us,
+                     const Decision& d) {
+    if (d.reset_after.count() <= 0) {
+      table.erase(slot);
+    } else {
+      slot.expires_us = now_us + to_us(d.reset_after);
+    }
+  }
+
+  // One decision on one key, under mu.
+  template <class P>
+  Decision decide_key(FlatTable<P>& table, const Hash128& h, const Limit& limit, Nanos now,
+                      std::int64_t cost, std::uint64_t lease, std::size_t cap) {
+    const std::int64_t now_us = to_us(now);
+    if (auto* slot = table.find(h)) {
+      const Decision d = run(slot->payload, limit, now, cost, lease);
+      settle(table, *slot, now_us, d);
+      return d;
+    }
+    // Decide on a fresh state first; keep it only when it differs from a fresh one.
+    P fresh{};
+    const Decision d = run(fresh, limit, now, cost, lease);
+    if (d.reset_after.count() > 0) {
+      make_room(table, now_us, cap);
+      auto& slot = table.insert(h);
+      slot.payload = std::move(fresh);
+      slot.expires_us = now_us + to_us(d.reset_after);
+    }
+    return d;
+  }
+};
+
+LocalStore::LocalStore(LocalStoreOptions options)
+    : clock_(options.clock != nullptr ? options.clock : &SystemClock::instance()) {
+  std::size_t shards = options.shards;
+  if (shards == 0) shards = 16 * std::max(1U, std::thread::hardware_concurrency());
+  shards = pow2_at_least(shards);
+  shard_bits_ = static_cast<std::size_t>(std::countr_zero(shards));
+  keys_per_shard_ = std::max<std::size_t>(1, (options.max_keys + shards - 1) / shards);
+  shards_ = std::make_unique<Shard[]>(shards);
+  std::random_device random;
+  hash_key_[0] = (static_cast<std::uint64_t>(random()) << 32) ^ random();
+  hash_key_[1] = (static_cast<std::uint64_t>(random()) << 32) ^ random();
+}
+
+LocalStore::~LocalStore() = default;
+
+LocalStore::Shard& LocalStore::shard_for(std::uint64_t hash_hi) const {
+  // The high bits pick the shard; the table uses the other word, so the two stay independent.
+  const std::size_t index = shard_bits_ == 0 ? 0 : static_cast<std::size_t>(hash_hi >> (64 - shard_bits_));
+  return shards_[index];
+}
+
+namespace {
+
+Hash128 key_hash(const std::uint64_t key[2], std::string_view k) {
+  return FlatTable<GcraState>::usable(detail::siphash128(key, k));
+}
+
+}  // namespace
+
+Result<Decision> LocalStore::acquire(std::string_view key, const Limit& limit, std::int64_t cost) {
+  return acquire_at(clock_->now(), key, limit, cost);
+}
+
+Result<Decision> LocalStore::acquire_at(Nanos now, std::string_view key, const Limit& limit,
+                                        std::int64_t cost) {
+  if (Status s = check_cost(cost); !s) return s.error();
+  const Hash128 h = key_hash(hash_key_, key);
+  const std::uint64_t lease =
+      limit.algorithm() == Algorithm::kConcurrency ? next_lease_.fetch_add(1) : 0;
+  Shard& shard = shard_for(h.hi);
+  std::lock_guard lock(shard.mu);
+  return shard.with_table(limit, [&](auto& table) {
+    return shard.decide_key(table, h, limit, now, cost, lease, keys_per_shard_);
+  });
+}
+
+Status LocalStore::acquire_all(std::span<const LimitRequest> requests,
+                               std::span<Decision> decisions) {
+  return acquire_all_at(clock_->now(), requests, decisions);
+}
+
+// Decides every request in turn, in place, then, when any was rejected, undoes the admitted ones in
+// reverse order. Every shard involved stays locked throughout (locked in address order, so two
+// calls cannot deadlock), so no other caller sees the intermediate states.
+Status LocalStore::acquire_all_at(Nanos now, std::span<const LimitRequest> requests,
+                                  std::span<Decision> decisions) {
+  if (Status s = validate(requests, decisions); !s) return s;
+  struct Step {
+    Hash128 h;
+    Shard* shard;
+    bool existed;
+    std::int64_t saved_expiry;
+    Fixed saved;  // the fixed-size state before the decision
+  };
+  std::vector<Step> steps(requests.size());
+  std::vector<Shard*> locked;
+  locked.reserve(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    steps[i].h = key_hash(hash_key_, requests[i].key);
+    steps[i].shard = &shard_for(steps[i].h.hi);
+    locked.push_back(steps[i].shard);
+  }
+  std::sort(locked.begin(), locked.end());
+  locked.erase(std::unique(locked.begin(), locked.end()), locked.end());
+  for (Shard* s : locked) s->mu.lock();
+
+  const std::int64_t now_us = to_us(now);
+  bool all_allowed = true;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    const LimitRequest& r = requests[i];
+    Step& step = steps[i];
+    const std::uint64_t lease =
+        r.limit->algorithm() == Algorithm::kConcurrency ? next_lease_.fetch_add(1) : 0;
+    decisions[i] = step.shard->with_table(*r.limit, [&](auto& table) {
+      using P = typename std::decay_t<decltype(table)>::PayloadType;
+      const auto* slot = table.find(step.h);
+      step.existed = slot != nullptr;
+      if constexpr (kIsFixed<P>) {
+        if (slot != nullptr) {
+          step.saved = std::bit_cast<Fixed>(slot->payload);
+          step.saved_expiry = slot->expires_us;
+        }
+      }
+      return step.shard->decide_key(table, step.h, *r.limit, now, r.cost, lease, keys_per_shard_);
+    });
+    all_allowed = all_allowed && decisions[i].allowed;
+  }
+
+  if (!all_allowed) {
+    for (std::size_t i = requests.size(); i-- > 0;) {
+      if (!decisions[i].allowed) continue;
+      const LimitRequest& r = requests[i];
+      const Step& step = steps[i];
+      step.shard->with_table(*r.limit, [&](auto& table) {
+        using P = typename std::decay_t<decltype(table)>::PayloadType;
+        auto* slot = table.find(step.h);
+        if constexpr (kIsFixed<P>) {
+          if (!step.existed) {
+            if (slot != nullptr) table.erase(*slot);
+            return;
+          }
+          if (slot == nullptr) slot = &table.insert(step.h);  // evicted meanwhile: put it back
+          slot->payload = std::bit_cast<P>(step.saved);
+          slot->expires_us = step.saved_expiry;
+        } else {
+          if (slot == nullptr) return;  // evicted meanwhile: nothing left to give back
+          if constexpr (std::is_same_v<P, LogPtr>) {
+            undo(*slot->payload, r.cost);
+          } else {
+            sluice::release(*slot->payload, decisions[i].lease);
+          }
+          Shard::settle(table, *slot, now_us, run(slot->payload, *r.limit, now, 0, 0));
+        }
+      });
+    }
+  }
+  for (Shard* s : locked) s->mu.unlock();
+  return {};
+}
+
+Result<Decision> LocalStore::peek(std::string_view key, const Limit& limit) {
+  const Hash128 h = key_hash(hash_key_, key);
+  const Nanos now = clock_->now();
+  Shard& shard = shard_for(h.hi);
+  std::lock_guard lock(shard.mu);
+  return shard.with_table(limit, [&](auto& table) {
+    return shard.decide_key(table, h, limit, now, 0, 0, keys_per_shard_);
+  });
+}
+
+Status LocalStore::reset(std::string_view key, const Limit& limit) {
+  const Hash128 h = key_hash(hash_key_, key);
+  Shard& shard = shard_for(h.hi);
+  std::lock_guard lock(shard.mu);
+  shard.with_table(limit, [&](auto& table) {
+    if (auto* slot = table.find(h)) table.erase(*slot);
+  });
+  return {};
+}
+
+Status LocalStore::release(std::string_view key, const Limit& limit, std::uint64_t lease) {
+  if (limit.algorithm() != Algorithm::kConcurrency) {
+    return invalid_argument("release applies to concurrency limits only, not " +
+                            std::string(to_string(limit.algorithm())));
+  }
+  const Hash128 h = key_hash(hash_key_, key);
+  const Nanos now = clock_->now();
+  Shard& shard = shard_for(h.hi);
+  std::lock_guard lock(shard.mu);
+  if (auto* slot = shard.leases.find(h)) {
+    if (sluice::release(*slot->payload, lease)) {
+      Shard::settle(shard.leases, *slot, to_us(now), run(slot->payload, limit, now, 0, 0));
+    }
+  }
+  return {};
+}
+
+std::size_t LocalStore::size() const {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < (std::size_t{1} << shard_bits_); ++i) {
+    std::lock_guard lock(shards_[i].mu);
+    n += shards_[i].size();
+  }
+  return n;
+}
+
+std::size_t LocalStore::memory_bytes() const {
+  std::size_t n = sizeof(Shard) << shard_bits_;
+  for (std::size_t i = 0; i < (std::size_t{1} << shard_bits_); ++i) {
+    std::lock_guard lock(shards_[i].mu);
+    n += shards_[i].memory_bytes();
+  }
+  return n;
+}
+
+}  // namespace sluice
