@@ -39,6 +39,8 @@ class FastClock final : public Clock {
 
  private:
   Nanos reanchor() const noexcept;
+  bool unchanged(std::uint32_t seq) const noexcept;
+  void begin_write(std::uint32_t seq) const noexcept;
 
   const bool usable_;
   const std::int64_t first_ns_;

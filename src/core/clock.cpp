@@ -56,6 +56,26 @@ const FastClock& FastClock::instance() {
   return clock;
 }
 
+// ThreadSanitizer does not model fences: in its builds the sequence lock uses read-modify-writes,
+// which order at least as strongly (and every field is atomic, so there is no data race to find).
+bool FastClock::unchanged(std::uint32_t seq) const noexcept {
+#if defined(__SANITIZE_THREAD__)
+  return seq_.fetch_add(0, std::memory_order_acq_rel) == seq;
+#else
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return seq_.load(std::memory_order_relaxed) == seq;
+#endif
+}
+
+void FastClock::begin_write(std::uint32_t seq) const noexcept {
+#if defined(__SANITIZE_THREAD__)
+  seq_.exchange(seq + 1, std::memory_order_acq_rel);
+#else
+  seq_.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+#endif
+}
+
 // A sequence-lock read (Boehm, "Can seqlocks get along with programming language memory models?"):
 // the fields are atomics read relaxed between two reads of seq_; a changed or odd seq_ means a
 // writer was busy, and the slow path answers instead.
@@ -66,8 +86,7 @@ Nanos FastClock::now() const noexcept {
   const std::uint64_t base_tsc = base_tsc_.load(std::memory_order_relaxed);
   const std::uint64_t scale = ns_per_tick_q32_.load(std::memory_order_relaxed);
   const std::uint64_t max_ticks = max_ticks_.load(std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_acquire);
-  if ((seq & 1) != 0 || seq_.load(std::memory_order_relaxed) != seq || scale == 0) return reanchor();
+  if ((seq & 1) != 0 || !unchanged(seq) || scale == 0) return reanchor();
   const std::uint64_t elapsed = ticks() - base_tsc;
   if (elapsed > max_ticks) return reanchor();
   return Nanos{base_ns + static_cast<std::int64_t>((elapsed * scale) >> 32)};
@@ -85,8 +104,7 @@ Nanos FastClock::reanchor() const noexcept {
   const auto scale = static_cast<std::uint64_t>(
       (static_cast<unsigned __int128>(since_ns) << 32) / since_ticks);
   const std::uint32_t seq = seq_.load(std::memory_order_relaxed);
-  seq_.store(seq + 1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
+  begin_write(seq);
   base_ns_.store(now.count(), std::memory_order_relaxed);
   base_tsc_.store(tsc, std::memory_order_relaxed);
   ns_per_tick_q32_.store(scale, std::memory_order_relaxed);
