@@ -1,0 +1,110 @@
+// to_json(): the report as JSON, with Boost.JSON.
+#include <cmath>
+
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
+
+#include "bench/report.h"
+
+namespace sluice::bench {
+namespace {
+
+namespace json = boost::json;
+
+// Rounded to `decimals` places, so that 690.175 is not written 690.1750000000001.
+double rounded(double value, int decimals) {
+  const double scale = std::pow(10.0, decimals);
+  return std::round(value * scale) / scale;
+}
+
+json::object counts_of(const TimeStep& s) {
+  return {{"admitted", s.admitted}, {"rejected", s.rejected}, {"other", s.other},
+          {"errors", s.errors}};
+}
+
+json::object rate_limit_of(const RateLimitSummary& rl) {
+  json::object o;
+  json::array policies;
+  for (const std::string& p : rl.policies) policies.emplace_back(p);
+  o["policies"] = std::move(policies);
+  o["responses_with_remaining"] = rl.responses_with_quota;
+  if (rl.responses_with_quota > 0) {
+    o["remaining_min"] = rl.remaining_min;
+    o["remaining_max"] = rl.remaining_max;
+  }
+  if (rl.responses_with_reset > 0) {
+    o["reset_s_min"] = rl.reset_min_s;
+    o["reset_s_max"] = rl.reset_max_s;
+  }
+  o["retry_after_seen"] = rl.retry_after_seen;
+  if (rl.retry_after_seen > 0) {
+    o["retry_after_s_min"] = rl.retry_after_min_s;
+    o["retry_after_s_max"] = rl.retry_after_max_s;
+  }
+  o["rejected_without_retry_after"] = rl.rejected_without_retry_after;
+  o["window_checks"] = rl.window_checks;
+  o["window_rises"] = rl.window_rises;
+  if (!rl.first_rise.empty()) o["first_rise"] = rl.first_rise;
+  return o;
+}
+
+}  // namespace
+
+std::string to_json(const Report& r) {
+  json::object o;
+  o["url"] = r.url;
+  o["mode"] = r.mode;
+  o["description"] = r.description;
+  o["connections"] = r.connections;
+  o["threads"] = r.threads;
+  o["requests"] = r.requests;
+  o["responses"] = r.responses;
+  o["admitted"] = r.admitted;
+  o["rejected"] = r.rejected;
+  o["other"] = r.other;
+  o["errors"] = r.errors;
+
+  json::object statuses;
+  for (const auto& [code, n] : r.status_counts) statuses[std::to_string(code)] = n;
+  o["status_counts"] = std::move(statuses);
+  json::object errors;
+  for (const auto& [reason, n] : r.error_counts) errors[reason] = n;
+  o["error_counts"] = std::move(errors);
+
+  o["duration_us"] = r.elapsed.count() / 1000;
+  o["throughput_rps"] = rounded(r.throughput_rps, 2);
+  const LatencySummary& l = r.latency;
+  o["latency_us"] = {{"min", rounded(l.min_us, 3)},   {"mean", rounded(l.mean_us, 3)},
+                     {"p50", rounded(l.p50_us, 3)},   {"p90", rounded(l.p90_us, 3)},
+                     {"p99", rounded(l.p99_us, 3)},   {"p999", rounded(l.p999_us, 3)},
+                     {"max", rounded(l.max_us, 3)}};
+
+  json::array steps;
+  for (const TimeStep& s : r.timeline) steps.emplace_back(counts_of(s));
+  o["timeline"] = {{"step_ms", r.step.count() / 1'000'000}, {"steps", std::move(steps)}};
+
+  if (!r.callers.empty()) {
+    json::array callers;
+    for (const auto& [value, c] : r.callers) {
+      json::object caller = counts_of(TimeStep{c.admitted, c.rejected, c.other, c.errors});
+      caller["value"] = value;
+      callers.emplace_back(std::move(caller));
+    }
+    o["vary_header"] = {{"name", r.vary_name}, {"callers", std::move(callers)}};
+  }
+
+  o["rate_limit"] = rate_limit_of(r.rate_limit);
+  if (r.burst_spread) o["burst_spread_us"] = rounded(static_cast<double>(r.burst_spread->count()) / 1000, 3);
+  if (r.max_send_lag) o["max_send_lag_us"] = rounded(static_cast<double>(r.max_send_lag->count()) / 1000, 3);
+  o["stopped_early"] = r.stopped_early;
+
+  json::array expectations;
+  for (const ExpectationResult& e : r.expectations) {
+    expectations.emplace_back(json::object{{"check", e.check}, {"passed", e.passed}, {"detail", e.detail}});
+  }
+  o["expectations"] = std::move(expectations);
+  o["passed"] = r.passed();
+  return json::serialize(o) + "\n";
+}
+
+}  // namespace sluice::bench
