@@ -37,7 +37,7 @@ constexpr std::size_t kReadBuffer = 16 * 1024;
 constexpr std::uint32_t kMaxHeader = 64 * 1024;
 constexpr std::int64_t kAbort = -1;        // Shared::go when the run is called off during setup
 constexpr Nanos kBurstLead = 10ms;         // from "all connected" to the burst's instant
-constexpr Nanos kBurstSpin = 2ms;          // spin, rather than sleep, this close to the instant
+constexpr Nanos kBurstSpin = 300us;        // spin, rather than sleep, this close to the instant
 
 bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -306,18 +306,44 @@ class Worker {
   }
 
   void burst() {
-    // Sleep until just before the instant, then spin, so that every thread writes at the same time.
-    std::this_thread::sleep_until(start_ - kBurstSpin);
-    while (SteadyClock::now() < start_) {
-    }
+    // Everything but the writes is done before the instant, and the writes go back to back: the
+    // responses are read once every request is out.
     for (std::size_t i = 0; i < conns_.size(); ++i) {
       Conn& c = *conns_[i];
       c.variant = variant_of(static_cast<std::uint64_t>(first_conn_) + i);
       c.busy = true;
       c.busy_since = Nanos{0};
       c.intended = Nanos{0};
-      ++busy_;
-      write(c);
+      c.fields.clear();
+      c.parser.emplace(plan_.head, c.fields, stats_.rate_limit);
+    }
+    busy_ = conns_.size();
+    std::vector<std::size_t> written(conns_.size(), 0);
+    std::vector<error_code> errors(conns_.size());
+    // Sleep until just before the instant, then spin, so that every thread writes at the same time.
+    std::this_thread::sleep_until(start_ - kBurstSpin);
+    while (SteadyClock::now() < start_) {
+    }
+    const Nanos first = since_start();
+    for (std::size_t i = 0; i < conns_.size(); ++i) {
+      written[i] = conns_[i]->socket.write_some(asio::buffer(plan_.wire[conns_[i]->variant]),
+                                                errors[i]);
+    }
+    const Nanos last = since_start();
+    stats_.first_write = first;
+    stats_.last_write = last;
+    for (std::size_t i = 0; i < conns_.size(); ++i) {
+      Conn& c = *conns_[i];
+      c.sent = first;
+      if (errors[i] == asio::error::would_block) {
+        errors[i] = {};
+        written[i] = 0;
+      }
+      if (errors[i]) {
+        fail(c, "write: " + errors[i].message());
+      } else {
+        finish_write(c, written[i]);
+      }
     }
   }
 
@@ -388,21 +414,21 @@ class Worker {
   }
 
   void write(Conn& c) {
-    const std::string& wire = plan_.wire[c.variant];
     c.sent = since_start();
-    if (plan_.mode == Mode::kBurst) {
-      if (!stats_.first_write) stats_.first_write = c.sent;
-      stats_.last_write = c.sent;
-    }
     // Most requests fit in the socket's buffer at once: write now, and wait only for the rest.
     error_code ec;
-    const std::size_t n = c.socket.write_some(asio::buffer(wire), ec);
+    const std::size_t n = c.socket.write_some(asio::buffer(plan_.wire[c.variant]), ec);
     if (ec && ec != asio::error::would_block) return fail(c, "write: " + ec.message());
-    const std::size_t written = ec ? 0 : n;
+    finish_write(c, ec ? 0 : n);
+  }
+
+  // The first `written` bytes of c's request are out: send the rest, then read the response.
+  void finish_write(Conn& c, std::size_t written) {
+    const std::string& wire = plan_.wire[c.variant];
     if (written == wire.size()) return read(c);
     asio::async_write(c.socket, asio::buffer(wire.data() + written, wire.size() - written),
-                      [this, &c](error_code wec, std::size_t) {
-                        if (wec) return fail(c, reason(c, "write", wec));
+                      [this, &c](error_code ec, std::size_t) {
+                        if (ec) return fail(c, reason(c, "write", ec));
                         read(c);
                       });
   }
