@@ -1,5 +1,7 @@
 // to_json(): the report as JSON, with Boost.JSON.
 #include <cmath>
+#include <cstdio>
+#include <string>
 
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
@@ -48,6 +50,70 @@ json::object rate_limit_of(const RateLimitSummary& rl) {
   return o;
 }
 
+// Numbers as people write them (1234.5, not 1.2345E3), and the nesting indented, with any object or
+// array that fits in kInline characters on one line.
+constexpr std::size_t kInline = 96;
+
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3f", v);
+  std::string s = buf;
+  s.erase(s.find_last_not_of('0') + 1);
+  if (s.back() == '.') s.pop_back();
+  return s == "-0" ? "0" : s;
+}
+
+void write(std::string& out, const json::value& v, int depth);
+
+std::string inline_form(const json::value& v) {
+  std::string out;
+  write(out, v, -1);
+  return out;
+}
+
+void write(std::string& out, const json::value& v, int depth) {
+  const bool flat = depth < 0;
+  const std::string pad = flat ? "" : std::string(static_cast<std::size_t>(depth + 1) * 2, ' ');
+  const std::string close_pad = flat ? "" : std::string(static_cast<std::size_t>(depth) * 2, ' ');
+  switch (v.kind()) {
+    case json::kind::double_:
+      out += number(v.get_double());
+      return;
+    case json::kind::object: {
+      const json::object& o = v.get_object();
+      if (!flat && (o.empty() || inline_form(v).size() + pad.size() <= kInline)) {
+        out += inline_form(v);
+        return;
+      }
+      out += flat ? "{" : "{\n";
+      for (auto it = o.begin(); it != o.end(); ++it) {
+        if (it != o.begin()) out += flat ? ", " : ",\n";
+        out += pad + json::serialize(json::string(it->key())) + ": ";
+        write(out, it->value(), flat ? -1 : depth + 1);
+      }
+      out += flat ? "}" : "\n" + close_pad + "}";
+      return;
+    }
+    case json::kind::array: {
+      const json::array& a = v.get_array();
+      if (!flat && (a.empty() || inline_form(v).size() + pad.size() <= kInline)) {
+        out += inline_form(v);
+        return;
+      }
+      out += flat ? "[" : "[\n";
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        if (i > 0) out += flat ? ", " : ",\n";
+        out += pad;
+        write(out, a[i], flat ? -1 : depth + 1);
+      }
+      out += flat ? "]" : "\n" + close_pad + "]";
+      return;
+    }
+    default:
+      out += json::serialize(v);
+  }
+}
+
 }  // namespace
 
 std::string to_json(const Report& r) {
@@ -86,8 +152,10 @@ std::string to_json(const Report& r) {
   if (!r.callers.empty()) {
     json::array callers;
     for (const auto& [value, c] : r.callers) {
-      json::object caller = counts_of(TimeStep{c.admitted, c.rejected, c.other, c.errors});
-      caller["value"] = value;
+      json::object caller{{"value", value}};
+      for (const auto& field : counts_of(TimeStep{c.admitted, c.rejected, c.other, c.errors})) {
+        caller[field.key()] = field.value();
+      }
       callers.emplace_back(std::move(caller));
     }
     o["vary_header"] = {{"name", r.vary_name}, {"callers", std::move(callers)}};
@@ -104,7 +172,9 @@ std::string to_json(const Report& r) {
   }
   o["expectations"] = std::move(expectations);
   o["passed"] = r.passed();
-  return json::serialize(o) + "\n";
+  std::string out;
+  write(out, o, 0);
+  return out + "\n";
 }
 
 }  // namespace sluice::bench

@@ -254,10 +254,9 @@ class Worker {
 
   void on_connect(Conn& c, error_code ec) {
     c.connecting = false;
-    if (!ec) {
-      c.socket.set_option(tcp::no_delay(true), ec);
-      if (!ec) c.socket.non_blocking(true, ec);
-    }
+    if (!ec) reregister(c.socket, ec);
+    if (!ec) c.socket.set_option(tcp::no_delay(true), ec);
+    if (!ec) c.socket.non_blocking(true, ec);
     if (setup_) {
       if (ec && setup_error_.empty()) setup_error_ = connect_error(c, ec);
       if (--pending_connects_ == 0) sweep_.cancel();
@@ -266,6 +265,17 @@ class Worker {
     if (ec && c.timed_out) return fail(c, "connect: no answer within " + timeout_text());
     if (ec) return fail(c, "connect: " + ec.message());
     write(c);
+  }
+
+  // Waiting for the connection left the socket registered for writability too, and with edge-
+  // triggered epoll every ACK of a request would then wake the loop for nothing. A fresh
+  // registration of the same descriptor waits for reading only (writes are attempted directly).
+  static void reregister(tcp::socket& socket, error_code& ec) {
+    const tcp protocol = socket.local_endpoint(ec).protocol();
+    if (ec) return;
+    const tcp::socket::native_handle_type fd = socket.release(ec);
+    if (ec) return;
+    socket.assign(protocol, fd, ec);
   }
 
   std::string connect_error(const Conn& c, error_code ec) const {
