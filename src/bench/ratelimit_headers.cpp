@@ -163,7 +163,8 @@ void WindowCheck::observe(std::uint32_t caller, const QuotaSeen& quota, Nanos se
         summary.first_rise = "remaining rose from " + std::to_string(it->remaining) + " to " +
                              std::to_string(*quota.remaining) +
                              (quota.name.empty() ? "" : " on \"" + quota.name + "\"") +
-                             " with " + std::to_string(*it->reset_s) + " s of the window left";
+                             ", the response before having said the window resets in " +
+                             std::to_string(*it->reset_s) + " s";
       }
       ++summary.window_rises;
     }

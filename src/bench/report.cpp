@@ -98,6 +98,12 @@ std::vector<ExpectationResult> check(const Expectations& expect, const Report& r
   return results;
 }
 
+// "15 s", or "14 to 15 s".
+std::string seconds_range(std::int64_t lo, std::int64_t hi) {
+  if (lo == hi) return format("%lld s", static_cast<long long>(lo));
+  return format("%lld to %lld s", static_cast<long long>(lo), static_cast<long long>(hi));
+}
+
 void append_rate_limit(std::string& out, const RateLimitSummary& rl, std::uint64_t rejected) {
   const bool any = rl.responses_with_quota > 0 || rl.retry_after_seen > 0 || !rl.policies.empty();
   if (!any) {
@@ -114,15 +120,12 @@ void append_rate_limit(std::string& out, const RateLimitSummary& rl, std::uint64
                   static_cast<unsigned long long>(rl.responses_with_quota));
   }
   if (rl.responses_with_reset > 0) {
-    out += format("    %-18s %lld to %lld s\n", "reset in", static_cast<long long>(rl.reset_min_s),
-                  static_cast<long long>(rl.reset_max_s));
+    out += format("    %-18s %s\n", "reset in", seconds_range(rl.reset_min_s, rl.reset_max_s).c_str());
   }
   if (rejected > 0 || rl.retry_after_seen > 0) {
-    std::string range = rl.retry_after_seen == 0 ? std::string("none")
-                        : rl.retry_after_min_s == rl.retry_after_max_s
-                            ? format("%lld s", static_cast<long long>(rl.retry_after_min_s))
-                            : format("%lld to %lld s", static_cast<long long>(rl.retry_after_min_s),
-                                     static_cast<long long>(rl.retry_after_max_s));
+    const std::string range = rl.retry_after_seen == 0
+                                  ? std::string("none")
+                                  : seconds_range(rl.retry_after_min_s, rl.retry_after_max_s);
     out += format("    %-18s %s; %llu of %llu rejections had none\n", "Retry-After", range.c_str(),
                   static_cast<unsigned long long>(rl.rejected_without_retry_after),
                   static_cast<unsigned long long>(rejected));

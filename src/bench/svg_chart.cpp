@@ -14,9 +14,10 @@ namespace {
 constexpr double kWidth = 900;
 constexpr double kLeft = 80;    // room for the y axis' labels
 constexpr double kRight = 870;
-constexpr double kTimeTop = 110;
-constexpr double kTimeBottom = 330;
-constexpr double kLatencyTop = 410;
+constexpr double kTimeTop = 130;
+constexpr double kTimeBottom = 350;
+constexpr double kLatencyTop = 430;
+constexpr std::size_t kLabelledBars = 12;  // up to this many bars, each says what it holds
 constexpr double kBarHeight = 22;
 constexpr double kBarGap = 8;
 
@@ -126,6 +127,12 @@ std::string timeline_panel(const Report& r) {
       const double v = static_cast<double>(count);
       out += rect(x, y_of(base + v), bar, y_of(base) - y_of(base + v), colour);
       base += v;
+    }
+    if (r.timeline.size() <= kLabelledBars && base > 0) {
+      out += "<text x=\"" + num(x + bar / 2) + "\" y=\"" + num(y_of(base) - 6) +
+             "\" text-anchor=\"middle\"><tspan fill=\"" + kAdmittedColour + "\">" +
+             std::to_string(s.admitted) + "</tspan> / <tspan fill=\"" + kRejectedColour + "\">" +
+             std::to_string(s.rejected) + "</tspan></text>\n";
     }
   }
   out += line(kLeft, kTimeBottom, kRight, kTimeBottom, "#424242");

@@ -99,6 +99,25 @@ TEST(Load, OpenLoopRateIsWithinOnePercentOfTheRateAsked) {
   EXPECT_NEAR(rate, 1000.0, 10.0);
 }
 
+TEST(Load, ARampSpeedsUpAsAsked) {
+  // From 0 to 400 a second over 500 ms: 100 requests, a quarter of them in the first half.
+  TestServer server(TestServerOptions{.admit = 1'000'000});
+  Options o;
+  o.url = server.url();
+  o.ramp = "0:400";
+  o.duration = "500ms";
+  o.connections = 4;
+  const Report r = run_ok(plan_of(o));
+  EXPECT_EQ(r.mode, "ramp");
+  EXPECT_EQ(r.requests, 100u);
+  const std::vector<Arrival> arrivals = server.arrivals();
+  ASSERT_EQ(arrivals.size(), 100u);
+  const Nanos first = first_and_last(arrivals).first;
+  const auto early = std::count_if(arrivals.begin(), arrivals.end(),
+                                   [&](const Arrival& a) { return a.at - first < 250ms; });
+  EXPECT_NEAR(static_cast<double>(early), 25.0, 3.0);
+}
+
 TEST(Load, LatencyOfAStalledServerCountsFromTheScheduledTime) {
   // One connection, a request every 10 ms, and the first answer held for 300 ms: the 29 requests
   // due meanwhile wait, and their latency must show it (300 ms down to 10 ms), not the ~0.1 ms the
