@@ -19,9 +19,18 @@ double rounded(double value, int decimals) {
   return std::round(value * scale) / scale;
 }
 
-json::object counts_of(const TimeStep& s) {
+json::object counts_of(const Counts& s) {
   return {{"admitted", s.admitted}, {"rejected", s.rejected}, {"other", s.other},
           {"errors", s.errors}};
+}
+
+json::object spread_of(const Spread& s) {
+  json::object o{{"count", s.count}};
+  if (s.count > 0) {
+    o["min"] = s.min;
+    o["max"] = s.max;
+  }
+  return o;
 }
 
 json::object rate_limit_of(const RateLimitSummary& rl) {
@@ -29,20 +38,9 @@ json::object rate_limit_of(const RateLimitSummary& rl) {
   json::array policies;
   for (const std::string& p : rl.policies) policies.emplace_back(p);
   o["policies"] = std::move(policies);
-  o["responses_with_remaining"] = rl.responses_with_quota;
-  if (rl.responses_with_quota > 0) {
-    o["remaining_min"] = rl.remaining_min;
-    o["remaining_max"] = rl.remaining_max;
-  }
-  if (rl.responses_with_reset > 0) {
-    o["reset_s_min"] = rl.reset_min_s;
-    o["reset_s_max"] = rl.reset_max_s;
-  }
-  o["retry_after_seen"] = rl.retry_after_seen;
-  if (rl.retry_after_seen > 0) {
-    o["retry_after_s_min"] = rl.retry_after_min_s;
-    o["retry_after_s_max"] = rl.retry_after_max_s;
-  }
+  o["remaining"] = spread_of(rl.remaining);
+  o["reset_s"] = spread_of(rl.reset_s);
+  o["retry_after_s"] = spread_of(rl.retry_after_s);
   o["rejected_without_retry_after"] = rl.rejected_without_retry_after;
   o["window_checks"] = rl.window_checks;
   o["window_rises"] = rl.window_rises;
@@ -146,14 +144,14 @@ std::string to_json(const Report& r) {
                      {"max", rounded(l.max_us, 3)}};
 
   json::array steps;
-  for (const TimeStep& s : r.timeline) steps.emplace_back(counts_of(s));
+  for (const Counts& s : r.timeline) steps.emplace_back(counts_of(s));
   o["timeline"] = {{"step_ms", r.step.count() / 1'000'000}, {"steps", std::move(steps)}};
 
   if (!r.callers.empty()) {
     json::array callers;
     for (const auto& [value, c] : r.callers) {
       json::object caller{{"value", value}};
-      for (const auto& field : counts_of(TimeStep{c.admitted, c.rejected, c.other, c.errors})) {
+      for (const auto& field : counts_of(c)) {
         caller[field.key()] = field.value();
       }
       callers.emplace_back(std::move(caller));

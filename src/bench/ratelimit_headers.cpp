@@ -93,22 +93,17 @@ std::int64_t reset_delta(std::int64_t value, std::int64_t now_unix_s) {
   return std::max<std::int64_t>(0, value - now_unix_s);
 }
 
-void RateLimitSummary::add_remaining(std::int64_t remaining) {
-  remaining_min = responses_with_quota == 0 ? remaining : std::min(remaining_min, remaining);
-  remaining_max = responses_with_quota == 0 ? remaining : std::max(remaining_max, remaining);
-  ++responses_with_quota;
+void Spread::add(std::int64_t value) {
+  min = count == 0 ? value : std::min(min, value);
+  max = count == 0 ? value : std::max(max, value);
+  ++count;
 }
 
-void RateLimitSummary::add_reset(std::int64_t reset_s) {
-  reset_min_s = responses_with_reset == 0 ? reset_s : std::min(reset_min_s, reset_s);
-  reset_max_s = responses_with_reset == 0 ? reset_s : std::max(reset_max_s, reset_s);
-  ++responses_with_reset;
-}
-
-void RateLimitSummary::add_retry_after(std::int64_t seconds) {
-  retry_after_min_s = retry_after_seen == 0 ? seconds : std::min(retry_after_min_s, seconds);
-  retry_after_max_s = retry_after_seen == 0 ? seconds : std::max(retry_after_max_s, seconds);
-  ++retry_after_seen;
+void Spread::merge(const Spread& other) {
+  if (other.count == 0) return;
+  min = count == 0 ? other.min : std::min(min, other.min);
+  max = count == 0 ? other.max : std::max(max, other.max);
+  count += other.count;
 }
 
 void RateLimitSummary::add_policy(std::string_view value) {
@@ -118,27 +113,9 @@ void RateLimitSummary::add_policy(std::string_view value) {
 }
 
 void RateLimitSummary::merge(const RateLimitSummary& other) {
-  if (other.responses_with_quota > 0) {
-    remaining_min = responses_with_quota == 0 ? other.remaining_min
-                                              : std::min(remaining_min, other.remaining_min);
-    remaining_max = responses_with_quota == 0 ? other.remaining_max
-                                              : std::max(remaining_max, other.remaining_max);
-    responses_with_quota += other.responses_with_quota;
-  }
-  if (other.responses_with_reset > 0) {
-    reset_min_s = responses_with_reset == 0 ? other.reset_min_s
-                                            : std::min(reset_min_s, other.reset_min_s);
-    reset_max_s = responses_with_reset == 0 ? other.reset_max_s
-                                            : std::max(reset_max_s, other.reset_max_s);
-    responses_with_reset += other.responses_with_reset;
-  }
-  if (other.retry_after_seen > 0) {
-    retry_after_min_s = retry_after_seen == 0 ? other.retry_after_min_s
-                                              : std::min(retry_after_min_s, other.retry_after_min_s);
-    retry_after_max_s = retry_after_seen == 0 ? other.retry_after_max_s
-                                              : std::max(retry_after_max_s, other.retry_after_max_s);
-    retry_after_seen += other.retry_after_seen;
-  }
+  remaining.merge(other.remaining);
+  reset_s.merge(other.reset_s);
+  retry_after_s.merge(other.retry_after_s);
   rejected_without_retry_after += other.rejected_without_retry_after;
   for (const std::string& p : other.policies) add_policy(p);
   window_checks += other.window_checks;

@@ -33,19 +33,23 @@ std::optional<std::int64_t> parse_seconds(std::string_view value);
 // seconds left from `now_unix_s`; a small value is already a delta and stays as it is.
 std::int64_t reset_delta(std::int64_t value, std::int64_t now_unix_s);
 
+// The smallest and the largest of some values, and how many there were.
+struct Spread {
+  std::uint64_t count = 0;
+  std::int64_t min = 0;
+  std::int64_t max = 0;
+
+  void add(std::int64_t value);
+  void merge(const Spread& other);
+};
+
 // What the rate-limit headers of a whole run showed.
 struct RateLimitSummary {
-  std::uint64_t responses_with_quota = 0;  // responses that reported a remaining count
-  std::int64_t remaining_min = 0;
-  std::int64_t remaining_max = 0;
-  std::uint64_t responses_with_reset = 0;
-  std::int64_t reset_min_s = 0;
-  std::int64_t reset_max_s = 0;
-  std::uint64_t retry_after_seen = 0;   // responses with a Retry-After in seconds
+  Spread remaining;      // of the responses that reported a remaining count
+  Spread reset_s;        // seconds until the quota resets
+  Spread retry_after_s;  // Retry-After, in seconds
   std::uint64_t rejected_without_retry_after = 0;  // 429s without one
-  std::int64_t retry_after_min_s = 0;
-  std::int64_t retry_after_max_s = 0;
-  std::vector<std::string> policies;    // distinct RateLimit-Policy values, at most kMaxPolicies
+  std::vector<std::string> policies;  // distinct RateLimit-Policy values, at most kMaxPolicies
   // The window check: pairs of responses to the same caller and quota where the server must have
   // decided the second after the first, inside the same window; and those where remaining rose.
   std::uint64_t window_checks = 0;
@@ -54,9 +58,6 @@ struct RateLimitSummary {
 
   static constexpr std::size_t kMaxPolicies = 8;
 
-  void add_remaining(std::int64_t remaining);
-  void add_reset(std::int64_t reset_s);
-  void add_retry_after(std::int64_t seconds);
   void add_policy(std::string_view value);
   void merge(const RateLimitSummary& other);
 };

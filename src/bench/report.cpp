@@ -99,13 +99,13 @@ std::vector<ExpectationResult> check(const Expectations& expect, const Report& r
 }
 
 // "15 s", or "14 to 15 s".
-std::string seconds_range(std::int64_t lo, std::int64_t hi) {
-  if (lo == hi) return format("%lld s", static_cast<long long>(lo));
-  return format("%lld to %lld s", static_cast<long long>(lo), static_cast<long long>(hi));
+std::string seconds_range(const Spread& s) {
+  if (s.min == s.max) return format("%lld s", static_cast<long long>(s.min));
+  return format("%lld to %lld s", static_cast<long long>(s.min), static_cast<long long>(s.max));
 }
 
 void append_rate_limit(std::string& out, const RateLimitSummary& rl, std::uint64_t rejected) {
-  const bool any = rl.responses_with_quota > 0 || rl.retry_after_seen > 0 || !rl.policies.empty();
+  const bool any = rl.remaining.count > 0 || rl.retry_after_s.count > 0 || !rl.policies.empty();
   if (!any) {
     out += "\n  Rate-limit headers   none seen\n";
     return;
@@ -114,23 +114,22 @@ void append_rate_limit(std::string& out, const RateLimitSummary& rl, std::uint64
   for (const std::string& policy : rl.policies) {
     out += format("    %-18s %s\n", "RateLimit-Policy", policy.c_str());
   }
-  if (rl.responses_with_quota > 0) {
+  if (rl.remaining.count > 0) {
     out += format("    %-18s %lld down to %lld, on %llu responses\n", "remaining",
-                  static_cast<long long>(rl.remaining_max), static_cast<long long>(rl.remaining_min),
-                  static_cast<unsigned long long>(rl.responses_with_quota));
+                  static_cast<long long>(rl.remaining.max), static_cast<long long>(rl.remaining.min),
+                  static_cast<unsigned long long>(rl.remaining.count));
   }
-  if (rl.responses_with_reset > 0) {
-    out += format("    %-18s %s\n", "reset in", seconds_range(rl.reset_min_s, rl.reset_max_s).c_str());
+  if (rl.reset_s.count > 0) {
+    out += format("    %-18s %s\n", "reset in", seconds_range(rl.reset_s).c_str());
   }
-  if (rejected > 0 || rl.retry_after_seen > 0) {
-    const std::string range = rl.retry_after_seen == 0
-                                  ? std::string("none")
-                                  : seconds_range(rl.retry_after_min_s, rl.retry_after_max_s);
+  if (rejected > 0 || rl.retry_after_s.count > 0) {
+    const std::string range =
+        rl.retry_after_s.count == 0 ? std::string("none") : seconds_range(rl.retry_after_s);
     out += format("    %-18s %s; %llu of %llu rejections had none\n", "Retry-After", range.c_str(),
                   static_cast<unsigned long long>(rl.rejected_without_retry_after),
                   static_cast<unsigned long long>(rejected));
   }
-  if (rl.responses_with_quota > 0) {
+  if (rl.remaining.count > 0) {
     if (rl.window_rises > 0) {
       out += format("    %-18s WARNING: remaining rose within a window %llu times in %llu checks; "
                     "first: %s\n",
@@ -153,13 +152,8 @@ void append_timeline(std::string& out, const Report& r) {
   out += format("\n  %-10s %10s %10s %10s %10s\n", ("Per " + format_duration(row_step)).c_str(),
                 "admitted", "rejected", "other", "errors");
   for (std::size_t i = 0; i < r.timeline.size(); i += group) {
-    TimeStep sum;
-    for (std::size_t j = i; j < std::min(i + group, r.timeline.size()); ++j) {
-      sum.admitted += r.timeline[j].admitted;
-      sum.rejected += r.timeline[j].rejected;
-      sum.other += r.timeline[j].other;
-      sum.errors += r.timeline[j].errors;
-    }
+    Counts sum;
+    for (std::size_t j = i; j < std::min(i + group, r.timeline.size()); ++j) sum += r.timeline[j];
     const double t = static_cast<double>((r.step * static_cast<std::int64_t>(i)).count()) / 1e9;
     out += format("  %-10s %10llu %10llu %10llu %10llu\n", format("%.1fs", t).c_str(),
                   static_cast<unsigned long long>(sum.admitted),
@@ -220,7 +214,7 @@ Report make_report(const Plan& plan, const RunResult& run) {
     r.vary_name = plan.vary_name;
     for (std::size_t i = 0; i < plan.vary_values.size(); ++i) {
       r.callers.emplace_back(plan.vary_values[i],
-                             i < s.callers.size() ? s.callers[i] : CallerCounts{});
+                             i < s.callers.size() ? s.callers[i] : Counts{});
     }
   }
   r.rate_limit = s.rate_limit;

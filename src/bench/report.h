@@ -53,10 +53,10 @@ struct Report {
   LatencySummary latency;
 
   Nanos step{0};  // of the timeline: 1 s, or 100 ms for a burst
-  std::vector<TimeStep> timeline;
+  std::vector<Counts> timeline;
 
   std::string vary_name;  // --vary-header's name, and per value what it got
-  std::vector<std::pair<std::string, CallerCounts>> callers;
+  std::vector<std::pair<std::string, Counts>> callers;
 
   RateLimitSummary rate_limit;
   std::optional<Nanos> burst_spread;  // from the first request written to the last

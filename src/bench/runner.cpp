@@ -525,8 +525,8 @@ class Worker {
     if (status >= 0 && static_cast<std::size_t>(status) < stats_.status.size()) {
       ++stats_.status[static_cast<std::size_t>(status)];
     }
-    TimeStep& step = stats_.step_at(now, plan_.bucket);
-    CallerCounts& caller = stats_.callers[c.variant];
+    Counts& step = stats_.step_at(now, plan_.bucket);
+    Counts& caller = stats_.callers[c.variant];
     switch (outcome_of(status)) {
       case Outcome::kAdmitted:
         ++step.admitted;
@@ -559,11 +559,11 @@ class Worker {
       c.fields.quotas.push_back(QuotaSeen{"", f.remaining, reset});
     }
     for (const QuotaSeen& q : f.quotas) {
-      if (q.remaining) summary.add_remaining(*q.remaining);
-      if (q.reset_s) summary.add_reset(*q.reset_s);
+      if (q.remaining) summary.remaining.add(*q.remaining);
+      if (q.reset_s) summary.reset_s.add(*q.reset_s);
       c.window.observe(c.variant, q, c.sent, now, summary);
     }
-    if (f.retry_after_s) summary.add_retry_after(*f.retry_after_s);
+    if (f.retry_after_s) summary.retry_after_s.add(*f.retry_after_s);
     if (f.status == 429 && !f.retry_after_s) ++summary.rejected_without_retry_after;
   }
 

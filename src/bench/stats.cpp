@@ -15,7 +15,7 @@ std::uint64_t Stats::error_count() const {
   return n;
 }
 
-TimeStep& Stats::step_at(Nanos at, Nanos bucket) {
+Counts& Stats::step_at(Nanos at, Nanos bucket) {
   const auto index = static_cast<std::size_t>(std::max<std::int64_t>(0, at.count() / bucket.count()));
   if (index >= timeline.size()) timeline.resize(index + 1);
   return timeline[index];
@@ -26,19 +26,9 @@ void Stats::merge(const Stats& other) {
   for (std::size_t i = 0; i < status.size(); ++i) status[i] += other.status[i];
   for (const auto& [reason, count] : other.errors) errors[reason] += count;
   if (other.timeline.size() > timeline.size()) timeline.resize(other.timeline.size());
-  for (std::size_t i = 0; i < other.timeline.size(); ++i) {
-    timeline[i].admitted += other.timeline[i].admitted;
-    timeline[i].rejected += other.timeline[i].rejected;
-    timeline[i].other += other.timeline[i].other;
-    timeline[i].errors += other.timeline[i].errors;
-  }
+  for (std::size_t i = 0; i < other.timeline.size(); ++i) timeline[i] += other.timeline[i];
   if (other.callers.size() > callers.size()) callers.resize(other.callers.size());
-  for (std::size_t i = 0; i < other.callers.size(); ++i) {
-    callers[i].admitted += other.callers[i].admitted;
-    callers[i].rejected += other.callers[i].rejected;
-    callers[i].other += other.callers[i].other;
-    callers[i].errors += other.callers[i].errors;
-  }
+  for (std::size_t i = 0; i < other.callers.size(); ++i) callers[i] += other.callers[i];
   rate_limit.merge(other.rate_limit);
   last_completion = std::max(last_completion, other.last_completion);
   max_send_lag = std::max(max_send_lag, other.max_send_lag);

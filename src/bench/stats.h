@@ -15,20 +15,20 @@
 
 namespace sluice::bench {
 
-// Responses and errors in one step of the timeline, by when they completed.
-struct TimeStep {
+// Requests by what became of them: in one step of the timeline, or for one caller.
+struct Counts {
   std::uint64_t admitted = 0;  // 2xx
   std::uint64_t rejected = 0;  // 429
   std::uint64_t other = 0;     // any other status
   std::uint64_t errors = 0;    // no response: connection refused or reset, timeout, bad HTTP
-};
 
-// Per value of the varied header (--vary-header), or one in all.
-struct CallerCounts {
-  std::uint64_t admitted = 0;
-  std::uint64_t rejected = 0;
-  std::uint64_t other = 0;
-  std::uint64_t errors = 0;
+  Counts& operator+=(const Counts& o) {
+    admitted += o.admitted;
+    rejected += o.rejected;
+    other += o.other;
+    errors += o.errors;
+    return *this;
+  }
 };
 
 // Whether a status admits (2xx) or rejects (429) a request, or is something else.
@@ -43,8 +43,8 @@ struct Stats {
   Histogram latency;                    // nanoseconds, of requests that got a response
   std::array<std::uint64_t, 600> status{};  // responses by status code (100..599)
   std::map<std::string, std::uint64_t> errors;  // requests without a response, by reason
-  std::vector<TimeStep> timeline;
-  std::vector<CallerCounts> callers;
+  std::vector<Counts> timeline;  // by when requests completed, one step per Plan::bucket
+  std::vector<Counts> callers;   // per value of the varied header (--vary-header), or one
   RateLimitSummary rate_limit;
   Nanos last_completion{0};  // since the start of the run
   // Open loop: the most a request left after its scheduled time (waiting for a free connection).
@@ -57,7 +57,7 @@ struct Stats {
   std::uint64_t error_count() const;
 
   // Counts a response or an error into the step of the timeline where `at` falls.
-  TimeStep& step_at(Nanos at, Nanos bucket);
+  Counts& step_at(Nanos at, Nanos bucket);
   void merge(const Stats& other);
 };
 

@@ -99,7 +99,7 @@ std::string timeline_panel(const Report& r) {
   out += legend(kLeft + 715, kTimeTop - 28, kErrorColour, "errors");
 
   std::uint64_t highest = 0;
-  for (const TimeStep& s : r.timeline) {
+  for (const Counts& s : r.timeline) {
     highest = std::max(highest, s.admitted + s.rejected + s.other + s.errors);
   }
   const double tick = tick_step(static_cast<double>(highest), 5);
@@ -115,7 +115,7 @@ std::string timeline_panel(const Report& r) {
   const double slot = (kRight - kLeft) / static_cast<double>(n);
   const double bar = slot > 4 ? slot * 0.8 : slot;
   for (std::size_t i = 0; i < r.timeline.size(); ++i) {
-    const TimeStep& s = r.timeline[i];
+    const Counts& s = r.timeline[i];
     double base = 0;
     const double x = kLeft + slot * static_cast<double>(i) + (slot - bar) / 2;
     const std::array<std::pair<std::uint64_t, const char*>, 4> parts{{{s.admitted, kAdmittedColour},

@@ -102,29 +102,29 @@ TEST(Cli, PassingAssertionsExitZeroAndWriteJsonAndChart) {
   EXPECT_EQ(slurp(chart).rfind("<svg", 0), 0u);
 }
 
-TEST(Cli, ExpectAdmittedFailsWithExitOneAndOneLine) {
-  TestServer server;
-  const Outcome o = sluice({"bench", "--burst", "100", "--expect-admitted", "49", server.url()});
-  EXPECT_EQ(o.status, 1);
-  EXPECT_EQ(o.err, "sluice bench: FAILED --expect-admitted 49: 50 admitted (2xx), expected exactly 49\n");
-}
-
-TEST(Cli, ExpectAdmittedMaxFailsWithExitOne) {
-  TestServer server;
-  const Outcome o = sluice({"bench", "--burst", "100", "--expect-admitted-max", "40", server.url()});
-  EXPECT_EQ(o.status, 1);
-  EXPECT_EQ(o.err,
-            "sluice bench: FAILED --expect-admitted-max 40: 50 admitted (2xx), more than the 40 "
-            "allowed\n");
-}
-
-TEST(Cli, ExpectStatusFailsWithExitOne) {
-  TestServer server;
-  const Outcome o = sluice({"bench", "-n", "60", "--expect-status", "200", server.url()});
-  EXPECT_EQ(o.status, 1);
-  EXPECT_EQ(o.err,
-            "sluice bench: FAILED --expect-status 200: 10 responses had another status: 10 × "
-            "429\n");
+TEST(Cli, EachFailingAssertionExitsOneWithItsReasonOnOneLine) {
+  struct Case {
+    std::vector<std::string> flags;
+    std::string err;
+  };
+  const std::vector<Case> cases{
+      {{"--burst", "100", "--expect-admitted", "49"},
+       "sluice bench: FAILED --expect-admitted 49: 50 admitted (2xx), expected exactly 49\n"},
+      {{"--burst", "100", "--expect-admitted-max", "40"},
+       "sluice bench: FAILED --expect-admitted-max 40: 50 admitted (2xx), more than the 40 "
+       "allowed\n"},
+      {{"-n", "60", "--expect-status", "200"},
+       "sluice bench: FAILED --expect-status 200: 10 responses had another status: 10 × 429\n"},
+  };
+  for (const Case& c : cases) {
+    TestServer server;
+    std::vector<std::string> args{"bench"};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    args.push_back(server.url());
+    const Outcome o = sluice(args);
+    EXPECT_EQ(o.status, 1) << c.flags[2];
+    EXPECT_EQ(o.err, c.err);
+  }
 }
 
 TEST(Cli, EveryFailedAssertionGetsItsOwnLine) {

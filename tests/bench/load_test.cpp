@@ -190,10 +190,10 @@ TEST(Load, RateLimitHeadersAreSummedUp) {
   const Report r = run_ok(plan_of(o));
   const RateLimitSummary& rl = r.rate_limit;
   EXPECT_EQ(rl.policies, (std::vector<std::string>{"\"test\";q=50;w=60"}));
-  EXPECT_EQ(rl.responses_with_quota, 80u);
-  EXPECT_EQ(rl.remaining_max, 49);
-  EXPECT_EQ(rl.remaining_min, 0);
-  EXPECT_EQ(rl.retry_after_seen, 30u);
+  EXPECT_EQ(rl.remaining.count, 80u);
+  EXPECT_EQ(rl.remaining.max, 49);
+  EXPECT_EQ(rl.remaining.min, 0);
+  EXPECT_EQ(rl.retry_after_s.count, 30u);
   EXPECT_EQ(rl.rejected_without_retry_after, 0u);
   EXPECT_EQ(rl.window_checks, 78u);  // every response after the first on each connection
   EXPECT_EQ(rl.window_rises, 0u);

@@ -93,19 +93,19 @@ TEST_F(WindowCheckTest, CallersAreCheckedSeparately) {
 TEST(RateLimitSummary, MergeKeepsTheExtremesAndDistinctPolicies) {
   RateLimitSummary a;
   RateLimitSummary b;
-  a.add_remaining(10);
+  a.remaining.add(10);
   a.add_policy("\"q\";q=50;w=60");
-  b.add_remaining(0);
-  b.add_remaining(49);
+  b.remaining.add(0);
+  b.remaining.add(49);
   b.add_policy("\"q\";q=50;w=60");
-  b.add_retry_after(7);
+  b.retry_after_s.add(7);
   a.merge(b);
-  EXPECT_EQ(a.responses_with_quota, 3u);
-  EXPECT_EQ(a.remaining_min, 0);
-  EXPECT_EQ(a.remaining_max, 49);
+  EXPECT_EQ(a.remaining.count, 3u);
+  EXPECT_EQ(a.remaining.min, 0);
+  EXPECT_EQ(a.remaining.max, 49);
   EXPECT_EQ(a.policies.size(), 1u);
-  EXPECT_EQ(a.retry_after_seen, 1u);
-  EXPECT_EQ(a.retry_after_max_s, 7);
+  EXPECT_EQ(a.retry_after_s.count, 1u);
+  EXPECT_EQ(a.retry_after_s.max, 7);
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ RunResult fifty_fifty() {
   Stats& s = run.stats;
   s.status[200] = 50;
   s.status[429] = 50;
-  s.timeline.push_back(TimeStep{50, 50, 0, 0});
+  s.timeline.push_back(Counts{50, 50, 0, 0});
   for (int ms = 1; ms <= 100; ++ms) s.latency.record(static_cast<std::uint64_t>(ms) * 1'000'000);
   s.first_write = 10us;
   s.last_write = 310us;
