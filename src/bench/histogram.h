@@ -39,8 +39,8 @@ class Histogram {
   // p% of all values are at or below. 0 when empty.
   std::uint64_t value_at(double percentile) const noexcept;
 
-  static constexpr int kSubBits = 7;                                  // 128 buckets per octave
-  static constexpr std::size_t kExact = std::size_t{2} << kSubBits;   // 256 exact values
+  static constexpr int kSubBits = 7;                                 // 128 buckets per octave
+  static constexpr std::size_t kExact = std::size_t{2} << kSubBits;  // 256 exact values
   static constexpr std::size_t kBuckets = kExact + (64 - kSubBits - 1) * (kExact / 2);
 
   static std::size_t index_of(std::uint64_t value) noexcept;

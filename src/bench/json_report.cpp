@@ -20,8 +20,8 @@ double rounded(double value, int decimals) {
 }
 
 json::object counts_of(const Counts& s) {
-  return {{"admitted", s.admitted}, {"rejected", s.rejected}, {"other", s.other},
-          {"errors", s.errors}};
+  return {
+      {"admitted", s.admitted}, {"rejected", s.rejected}, {"other", s.other}, {"errors", s.errors}};
 }
 
 json::object spread_of(const Spread& s) {
@@ -138,9 +138,9 @@ std::string to_json(const Report& r) {
   o["duration_us"] = r.elapsed.count() / 1000;
   o["throughput_rps"] = rounded(r.throughput_rps, 2);
   const LatencySummary& l = r.latency;
-  o["latency_us"] = {{"min", rounded(l.min_us, 3)},   {"mean", rounded(l.mean_us, 3)},
-                     {"p50", rounded(l.p50_us, 3)},   {"p90", rounded(l.p90_us, 3)},
-                     {"p99", rounded(l.p99_us, 3)},   {"p999", rounded(l.p999_us, 3)},
+  o["latency_us"] = {{"min", rounded(l.min_us, 3)}, {"mean", rounded(l.mean_us, 3)},
+                     {"p50", rounded(l.p50_us, 3)}, {"p90", rounded(l.p90_us, 3)},
+                     {"p99", rounded(l.p99_us, 3)}, {"p999", rounded(l.p999_us, 3)},
                      {"max", rounded(l.max_us, 3)}};
 
   json::array steps;
@@ -160,13 +160,16 @@ std::string to_json(const Report& r) {
   }
 
   o["rate_limit"] = rate_limit_of(r.rate_limit);
-  if (r.burst_spread) o["burst_spread_us"] = rounded(static_cast<double>(r.burst_spread->count()) / 1000, 3);
-  if (r.max_send_lag) o["max_send_lag_us"] = rounded(static_cast<double>(r.max_send_lag->count()) / 1000, 3);
+  if (r.burst_spread)
+    o["burst_spread_us"] = rounded(static_cast<double>(r.burst_spread->count()) / 1000, 3);
+  if (r.max_send_lag)
+    o["max_send_lag_us"] = rounded(static_cast<double>(r.max_send_lag->count()) / 1000, 3);
   o["stopped_early"] = r.stopped_early;
 
   json::array expectations;
   for (const ExpectationResult& e : r.expectations) {
-    expectations.emplace_back(json::object{{"check", e.check}, {"passed", e.passed}, {"detail", e.detail}});
+    expectations.emplace_back(
+        json::object{{"check", e.check}, {"passed", e.passed}, {"detail", e.detail}});
   }
   o["expectations"] = std::move(expectations);
   o["passed"] = r.passed();

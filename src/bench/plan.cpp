@@ -33,7 +33,9 @@ bool is_token(std::string_view s) {
   });
 }
 
-bool has_line_break(std::string_view s) { return s.find_first_of("\r\n") != std::string_view::npos; }
+bool has_line_break(std::string_view s) {
+  return s.find_first_of("\r\n") != std::string_view::npos;
+}
 
 bool iequals(std::string_view a, std::string_view b) {
   return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
@@ -79,7 +81,8 @@ Result<Target> parse_target(const std::string& text) {
   }
   if (u.scheme() != "http") return bad("'" + text + "': the URL must start with http://");
   if (u.has_userinfo()) {
-    return bad("'" + text + "': user:password@ in the URL is not supported; "
+    return bad("'" + text +
+               "': user:password@ in the URL is not supported; "
                "send --header 'Authorization: ...' instead");
   }
   Target t;
@@ -110,7 +113,8 @@ Result<HeaderLine> parse_header(const std::string& text) {
   }
   HeaderLine h{std::string(trim(std::string_view(text).substr(0, colon))),
                std::string(trim(std::string_view(text).substr(colon + 1)))};
-  if (!is_token(h.name)) return bad("--header '" + text + "': '" + h.name + "' is not a header name");
+  if (!is_token(h.name))
+    return bad("--header '" + text + "': '" + h.name + "' is not a header name");
   if (has_line_break(h.value)) return bad("--header '" + h.name + "': the value has a line break");
   if (iequals(h.name, "Content-Length") || iequals(h.name, "Transfer-Encoding")) {
     return bad("--header " + h.name + ": sluice bench sets the body's length itself");
@@ -168,7 +172,8 @@ Status plan_load(const Options& o, Plan& plan) {
   if (o.ramp) {
     if (o.rate) return bad("--ramp FROM:TO already gives the rate; leave out --rate");
     if (o.requests) return bad("--ramp runs for --duration; leave out --requests");
-    if (!o.duration) return bad("--ramp needs --duration, the time the rate takes to go from FROM to TO");
+    if (!o.duration)
+      return bad("--ramp needs --duration, the time the rate takes to go from FROM to TO");
     const auto colon = o.ramp->find(':');
     const std::optional<double> from =
         colon == std::string::npos ? std::nullopt : parse_rate(o.ramp->substr(0, colon));

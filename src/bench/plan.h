@@ -1,5 +1,5 @@
-// Options (the flags of `sluice bench` as given) and Plan (what a run will do, validated, with the
-// requests already serialised). Values; make_plan is a pure function apart from reading --body-file.
+// Options (the flags of `sluice bench` as given) and Plan (the run they ask for, checked, requests
+// serialised). Values; make_plan is a pure function apart from reading --body-file.
 #pragma once
 
 #include <cstdint>
@@ -66,8 +66,8 @@ struct Plan {
   Mode mode = Mode::kDuration;
   int connections = 0;
   int threads = 0;
-  std::uint64_t requests = 0;  // burst and kRequests; for kRate, schedule.count()
-  Nanos duration{0};           // kDuration, and kRate when given as a time
+  std::uint64_t requests = 0;        // burst and kRequests; for kRate, schedule.count()
+  Nanos duration{0};                 // kDuration, and kRate when given as a time
   std::optional<Schedule> schedule;  // kRate: constant or ramp
   bool head = false;                 // HEAD: responses carry no body whatever their headers say
   // One serialised request per value of the varied header (one in all when nothing varies).

@@ -123,12 +123,11 @@ void RateLimitSummary::merge(const RateLimitSummary& other) {
   if (first_rise.empty()) first_rise = other.first_rise;
 }
 
-void WindowCheck::observe(std::uint32_t caller, const QuotaSeen& quota, Nanos sent,
-                          Nanos received, RateLimitSummary& summary) {
+void WindowCheck::observe(std::uint32_t caller, const QuotaSeen& quota, Nanos sent, Nanos received,
+                          RateLimitSummary& summary) {
   if (!quota.remaining) return;
-  auto it = std::find_if(last_.begin(), last_.end(), [&](const Last& l) {
-    return l.caller == caller && l.name == quota.name;
-  });
+  auto it = std::find_if(last_.begin(), last_.end(),
+                         [&](const Last& l) { return l.caller == caller && l.name == quota.name; });
   if (it == last_.end()) {
     last_.push_back(Last{caller, quota.name, 0, std::nullopt, Nanos{0}});
     it = last_.end() - 1;

@@ -1,6 +1,5 @@
-// Reading the rate-limit headers of responses (RateLimit, RateLimit-Remaining, X-RateLimit-*,
-// Retry-After) and checking that `remaining` only falls within a window. Pure functions and per-
-// connection values; not synchronised.
+// Reading responses' rate-limit headers (RateLimit, X-RateLimit-*, Retry-After), and checking that
+// `remaining` only falls within a window. Pure functions and values; not synchronised.
 #pragma once
 
 #include <cstdint>
@@ -22,15 +21,15 @@ struct QuotaSeen {
 };
 
 // Appends the quotas of a RateLimit field value to `out`. Understands the structured list of the
-// current IETF draft (`"a";r=1;t=3, "b";r=5;t=10`) and the older `limit=100, remaining=50, reset=30`.
-// Ignores what it does not understand.
+// current IETF draft (`"a";r=1;t=3, "b";r=5;t=10`) and the older `limit=100, remaining=50,
+// reset=30`. Ignores what it does not understand.
 void parse_ratelimit_field(std::string_view value, std::vector<QuotaSeen>& out);
 
 // A non-negative whole number of seconds (delta-seconds, as in Retry-After), or nothing.
 std::optional<std::int64_t> parse_seconds(std::string_view value);
 
-// A reset given as a Unix time (X-RateLimit-Reset: 1700000000, as some services send it) becomes the
-// seconds left from `now_unix_s`; a small value is already a delta and stays as it is.
+// A reset given as a Unix time (X-RateLimit-Reset: 1700000000, as some services send it) becomes
+// the seconds left from `now_unix_s`; a small value is already a delta and stays as it is.
 std::int64_t reset_delta(std::int64_t value, std::int64_t now_unix_s);
 
 // The smallest and the largest of some values, and how many there were.

@@ -90,9 +90,9 @@ std::vector<ExpectationResult> check(const Expectations& expect, const Report& r
   if (expect.admitted_max) {
     ExpectationResult e{"--expect-admitted-max " + std::to_string(*expect.admitted_max),
                         r.admitted <= *expect.admitted_max, ""};
-    e.detail = std::to_string(r.admitted) + " admitted (2xx)" +
-               (e.passed ? "" : ", more than the " + std::to_string(*expect.admitted_max) +
-                                    " allowed");
+    e.detail =
+        std::to_string(r.admitted) + " admitted (2xx)" +
+        (e.passed ? "" : ", more than the " + std::to_string(*expect.admitted_max) + " allowed");
     results.push_back(std::move(e));
   }
   return results;
@@ -115,9 +115,10 @@ void append_rate_limit(std::string& out, const RateLimitSummary& rl, std::uint64
     out += format("    %-18s %s\n", "RateLimit-Policy", policy.c_str());
   }
   if (rl.remaining.count > 0) {
-    out += format("    %-18s %lld down to %lld, on %llu responses\n", "remaining",
-                  static_cast<long long>(rl.remaining.max), static_cast<long long>(rl.remaining.min),
-                  static_cast<unsigned long long>(rl.remaining.count));
+    out +=
+        format("    %-18s %lld down to %lld, on %llu responses\n", "remaining",
+               static_cast<long long>(rl.remaining.max), static_cast<long long>(rl.remaining.min),
+               static_cast<unsigned long long>(rl.remaining.count));
   }
   if (rl.reset_s.count > 0) {
     out += format("    %-18s %s\n", "reset in", seconds_range(rl.reset_s).c_str());
@@ -131,10 +132,11 @@ void append_rate_limit(std::string& out, const RateLimitSummary& rl, std::uint64
   }
   if (rl.remaining.count > 0) {
     if (rl.window_rises > 0) {
-      out += format("    %-18s WARNING: remaining rose within a window %llu times in %llu checks; "
-                    "first: %s\n",
-                    "window check", static_cast<unsigned long long>(rl.window_rises),
-                    static_cast<unsigned long long>(rl.window_checks), rl.first_rise.c_str());
+      out += format(
+          "    %-18s WARNING: remaining rose within a window %llu times in %llu checks; "
+          "first: %s\n",
+          "window check", static_cast<unsigned long long>(rl.window_rises),
+          static_cast<unsigned long long>(rl.window_checks), rl.first_rise.c_str());
     } else if (rl.window_checks > 0) {
       out += format("    %-18s remaining only fell within each window (%llu checks)\n",
                     "window check", static_cast<unsigned long long>(rl.window_checks));
@@ -203,9 +205,8 @@ Report make_report(const Plan& plan, const RunResult& run) {
   r.throughput_rps = seconds > 0 ? static_cast<double>(r.responses) / seconds : 0;
 
   const Histogram& h = s.latency;
-  r.latency = LatencySummary{us_of(h.min()),         h.mean() / 1000.0,
-                             us_of(h.value_at(50)),  us_of(h.value_at(90)),
-                             us_of(h.value_at(99)),  us_of(h.value_at(99.9)),
+  r.latency = LatencySummary{us_of(h.min()),        h.mean() / 1000.0,     us_of(h.value_at(50)),
+                             us_of(h.value_at(90)), us_of(h.value_at(99)), us_of(h.value_at(99.9)),
                              us_of(h.max())};
 
   r.step = plan.bucket;
@@ -213,8 +214,7 @@ Report make_report(const Plan& plan, const RunResult& run) {
   if (!plan.vary_name.empty()) {
     r.vary_name = plan.vary_name;
     for (std::size_t i = 0; i < plan.vary_values.size(); ++i) {
-      r.callers.emplace_back(plan.vary_values[i],
-                             i < s.callers.size() ? s.callers[i] : Counts{});
+      r.callers.emplace_back(plan.vary_values[i], i < s.callers.size() ? s.callers[i] : Counts{});
     }
   }
   r.rate_limit = s.rate_limit;
@@ -271,11 +271,10 @@ std::string format_report(const Report& r) {
     const LatencySummary& l = r.latency;
     out += format("\n  %-12s %9s %9s %9s %9s %9s %9s %9s\n", "Latency", "min", "p50", "p90", "p99",
                   "p99.9", "max", "mean");
-    out += format("  %-12s %9s %9s %9s %9s %9s %9s %9s\n", "",
-                  format_latency_us(l.min_us).c_str(), format_latency_us(l.p50_us).c_str(),
-                  format_latency_us(l.p90_us).c_str(), format_latency_us(l.p99_us).c_str(),
-                  format_latency_us(l.p999_us).c_str(), format_latency_us(l.max_us).c_str(),
-                  format_latency_us(l.mean_us).c_str());
+    out += format("  %-12s %9s %9s %9s %9s %9s %9s %9s\n", "", format_latency_us(l.min_us).c_str(),
+                  format_latency_us(l.p50_us).c_str(), format_latency_us(l.p90_us).c_str(),
+                  format_latency_us(l.p99_us).c_str(), format_latency_us(l.p999_us).c_str(),
+                  format_latency_us(l.max_us).c_str(), format_latency_us(l.mean_us).c_str());
   }
 
   append_timeline(out, r);
@@ -284,11 +283,10 @@ std::string format_report(const Report& r) {
     out += format("\n  %-22s %10s %10s %10s %10s\n", r.vary_name.c_str(), "admitted", "rejected",
                   "other", "errors");
     for (const auto& [value, c] : r.callers) {
-      out += format("  %-22s %10llu %10llu %10llu %10llu\n", value.c_str(),
-                    static_cast<unsigned long long>(c.admitted),
-                    static_cast<unsigned long long>(c.rejected),
-                    static_cast<unsigned long long>(c.other),
-                    static_cast<unsigned long long>(c.errors));
+      out += format(
+          "  %-22s %10llu %10llu %10llu %10llu\n", value.c_str(),
+          static_cast<unsigned long long>(c.admitted), static_cast<unsigned long long>(c.rejected),
+          static_cast<unsigned long long>(c.other), static_cast<unsigned long long>(c.errors));
     }
   }
 
@@ -307,8 +305,8 @@ std::string format_report(const Report& r) {
 std::string format_progress(const Progress& p) {
   const double seconds = static_cast<double>(p.elapsed.count()) / 1e9;
   const double rate = seconds > 0 ? static_cast<double>(p.responses) / seconds : 0;
-  return format("%6.1fs  %llu responses  %.0f/s  admitted %llu  rejected %llu  errors %llu", seconds,
-                static_cast<unsigned long long>(p.responses), rate,
+  return format("%6.1fs  %llu responses  %.0f/s  admitted %llu  rejected %llu  errors %llu",
+                seconds, static_cast<unsigned long long>(p.responses), rate,
                 static_cast<unsigned long long>(p.admitted),
                 static_cast<unsigned long long>(p.rejected),
                 static_cast<unsigned long long>(p.errors));

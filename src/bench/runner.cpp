@@ -35,9 +35,9 @@ using beast_string_view = boost::beast::string_view;
 
 constexpr std::size_t kReadBuffer = 16 * 1024;
 constexpr std::uint32_t kMaxHeader = 64 * 1024;
-constexpr std::int64_t kAbort = -1;        // Shared::go when the run is called off during setup
-constexpr Nanos kBurstLead = 10ms;         // from "all connected" to the burst's instant
-constexpr Nanos kBurstSpin = 300us;        // spin, rather than sleep, this close to the instant
+constexpr std::int64_t kAbort = -1;  // Shared::go when the run is called off during setup
+constexpr Nanos kBurstLead = 10ms;   // from "all connected" to the burst's instant
+constexpr Nanos kBurstSpin = 300us;  // spin, rather than sleep, this close to the instant
 
 bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -57,9 +57,9 @@ std::optional<std::int64_t> parse_count(std::string_view value) {
 struct ResponseFields {
   int status = 0;
   std::optional<std::int64_t> retry_after_s;
-  std::vector<QuotaSeen> quotas;           // from RateLimit
-  std::optional<std::int64_t> remaining;   // from RateLimit-Remaining / X-RateLimit-Remaining
-  std::optional<std::int64_t> reset;       // from RateLimit-Reset / X-RateLimit-Reset
+  std::vector<QuotaSeen> quotas;          // from RateLimit
+  std::optional<std::int64_t> remaining;  // from RateLimit-Remaining / X-RateLimit-Remaining
+  std::optional<std::int64_t> reset;      // from RateLimit-Reset / X-RateLimit-Reset
 
   void clear() {
     status = 0;
@@ -136,8 +136,8 @@ struct Shared {
 
   std::mutex mu;
   std::condition_variable cv;
-  int connected = 0;       // workers done opening their connections; guarded by mu
-  int finished = 0;        // workers done with the load; guarded by mu
+  int connected = 0;        // workers done opening their connections; guarded by mu
+  int finished = 0;         // workers done with the load; guarded by mu
   std::string setup_error;  // the first connection that could not be opened; guarded by mu
 
   std::atomic<std::int64_t> go{0};       // the load's start, steady-clock ns; kAbort: give up
@@ -169,7 +169,7 @@ struct Conn {
   ResponseFields fields;
   WindowCheck window;
 
-  bool busy = false;       // a request is under way (connecting, writing or awaiting its response)
+  bool busy = false;  // a request is under way (connecting, writing or awaiting its response)
   bool connecting = false;
   bool timed_out = false;  // the sweep gave up on it; the aborted operation reports the timeout
   Nanos busy_since{0};     // when this request began, for the timeout
@@ -336,8 +336,8 @@ class Worker {
     }
     const Nanos first = since_start();
     for (std::size_t i = 0; i < conns_.size(); ++i) {
-      written[i] = conns_[i]->socket.write_some(asio::buffer(plan_.wire[conns_[i]->variant]),
-                                                errors[i]);
+      written[i] =
+          conns_[i]->socket.write_some(asio::buffer(plan_.wire[conns_[i]->variant]), errors[i]);
     }
     const Nanos last = since_start();
     stats_.first_write = first;
@@ -513,15 +513,16 @@ class Worker {
 
   void complete(Conn& c, bool keep_alive) {
     const int status = c.fields.status;
-    if (status >= 100 && status < 200) {  // an interim response (103 Early Hints): the real one follows
+    if (status >= 100 &&
+        status < 200) {  // an interim response (103 Early Hints): the real one follows
       c.parser.reset();
       return read(c);
     }
     const Nanos now = since_start();
-    const Nanos started = plan_.mode == Mode::kRequests || plan_.mode == Mode::kDuration
-                              ? c.sent
-                              : c.intended;
-    stats_.latency.record(static_cast<std::uint64_t>(std::max<std::int64_t>(0, (now - started).count())));
+    const Nanos started =
+        plan_.mode == Mode::kRequests || plan_.mode == Mode::kDuration ? c.sent : c.intended;
+    stats_.latency.record(
+        static_cast<std::uint64_t>(std::max<std::int64_t>(0, (now - started).count())));
     if (status >= 0 && static_cast<std::size_t>(status) < stats_.status.size()) {
       ++stats_.status[static_cast<std::size_t>(status)];
     }
@@ -652,11 +653,12 @@ class Worker {
   std::string setup_error_;
   SteadyClock::time_point start_;
   Nanos sweep_every_{100ms};
-  std::size_t busy_ = 0;       // connections with a request under way
-  std::vector<Conn*> idle_;    // open loop: connections free for the next request
-  std::uint64_t my_requests_ = 0;  // open loop: this worker sends requests index_, index_ + workers, ...
-  std::uint64_t next_ = 0;         // ... and has sent this many of them
-  std::uint64_t sequence_ = 0;     // closed loop for a time: requests sent, to pick the variant
+  std::size_t busy_ = 0;     // connections with a request under way
+  std::vector<Conn*> idle_;  // open loop: connections free for the next request
+  std::uint64_t my_requests_ =
+      0;                    // open loop: this worker sends requests index_, index_ + workers, ...
+  std::uint64_t next_ = 0;  // ... and has sent this many of them
+  std::uint64_t sequence_ = 0;  // closed loop for a time: requests sent, to pick the variant
   Stats stats_;
   LiveCounters live_;
 };

@@ -1,6 +1,5 @@
-// run(): the load itself. Threads, each with its own event loop and share of the connections, drive
-// an HTTP/1.1 client over Asio and fill the Stats that the report is made of. run() blocks; its hooks
-// are called on the calling thread.
+// run(): the load itself, on threads that each drive their share of the connections with Asio.
+// Thread-safe to call; it blocks, and calls its hooks on the calling thread.
 #pragma once
 
 #include <atomic>

@@ -1,5 +1,5 @@
-// Schedule: when each request of an open-loop run is meant to leave: a constant rate or a linear ramp.
-// An immutable value; safe to share between threads.
+// Schedule: when each request of an open-loop run is meant to leave: a constant rate or a linear
+// ramp. An immutable value; safe to share between threads.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,8 @@ class Schedule {
   static Schedule constant(double rate, std::uint64_t count);
   // As many requests as fit in `duration` at `rate` per second.
   static Schedule constant_for(double rate, Nanos duration);
-  // A rate going linearly from `from` to `to` per second over `duration`, and the requests that fit.
+  // A rate going linearly from `from` to `to` per second over `duration`, and the requests that
+  // fit.
   static Schedule ramp(double from, double to, Nanos duration);
 
   std::uint64_t count() const { return count_; }

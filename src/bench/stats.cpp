@@ -16,7 +16,8 @@ std::uint64_t Stats::error_count() const {
 }
 
 Counts& Stats::step_at(Nanos at, Nanos bucket) {
-  const auto index = static_cast<std::size_t>(std::max<std::int64_t>(0, at.count() / bucket.count()));
+  const auto index =
+      static_cast<std::size_t>(std::max<std::int64_t>(0, at.count() / bucket.count()));
   if (index >= timeline.size()) timeline.resize(index + 1);
   return timeline[index];
 }

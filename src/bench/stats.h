@@ -40,8 +40,8 @@ inline Outcome outcome_of(int status) {
 }
 
 struct Stats {
-  Histogram latency;                    // nanoseconds, of requests that got a response
-  std::array<std::uint64_t, 600> status{};  // responses by status code (100..599)
+  Histogram latency;                            // nanoseconds, of requests that got a response
+  std::array<std::uint64_t, 600> status{};      // responses by status code (100..599)
   std::map<std::string, std::uint64_t> errors;  // requests without a response, by reason
   std::vector<Counts> timeline;  // by when requests completed, one step per Plan::bucket
   std::vector<Counts> callers;   // per value of the varied header (--vary-header), or one

@@ -1,4 +1,5 @@
-// to_svg(): the report as a chart — admitted and rejected over time above, latency percentiles below.
+// to_svg(): the report as a chart — admitted and rejected over time above, latency percentiles
+// below.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -12,7 +13,7 @@ namespace sluice::bench {
 namespace {
 
 constexpr double kWidth = 900;
-constexpr double kLeft = 80;    // room for the y axis' labels
+constexpr double kLeft = 80;  // room for the y axis' labels
 constexpr double kRight = 870;
 constexpr double kTimeTop = 130;
 constexpr double kTimeBottom = 350;
@@ -31,11 +32,20 @@ std::string escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -140,10 +150,11 @@ std::string timeline_panel(const Report& r) {
   // Time labels: at most about ten.
   const std::size_t every = std::max<std::size_t>(1, (n + 9) / 10);
   for (std::size_t i = 0; i <= n; i += every) {
-    const double seconds = static_cast<double>((r.step * static_cast<std::int64_t>(i)).count()) / 1e9;
+    const double seconds =
+        static_cast<double>((r.step * static_cast<std::int64_t>(i)).count()) / 1e9;
     char label[32];
-    std::snprintf(label, sizeof label, seconds < 10 && r.step.count() < 1'000'000'000 ? "%.1fs" : "%.0fs",
-                  seconds);
+    std::snprintf(label, sizeof label,
+                  seconds < 10 && r.step.count() < 1'000'000'000 ? "%.1fs" : "%.0fs", seconds);
     const double x = kLeft + slot * static_cast<double>(i);
     out += line(x, kTimeBottom, x, kTimeBottom + 5, "#424242");
     out += text(x, kTimeBottom + 20, label, "text-anchor=\"middle\"");
@@ -155,9 +166,12 @@ std::string latency_panel(const Report& r) {
   std::string out;
   out += text(kLeft, kLatencyTop - 20, "Latency of the responses", "font-weight=\"bold\"");
   const LatencySummary& l = r.latency;
-  const std::array<std::pair<const char*, double>, 6> rows{
-      {{"min", l.min_us}, {"p50", l.p50_us}, {"p90", l.p90_us}, {"p99", l.p99_us},
-       {"p99.9", l.p999_us}, {"max", l.max_us}}};
+  const std::array<std::pair<const char*, double>, 6> rows{{{"min", l.min_us},
+                                                            {"p50", l.p50_us},
+                                                            {"p90", l.p90_us},
+                                                            {"p99", l.p99_us},
+                                                            {"p99.9", l.p999_us},
+                                                            {"max", l.max_us}}};
   const double widest = std::max(l.max_us, 1e-9);
   const double room = kRight - kLeft - 90;  // leave space for the value after the bar
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -166,7 +180,8 @@ std::string latency_panel(const Report& r) {
     const double w = r.responses == 0 ? 0 : std::max(1.0, us / widest * room);
     out += text(kLeft - 8, y + kBarHeight * 0.7, label, "text-anchor=\"end\"");
     out += rect(kLeft, y, w, kBarHeight, kLatencyColour);
-    out += text(kLeft + w + 6, y + kBarHeight * 0.7, r.responses == 0 ? "-" : format_latency_us(us));
+    out +=
+        text(kLeft + w + 6, y + kBarHeight * 0.7, r.responses == 0 ? "-" : format_latency_us(us));
   }
   return out;
 }
@@ -182,14 +197,13 @@ std::string to_svg(const Report& r) {
   out += rect(0, 0, kWidth, height, "#ffffff");
   out += text(20, 28, "sluice bench " + r.url, "font-size=\"17\" font-weight=\"bold\"");
   char summary[256];
-  std::snprintf(summary, sizeof summary,
-                "%llu requests: %llu admitted, %llu rejected, %llu other, %llu errors; %.0f "
-                "responses/s",
-                static_cast<unsigned long long>(r.requests),
-                static_cast<unsigned long long>(r.admitted),
-                static_cast<unsigned long long>(r.rejected),
-                static_cast<unsigned long long>(r.other),
-                static_cast<unsigned long long>(r.errors), r.throughput_rps);
+  std::snprintf(
+      summary, sizeof summary,
+      "%llu requests: %llu admitted, %llu rejected, %llu other, %llu errors; %.0f "
+      "responses/s",
+      static_cast<unsigned long long>(r.requests), static_cast<unsigned long long>(r.admitted),
+      static_cast<unsigned long long>(r.rejected), static_cast<unsigned long long>(r.other),
+      static_cast<unsigned long long>(r.errors), r.throughput_rps);
   out += text(20, 50, r.description, "fill=\"#424242\"");
   out += text(20, 68, summary, "fill=\"#424242\"");
   out += timeline_panel(r);

@@ -20,12 +20,13 @@
 namespace sluice::cli {
 namespace {
 
-constexpr int kFailed = 1;    // an --expect-* assertion did not hold
+constexpr int kFailed = 1;     // an --expect-* assertion did not hold
 constexpr int kCannotRun = 2;  // bad flags, or the target could not be reached
 
 constexpr const char* kFooter = R"(Examples:
   # 1000 requests at one instant against a limit of 50: exactly 50 may pass, the rest get 429
-  sluice bench --burst 1000 --expect-admitted 50 --expect-status 200,429 http://127.0.0.1:8080/api/orders
+  sluice bench --burst 1000 --expect-admitted 50 --expect-status 200,429 \
+               http://127.0.0.1:8080/api/orders
 
   # 200 requests a second for 30 s, spread over three callers, with a chart
   sluice bench --rate 200 --duration 30s --vary-header 'X-System-Key=crm,erp,oa' \
@@ -135,8 +136,8 @@ CLI::Validator whole_number(int at_least) {
 void add_bench_command(CLI::App& app) {
   auto options = std::make_shared<bench::Options>();
   auto output = std::make_shared<Output>();
-  CLI::App* cmd = app.add_subcommand(
-      "bench", "Load an HTTP endpoint and check that its rate limit holds");
+  CLI::App* cmd =
+      app.add_subcommand("bench", "Load an HTTP endpoint and check that its rate limit holds");
   cmd->footer(kFooter);
 
   cmd->add_option("url", options->url, "The endpoint, e.g. http://127.0.0.1:8080/api/orders")

@@ -1,6 +1,6 @@
-// sluice: one binary, one subcommand per part (`bench` here; `serve` and `config` join the same way),
-// each registered from its own file. main() only parses and dispatches: a subcommand runs from its
-// callback and reports a non-zero exit status by throwing CLI::RuntimeError(status).
+// sluice: one binary, one subcommand per part (`bench` here; `serve` and `config` join the same
+// way), each registered from its own file. main() only parses and dispatches: a subcommand runs
+// from its callback and reports a non-zero exit status by throwing CLI::RuntimeError(status).
 #include <CLI/CLI.hpp>
 
 #include "cli/bench_command.h"

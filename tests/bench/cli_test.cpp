@@ -1,6 +1,6 @@
-// The real `sluice bench` binary: exit status 0 / 1 / 2 for passing assertions, each failing one, and
-// bad flags or a target that cannot be reached, with a clear message and never a hang; its JSON,
-// chart, --quiet and --help.
+// The real `sluice bench` binary: exit status 0 / 1 / 2 for passing assertions, each failing one,
+// and bad flags or a target that cannot be reached, with a clear message and never a hang; its
+// JSON, chart, --quiet and --help.
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <fcntl.h>
@@ -80,16 +80,17 @@ TEST(Cli, HelpExitsZeroAndShowsExamples) {
   EXPECT_EQ(o.status, 0);
   EXPECT_TRUE(contains(o.out, "--burst N")) << o.out;
   EXPECT_TRUE(contains(o.out, "Examples:")) << o.out;
-  EXPECT_TRUE(contains(o.out, "--burst 1000 --expect-admitted 50")) << o.out;
+  EXPECT_TRUE(contains(o.out, "--burst 1000 --expect-admitted 50 --expect-status 200,429"))
+      << o.out;
 }
 
 TEST(Cli, PassingAssertionsExitZeroAndWriteJsonAndChart) {
   TestServer server;
   const std::string json = ::testing::TempDir() + "sluice_cli.json";
   const std::string chart = ::testing::TempDir() + "sluice_cli.svg";
-  const Outcome o = sluice({"bench", "--burst", "100", "--expect-admitted", "50",
-                            "--expect-admitted-max", "50", "--expect-status", "200,429", "--json",
-                            json, "--chart", chart, server.url()});
+  const Outcome o =
+      sluice({"bench", "--burst", "100", "--expect-admitted", "50", "--expect-admitted-max", "50",
+              "--expect-status", "200,429", "--json", json, "--chart", chart, server.url()});
   EXPECT_EQ(o.status, 0) << o.out << o.err;
   EXPECT_EQ(o.err, "");
   EXPECT_TRUE(contains(o.out, "Admitted     50 (2xx)")) << o.out;
@@ -129,8 +130,8 @@ TEST(Cli, EachFailingAssertionExitsOneWithItsReasonOnOneLine) {
 
 TEST(Cli, EveryFailedAssertionGetsItsOwnLine) {
   TestServer server;
-  const Outcome o = sluice({"bench", "--burst", "60", "--expect-status", "200",
-                            "--expect-admitted", "60", server.url()});
+  const Outcome o = sluice({"bench", "--burst", "60", "--expect-status", "200", "--expect-admitted",
+                            "60", server.url()});
   EXPECT_EQ(o.status, 1);
   EXPECT_EQ(count_lines(o.err), 2) << o.err;
 }

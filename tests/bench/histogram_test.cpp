@@ -13,7 +13,8 @@ namespace {
 
 // The exact nearest-rank percentile of sorted values.
 std::uint64_t exact(const std::vector<std::uint64_t>& sorted, double p) {
-  const auto rank = static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
+  const auto rank =
+      static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(sorted.size())));
   return sorted[std::max<std::size_t>(rank, 1) - 1];
 }
 

@@ -1,6 +1,7 @@
 // Runs of the load tester against a test server of known behaviour on a real socket: exact counts,
-// a burst that arrives at once, an open-loop rate within 1%, the latency of a stalled server counted
-// from the scheduled time, callers, dropped connections, rate-limit headers, stop and progress.
+// a burst that arrives at once, an open-loop rate within 1%, the latency of a stalled server
+// counted from the scheduled time, callers, dropped connections, rate-limit headers, stop and
+// progress.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -37,8 +38,9 @@ Report run_ok(const Plan& plan, const RunHooks& hooks = {}) {
 }
 
 std::pair<Nanos, Nanos> first_and_last(const std::vector<Arrival>& arrivals) {
-  auto [lo, hi] = std::minmax_element(arrivals.begin(), arrivals.end(),
-                                      [](const Arrival& a, const Arrival& b) { return a.at < b.at; });
+  auto [lo, hi] =
+      std::minmax_element(arrivals.begin(), arrivals.end(),
+                          [](const Arrival& a, const Arrival& b) { return a.at < b.at; });
   return {lo->at, hi->at};
 }
 

@@ -158,7 +158,8 @@ TEST(Plan, RejectsBadUrls) {
   EXPECT_NE(error_of(with_url("")).find("give the URL"), std::string::npos);
   EXPECT_NE(error_of(with_url("https://example.test/")).find("plain HTTP"), std::string::npos);
   EXPECT_NE(error_of(with_url("ftp://example.test/")).find("http://"), std::string::npos);
-  EXPECT_NE(error_of(with_url("http://u:p@example.test/")).find("Authorization"), std::string::npos);
+  EXPECT_NE(error_of(with_url("http://u:p@example.test/")).find("Authorization"),
+            std::string::npos);
   EXPECT_NE(error_of(with_url("http://exa mple/")).find("not a URL"), std::string::npos);
 }
 

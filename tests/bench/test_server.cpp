@@ -104,8 +104,8 @@ struct TestServer::Impl {
       const auto first_line_end = head.find("\r\n");
       const std::string request_line = head.substr(0, first_line_end);
       a.method = request_line.substr(0, request_line.find(' '));
-      a.target = request_line.substr(a.method.size() + 1,
-                                     request_line.rfind(' ') - a.method.size() - 1);
+      a.target =
+          request_line.substr(a.method.size() + 1, request_line.rfind(' ') - a.method.size() - 1);
       for (std::size_t pos = first_line_end; pos != std::string::npos && pos < head.size();) {
         const std::size_t start = pos + 2;
         const std::size_t end = head.find("\r\n", start);
@@ -125,8 +125,7 @@ struct TestServer::Impl {
       if (input.size() < head_end + 4 + content_length) return read();
       a.body = input.substr(head_end + 4, content_length);
       input.erase(0, head_end + 4 + content_length);
-      a.at = received.count() > 0 ? received
-                                   : std::chrono::system_clock::now().time_since_epoch();
+      a.at = received.count() > 0 ? received : std::chrono::system_clock::now().time_since_epoch();
       respond(impl.decide(std::move(a)));
     }
 
@@ -177,8 +176,8 @@ struct TestServer::Impl {
     const std::int64_t used = ++counts[key];
     const bool admitted = used <= options.admit;
     const std::int64_t remaining = std::max<std::int64_t>(0, options.admit - used);
-    const std::string body = admitted ? "{\"ok\":true}"
-                                      : R"({"code":429,"reason":"test_limited","msg":"limited"})";
+    const std::string body =
+        admitted ? "{\"ok\":true}" : R"({"code":429,"reason":"test_limited","msg":"limited"})";
     std::string& r = answer.response;
     r = admitted ? "HTTP/1.1 200 OK\r\n" : "HTTP/1.1 429 Too Many Requests\r\n";
     r += "Content-Type: application/json\r\n";

@@ -1,6 +1,5 @@
-// TestServer: an HTTP/1.1 server of known behaviour for the load tester's tests. It admits the first
-// `admit` requests (200), then rejects (429 with Retry-After and RateLimit headers), and records when
-// each request arrived. Runs on its own thread on 127.0.0.1, port 0; its accessors are thread-safe.
+// TestServer: an HTTP/1.1 server that admits `admit` requests, then answers 429, and records when
+// each request arrived (kernel receive time). Own thread, 127.0.0.1 port 0; accessors thread-safe.
 #pragma once
 
 #include <cstdint>
