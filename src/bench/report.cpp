@@ -75,7 +75,7 @@ std::vector<ExpectationResult> check(const Expectations& expect, const Report& r
     if (r.errors > 0) {
       e.passed = false;
       e.detail += (e.detail.empty() ? "" : "; ") + std::to_string(r.errors) +
-                  " requests got no response (" + r.error_counts.begin()->first + ")";
+                  " requests got no response (" + r.most_common_error() + ")";
     }
     if (e.passed) e.detail = "all " + std::to_string(r.responses) + " responses had one of them";
     results.push_back(std::move(e));
@@ -170,6 +170,13 @@ void append_timeline(std::string& out, const Report& r) {
 bool Report::passed() const {
   return std::all_of(expectations.begin(), expectations.end(),
                      [](const ExpectationResult& e) { return e.passed; });
+}
+
+std::string Report::most_common_error() const {
+  const auto most = std::max_element(
+      error_counts.begin(), error_counts.end(),
+      [](const auto& a, const auto& b) { return a.second < b.second; });
+  return most == error_counts.end() ? "" : most->first;
 }
 
 Report make_report(const Plan& plan, const RunResult& run) {

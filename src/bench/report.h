@@ -65,6 +65,8 @@ struct Report {
 
   std::vector<ExpectationResult> expectations;
   bool passed() const;
+  // The reason most requests without a response failed for ("" when none failed).
+  std::string most_common_error() const;
 };
 
 Report make_report(const Plan& plan, const RunResult& run);

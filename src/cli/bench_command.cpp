@@ -108,7 +108,7 @@ int run_bench(const bench::Options& options, const Output& output) {
     if (!chart_file) return cannot_run("--chart: error while writing '" + *output.chart + "'");
   }
   if (report.responses == 0 && report.errors > 0) {
-    return cannot_run("no request got a response (" + report.error_counts.begin()->first + ")");
+    return cannot_run("no request got a response (" + report.most_common_error() + ")");
   }
   for (const bench::ExpectationResult& e : report.expectations) {
     if (!e.passed) std::cerr << "sluice bench: FAILED " << e.check << ": " << e.detail << "\n";

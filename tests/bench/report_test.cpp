@@ -70,6 +70,14 @@ TEST(Report, EachAssertionFailsWithItsOwnReason) {
   EXPECT_FALSE(r.passed());
 }
 
+TEST(Report, NamesTheMostCommonErrorNotTheFirstInOrder) {
+  RunResult run = fifty_fifty();
+  run.stats.errors["connect: Connection refused"] = 1;
+  run.stats.errors["timeout: no response within 10s"] = 5;
+  EXPECT_EQ(make_report(burst_plan(), run).most_common_error(), "timeout: no response within 10s");
+  EXPECT_EQ(make_report(burst_plan(), fifty_fifty()).most_common_error(), "");
+}
+
 TEST(Report, JsonHasTheFieldsScriptsReadAtTheTop) {
   const auto json = boost::json::parse(to_json(make_report(burst_plan(), fifty_fifty())));
   const auto& o = json.as_object();
