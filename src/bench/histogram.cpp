@@ -55,6 +55,15 @@ void Histogram::merge(const Histogram& other) noexcept {
   max_ = std::max(max_, other.max_);
 }
 
+std::vector<std::pair<std::uint64_t, std::uint64_t>> Histogram::buckets() const {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+  for (std::size_t i = 0; i < kBuckets; ++i) {
+    if ((*counts_)[i] == 0) continue;
+    out.emplace_back(std::clamp(lowest_in(i) + (width_of(i) - 1) / 2, min(), max_), (*counts_)[i]);
+  }
+  return out;
+}
+
 std::uint64_t Histogram::value_at(double percentile) const noexcept {
   if (count_ == 0) return 0;
   const double p = std::clamp(percentile, 0.0, 100.0);

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <utility>
+#include <vector>
 
 namespace sluice::bench {
 
@@ -38,6 +40,8 @@ class Histogram {
   // The value at percentile p (0 to 100) by nearest rank: the smallest recorded value that at least
   // p% of all values are at or below. 0 when empty.
   std::uint64_t value_at(double percentile) const noexcept;
+  // Every bucket that holds values: the value it reports (its midpoint) and how many it holds.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> buckets() const;
 
   static constexpr int kSubBits = 7;                                 // 128 buckets per octave
   static constexpr std::size_t kExact = std::size_t{2} << kSubBits;  // 256 exact values

@@ -143,6 +143,12 @@ std::string to_json(const Report& r) {
                      {"p99", rounded(l.p99_us, 3)}, {"p999", rounded(l.p999_us, 3)},
                      {"max", rounded(l.max_us, 3)}};
 
+  json::array buckets;
+  for (const auto& [us, count] : r.latency_buckets) {
+    buckets.emplace_back(json::array{rounded(us, 3), count});
+  }
+  o["latency_buckets_us"] = std::move(buckets);
+
   json::array steps;
   for (const Counts& s : r.timeline) steps.emplace_back(counts_of(s));
   o["timeline"] = {{"step_ms", r.step.count() / 1'000'000}, {"steps", std::move(steps)}};

@@ -216,6 +216,7 @@ Report make_report(const Plan& plan, const RunResult& run) {
                              us_of(h.value_at(90)), us_of(h.value_at(99)), us_of(h.value_at(99.9)),
                              us_of(h.max())};
 
+  for (const auto& [ns, count] : h.buckets()) r.latency_buckets.emplace_back(us_of(ns), count);
   r.step = plan.bucket;
   r.timeline = s.timeline;
   if (!plan.vary_name.empty()) {

@@ -51,6 +51,8 @@ struct Report {
   Nanos elapsed{0};
   double throughput_rps = 0;  // responses per second
   LatencySummary latency;
+  // The latency histogram: (microseconds, count) per non-empty bucket, to merge runs or replot.
+  std::vector<std::pair<double, std::uint64_t>> latency_buckets;
 
   Nanos step{0};  // of the timeline: 1 s, or 100 ms for a burst
   std::vector<Counts> timeline;

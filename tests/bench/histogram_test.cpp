@@ -68,6 +68,18 @@ TEST(Histogram, MergeAddsCountsAndKeepsExtremes) {
   EXPECT_DOUBLE_EQ(a.mean(), (1000 + 3000 + 10 + 2'000'000) / 4.0);
 }
 
+TEST(Histogram, BucketsListEveryValueOnceWithItsCount) {
+  Histogram h;
+  h.record(7);
+  h.record(7);
+  h.record(1'000'000);
+  const auto buckets = h.buckets();
+  ASSERT_EQ(buckets.size(), 2u);
+  EXPECT_EQ(buckets[0], (std::pair<std::uint64_t, std::uint64_t>{7, 2}));
+  EXPECT_EQ(buckets[1].first, 1'000'000u);  // clamped to the largest value seen
+  EXPECT_EQ(buckets[1].second, 1u);
+}
+
 TEST(Histogram, EmptyReportsZeros) {
   const Histogram h;
   EXPECT_EQ(h.value_at(99), 0u);

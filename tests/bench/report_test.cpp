@@ -90,6 +90,10 @@ TEST(Report, JsonHasTheFieldsScriptsReadAtTheTop) {
   for (const char* p : {"p50", "p90", "p99", "p999", "max"}) {
     EXPECT_GT(o.at("latency_us").at(p).to_number<double>(), 0.0) << p;
   }
+  const auto& buckets = o.at("latency_buckets_us").as_array();
+  ASSERT_EQ(buckets.size(), 100u);  // 1..100 ms: one value in each bucket
+  EXPECT_EQ(buckets[0].as_array()[1].to_number<int>(), 1);
+  EXPECT_NEAR(buckets[0].as_array()[0].to_number<double>(), 1000.0, 10.0);
   EXPECT_EQ(o.at("timeline").at("step_ms").to_number<int>(), 100);
   EXPECT_EQ(o.at("timeline").at("steps").as_array().size(), 1u);
   EXPECT_EQ(o.at("mode").as_string(), "burst");
