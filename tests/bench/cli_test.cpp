@@ -15,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "test_server.h"
@@ -157,14 +158,21 @@ TEST(Cli, BadFlagsExitTwoWithAMessage) {
   }
 }
 
-TEST(Cli, ARefusedConnectionExitsTwoWithAClearMessage) {
+// A TCP socket bound to 127.0.0.1 on a free port, and its address.
+std::pair<int, sockaddr_in> bound_socket() {
   const int s = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
   socklen_t len = sizeof addr;
   getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
+  return {s, addr};
+}
+
+TEST(Cli, ARefusedConnectionExitsTwoWithAClearMessage) {
+  const auto [s, addr] = bound_socket();
+  ASSERT_NE(addr.sin_port, 0);
   close(s);  // bound, never listened: connecting is refused
   const std::string port = std::to_string(ntohs(addr.sin_port));
   const Outcome o = sluice({"bench", "-n", "5", "http://127.0.0.1:" + port + "/"});
@@ -174,18 +182,12 @@ TEST(Cli, ARefusedConnectionExitsTwoWithAClearMessage) {
 
 TEST(Cli, AHostThatNeverAnswersExitsTwoAfterTheTimeout) {
   // A listener that never accepts, its queue filled: connections to it are not answered.
-  const int s = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const auto [s, addr] = bound_socket();
   ASSERT_EQ(listen(s, 0), 0);
-  socklen_t len = sizeof addr;
-  getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
   std::vector<int> fillers;
   for (int i = 0; i < 4; ++i) {
     const int f = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    connect(f, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    connect(f, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
     fillers.push_back(f);
   }
   const std::string url = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) + "/";
