@@ -278,15 +278,31 @@ awaitable<void> Worker::session(tcp::socket socket) {
   beast::flat_buffer buffer;
   Context ctx;
   std::optional<RequestParser> parser;
+  // The header deadline is a timer of its own rather than the stream's expiry, which would close
+  // the socket: a client too slow to send its header is still told 408.
+  asio::steady_timer header_timer(ioc);
+  std::uint64_t header_round = 0;
+  bool header_timed_out = false;
   while (!gw.draining.load(std::memory_order_acquire)) {
     parser.emplace();
     parser->header_limit(kHeaderLimit);
     {
       const config::Config& cfg = snapshot()->config();
       parser->body_limit(static_cast<std::uint64_t>(cfg.max_body_bytes));
-      stream.expires_after(cfg.header_timeout);
+      stream.expires_never();
+      header_timer.expires_after(cfg.header_timeout);
     }
-    auto [rec, n] = co_await http::async_read_header(stream, buffer, *parser, kTok);
+    header_timer.async_wait([&stream, &header_round, &header_timed_out, round = ++header_round](error_code wait_ec) {
+      if (wait_ec || round != header_round) return;  // cancelled, or a later request's deadline
+      header_timed_out = true;
+      error_code ignored;
+      stream.socket().cancel(ignored);
+    });
+    auto [read_ec, n] = co_await http::async_read_header(stream, buffer, *parser, kTok);
+    ++header_round;
+    header_timer.cancel();
+    error_code rec = read_ec;
+    if (rec == asio::error::operation_aborted && header_timed_out) rec = beast::error::timeout;
     const std::shared_ptr<const Snapshot> snap = snapshot();
     if (rec) {
       // A connection closed or timed out between requests just ends; anything else is answered.
