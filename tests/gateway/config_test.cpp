@@ -184,7 +184,7 @@ interfaces:
 )";
   const auto p = problems_of(text);
   ASSERT_EQ(p.size(), 3u);
-  EXPECT_EQ(p[0], "test.yaml:3:11: upstreams[1].name: \"app\" is the name of another upstream too");
+  EXPECT_EQ(p[0], "test.yaml:3:12: upstreams[1].name: \"app\" is the name of another upstream too");
   EXPECT_EQ(p[1], "test.yaml:9:19: interfaces[1].path: \"/x/{name}\" claims the same requests as interface \"a\" (/x/{id})");
   EXPECT_EQ(p[2], "test.yaml:6:11: systems[1].key: \"crm\" is the key of another system too");
 }

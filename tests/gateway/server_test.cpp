@@ -461,6 +461,8 @@ TEST_F(GatewayTest, AnIdleConnectionIsClosedQuietly) {
 TEST_F(GatewayTest, DrainFinishesRequestsInFlightAndRefusesNewConnections) {
   HttpClient idle(gw_->port());
   ASSERT_EQ(idle.get("/echo/x", "crm").status, 200);  // an idle kept-alive connection
+  // The gauge drops just after the response is written: wait for it before counting the next.
+  ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 0; }));
   std::atomic<int> status{0};
   std::string connection;
   std::thread slow([&] {
