@@ -280,9 +280,15 @@ awaitable<void> Worker::session(tcp::socket socket) {
   std::optional<RequestParser> parser;
   // The header deadline is a timer of its own rather than the stream's expiry, which would close
   // the socket: a client too slow to send its header is still told 408.
+  // Its handler may run after this frame is gone, so what it touches is shared.
+  struct HeaderDeadline {
+    std::uint64_t round = 0;
+    bool timed_out = false;
+    beast::tcp_stream* stream = nullptr;  // null once the session has ended
+  };
   asio::steady_timer header_timer(ioc);
-  std::uint64_t header_round = 0;
-  bool header_timed_out = false;
+  const auto deadline = std::make_shared<HeaderDeadline>();
+  deadline->stream = &stream;
   while (!gw.draining.load(std::memory_order_acquire)) {
     parser.emplace();
     parser->header_limit(kHeaderLimit);
@@ -292,17 +298,18 @@ awaitable<void> Worker::session(tcp::socket socket) {
       stream.expires_never();
       header_timer.expires_after(cfg.header_timeout);
     }
-    header_timer.async_wait([&stream, &header_round, &header_timed_out, round = ++header_round](error_code wait_ec) {
-      if (wait_ec || round != header_round) return;  // cancelled, or a later request's deadline
-      header_timed_out = true;
+    header_timer.async_wait([deadline, round = ++deadline->round](error_code wait_ec) {
+      // Cancelled, a later request's deadline, or the session is over.
+      if (wait_ec || round != deadline->round || deadline->stream == nullptr) return;
+      deadline->timed_out = true;
       error_code ignored;
-      stream.socket().cancel(ignored);
+      deadline->stream->socket().cancel(ignored);
     });
     auto [read_ec, n] = co_await http::async_read_header(stream, buffer, *parser, kTok);
-    ++header_round;
+    ++deadline->round;
     header_timer.cancel();
     error_code rec = read_ec;
-    if (rec == asio::error::operation_aborted && header_timed_out) rec = beast::error::timeout;
+    if (rec == asio::error::operation_aborted && deadline->timed_out) rec = beast::error::timeout;
     const std::shared_ptr<const Snapshot> snap = snapshot();
     if (rec) {
       // A connection closed or timed out between requests just ends; anything else is answered.
@@ -323,6 +330,7 @@ awaitable<void> Worker::session(tcp::socket socket) {
     conn.busy = false;
     if (!keep) break;
   }
+  deadline->stream = nullptr;
   stream.socket().shutdown(tcp::socket::shutdown_both, ec);
   stream.close();
   conns.erase(&conn);
