@@ -4,7 +4,7 @@ JOBS    ?= $(shell nproc)
 CMAKE   ?= cmake
 CONFIG  ?= -DCMAKE_BUILD_TYPE=Release -DSLUICE_WERROR=ON
 
-.PHONY: all bootstrap build test test-asan test-tsan bench clean
+.PHONY: all bootstrap build run test test-asan test-tsan bench clean
 
 all: build
 
@@ -14,6 +14,10 @@ bootstrap:
 build: bootstrap
 	$(CMAKE) -S . -B $(BUILD) $(CONFIG)
 	$(CMAKE) --build $(BUILD) -j $(JOBS)
+
+# The gateway on its built-in demo configuration, in front of a built-in echo upstream.
+run: build
+	$(BUILD)/sluice serve --demo
 
 # Every test: unit, shared vectors, Redis, gateway, browser, and the installed-package example.
 test: build
@@ -37,6 +41,7 @@ bench: build
 	$(BUILD)/bench/sluice_core_bench
 	bench/core_vs_go.sh $(BUILD)
 	bench/loadtest_vs_wrk.sh $(BUILD)
+	bench/gateway_vs_nginx.sh
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan

@@ -1,9 +1,10 @@
-// sluice: one binary, one subcommand per part (`bench` here; `serve` and `config` join the same
+// sluice: one binary, one subcommand per part (`serve`, `bench`; `config` and `token` join the same
 // way), each registered from its own file. main() only parses and dispatches: a subcommand runs
 // from its callback and reports a non-zero exit status by throwing CLI::RuntimeError(status).
 #include <CLI/CLI.hpp>
 
 #include "cli/bench_command.h"
+#include "cli/serve_command.h"
 
 namespace {
 
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "sluice " SLUICE_VERSION);
   app.require_subcommand(1);
   app.footer("Run 'sluice COMMAND --help' for a command's flags and examples.");
+  sluice::cli::add_serve_command(app);
   sluice::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,135 @@
+#include "cli/serve_command.h"
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "config/yaml.h"
+#include "gateway/demo.h"
+#include "gateway/gateway.h"
+
+namespace sluice::cli {
+namespace {
+
+struct ServeOptions {
+  std::string config_path;
+  bool demo = false;
+  std::string listen;
+  std::string admin_listen;
+  int threads = 1;
+  std::string store;
+  std::string access_log;
+  bool check = false;
+  bool print_config = false;
+};
+
+void print_demo_help(std::uint16_t port, std::uint16_t admin_port) {
+  const std::string base = "http://127.0.0.1:" + std::to_string(port);
+  std::printf(
+      "sluice serve --demo: the demo configuration in front of a built-in echo upstream.\n"
+      "  systems: crm (orders and users; 50 requests per 15 s), erp (disabled)\n"
+      "  interfaces: orders GET/POST /api/orders/*, users GET /api/users/{id}, login POST /api/login (public)\n"
+      "Try:\n"
+      "  curl -i -H 'X-System-Key: crm' %s/api/orders/7\n"
+      "  curl -i -H 'X-System-Key: crm' %s/api/users/42\n"
+      "  curl -i -X POST %s/api/login                    # public: no key needed, 5 per minute per address\n"
+      "  curl -i -H 'X-System-Key: erp' %s/api/orders/7  # 403 system_disabled\n"
+      "  curl -i %s/api/orders/7                         # 401 system_key_missing\n"
+      "  for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code} ' -H 'X-System-Key: crm' %s/api/orders/1; done; echo\n"
+      "  curl -s -X POST %s/_sluice/v1/decide -d '{\"system\":\"crm\",\"method\":\"GET\",\"path\":\"/api/users/1\"}'\n"
+      "  curl -s http://127.0.0.1:%u/metrics | grep sluice_requests_total\n"
+      "  curl -s http://127.0.0.1:%u/config                # the configuration as YAML\n",
+      base.c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str(),
+      static_cast<unsigned>(admin_port), static_cast<unsigned>(admin_port));
+  std::fflush(stdout);
+}
+
+int run(const ServeOptions& o) {
+  if (o.demo == !o.config_path.empty()) {
+    std::fprintf(stderr, "sluice serve: give --config FILE or --demo (one of them)\n");
+    return 2;
+  }
+  std::shared_ptr<const config::Config> cfg;
+  std::unique_ptr<gateway::DemoUpstream> upstream;
+  if (o.demo) {
+    auto started = gateway::DemoUpstream::start(0);
+    if (!started.ok()) {
+      std::fprintf(stderr, "sluice serve: %s\n", started.error().message.c_str());
+      return 1;
+    }
+    upstream = std::move(*started);
+    cfg = gateway::demo_config(upstream->port());
+  } else {
+    auto loaded = config::load_yaml_file(o.config_path);
+    if (auto* problems = std::get_if<std::vector<config::Problem>>(&loaded)) {
+      for (const auto& p : *problems) std::fprintf(stderr, "%s\n", p.to_string().c_str());
+      std::fprintf(stderr, "sluice serve: %zu problem%s in %s; not started\n", problems->size(),
+                   problems->size() == 1 ? "" : "s", o.config_path.c_str());
+      return 1;
+    }
+    cfg = std::get<std::shared_ptr<const config::Config>>(std::move(loaded));
+  }
+  if (o.print_config) {
+    std::fputs(config::to_yaml(*cfg).c_str(), stdout);
+    return 0;
+  }
+  if (o.check) {
+    std::printf("%s: ok\n", o.config_path.c_str());
+    return 0;
+  }
+  const std::string store = o.store.empty() ? cfg->store : o.store;
+  if (store != "local") {
+    std::fprintf(stderr,
+                 "sluice serve: store %s: this build has the local store only (the Redis store is a "
+                 "separate part of sluice)\n",
+                 store.c_str());
+    return 1;
+  }
+
+  gateway::GatewayOptions options;
+  options.listen = o.listen;
+  options.admin_listen = o.admin_listen;
+  options.threads = o.threads;
+  options.config_path = o.config_path;
+  options.handle_signals = true;
+  options.access_log = o.access_log;
+  auto started = gateway::Gateway::start(options, cfg);
+  if (!started.ok()) {
+    std::fprintf(stderr, "sluice serve: %s\n", started.error().message.c_str());
+    return 1;
+  }
+  auto& gw = *started;
+  std::fprintf(stderr, "sluice: serving on port %u (admin on port %u), %d thread%s\n",
+               static_cast<unsigned>(gw->port()), static_cast<unsigned>(gw->admin_port()), o.threads,
+               o.threads == 1 ? "" : "s");
+  if (o.demo) print_demo_help(gw->port(), gw->admin_port());
+  gw->wait();
+  std::fprintf(stderr, "sluice: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* serve = app.add_subcommand(
+      "serve",
+      "Run the gateway: identify the calling system, check its permissions and limits, then proxy "
+      "to the upstream.\nSIGHUP (or a change to the file) reloads the configuration; SIGTERM drains "
+      "and exits 0.");
+  serve->add_option("-c,--config", o->config_path, "The YAML configuration (see docs/configuration.md)");
+  serve->add_flag("--demo", o->demo, "Run the built-in demo configuration in front of a built-in echo upstream");
+  serve->add_option("--listen", o->listen, "host:port for requests (default: the file's listen, 127.0.0.1:8080)");
+  serve->add_option("--admin-listen", o->admin_listen,
+                    "host:port for /metrics and /config, or off (default: the file's admin_listen, 127.0.0.1:9090)");
+  serve->add_option("-t,--threads", o->threads, "Worker threads (default 1)")->check(CLI::Range(1, 256));
+  serve->add_option("--store", o->store, "Where limits are counted: local (default: the file's store)");
+  serve->add_option("--access-log", o->access_log, "stdout, off or a file path (default: the file's access_log)");
+  serve->add_flag("--check", o->check, "Validate the configuration and exit");
+  serve->add_flag("--print-config", o->print_config, "Print the configuration as YAML (defaults filled in) and exit");
+  serve->callback([o] {
+    if (const int rc = run(*o); rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace sluice::cli

@@ -1,0 +1,440 @@
+#include "config/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <set>
+#include <string_view>
+
+#include "config/path_pattern.h"
+#include "core/duration.h"
+
+namespace sluice::config {
+
+std::vector<std::int32_t> Upstream::default_failure_statuses() {
+  std::vector<std::int32_t> statuses;
+  for (std::int32_t s = 500; s <= 599; ++s) statuses.push_back(s);
+  return statuses;
+}
+
+std::string Problem::to_string() const {
+  std::string s;
+  if (!file.empty()) s += file + ":";
+  if (line > 0) s += std::to_string(line) + ":" + std::to_string(column) + ":";
+  if (!s.empty()) s += " ";
+  if (!path.empty()) s += path + ": ";
+  return s + message;
+}
+
+const char* to_string(KeyBy key_by) {
+  switch (key_by) {
+    case KeyBy::kOwner: return "owner";
+    case KeyBy::kClientIp: return "client_ip";
+    case KeyBy::kHeader: return "header";
+    case KeyBy::kQuery: return "query";
+  }
+  return "owner";
+}
+
+const char* to_string(Language language) {
+  return language == Language::kChinese ? "zh-CN" : "en";
+}
+
+const char* to_string(RateLimitHeaders headers) {
+  switch (headers) {
+    case RateLimitHeaders::kDraft: return "draft";
+    case RateLimitHeaders::kLegacy: return "legacy";
+    case RateLimitHeaders::kNone: return "none";
+  }
+  return "draft";
+}
+
+std::optional<Target> parse_target(std::string_view text) {
+  const std::size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+  std::string_view host = text.substr(0, colon);
+  const std::string_view port = text.substr(colon + 1);
+  if (host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  unsigned value = 0;
+  auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (ec != std::errc() || ptr != port.data() + port.size() || value > 65535 || host.empty()) {
+    return std::nullopt;
+  }
+  return Target{std::string(host), static_cast<std::uint16_t>(value)};
+}
+
+// --- limits as fields ---------------------------------------------------------------------------
+
+namespace {
+
+struct FieldReader {
+  const LimitFields& fields;
+  Problem* problem;
+  std::set<std::string> used{"algorithm"};
+
+  bool has(const std::string& name) const { return fields.count(name) != 0; }
+
+  bool fail(const std::string& field, std::string message) {
+    if (problem != nullptr) {
+      problem->path = field;
+      problem->message = std::move(message);
+    }
+    return false;
+  }
+
+  bool integer(const std::string& name, std::int64_t& out) {
+    used.insert(name);
+    auto it = fields.find(name);
+    if (it == fields.end()) return fail(name, "is required");
+    const std::string& v = it->second;
+    auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+    if (ec != std::errc() || ptr != v.data() + v.size()) {
+      return fail(name, "must be a whole number, got \"" + v + "\"");
+    }
+    return true;
+  }
+
+  bool duration(const std::string& name, Nanos& out) {
+    used.insert(name);
+    auto it = fields.find(name);
+    if (it == fields.end()) return fail(name, "is required");
+    auto d = parse_duration(it->second);
+    if (!d) {
+      return fail(name, "must be a duration like 500ms, 15s, 1m, 2h or 1d, got \"" + it->second + "\"");
+    }
+    out = *d;
+    return true;
+  }
+
+  bool no_others(const std::string& algorithm) {
+    for (const auto& [name, value] : fields) {
+      if (used.count(name) == 0) return fail(name, "is not a parameter of " + algorithm);
+    }
+    return true;
+  }
+};
+
+// The field a core range error is about, from the words it starts with.
+std::string field_of(const std::string& message, const std::string& rate_field,
+                     const std::string& period_field) {
+  static const std::pair<std::string_view, std::string_view> kWords[] = {
+      {"capacity", "capacity"}, {"refill tokens", ""}, {"refill period", ""},
+      {"burst", "burst"},       {"limit ", "limit"},   {"period", "period"},
+      {"lease timeout", "lease_timeout"},
+  };
+  for (const auto& [words, field] : kWords) {
+    if (message.rfind(words, 0) != 0) continue;
+    if (words == "refill tokens") return rate_field;
+    if (words == "refill period") return period_field;
+    return std::string(field);
+  }
+  return "";
+}
+
+}  // namespace
+
+Result<Limit> limit_from_fields(const LimitFields& fields, Problem* problem) {
+  FieldReader r{fields, problem};
+  auto it = fields.find("algorithm");
+  if (it == fields.end()) {
+    r.fail("algorithm", "is required (token_bucket, gcra, sliding_log, sliding_window, fixed_window or concurrency)");
+    return invalid_argument("algorithm is required");
+  }
+  const std::string& algorithm = it->second;
+  const Error bad = invalid_argument("invalid limit");
+  std::string rate_field;
+  std::string period_field;
+  Result<Limit> limit = bad;
+  if (algorithm == "token_bucket") {
+    TokenBucketSpec spec;
+    if (!r.integer("capacity", spec.capacity)) return bad;
+    if (r.has("rate") || r.has("per")) {
+      rate_field = "rate";
+      period_field = "per";
+      if (!r.integer("rate", spec.refill_tokens) || !r.duration("per", spec.refill_period)) return bad;
+    } else {
+      rate_field = "refill_tokens";
+      period_field = "refill_interval";
+      spec.refill = Refill::kInterval;
+      if (!r.has("refill_tokens") && !r.has("refill_interval")) {
+        r.fail("rate", "is required: give rate and per (continuous refill), or refill_tokens and "
+                       "refill_interval (refill in steps)");
+        return bad;
+      }
+      if (!r.integer("refill_tokens", spec.refill_tokens) ||
+          !r.duration("refill_interval", spec.refill_period)) {
+        return bad;
+      }
+    }
+    if (!r.no_others(algorithm)) return bad;
+    limit = Limit::token_bucket(spec);
+  } else if (algorithm == "gcra") {
+    GcraSpec spec;
+    if (!r.integer("limit", spec.limit) || !r.duration("period", spec.period)) return bad;
+    spec.burst = spec.limit;
+    if (r.has("burst") && !r.integer("burst", spec.burst)) return bad;
+    if (!r.no_others(algorithm)) return bad;
+    limit = Limit::gcra(spec);
+  } else if (algorithm == "sliding_log" || algorithm == "sliding_window" ||
+             algorithm == "fixed_window") {
+    WindowSpec spec;
+    if (!r.integer("limit", spec.limit) || !r.duration("period", spec.period)) return bad;
+    if (!r.no_others(algorithm)) return bad;
+    limit = algorithm == "sliding_log"      ? Limit::sliding_log(spec)
+            : algorithm == "sliding_window" ? Limit::sliding_window(spec)
+                                            : Limit::fixed_window(spec);
+  } else if (algorithm == "concurrency") {
+    ConcurrencySpec spec;
+    if (!r.integer("limit", spec.limit) || !r.duration("lease_timeout", spec.lease_timeout)) {
+      return bad;
+    }
+    if (!r.no_others(algorithm)) return bad;
+    limit = Limit::concurrency(spec);
+  } else {
+    r.fail("algorithm", "must be token_bucket, gcra, sliding_log, sliding_window, fixed_window or "
+                        "concurrency, got \"" + algorithm + "\"");
+    return bad;
+  }
+  if (!limit.ok()) {
+    r.fail(field_of(limit.error().message, rate_field, period_field), limit.error().message);
+  }
+  return limit;
+}
+
+std::vector<std::pair<std::string, std::string>> limit_fields(const Limit& limit) {
+  const detail::LimitParams& p = limit.params();
+  const std::string period = format_duration(Nanos{p.period_us * 1000});
+  const std::string quota = std::to_string(p.quota);
+  const std::string rate = std::to_string(p.rate);
+  std::vector<std::pair<std::string, std::string>> f{{"algorithm", to_string(p.algorithm)}};
+  switch (p.algorithm) {
+    case Algorithm::kTokenBucket:
+      f.emplace_back("capacity", quota);
+      if (p.refill == Refill::kContinuous) {
+        f.emplace_back("rate", rate);
+        f.emplace_back("per", period);
+      } else {
+        f.emplace_back("refill_tokens", rate);
+        f.emplace_back("refill_interval", period);
+      }
+      break;
+    case Algorithm::kGcra:
+      f.emplace_back("limit", rate);
+      f.emplace_back("period", period);
+      f.emplace_back("burst", quota);
+      break;
+    case Algorithm::kConcurrency:
+      f.emplace_back("limit", quota);
+      f.emplace_back("lease_timeout", period);
+      break;
+    case Algorithm::kSlidingLog:
+    case Algorithm::kSlidingWindow:
+    case Algorithm::kFixedWindow:
+      f.emplace_back("limit", quota);
+      f.emplace_back("period", period);
+      break;
+  }
+  return f;
+}
+
+// --- validation ---------------------------------------------------------------------------------
+
+namespace {
+
+class Validator {
+ public:
+  explicit Validator(const Config& c) : c_(c) {}
+
+  std::vector<Problem> run() {
+    if (!parse_target(c_.listen)) add("listen", "must be host:port, got \"" + c_.listen + "\"");
+    if (!parse_target(c_.admin_listen)) {
+      add("admin_listen", "must be host:port, got \"" + c_.admin_listen + "\"");
+    }
+    if (c_.store != "local" && c_.store.rfind("redis://", 0) != 0 &&
+        c_.store.rfind("redis-cluster://", 0) != 0) {
+      add("store", "must be local, redis://host:port or redis-cluster://host:port,host:port");
+    }
+    if (!valid_header_name(c_.system_key_header)) {
+      add("system_key_header", "must be a header name, got \"" + c_.system_key_header + "\"");
+    }
+    if (c_.max_body_bytes < 0) add("max_body_bytes", "must not be negative");
+    if (c_.header_timeout < std::chrono::milliseconds(1)) add("header_timeout", "must be at least 1ms");
+    if (c_.drain_timeout < Nanos{0}) add("drain_timeout", "must not be negative");
+    if (c_.access_log.empty()) add("access_log", "must be stdout, off or a file path");
+
+    std::set<std::string> upstreams;
+    for (std::size_t i = 0; i < c_.upstreams.size(); ++i) upstream(i, upstreams);
+    std::set<std::string> interfaces;
+    for (std::size_t i = 0; i < c_.interfaces.size(); ++i) interface(i, interfaces, upstreams);
+    routes();
+    std::set<std::string> systems;
+    for (std::size_t i = 0; i < c_.systems.size(); ++i) system(i, systems, interfaces);
+    std::set<std::pair<std::string, std::string>> grants;
+    for (std::size_t i = 0; i < c_.grants.size(); ++i) grant(i, grants);
+    return std::move(problems_);
+  }
+
+ private:
+  void add(std::string path, std::string message) {
+    problems_.push_back(Problem{std::move(path), std::move(message)});
+  }
+
+  static bool valid_header_name(std::string_view name) {
+    if (name.empty()) return false;
+    return std::all_of(name.begin(), name.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) != 0 ||
+             std::string_view("!#$%&'*+-.^_`|~").find(ch) != std::string_view::npos;
+    });
+  }
+
+  void limits(const std::string& at, const std::vector<LimitRule>& rules) {
+    std::set<std::string> names;
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+      const LimitRule& r = rules[i];
+      const std::string path = at + ".limits[" + std::to_string(i) + "]";
+      if (!r.name.empty() && !names.insert(r.name).second) {
+        add(path + ".name", "\"" + r.name + "\" names another limit of the same owner too");
+      }
+      if (r.name.find_first_of("\"\\\r\n") != std::string::npos) {
+        add(path + ".name", "must not contain quotes, backslashes or line breaks");
+      }
+      if ((r.key_by == KeyBy::kHeader && !valid_header_name(r.key_name)) ||
+          (r.key_by == KeyBy::kQuery && r.key_name.empty())) {
+        add(path + ".key_by", "names no header or query parameter");
+      }
+    }
+  }
+
+  void upstream(std::size_t i, std::set<std::string>& names) {
+    const Upstream& u = c_.upstreams[i];
+    const std::string at = "upstreams[" + std::to_string(i) + "]";
+    if (u.name.empty()) add(at + ".name", "is required");
+    if (!u.name.empty() && !names.insert(u.name).second) {
+      add(at + ".name", "\"" + u.name + "\" is the name of another upstream too");
+    }
+    if (u.targets.empty()) add(at + ".targets", "needs at least one host:port");
+    if (u.connect_timeout < std::chrono::milliseconds(1)) add(at + ".connect_timeout", "must be at least 1ms");
+    if (u.timeout < std::chrono::milliseconds(1)) add(at + ".timeout", "must be at least 1ms");
+    if (u.max_idle_connections < 0) add(at + ".max_idle_connections", "must not be negative");
+    for (std::size_t j = 0; j < u.failure_statuses.size(); ++j) {
+      if (u.failure_statuses[j] < 100 || u.failure_statuses[j] > 599) {
+        add(at + ".failure_statuses[" + std::to_string(j) + "]", "must be an HTTP status from 100 to 599");
+      }
+    }
+    if (u.breaker.enabled) {
+      if (Status s = u.breaker.options.validate(); !s) {
+        const std::string& m = s.error().message;
+        const std::size_t space = m.find(' ');
+        const std::string field = m.substr(0, space);
+        static const std::set<std::string> kFields{
+            "failure_rate",  "slow_call_rate", "jitter_percent",       "window_size",
+            "minimum_calls", "half_open_probes", "backoff_multiplier", "consecutive_failures",
+            "window_duration", "open_for",     "max_open_for"};
+        if (kFields.count(field) != 0) {
+          add(at + ".breaker." + (field == "window_size" || field == "window_duration" ? "window" : field),
+              m.substr(space + 1));
+        } else {
+          add(at + ".breaker", m);
+        }
+      }
+    }
+  }
+
+  void interface(std::size_t i, std::set<std::string>& ids, const std::set<std::string>& upstreams) {
+    const Interface& f = c_.interfaces[i];
+    const std::string at = "interfaces[" + std::to_string(i) + "]";
+    if (f.id.empty()) add(at + ".id", "is required");
+    if (f.id == "*") add(at + ".id", "\"*\" stands for every interface and cannot be an id");
+    if (!f.id.empty() && !ids.insert(f.id).second) {
+      add(at + ".id", "\"" + f.id + "\" is the id of another interface too");
+    }
+    std::string error;
+    if (!PathPattern::parse(f.path, &error)) add(at + ".path", error);
+    for (std::size_t j = 0; j < f.methods.size(); ++j) {
+      const std::string& m = f.methods[j];
+      if (m.empty() || !std::all_of(m.begin(), m.end(), [](char ch) { return std::isupper(ch); })) {
+        add(at + ".methods[" + std::to_string(j) + "]", "must be an HTTP method in capitals, like GET");
+      }
+    }
+    if (f.upstream.empty()) {
+      add(at + ".upstream", "is required");
+    } else if (upstreams.count(f.upstream) == 0) {
+      add(at + ".upstream", "names no upstream: \"" + f.upstream + "\"");
+    }
+    if (f.concurrency && (*f.concurrency < 1 || *f.concurrency > kMaxLimit)) {
+      add(at + ".concurrency", "must be between 1 and 2^40");
+    }
+    if (f.timeout && *f.timeout < std::chrono::milliseconds(1)) add(at + ".timeout", "must be at least 1ms");
+    limits(at, f.limits);
+  }
+
+  // Two interfaces must not claim the same request: same pattern shape, overlapping methods.
+  void routes() {
+    std::map<std::string, std::vector<std::size_t>> by_shape;
+    for (std::size_t i = 0; i < c_.interfaces.size(); ++i) {
+      std::string error;
+      if (auto p = PathPattern::parse(c_.interfaces[i].path, &error)) by_shape[p->shape()].push_back(i);
+    }
+    for (const auto& [shape, list] : by_shape) {
+      for (std::size_t a = 0; a < list.size(); ++a) {
+        for (std::size_t b = 0; b < a; ++b) {
+          const Interface& x = c_.interfaces[list[a]];
+          const Interface& y = c_.interfaces[list[b]];
+          bool overlap = x.methods.empty() || y.methods.empty();
+          for (const std::string& m : x.methods) {
+            overlap = overlap || std::find(y.methods.begin(), y.methods.end(), m) != y.methods.end();
+          }
+          if (overlap) {
+            add("interfaces[" + std::to_string(list[a]) + "].path",
+                "\"" + x.path + "\" claims the same requests as interface \"" + y.id + "\" (" + y.path + ")");
+          }
+        }
+      }
+    }
+  }
+
+  void system(std::size_t i, std::set<std::string>& keys, const std::set<std::string>& interfaces) {
+    const System& s = c_.systems[i];
+    const std::string at = "systems[" + std::to_string(i) + "]";
+    if (s.key.empty()) add(at + ".key", "is required");
+    if (!s.key.empty() && !keys.insert(s.key).second) {
+      add(at + ".key", "\"" + s.key + "\" is the key of another system too");
+    }
+    for (std::size_t j = 0; j < s.interfaces.size(); ++j) {
+      if (interfaces.count(s.interfaces[j]) == 0) {
+        add(at + ".interfaces[" + std::to_string(j) + "]", "names no interface: \"" + s.interfaces[j] + "\"");
+      }
+    }
+    limits(at, s.limits);
+  }
+
+  void grant(std::size_t i, std::set<std::pair<std::string, std::string>>& pairs) {
+    const Grant& g = c_.grants[i];
+    const std::string at = "grants[" + std::to_string(i) + "]";
+    const auto sys = std::find_if(c_.systems.begin(), c_.systems.end(),
+                                  [&](const System& s) { return s.key == g.system; });
+    const auto itf = std::find_if(c_.interfaces.begin(), c_.interfaces.end(),
+                                  [&](const Interface& f) { return f.id == g.interface; });
+    if (sys == c_.systems.end()) add(at + ".system", "names no system: \"" + g.system + "\"");
+    if (itf == c_.interfaces.end()) add(at + ".interface", "names no interface: \"" + g.interface + "\"");
+    if (sys != c_.systems.end() && itf != c_.interfaces.end() && !itf->is_public &&
+        !sys->all_interfaces &&
+        std::find(sys->interfaces.begin(), sys->interfaces.end(), g.interface) == sys->interfaces.end()) {
+      add(at, "system \"" + g.system + "\" may not call interface \"" + g.interface +
+                  "\": add it to the system's interfaces");
+    }
+    if (!pairs.insert({g.system, g.interface}).second) {
+      add(at, "another grant is for the same system and interface");
+    }
+    limits(at, g.limits);
+  }
+
+  const Config& c_;
+  std::vector<Problem> problems_;
+};
+
+}  // namespace
+
+std::vector<Problem> validate(const Config& config) { return Validator(config).run(); }
+
+}  // namespace sluice::config

@@ -1,0 +1,153 @@
+// The gateway's configuration model: systems, interfaces, grants, upstreams and their limits, with
+// no knowledge of YAML or SQLite. A Config is a plain value; the gateway shares one immutable
+// snapshot (std::shared_ptr<const Config>) between threads and swaps it whole on reload.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sluice/circuit_breaker.h"
+#include "sluice/clock.h"
+#include "sluice/limit.h"
+#include "sluice/result.h"
+
+namespace sluice::config {
+
+// What a limit counts separately: the system / interface / grant it belongs to as a whole, or each
+// value of the client address, a request header or a query parameter inside it.
+enum class KeyBy : std::uint8_t { kOwner, kClientIp, kHeader, kQuery };
+
+// What a request gets when the store cannot decide (Redis down): let it through, or refuse (503).
+enum class OnStoreFailure : std::uint8_t { kAllow, kDeny };
+
+enum class Language : std::uint8_t { kEnglish, kChinese };
+
+// Which response header fields describe the limit closest to exhaustion.
+enum class RateLimitHeaders : std::uint8_t {
+  kDraft,   // RateLimit-Policy and RateLimit (IETF httpapi draft)
+  kLegacy,  // X-RateLimit-Limit, X-RateLimit-Remaining, X-RateLimit-Reset
+  kNone,
+};
+
+struct LimitRule {
+  std::string name{};  // empty: none given (the gateway names it after its owner)
+  Limit limit;
+  KeyBy key_by = KeyBy::kOwner;
+  std::string key_name{};  // the header or query parameter name for kHeader / kQuery
+  OnStoreFailure on_store_failure = OnStoreFailure::kAllow;
+  bool shadow = false;  // counted and reported, never rejects
+
+  friend bool operator==(const LimitRule&, const LimitRule&) = default;
+};
+
+struct Target {
+  std::string host;
+  std::uint16_t port = 0;
+  friend bool operator==(const Target&, const Target&) = default;
+};
+
+struct Breaker {
+  bool enabled = true;
+  // The breaker's thresholds; clock and on_state_change are left empty (the gateway sets them).
+  CircuitBreakerOptions options;
+};
+
+struct Upstream {
+  std::string name;
+  std::vector<Target> targets;
+  Nanos connect_timeout = std::chrono::seconds(1);
+  Nanos timeout = std::chrono::seconds(30);  // until the response header; then per body read
+  std::int32_t max_idle_connections = 64;    // kept open per target and thread
+  // Upstream statuses the breaker counts as failures (besides connect errors and timeouts).
+  std::vector<std::int32_t> failure_statuses = default_failure_statuses();
+  Breaker breaker;
+
+  static std::vector<std::int32_t> default_failure_statuses();
+};
+
+struct System {
+  std::string key;
+  std::string description;
+  bool enabled = true;
+  bool all_interfaces = false;          // "*"
+  std::vector<std::string> interfaces;  // interface ids it may call (besides "*")
+  std::vector<LimitRule> limits;
+};
+
+struct Interface {
+  std::string id;
+  std::string description;
+  std::vector<std::string> methods;  // upper case; empty: any method
+  std::string path;                  // /exact, /prefix/*, /with/{param}
+  std::string upstream;
+  bool enabled = true;
+  bool is_public = false;  // callable without a system key ("public" in the file)
+  std::vector<LimitRule> limits;
+  std::optional<std::int64_t> concurrency;  // requests in flight at once
+  std::optional<Nanos> timeout;             // overrides the upstream's
+};
+
+struct Grant {
+  std::string system;
+  std::string interface;
+  std::vector<LimitRule> limits;
+};
+
+struct Config {
+  std::string listen = "127.0.0.1:8080";
+  std::string admin_listen = "127.0.0.1:9090";
+  std::string store = "local";
+  std::string system_key_header = "X-System-Key";
+  Language language = Language::kEnglish;
+  RateLimitHeaders rate_limit_headers = RateLimitHeaders::kDraft;
+  std::int64_t max_body_bytes = 10 * 1024 * 1024;
+  Nanos header_timeout = std::chrono::seconds(10);
+  Nanos drain_timeout = std::chrono::seconds(30);
+  std::string access_log = "stdout";  // stdout, off, or a file path
+  std::vector<Upstream> upstreams;
+  std::vector<System> systems;
+  std::vector<Interface> interfaces;
+  std::vector<Grant> grants;
+};
+
+// One thing wrong with a configuration: the field it is about (e.g. "interfaces[0].limits[1].period")
+// and, when it came from a file, where in it.
+struct Problem {
+  std::string path{};
+  std::string message{};
+  std::string file{};
+  int line = 0;    // 1-based; 0 when unknown
+  int column = 0;  // 1-based
+
+  std::string to_string() const;
+};
+
+// Checks what the model's types cannot: duplicate ids, references to unknown interfaces, upstreams
+// and systems, routes that two interfaces would both claim, values out of range. Empty when valid.
+std::vector<Problem> validate(const Config& config);
+
+// A limit as named fields, as people write it: {"algorithm": "gcra", "limit": "5", "period": "1m",
+// "burst": "5"}. Durations take ms, s, m, h and d.
+using LimitFields = std::map<std::string, std::string>;
+
+// Builds a limit from its fields. On failure the Problem's path is the offending field's name.
+Result<Limit> limit_from_fields(const LimitFields& fields, Problem* problem);
+// The canonical fields of a limit (the algorithm first, then its parameters), which
+// limit_from_fields turns back into an equal limit.
+std::vector<std::pair<std::string, std::string>> limit_fields(const Limit& limit);
+
+// "host:port" -> Target; nullopt when it is not one.
+std::optional<Target> parse_target(std::string_view text);
+
+// The breaker's settings in one line, as the YAML file writes them ({window: 20, ...}); equal
+// settings describe equally.
+std::string describe(const Breaker& breaker);
+
+const char* to_string(KeyBy key_by);
+const char* to_string(Language language);
+const char* to_string(RateLimitHeaders headers);
+
+}  // namespace sluice::config

@@ -1,0 +1,569 @@
+#include "config/yaml.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "core/duration.h"
+
+namespace sluice::config {
+namespace {
+
+// Walks the YAML tree into a Config, collecting every problem (with its line and column) instead of
+// stopping at the first, and remembering where each field was so that the model's own validation
+// can point into the file too.
+class Reader {
+ public:
+  explicit Reader(std::string file) : file_(std::move(file)) {}
+
+  std::vector<Problem>& problems() { return problems_; }
+
+  void config(const YAML::Node& root, Config& c) {
+    if (root.IsNull()) return;
+    if (!root.IsMap()) {
+      fail(root, "", "must be a mapping of settings (listen, upstreams, systems, interfaces, grants, ...)");
+      return;
+    }
+    mark("", root);
+    fields(root, "", {"listen", "admin_listen", "store", "system_key_header", "language",
+                      "rate_limit_headers", "max_body_bytes", "header_timeout", "drain_timeout",
+                      "access_log", "upstreams", "systems", "interfaces", "grants"});
+    string(root, "", "listen", c.listen);
+    string(root, "", "admin_listen", c.admin_listen);
+    string(root, "", "store", c.store);
+    string(root, "", "system_key_header", c.system_key_header);
+    std::string language;
+    if (string(root, "", "language", language)) {
+      if (language == "en") {
+        c.language = Language::kEnglish;
+      } else if (language == "zh-CN") {
+        c.language = Language::kChinese;
+      } else {
+        fail(root["language"], "language", "must be en or zh-CN, got \"" + language + "\"");
+      }
+    }
+    std::string headers;
+    if (string(root, "", "rate_limit_headers", headers)) {
+      if (headers == "draft") {
+        c.rate_limit_headers = RateLimitHeaders::kDraft;
+      } else if (headers == "legacy") {
+        c.rate_limit_headers = RateLimitHeaders::kLegacy;
+      } else if (headers == "none") {
+        c.rate_limit_headers = RateLimitHeaders::kNone;
+      } else {
+        fail(root["rate_limit_headers"], "rate_limit_headers", "must be draft, legacy or none");
+      }
+    }
+    integer(root, "", "max_body_bytes", c.max_body_bytes);
+    duration(root, "", "header_timeout", c.header_timeout);
+    duration(root, "", "drain_timeout", c.drain_timeout);
+    string(root, "", "access_log", c.access_log);
+    list(root, "", "upstreams", [&](const YAML::Node& n, const std::string& at) {
+      c.upstreams.push_back(upstream(n, at));
+    });
+    list(root, "", "systems", [&](const YAML::Node& n, const std::string& at) {
+      c.systems.push_back(system(n, at));
+    });
+    list(root, "", "interfaces", [&](const YAML::Node& n, const std::string& at) {
+      c.interfaces.push_back(interface(n, at));
+    });
+    list(root, "", "grants", [&](const YAML::Node& n, const std::string& at) {
+      c.grants.push_back(grant(n, at));
+    });
+  }
+
+  // Places a validation problem at the field it names, or at the nearest enclosing one known.
+  void locate(Problem& p) const {
+    p.file = file_;
+    std::string path = p.path;
+    while (true) {
+      auto it = marks_.find(path);
+      if (it != marks_.end()) {
+        p.line = it->second.line + 1;
+        p.column = it->second.column + 1;
+        return;
+      }
+      if (path.empty()) return;
+      const std::size_t cut = path.find_last_of(".[");
+      path = cut == std::string::npos ? "" : path.substr(0, cut);
+    }
+  }
+
+ private:
+  static std::string join(const std::string& at, const std::string& key) {
+    return at.empty() ? key : at + "." + key;
+  }
+
+  void mark(const std::string& path, const YAML::Node& n) { marks_.emplace(path, n.Mark()); }
+
+  void fail(const YAML::Node& n, const std::string& path, std::string message) {
+    const YAML::Mark m = n.Mark();
+    problems_.push_back(Problem{path, std::move(message), file_, m.line + 1, m.column + 1});
+  }
+
+  // Every key of the mapping must be one of `known`.
+  void fields(const YAML::Node& map, const std::string& at, std::initializer_list<const char*> known) {
+    for (const auto& kv : map) {
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+      const bool ok = std::any_of(known.begin(), known.end(), [&](const char* k) { return key == k; });
+      if (ok) continue;
+      std::string list;
+      for (const char* k : known) list += std::string(list.empty() ? "" : ", ") + k;
+      fail(kv.first, join(at, key), "unknown field \"" + key + "\" (known here: " + list + ")");
+    }
+  }
+
+  // Reads map[key] as a scalar into out; false when absent or not a scalar.
+  bool scalar(const YAML::Node& map, const std::string& at, const char* key, std::string& out) {
+    const YAML::Node n = map[key];
+    if (!n.IsDefined() || n.IsNull()) return false;
+    mark(join(at, key), n);
+    if (!n.IsScalar()) {
+      fail(n, join(at, key), "must be a single value, not a list or mapping");
+      return false;
+    }
+    out = n.Scalar();
+    return true;
+  }
+
+  bool string(const YAML::Node& map, const std::string& at, const char* key, std::string& out) {
+    return scalar(map, at, key, out);
+  }
+
+  template <class Int>
+  bool integer(const YAML::Node& map, const std::string& at, const char* key, Int& out) {
+    std::string s;
+    if (!scalar(map, at, key, s)) return false;
+    Int v{};
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || ptr != s.data() + s.size()) {
+      fail(map[key], join(at, key), "must be a whole number, got \"" + s + "\"");
+      return false;
+    }
+    out = v;
+    return true;
+  }
+
+  bool boolean(const YAML::Node& map, const std::string& at, const char* key, bool& out) {
+    std::string s;
+    if (!scalar(map, at, key, s)) return false;
+    if (s != "true" && s != "false") {
+      fail(map[key], join(at, key), "must be true or false, got \"" + s + "\"");
+      return false;
+    }
+    out = s == "true";
+    return true;
+  }
+
+  bool duration(const YAML::Node& map, const std::string& at, const char* key, Nanos& out) {
+    std::string s;
+    if (!scalar(map, at, key, s)) return false;
+    auto d = parse_duration(s);
+    if (!d) {
+      fail(map[key], join(at, key), "must be a duration like 500ms, 15s, 1m, 2h or 1d, got \"" + s + "\"");
+      return false;
+    }
+    out = *d;
+    return true;
+  }
+
+  template <class F>
+  void list(const YAML::Node& map, const std::string& at, const char* key, F&& each) {
+    const YAML::Node n = map[key];
+    if (!n.IsDefined() || n.IsNull()) return;
+    mark(join(at, key), n);
+    if (!n.IsSequence()) {
+      fail(n, join(at, key), "must be a list");
+      return;
+    }
+    for (std::size_t i = 0; i < n.size(); ++i) {
+      const std::string path = join(at, key) + "[" + std::to_string(i) + "]";
+      mark(path, n[i]);
+      each(n[i], path);
+    }
+  }
+
+  void strings(const YAML::Node& map, const std::string& at, const char* key,
+               std::vector<std::string>& out) {
+    list(map, at, key, [&](const YAML::Node& n, const std::string& path) {
+      if (!n.IsScalar()) {
+        fail(n, path, "must be a single value");
+        return;
+      }
+      out.push_back(n.Scalar());
+    });
+  }
+
+  bool is_map(const YAML::Node& n, const std::string& at) {
+    if (n.IsMap()) return true;
+    fail(n, at, "must be a mapping ({field: value, ...})");
+    return false;
+  }
+
+  Upstream upstream(const YAML::Node& n, const std::string& at) {
+    Upstream u;
+    if (!is_map(n, at)) return u;
+    fields(n, at, {"name", "targets", "connect_timeout", "timeout", "max_idle_connections",
+                   "failure_statuses", "breaker"});
+    string(n, at, "name", u.name);
+    list(n, at, "targets", [&](const YAML::Node& t, const std::string& path) {
+      auto target = t.IsScalar() ? parse_target(t.Scalar()) : std::nullopt;
+      if (!target) {
+        fail(t, path, "must be host:port");
+        return;
+      }
+      u.targets.push_back(*target);
+    });
+    duration(n, at, "connect_timeout", u.connect_timeout);
+    duration(n, at, "timeout", u.timeout);
+    integer(n, at, "max_idle_connections", u.max_idle_connections);
+    if (n["failure_statuses"].IsDefined()) {
+      u.failure_statuses.clear();
+      list(n, at, "failure_statuses", [&](const YAML::Node& s, const std::string& path) {
+        std::int32_t v = 0;
+        const std::string text = s.IsScalar() ? s.Scalar() : "";
+        auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (text.size() == 3 && text.substr(1) == "xx" && text[0] >= '1' && text[0] <= '5') {
+          for (int k = 0; k < 100; ++k) u.failure_statuses.push_back((text[0] - '0') * 100 + k);
+        } else if (ec == std::errc() && ptr == text.data() + text.size()) {
+          u.failure_statuses.push_back(v);
+        } else {
+          fail(s, path, "must be an HTTP status like 503, or a class like 5xx");
+        }
+      });
+    }
+    const YAML::Node b = n["breaker"];
+    if (b.IsDefined() && !b.IsNull()) {
+      const std::string bat = at + ".breaker";
+      mark(bat, b);
+      if (is_map(b, bat)) breaker(b, bat, u.breaker);
+    }
+    return u;
+  }
+
+  void breaker(const YAML::Node& n, const std::string& at, Breaker& out) {
+    fields(n, at, {"enabled", "window", "minimum_calls", "failure_rate", "slow_call_rate", "slow_call",
+                   "consecutive_failures", "open_for", "max_open_for", "backoff_multiplier",
+                   "jitter_percent", "half_open_probes"});
+    CircuitBreakerOptions& o = out.options;
+    boolean(n, at, "enabled", out.enabled);
+    std::string window;
+    if (scalar(n, at, "window", window)) {
+      std::int32_t count = 0;
+      auto [ptr, ec] = std::from_chars(window.data(), window.data() + window.size(), count);
+      if (ec == std::errc() && ptr == window.data() + window.size()) {
+        o.window = BreakerWindow::kCount;
+        o.window_size = count;
+      } else if (auto d = parse_duration(window)) {
+        o.window = BreakerWindow::kTime;
+        o.window_duration = *d;
+      } else {
+        fail(n["window"], at + ".window",
+             "must be a number of calls (20) or a duration (60s), got \"" + window + "\"");
+      }
+    }
+    integer(n, at, "minimum_calls", o.minimum_calls);
+    integer(n, at, "failure_rate", o.failure_rate);
+    integer(n, at, "slow_call_rate", o.slow_call_rate);
+    duration(n, at, "slow_call", o.slow_call);
+    integer(n, at, "consecutive_failures", o.consecutive_failures);
+    duration(n, at, "open_for", o.open_for);
+    if (!duration(n, at, "max_open_for", o.max_open_for)) o.max_open_for = std::max(o.max_open_for, o.open_for);
+    integer(n, at, "backoff_multiplier", o.backoff_multiplier);
+    integer(n, at, "jitter_percent", o.jitter_percent);
+    integer(n, at, "half_open_probes", o.half_open_probes);
+  }
+
+  std::vector<LimitRule> limits(const YAML::Node& owner, const std::string& at) {
+    std::vector<LimitRule> rules;
+    list(owner, at, "limits", [&](const YAML::Node& n, const std::string& path) {
+      if (!is_map(n, path)) return;
+      LimitFields f;
+      // The rule around the limit; its limit is a placeholder until the fields are read (Limit has
+      // no empty state).
+      LimitRule extra{.limit = *Limit::fixed_window({.limit = 1, .period = std::chrono::seconds(1)})};
+      bool ok = true;
+      for (const auto& kv : n) {
+        const std::string key = kv.first.Scalar();
+        const std::string field = path + "." + key;
+        mark(field, kv.second);
+        if (!kv.second.IsScalar()) {
+          fail(kv.second, field, "must be a single value");
+          ok = false;
+          continue;
+        }
+        const std::string value = kv.second.Scalar();
+        if (key == "name") {
+          extra.name = value;
+        } else if (key == "key_by") {
+          ok = key_by(kv.second, field, value, extra) && ok;
+        } else if (key == "on_store_failure") {
+          if (value == "allow" || value == "deny") {
+            extra.on_store_failure = value == "deny" ? OnStoreFailure::kDeny : OnStoreFailure::kAllow;
+          } else {
+            fail(kv.second, field, "must be allow or deny, got \"" + value + "\"");
+            ok = false;
+          }
+        } else if (key == "shadow") {
+          if (value == "true" || value == "false") {
+            extra.shadow = value == "true";
+          } else {
+            fail(kv.second, field, "must be true or false, got \"" + value + "\"");
+            ok = false;
+          }
+        } else {
+          f[key] = value;
+        }
+      }
+      Problem problem;
+      auto limit = limit_from_fields(f, &problem);
+      if (!limit.ok()) {
+        const std::string field = problem.path.empty() ? path : path + "." + problem.path;
+        const YAML::Node where = problem.path.empty() || !n[problem.path].IsDefined() ? n : n[problem.path];
+        fail(where, field, problem.message);
+        return;
+      }
+      if (!ok) return;
+      extra.limit = *limit;
+      rules.push_back(std::move(extra));
+    });
+    return rules;
+  }
+
+  bool key_by(const YAML::Node& n, const std::string& at, const std::string& value, LimitRule& r) {
+    if (value == "client_ip") {
+      r.key_by = KeyBy::kClientIp;
+    } else if (value.rfind("header:", 0) == 0 && value.size() > 7) {
+      r.key_by = KeyBy::kHeader;
+      r.key_name = value.substr(7);
+    } else if (value.rfind("query:", 0) == 0 && value.size() > 6) {
+      r.key_by = KeyBy::kQuery;
+      r.key_name = value.substr(6);
+    } else {
+      fail(n, at, "must be client_ip, header:NAME or query:NAME, got \"" + value + "\"");
+      return false;
+    }
+    return true;
+  }
+
+  System system(const YAML::Node& n, const std::string& at) {
+    System s;
+    if (!is_map(n, at)) return s;
+    fields(n, at, {"key", "description", "enabled", "interfaces", "limits"});
+    string(n, at, "key", s.key);
+    string(n, at, "description", s.description);
+    boolean(n, at, "enabled", s.enabled);
+    std::vector<std::string> ids;
+    strings(n, at, "interfaces", ids);
+    for (std::string& id : ids) {
+      if (id == "*") {
+        s.all_interfaces = true;
+      } else {
+        s.interfaces.push_back(std::move(id));
+      }
+    }
+    s.limits = limits(n, at);
+    return s;
+  }
+
+  Interface interface(const YAML::Node& n, const std::string& at) {
+    Interface f;
+    if (!is_map(n, at)) return f;
+    fields(n, at, {"id", "description", "methods", "path", "upstream", "enabled", "public", "limits",
+                   "concurrency", "timeout"});
+    string(n, at, "id", f.id);
+    string(n, at, "description", f.description);
+    strings(n, at, "methods", f.methods);
+    string(n, at, "path", f.path);
+    string(n, at, "upstream", f.upstream);
+    boolean(n, at, "enabled", f.enabled);
+    boolean(n, at, "public", f.is_public);
+    f.limits = limits(n, at);
+    std::int64_t concurrency = 0;
+    if (integer(n, at, "concurrency", concurrency)) f.concurrency = concurrency;
+    Nanos timeout{0};
+    if (duration(n, at, "timeout", timeout)) f.timeout = timeout;
+    return f;
+  }
+
+  Grant grant(const YAML::Node& n, const std::string& at) {
+    Grant g;
+    if (!is_map(n, at)) return g;
+    fields(n, at, {"system", "interface", "limits"});
+    string(n, at, "system", g.system);
+    string(n, at, "interface", g.interface);
+    g.limits = limits(n, at);
+    return g;
+  }
+
+  std::string file_;
+  std::vector<Problem> problems_;
+  std::map<std::string, YAML::Mark> marks_;
+};
+
+// --- export -------------------------------------------------------------------------------------
+
+// A scalar as YAML: plain when it cannot be mistaken for anything else, double-quoted otherwise.
+std::string quote(const std::string& s) {
+  const bool plain =
+      !s.empty() && std::all_of(s.begin(), s.end(), [](char ch) {
+        return std::isalnum(static_cast<unsigned char>(ch)) != 0 ||
+               std::string_view("_-./:").find(ch) != std::string_view::npos;
+      }) && std::isalpha(static_cast<unsigned char>(s[0])) != 0 &&
+      s != "true" && s != "false" && s != "null" && s != "yes" && s != "no" && s != "on" && s != "off" &&
+      s != "y" && s != "n";
+  if (plain || (s[0] == '/' && s.find_first_of("{}*#: ") == std::string::npos)) return s;
+  std::string q = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') q += '\\';
+    q += ch;
+  }
+  return q + "\"";
+}
+
+std::string strings_flow(const std::vector<std::string>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + quote(v[i]);
+  return s + "]";
+}
+
+std::string limit_flow(const LimitRule& r) {
+  std::string s = "{";
+  auto add = [&](const std::string& k, const std::string& v) {
+    s += (s.size() > 1 ? ", " : "") + k + ": " + v;
+  };
+  if (!r.name.empty()) add("name", quote(r.name));
+  for (const auto& [k, v] : limit_fields(r.limit)) add(k, quote(v));
+  if (r.key_by == KeyBy::kClientIp) add("key_by", "client_ip");
+  if (r.key_by == KeyBy::kHeader) add("key_by", quote("header:" + r.key_name));
+  if (r.key_by == KeyBy::kQuery) add("key_by", quote("query:" + r.key_name));
+  if (r.on_store_failure == OnStoreFailure::kDeny) add("on_store_failure", "deny");
+  if (r.shadow) add("shadow", "true");
+  return s + "}";
+}
+
+void limits_block(std::ostringstream& out, const std::vector<LimitRule>& rules, const char* indent) {
+  if (rules.empty()) return;
+  out << indent << "limits:\n";
+  for (const LimitRule& r : rules) out << indent << "  - " << limit_flow(r) << "\n";
+}
+
+}  // namespace
+
+std::string describe(const Breaker& b) {
+  const CircuitBreakerOptions& o = b.options;
+  std::string s = "{";
+  if (!b.enabled) s += "enabled: false, ";
+  s += "window: " + (o.window == BreakerWindow::kCount ? std::to_string(o.window_size)
+                                                        : format_duration(o.window_duration));
+  s += ", minimum_calls: " + std::to_string(o.minimum_calls);
+  s += ", failure_rate: " + std::to_string(o.failure_rate);
+  s += ", slow_call_rate: " + std::to_string(o.slow_call_rate);
+  s += ", slow_call: " + format_duration(o.slow_call);
+  s += ", consecutive_failures: " + std::to_string(o.consecutive_failures);
+  s += ", open_for: " + format_duration(o.open_for);
+  s += ", max_open_for: " + format_duration(o.max_open_for);
+  s += ", backoff_multiplier: " + std::to_string(o.backoff_multiplier);
+  s += ", jitter_percent: " + std::to_string(o.jitter_percent);
+  s += ", half_open_probes: " + std::to_string(o.half_open_probes);
+  return s + "}";
+}
+
+LoadResult load_yaml(std::string_view text, std::string_view file) {
+  Reader reader{std::string(file)};
+  auto config = std::make_shared<Config>();
+  try {
+    const YAML::Node root = YAML::Load(std::string(text));
+    reader.config(root, *config);
+  } catch (const YAML::Exception& e) {
+    return std::vector<Problem>{
+        Problem{"", e.msg, std::string(file), e.mark.line + 1, e.mark.column + 1}};
+  }
+  std::vector<Problem> problems = std::move(reader.problems());
+  if (problems.empty()) {
+    problems = validate(*config);
+    for (Problem& p : problems) reader.locate(p);
+  }
+  if (!problems.empty()) return problems;
+  return std::shared_ptr<const Config>(std::move(config));
+}
+
+LoadResult load_yaml_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::vector<Problem>{Problem{"", "cannot read the file", path}};
+  std::ostringstream text;
+  text << in.rdbuf();
+  return load_yaml(text.str(), path);
+}
+
+std::string to_yaml(const Config& c) {
+  std::ostringstream out;
+  out << "listen: " << quote(c.listen) << "\n";
+  out << "admin_listen: " << quote(c.admin_listen) << "\n";
+  out << "store: " << quote(c.store) << "\n";
+  out << "system_key_header: " << quote(c.system_key_header) << "\n";
+  out << "language: " << to_string(c.language) << "\n";
+  out << "rate_limit_headers: " << to_string(c.rate_limit_headers) << "\n";
+  out << "max_body_bytes: " << c.max_body_bytes << "\n";
+  out << "header_timeout: " << format_duration(c.header_timeout) << "\n";
+  out << "drain_timeout: " << format_duration(c.drain_timeout) << "\n";
+  out << "access_log: " << quote(c.access_log) << "\n";
+  out << "upstreams:" << (c.upstreams.empty() ? " []" : "") << "\n";
+  for (const Upstream& u : c.upstreams) {
+    out << "  - name: " << quote(u.name) << "\n";
+    std::vector<std::string> targets;
+    for (const Target& t : u.targets) {
+      const bool v6 = t.host.find(':') != std::string::npos;
+      targets.push_back((v6 ? "[" + t.host + "]" : t.host) + ":" + std::to_string(t.port));
+    }
+    out << "    targets: " << strings_flow(targets) << "\n";
+    out << "    connect_timeout: " << format_duration(u.connect_timeout) << "\n";
+    out << "    timeout: " << format_duration(u.timeout) << "\n";
+    out << "    max_idle_connections: " << u.max_idle_connections << "\n";
+    if (u.failure_statuses != Upstream::default_failure_statuses()) {
+      std::vector<std::string> statuses;
+      for (std::int32_t s : u.failure_statuses) statuses.push_back(std::to_string(s));
+      out << "    failure_statuses: [";
+      for (std::size_t i = 0; i < statuses.size(); ++i) out << (i ? ", " : "") << statuses[i];
+      out << "]\n";
+    }
+    out << "    breaker: " << describe(u.breaker) << "\n";
+  }
+  out << "systems:" << (c.systems.empty() ? " []" : "") << "\n";
+  for (const System& s : c.systems) {
+    out << "  - key: " << quote(s.key) << "\n";
+    if (!s.description.empty()) out << "    description: " << quote(s.description) << "\n";
+    out << "    enabled: " << (s.enabled ? "true" : "false") << "\n";
+    std::vector<std::string> ids = s.interfaces;
+    if (s.all_interfaces) ids.insert(ids.begin(), "*");
+    out << "    interfaces: " << strings_flow(ids) << "\n";
+    limits_block(out, s.limits, "    ");
+  }
+  out << "interfaces:" << (c.interfaces.empty() ? " []" : "") << "\n";
+  for (const Interface& f : c.interfaces) {
+    out << "  - id: " << quote(f.id) << "\n";
+    if (!f.description.empty()) out << "    description: " << quote(f.description) << "\n";
+    if (!f.methods.empty()) out << "    methods: " << strings_flow(f.methods) << "\n";
+    out << "    path: " << quote(f.path) << "\n";
+    out << "    upstream: " << quote(f.upstream) << "\n";
+    out << "    enabled: " << (f.enabled ? "true" : "false") << "\n";
+    out << "    public: " << (f.is_public ? "true" : "false") << "\n";
+    if (f.concurrency) out << "    concurrency: " << *f.concurrency << "\n";
+    if (f.timeout) out << "    timeout: " << format_duration(*f.timeout) << "\n";
+    limits_block(out, f.limits, "    ");
+  }
+  out << "grants:" << (c.grants.empty() ? " []" : "") << "\n";
+  for (const Grant& g : c.grants) {
+    out << "  - system: " << quote(g.system) << "\n";
+    out << "    interface: " << quote(g.interface) << "\n";
+    limits_block(out, g.limits, "    ");
+  }
+  return out.str();
+}
+
+}  // namespace sluice::config

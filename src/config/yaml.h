@@ -1,0 +1,26 @@
+// The configuration as a YAML file: loading with precise errors (file:line:column and the field's
+// path), and export back to YAML. Pure functions; thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "config/config.h"
+
+namespace sluice::config {
+
+// A loaded and validated configuration, or everything wrong with the text (never an empty list).
+using LoadResult = std::variant<std::shared_ptr<const Config>, std::vector<Problem>>;
+
+// Parses and validates YAML text; `file` names it in the problems.
+LoadResult load_yaml(std::string_view text, std::string_view file);
+// Reads a file, then load_yaml.
+LoadResult load_yaml_file(const std::string& path);
+
+// The configuration as YAML that load_yaml reads back into an equal configuration.
+std::string to_yaml(const Config& config);
+
+}  // namespace sluice::config

@@ -1,0 +1,106 @@
+#include "gateway/access_log.h"
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+namespace sluice::gateway {
+
+void append_json_escaped(std::string& out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c < 0x20 || c == 0x7f) {
+      out += "\\u00";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += ch;
+    }
+  }
+}
+
+AccessLog::AccessLog(std::FILE* file, bool owned) : file_(file), owned_(owned) {}
+
+AccessLog::~AccessLog() {
+  if (file_ != nullptr) std::fflush(file_);
+  if (owned_) std::fclose(file_);
+}
+
+Result<std::unique_ptr<AccessLog>> AccessLog::open(const std::string& where) {
+  if (where == "off") return std::unique_ptr<AccessLog>(new AccessLog(nullptr, false));
+  if (where == "stdout") {
+    static char buffer[1 << 16];
+    std::setvbuf(stdout, buffer, _IOFBF, sizeof buffer);
+    return std::unique_ptr<AccessLog>(new AccessLog(stdout, false));
+  }
+  std::FILE* f = std::fopen(where.c_str(), "a");
+  if (f == nullptr) {
+    return invalid_argument("cannot open the access log " + where + ": " + std::strerror(errno));
+  }
+  std::setvbuf(f, nullptr, _IOFBF, 1 << 16);
+  return std::unique_ptr<AccessLog>(new AccessLog(f, true));
+}
+
+void AccessLog::format(const AccessRecord& r, std::string& out) {
+  const std::int64_t ns = r.time.count();
+  const std::time_t secs = static_cast<std::time_t>(ns / 1'000'000'000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char when[48];
+  std::snprintf(when, sizeof when, "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ns % 1'000'000'000 / 1000));
+  auto field = [&](const char* name, std::string_view value) {
+    out += ",\"";
+    out += name;
+    out += "\":\"";
+    append_json_escaped(out, value);
+    out += '"';
+  };
+  auto ms = [](Nanos d) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", static_cast<double>(d.count()) / 1e6);
+    return std::string(buf);
+  };
+  out += "{\"time\":\"";
+  out += when;
+  out += '"';
+  field("request_id", r.request_id);
+  field("system", r.system);
+  field("interface", r.interface);
+  field("method", r.method);
+  field("path", r.path);
+  field("client_ip", r.client_ip);
+  out += ",\"status\":" + std::to_string(r.status);
+  field("reason", to_string(r.reason));
+  out += ",\"latency_ms\":" + ms(r.latency);
+  out += ",\"upstream_latency_ms\":";
+  out += r.upstream_latency ? ms(*r.upstream_latency) : "null";
+  if (r.shadow_rejected != nullptr && !r.shadow_rejected->empty()) {
+    out += ",\"shadow_rejected\":[";
+    for (std::size_t i = 0; i < r.shadow_rejected->size(); ++i) {
+      out += i == 0 ? "\"" : ",\"";
+      append_json_escaped(out, (*r.shadow_rejected)[i]->name);
+      out += '"';
+    }
+    out += ']';
+  }
+  out += '}';
+}
+
+void AccessLog::write(const AccessRecord& record, std::string& line) {
+  if (file_ == nullptr) return;
+  line.clear();
+  format(record, line);
+  line += '\n';
+  std::fwrite(line.data(), 1, line.size(), file_);
+}
+
+void AccessLog::flush() {
+  if (file_ != nullptr) std::fflush(file_);
+}
+
+}  // namespace sluice::gateway

@@ -1,0 +1,56 @@
+// AccessLog: one JSON line per request, to stdout or a file, buffered and flushed by the server's
+// timer. Thread-safe (each line is one stdio write, which stdio serialises).
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "gateway/policy.h"
+#include "sluice/result.h"
+
+namespace sluice::gateway {
+
+struct AccessRecord {
+  Nanos time{0};  // since the Unix epoch
+  std::string_view request_id;
+  std::string_view system;
+  std::string_view interface;
+  std::string_view method;
+  std::string_view path;
+  int status = 0;
+  Reason reason = Reason::kOk;
+  Nanos latency{0};
+  std::optional<Nanos> upstream_latency;
+  std::string_view client_ip;
+  const std::vector<const CompiledLimit*>* shadow_rejected = nullptr;
+};
+
+class AccessLog {
+ public:
+  // "stdout", "off", or a file path (appended to).
+  static Result<std::unique_ptr<AccessLog>> open(const std::string& where);
+  ~AccessLog();
+  AccessLog(const AccessLog&) = delete;
+  AccessLog& operator=(const AccessLog&) = delete;
+
+  bool enabled() const { return file_ != nullptr; }
+  // Formats into line (reused between calls) and writes it.
+  void write(const AccessRecord& record, std::string& line);
+  void flush();
+
+  // The JSON line for a record, without the newline.
+  static void format(const AccessRecord& record, std::string& out);
+
+ private:
+  AccessLog(std::FILE* file, bool owned);
+  std::FILE* file_;
+  bool owned_;
+};
+
+// Appends s as the inside of a JSON string.
+void append_json_escaped(std::string& out, std::string_view s);
+
+}  // namespace sluice::gateway

@@ -1,0 +1,1223 @@
+// The gateway's I/O: listeners, sessions, the proxy, the admin listener, reload and drain. Sessions
+// only move bytes; every decision is made by policy.h's functions.
+//
+// Threads: one event loop per worker thread. One acceptor hands each new connection to the workers
+// in turn; a connection stays on its worker, and so do the upstream connections it uses (each
+// worker has its own pools), so a request takes no lock but the limit store's shard and its
+// worker's metrics shard.
+#include "gateway/gateway.h"
+
+#include <sys/stat.h>
+
+#include <array>
+#include <atomic>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+#include <condition_variable>
+#include <cstdio>
+#include <list>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "config/yaml.h"
+#include "gateway/access_log.h"
+#include "gateway/policy.h"
+#include "sluice/local_store.h"
+
+namespace sluice::gateway {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using error_code = boost::system::error_code;
+
+namespace {
+
+// Everything runs on io_context executors; naming the type (rather than any_io_executor) spares
+// each operation the type-erased executor's copies.
+using Executor = asio::io_context::executor_type;
+template <class T>
+using Task = asio::awaitable<T, Executor>;
+using Stream = beast::basic_stream<tcp, Executor, beast::unlimited_rate_policy>;
+using Socket = asio::basic_stream_socket<tcp, Executor>;
+using Acceptor = asio::basic_socket_acceptor<tcp, Executor>;
+using Timer = asio::basic_waitable_timer<std::chrono::steady_clock,
+                                         asio::wait_traits<std::chrono::steady_clock>, Executor>;
+using Resolver = asio::ip::basic_resolver<tcp, Executor>;
+constexpr auto kTok = asio::as_tuple(asio::use_awaitable_t<Executor>{});
+constexpr std::size_t kHeaderLimit = 8 * 1024;
+constexpr std::size_t kDecideBodyLimit = 64 * 1024;
+constexpr std::size_t kRelayChunk = 16 * 1024;
+
+using Clock = std::chrono::steady_clock;
+using RequestParser = http::request_parser<http::buffer_body>;
+using ResponseParser = http::response_parser<http::buffer_body>;
+using HeaderList = std::vector<std::pair<std::string_view, std::string>>;
+
+Nanos since(Clock::time_point t) { return std::chrono::duration_cast<Nanos>(Clock::now() - t); }
+
+Nanos wall_now() {
+  return std::chrono::duration_cast<Nanos>(std::chrono::system_clock::now().time_since_epoch());
+}
+
+class FieldsLookup final : public HeaderLookup {
+ public:
+  explicit FieldsLookup(const http::fields& f) : f_(f) {}
+  std::string_view get(std::string_view name) const override { return f_[name]; }
+
+ private:
+  const http::fields& f_;
+};
+
+// The hop-by-hop fields (RFC 9110 7.6.1), which a proxy does not forward, and the ones the
+// Connection field names. Transfer-Encoding stays: the serializer frames the body by it.
+void strip_hop_by_hop(http::fields& f) {
+  const std::string connection(f[http::field::connection]);
+  for (std::size_t start = 0; start < connection.size();) {
+    std::size_t end = connection.find(',', start);
+    if (end == std::string::npos) end = connection.size();
+    std::string_view token(connection.data() + start, end - start);
+    while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
+    while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+    if (!token.empty() && !beast::iequals(token, "transfer-encoding")) f.erase(token);
+    start = end + 1;
+  }
+  for (auto field : {http::field::connection, http::field::keep_alive, http::field::proxy_connection,
+                     http::field::te, http::field::trailer, http::field::upgrade,
+                     http::field::proxy_authenticate, http::field::proxy_authorization}) {
+    f.erase(field);
+  }
+}
+
+// Whether the request's framing is unambiguous: Transfer-Encoding, when present, is exactly
+// "chunked" (the parser refuses it next to Content-Length, and two different Content-Lengths).
+bool framing_is_clean(const RequestParser& p) {
+  const auto& req = p.get();
+  std::size_t count = 0;
+  for (auto it = req.find(http::field::transfer_encoding);
+       it != req.end() && it->name() == http::field::transfer_encoding; ++it) {
+    ++count;
+    if (!beast::iequals(it->value(), "chunked")) return false;
+  }
+  return count <= 1 && (count == 0 || p.chunked());
+}
+
+Reason reason_of_read_error(const error_code& ec) {
+  if (ec == http::error::header_limit) return Reason::kHeaderTooLarge;
+  if (ec == http::error::body_limit) return Reason::kBodyTooLarge;
+  if (ec == beast::error::timeout) return Reason::kRequestTimeout;
+  return Reason::kBadRequest;
+}
+
+bool body_expected(http::verb method, unsigned status) {
+  return method != http::verb::head && status / 100 != 1 && status != 204 && status != 304;
+}
+
+std::string json_string(std::string_view s) {
+  std::string out = "\"";
+  append_json_escaped(out, s);
+  return out + "\"";
+}
+
+// An upstream connection (Beast streams move, but do not move-assign).
+using UpConn = std::unique_ptr<Stream>;
+
+// The header fields and the blank line that ends them, as HTTP/1.1 puts them on the wire.
+void append_fields(std::string& out, const http::fields& f) {
+  for (const auto& field : f) {
+    out.append(field.name_string());
+    out += ": ";
+    out.append(field.value());
+    out += "\r\n";
+  }
+  out += "\r\n";
+}
+
+void append_head(std::string& out, const http::request_header<>& h) {
+  out.append(h.method_string());
+  out += ' ';
+  out.append(h.target());
+  out += " HTTP/1.1\r\n";
+  append_fields(out, h);
+}
+
+void append_head(std::string& out, const http::response_header<>& h) {
+  out += "HTTP/1.1 ";
+  out += std::to_string(h.result_int());
+  out += ' ';
+  out.append(h.reason());
+  out += "\r\n";
+  append_fields(out, h);
+}
+
+struct RelayResult {
+  error_code read;   // reading the body from `from` failed
+  error_code write;  // writing to `to` failed
+  bool started = false;  // something was written
+};
+
+// Sends a message already parsed up to its body: `head`, then the body piece by piece as the parser
+// reads it from `from`, chunk-framed when `chunked`. The head goes out with the first piece, in one
+// write, and each piece in one write with its framing.
+template <bool isRequest>
+Task<RelayResult> relay(Stream& from, beast::flat_buffer& buffer,
+                                              http::parser<isRequest, http::buffer_body>& parser,
+                                              Stream& to, const std::string& head, bool chunked,
+                                              char* chunk, Nanos read_timeout, Nanos write_timeout) {
+  static constexpr std::string_view kCrlf = "\r\n";
+  static constexpr std::string_view kCrlfLast = "\r\n0\r\n\r\n";
+  static constexpr std::string_view kLast = "0\r\n\r\n";
+  bool head_sent = false;
+  while (true) {
+    std::size_t n = 0;
+    if (!parser.is_done()) {
+      parser.get().body().data = chunk;
+      parser.get().body().size = kRelayChunk;
+      from.expires_after(read_timeout);
+      auto [rec, rn] = co_await http::async_read(from, buffer, parser, kTok);
+      if (rec && rec != http::error::need_buffer) co_return RelayResult{rec, {}, head_sent};
+      n = kRelayChunk - parser.get().body().size;
+    }
+    const bool last = parser.is_done();
+    char size_line[24];
+    std::size_t size_len = 0;
+    std::string_view tail;
+    if (chunked && n > 0) {
+      size_len = static_cast<std::size_t>(std::snprintf(size_line, sizeof size_line, "%zx\r\n", n));
+      tail = last ? kCrlfLast : kCrlf;
+    } else if (chunked && last) {
+      tail = kLast;
+    }
+    const std::array<asio::const_buffer, 4> pieces{
+        head_sent ? asio::const_buffer() : asio::buffer(head), asio::buffer(size_line, size_len),
+        asio::buffer(chunk, n), asio::buffer(tail.data(), tail.size())};
+    if (asio::buffer_size(pieces) > 0) {
+      to.expires_after(write_timeout);
+      auto [wec, wn] = co_await asio::async_write(to, pieces, kTok);
+      if (wec) co_return RelayResult{{}, wec, true};
+    }
+    head_sent = true;
+    if (last) co_return RelayResult{{}, {}, true};
+  }
+}
+
+}  // namespace
+
+// --- the shared state ---------------------------------------------------------------------------
+
+struct Worker;
+
+struct Gateway::Impl {
+  GatewayOptions options;
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::unique_ptr<Acceptor> acceptor;
+  std::unique_ptr<Acceptor> admin_acceptor;
+  std::uint16_t port = 0;
+  std::uint16_t admin_port = 0;
+
+  std::unique_ptr<LocalStore> local_store;
+  std::shared_ptr<Limiter> limiter;
+  std::unique_ptr<BreakerRegistry> breakers;
+  std::unique_ptr<Metrics> metrics;
+  std::unique_ptr<AccessLog> access_log;
+
+  mutable std::mutex snapshot_mu;
+  std::shared_ptr<const Snapshot> current;  // guarded by snapshot_mu
+  std::atomic<std::uint64_t> generation{0};
+  std::mutex reload_mu;  // one reload at a time
+
+  std::mutex admin_mu;
+  std::vector<std::tuple<std::string, std::string, AdminHandler>> admin_routes;  // guarded by admin_mu
+
+  std::atomic<bool> draining{false};
+  std::atomic<bool> stopped{false};
+  std::atomic<std::int64_t> sessions{0};
+  std::atomic<std::size_t> next_worker{0};
+  std::uint32_t request_id_prefix = 0;
+
+  std::mutex stop_mu;
+  std::condition_variable stop_cv;
+  bool threads_done = false;  // guarded by stop_mu
+
+  struct FileStamp {
+    std::int64_t mtime_ns = 0;
+    std::int64_t size = -1;
+    std::uint64_t inode = 0;
+    friend bool operator==(const FileStamp&, const FileStamp&) = default;
+  };
+  std::mutex stamp_mu;
+  FileStamp stamp;  // guarded by stamp_mu
+  std::unique_ptr<asio::signal_set> signals;
+
+  void log(std::string_view message) const {
+    if (options.log) {
+      options.log(message);
+    } else {
+      std::fprintf(stderr, "sluice: %.*s\n", static_cast<int>(message.size()), message.data());
+    }
+  }
+
+  std::shared_ptr<const Snapshot> snapshot() const {
+    std::lock_guard lock(snapshot_mu);
+    return current;
+  }
+
+  Status install(std::shared_ptr<const config::Config> config);
+  Status reload_from_file();
+  FileStamp stat_config() const;
+  void begin_drain();
+  void stop_all();
+  Task<void> accept_loop();
+  Task<void> admin_loop();
+  Task<void> admin_session(Socket socket);
+  Task<void> housekeeping();
+  Task<void> drain_watch();
+  void wait_signal();
+};
+
+// --- a worker: one event loop, its sessions and its upstream pools --------------------------------
+
+struct Worker {
+  Worker(Gateway::Impl& g, std::size_t i) : gw(g), index(i) {}
+
+  Gateway::Impl& gw;
+  std::size_t index;
+  asio::io_context ioc{1};
+  std::thread thread;
+
+  // The snapshot this worker serves, refreshed when the generation moves.
+  std::shared_ptr<const Snapshot> cached;
+  std::uint64_t cached_generation = ~std::uint64_t{0};
+
+  struct Conn {
+    Stream* stream;
+    bool busy = false;
+  };
+  std::unordered_set<Conn*> conns;  // touched on this worker's thread only
+
+  std::unordered_map<std::string, std::vector<UpConn>> idle;  // by "host:port"
+  std::size_t next_target = 0;
+  std::uint64_t next_request = 0;
+  std::string log_line;
+
+  const std::shared_ptr<const Snapshot>& snapshot() {
+    const std::uint64_t g = gw.generation.load(std::memory_order_acquire);
+    if (g != cached_generation) {
+      cached = gw.snapshot();
+      cached_generation = g;
+    }
+    return cached;
+  }
+
+  void close_idle_conns() {
+    for (Conn* c : conns) {
+      error_code ignored;
+      if (!c->busy) c->stream->socket().close(ignored);
+    }
+  }
+
+  Task<void> session(Socket socket);
+
+  struct Exchange;
+  Task<bool> serve(Exchange& x);
+  Task<bool> proxy(Exchange& x);
+  Task<bool> decide_endpoint(Exchange& x);
+  Task<bool> respond(Exchange& x, Reason reason, const Verdict* verdict, bool close);
+  Task<bool> respond_json(Exchange& x, unsigned status, std::string body, const HeaderList& extra,
+                               bool close);
+  Task<std::optional<std::string>> read_body(Exchange& x, std::size_t limit);
+  Task<std::pair<bool, UpConn>> connect(const config::Target& target, Nanos timeout);
+  void finish(Exchange& x, int status, Reason reason, std::optional<Nanos> upstream_latency);
+  void release_leases(Exchange& x);
+};
+
+// One request on a client connection.
+struct Worker::Exchange {
+  Stream& client;
+  beast::flat_buffer& buffer;
+  RequestParser& parser;
+  Context& ctx;
+  std::string_view client_ip;
+  std::shared_ptr<const Snapshot> snapshot;
+  Clock::time_point start;
+  std::string request_id;
+  std::string_view path;
+  std::string_view query;
+  // Session-long scratch space, so that a request allocates neither: the relay buffer and the
+  // upstream read buffer.
+  char* chunk = nullptr;
+  beast::flat_buffer* up_buffer = nullptr;
+  std::string* head = nullptr;  // the serialized header of the message being relayed
+  bool leases_held = false;
+  bool decided = false;
+};
+
+Task<void> Worker::session(Socket socket) {
+  error_code ec;
+  const std::string client_ip = socket.remote_endpoint(ec).address().to_string();
+  Stream stream(std::move(socket));
+  Conn conn{&stream};
+  conns.insert(&conn);
+  gw.sessions.fetch_add(1);
+  beast::flat_buffer buffer;
+  beast::flat_buffer up_buffer;
+  const auto chunk = std::make_unique<char[]>(kRelayChunk);
+  std::string head;
+  Context ctx;
+  std::optional<RequestParser> parser;
+  // The header deadline is a timer of its own rather than the stream's expiry, which would close
+  // the socket: a client too slow to send its header is still told 408.
+  // Its handler may run after this frame is gone, so what it touches is shared.
+  struct HeaderDeadline {
+    std::uint64_t round = 0;
+    bool timed_out = false;
+    Stream* stream = nullptr;  // null once the session has ended
+  };
+  Timer header_timer(ioc);
+  const auto deadline = std::make_shared<HeaderDeadline>();
+  deadline->stream = &stream;
+  while (!gw.draining.load(std::memory_order_acquire)) {
+    parser.emplace();
+    parser->header_limit(kHeaderLimit);
+    {
+      const config::Config& cfg = snapshot()->config();
+      parser->body_limit(static_cast<std::uint64_t>(cfg.max_body_bytes));
+      stream.expires_never();
+      header_timer.expires_after(cfg.header_timeout);
+    }
+    header_timer.async_wait([deadline, round = ++deadline->round](error_code wait_ec) {
+      // Cancelled, a later request's deadline, or the session is over.
+      if (wait_ec || round != deadline->round || deadline->stream == nullptr) return;
+      deadline->timed_out = true;
+      error_code ignored;
+      deadline->stream->socket().cancel(ignored);
+    });
+    auto [read_ec, n] = co_await http::async_read_header(stream, buffer, *parser, kTok);
+    ++deadline->round;
+    header_timer.cancel();
+    error_code rec = read_ec;
+    if (rec == asio::error::operation_aborted && deadline->timed_out) rec = beast::error::timeout;
+    const std::shared_ptr<const Snapshot> snap = snapshot();
+    if (rec) {
+      // A connection closed or timed out between requests just ends; anything else is answered.
+      const bool quiet = rec == http::error::end_of_stream || rec == asio::error::operation_aborted ||
+                         rec == asio::error::connection_reset || rec == asio::error::bad_descriptor ||
+                         (rec == beast::error::timeout && !parser->got_some() && buffer.size() == 0);
+      if (!quiet) {
+        conn.busy = true;
+        Exchange x{stream, buffer, *parser, ctx, client_ip, snap, Clock::now(), {}, "", ""};
+        co_await respond(x, reason_of_read_error(rec), nullptr, true);
+        finish(x, status_of(reason_of_read_error(rec)), reason_of_read_error(rec), std::nullopt);
+      }
+      break;
+    }
+    conn.busy = true;
+    Exchange x{stream, buffer, *parser, ctx, client_ip, snap, Clock::now(), {}, "", "", chunk.get(), &up_buffer, &head};
+    const bool keep = co_await serve(x);
+    conn.busy = false;
+    if (!keep) break;
+  }
+  deadline->stream = nullptr;
+  stream.socket().shutdown(Socket::shutdown_both, ec);
+  stream.close();
+  conns.erase(&conn);
+  gw.sessions.fetch_sub(1);
+}
+
+void Worker::release_leases(Exchange& x) {
+  if (!x.leases_held) return;
+  for (const Lease& l : x.ctx.leases) gw.limiter->release(l.key, *l.limit, l.id);
+  x.ctx.leases.clear();
+  x.leases_held = false;
+}
+
+void Worker::finish(Exchange& x, int status, Reason reason, std::optional<Nanos> upstream_latency) {
+  release_leases(x);
+  const std::string_view system = x.ctx.system != nullptr ? std::string_view(x.ctx.system->system->key) : "";
+  const std::string_view interface =
+      x.ctx.interface != nullptr ? std::string_view(x.ctx.interface->interface->id) : "";
+  gw.metrics->count_request(index, system, interface, reason, status);
+  if (x.decided) {
+    for (const CompiledLimit* l : x.ctx.verdict.shadow_rejected) gw.metrics->count_shadow_rejection(index, *l);
+  }
+  if (!gw.access_log->enabled()) return;
+  AccessRecord r;
+  r.time = wall_now();
+  r.request_id = x.request_id;
+  r.system = system;
+  r.interface = interface;
+  r.method = x.parser.get().method_string();
+  r.path = x.path.empty() ? std::string_view(x.parser.get().target().data(), x.parser.get().target().size()) : x.path;
+  r.status = status;
+  r.reason = reason;
+  r.latency = since(x.start);
+  r.upstream_latency = upstream_latency;
+  r.client_ip = x.client_ip;
+  r.shadow_rejected = x.decided ? &x.ctx.verdict.shadow_rejected : nullptr;
+  gw.access_log->write(r, log_line);
+}
+
+Task<bool> Worker::respond_json(Exchange& x, unsigned status, std::string body, const HeaderList& extra,
+                                     bool close) {
+  http::response<http::string_body> res{static_cast<http::status>(status), 11};
+  res.set(http::field::content_type, "application/json");
+  if (!x.request_id.empty()) res.set("X-Request-Id", x.request_id);
+  for (const auto& [name, value] : extra) res.set(name, value);
+  res.body() = std::move(body);
+  res.keep_alive(!close && x.parser.is_header_done() && x.parser.get().keep_alive() &&
+                 !gw.draining.load(std::memory_order_acquire));
+  res.prepare_payload();
+  x.client.expires_after(x.snapshot->config().header_timeout);
+  auto [ec, n] = co_await http::async_write(x.client, res, kTok);
+  co_return !ec && res.keep_alive();
+}
+
+Task<bool> Worker::respond(Exchange& x, Reason reason, const Verdict* verdict, bool close) {
+  HeaderList headers;
+  if (verdict != nullptr) append_headers(*verdict, x.snapshot->config().rate_limit_headers, headers);
+  // A request whose body was not read cannot be followed by another on the same connection.
+  const bool unread_body = x.parser.is_header_done() && !x.parser.is_done();
+  co_return co_await respond_json(x, static_cast<unsigned>(status_of(reason)),
+                                  error_body(reason, x.snapshot->config().language), headers,
+                                  close || unread_body);
+}
+
+Task<std::optional<std::string>> Worker::read_body(Exchange& x, std::size_t limit) {
+  std::string body;
+  char chunk[4096];
+  while (!x.parser.is_done()) {
+    x.parser.get().body().data = chunk;
+    x.parser.get().body().size = sizeof chunk;
+    x.client.expires_after(x.snapshot->config().header_timeout);
+    auto [ec, n] = co_await http::async_read(x.client, x.buffer, x.parser, kTok);
+    if (ec && ec != http::error::need_buffer) co_return std::nullopt;
+    body.append(chunk, sizeof chunk - x.parser.get().body().size);
+    if (body.size() > limit) co_return std::nullopt;
+  }
+  co_return body;
+}
+
+Task<bool> Worker::serve(Exchange& x) {
+  auto& req = x.parser.get();
+  const std::uint64_t id = next_request++;
+  if (auto given = req["X-Request-Id"]; !given.empty() && given.size() <= 128) {
+    x.request_id = std::string(given);
+  } else {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%08x%02zx%014llx", gw.request_id_prefix, index & 0xff,
+                  static_cast<unsigned long long>(id & 0xffffffffffffffULL));
+    x.request_id = buf;
+  }
+  const std::string_view target = req.target();
+  const std::size_t q = target.find('?');
+  x.path = target.substr(0, q);
+  x.query = q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
+  if (!framing_is_clean(x.parser) || !path_is_clean(x.path)) {
+    co_await respond(x, Reason::kBadRequest, nullptr, true);
+    finish(x, 400, Reason::kBadRequest, std::nullopt);
+    co_return false;
+  }
+  if (x.path.starts_with("/_sluice/")) {
+    if (x.path == "/_sluice/healthz") {
+      const bool draining = gw.draining.load(std::memory_order_acquire);
+      const bool ok = co_await respond_json(x, draining ? 503 : 200,
+                                            draining ? R"({"status":"draining"})" : R"({"status":"ok"})", {},
+                                            false);
+      finish(x, draining ? 503 : 200, draining ? Reason::kDraining : Reason::kOk, std::nullopt);
+      co_return ok;
+    }
+    if (x.path == "/_sluice/v1/decide") {
+      if (req.method() != http::verb::post) {
+        const bool ok = co_await respond(x, Reason::kMethodNotAllowed, nullptr, false);
+        finish(x, 405, Reason::kMethodNotAllowed, std::nullopt);
+        co_return ok;
+      }
+      co_return co_await decide_endpoint(x);
+    }
+    const bool ok = co_await respond(x, Reason::kNotFound, nullptr, false);
+    finish(x, 404, Reason::kNotFound, std::nullopt);
+    co_return ok;
+  }
+  co_return co_await proxy(x);
+}
+
+Task<bool> Worker::decide_endpoint(Exchange& x) {
+  const config::Config& cfg = x.snapshot->config();
+  if (beast::iequals(x.parser.get()[http::field::expect], "100-continue")) {
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    co_await asio::async_write(x.client, asio::buffer(kContinue), kTok);
+  }
+  auto body = co_await read_body(x, kDecideBodyLimit);
+  boost::json::value doc;
+  if (body) {
+    boost::system::error_code jec;
+    doc = boost::json::parse(*body, jec);
+    if (jec || !doc.is_object()) body.reset();
+  }
+  const boost::json::object* o = body ? &doc.as_object() : nullptr;
+  auto str = [&](const char* name) -> std::optional<std::string_view> {
+    if (o == nullptr) return std::nullopt;
+    auto it = o->find(name);
+    if (it == o->end() || !it->value().is_string()) return std::nullopt;
+    return std::string_view(it->value().as_string());
+  };
+  const auto path_field = str("path");
+  std::int64_t cost = 1;
+  if (o != nullptr) {
+    if (auto it = o->find("cost"); it != o->end()) cost = it->value().is_int64() ? it->value().as_int64() : 0;
+  }
+  if (o == nullptr || !path_field || cost < 1 || cost > kMaxLimit) {
+    const bool ok = co_await respond_json(
+        x, 400,
+        R"({"code":400,"reason":"bad_request","msg":"expected {\"system\":\"...\",\"method\":\"GET\",\"path\":\"/...\",\"cost\":1}"})",
+        {}, true);
+    finish(x, 400, Reason::kBadRequest, std::nullopt);
+    co_return ok;
+  }
+  const std::string_view full = *path_field;
+  const std::size_t qm = full.find('?');
+  // Headers to key limits by come in "headers": {"X-User-Id": "7"}.
+  class JsonHeaders final : public HeaderLookup {
+   public:
+    explicit JsonHeaders(const boost::json::object* h) : h_(h) {}
+    std::string_view get(std::string_view name) const override {
+      if (h_ == nullptr) return {};
+      for (const auto& kv : *h_) {
+        if (beast::iequals(kv.key(), name) && kv.value().is_string()) return kv.value().as_string();
+      }
+      return {};
+    }
+
+   private:
+    const boost::json::object* h_;
+  };
+  const boost::json::object* headers = nullptr;
+  if (auto it = o->find("headers"); it != o->end() && it->value().is_object()) headers = &it->value().as_object();
+  JsonHeaders lookup(headers);
+  Request r;
+  r.method = str("method").value_or("GET");
+  r.path = full.substr(0, qm);
+  r.query = qm == std::string_view::npos ? std::string_view() : full.substr(qm + 1);
+  const auto system = str("system");
+  r.has_system_key = system.has_value();
+  r.system_key = system.value_or("");
+  r.client_ip = str("client_ip").value_or(x.client_ip);
+  r.headers = &lookup;
+  r.cost = cost;
+  r.hold_in_flight = false;
+
+  const auto t0 = Clock::now();
+  Context& ctx = x.ctx;
+  ctx.clear();
+  Reason reason = path_is_clean(r.path) ? check_access(r, *x.snapshot, ctx) : Reason::kBadRequest;
+  if (reason == Reason::kOk) {
+    plan_limits(r, ctx);
+    auto [status] = co_await gw.limiter->async_acquire_all(ctx.enforced, ctx.decisions, kTok);
+    if (!status.ok()) gw.metrics->count_store_error();
+    judge(status, ctx);
+    reason = ctx.verdict.reason;
+    if (reason == Reason::kOk && !ctx.shadow.empty()) {
+      auto [shadow_status] = co_await gw.limiter->async_acquire_each(ctx.shadow, ctx.shadow_decisions, kTok);
+      judge_shadow(shadow_status, ctx);
+    }
+    x.decided = true;
+    x.leases_held = true;
+  }
+  ctx.verdict.reason = reason;
+  gw.metrics->observe_decision(index, since(t0));
+  HeaderList extra;
+  append_headers(ctx.verdict, cfg.rate_limit_headers, extra);
+  std::string out;
+  if (reason == Reason::kOk) {
+    out = "{\"code\":200,\"reason\":\"ok\",\"allowed\":true,\"system\":" +
+          json_string(ctx.system != nullptr ? std::string_view(ctx.system->system->key) : "") +
+          ",\"interface\":" + json_string(ctx.interface->interface->id) + "}";
+  } else {
+    out = error_body(reason, cfg.language);
+  }
+  const int code = status_of(reason);
+  const bool ok = co_await respond_json(x, static_cast<unsigned>(code), std::move(out), extra, false);
+  finish(x, code, reason, std::nullopt);
+  co_return ok;
+}
+
+Task<std::pair<bool, UpConn>> Worker::connect(const config::Target& target, Nanos timeout) {
+  auto c = std::make_unique<Stream>(ioc);
+  c->expires_after(timeout);
+  error_code ec;
+  const auto address = asio::ip::make_address(target.host, ec);
+  if (!ec) {
+    auto [cec] = co_await c->async_connect(tcp::endpoint(address, target.port), kTok);
+    ec = cec;
+  } else {
+    Resolver resolver(ioc.get_executor());
+    auto [rec, results] = co_await resolver.async_resolve(target.host, std::to_string(target.port), kTok);
+    ec = rec;
+    if (!ec) {
+      auto [cec, endpoint] = co_await c->async_connect(results, kTok);
+      ec = cec;
+    }
+  }
+  if (ec) co_return std::pair{ec == beast::error::timeout, UpConn()};
+  c->socket().set_option(tcp::no_delay(true), ec);
+  co_return std::pair{false, std::move(c)};
+}
+
+Task<bool> Worker::proxy(Exchange& x) {
+  auto& req = x.parser.get();
+  const config::Config& cfg = x.snapshot->config();
+  Context& ctx = x.ctx;
+  ctx.clear();
+  FieldsLookup lookup(req);
+  Request r;
+  r.method = req.method_string();
+  r.path = x.path;
+  r.query = x.query;
+  const auto key_field = req.find(cfg.system_key_header);
+  r.has_system_key = key_field != req.end();
+  if (r.has_system_key) r.system_key = key_field->value();
+  r.client_ip = x.client_ip;
+  r.headers = &lookup;
+
+  const auto t0 = Clock::now();
+  Reason reason = check_access(r, *x.snapshot, ctx);
+  if (reason == Reason::kOk) {
+    plan_limits(r, ctx);
+    auto [status] = co_await gw.limiter->async_acquire_all(ctx.enforced, ctx.decisions, kTok);
+    if (!status.ok()) gw.metrics->count_store_error();
+    judge(status, ctx);
+    x.leases_held = true;
+    reason = ctx.verdict.reason;
+    if (reason == Reason::kOk && !ctx.shadow.empty()) {
+      auto [shadow_status] = co_await gw.limiter->async_acquire_each(ctx.shadow, ctx.shadow_decisions, kTok);
+      judge_shadow(shadow_status, ctx);
+    }
+    x.decided = true;
+  }
+  gw.metrics->observe_decision(index, since(t0));
+  if (reason != Reason::kOk) {
+    ctx.verdict.reason = reason;
+    const bool ok = co_await respond(x, reason, &ctx.verdict, false);
+    finish(x, status_of(reason), reason, std::nullopt);
+    co_return ok;
+  }
+
+  // The breaker.
+  const InterfaceEntry& itf = *ctx.interface;
+  const UpstreamEntry& up = *itf.upstream;
+  BreakerPermit permit;
+  if (up.breaker) {
+    permit = up.breaker->try_acquire();
+    if (!permit.admitted()) {
+      Verdict v = ctx.verdict;
+      v.retry_after = std::max(permit.retry_after(), Nanos{1});
+      const bool ok = co_await respond(x, Reason::kUpstreamUnavailable, &v, false);
+      finish(x, 503, Reason::kUpstreamUnavailable, std::nullopt);
+      co_return ok;
+    }
+  }
+  bool recorded = false;
+  auto record = [&](bool failed, Nanos took) {
+    if (up.breaker && !recorded) up.breaker->record(permit, failed, took);
+    recorded = true;
+  };
+  auto release_permit = [&] {
+    if (up.breaker && !recorded) up.breaker->release(permit);
+    recorded = true;
+  };
+
+  gw.metrics->add_in_flight(1);
+  struct InFlight {
+    Metrics& m;
+    ~InFlight() { m.add_in_flight(-1); }
+  } in_flight{*gw.metrics};
+
+  // The request as the upstream sees it.
+  const bool expects_continue = beast::iequals(req[http::field::expect], "100-continue");
+  const bool client_keep_alive = req.keep_alive();
+  strip_hop_by_hop(req);
+  req.erase(http::field::expect);
+  req.version(11);
+  req.keep_alive(true);
+  {
+    const std::string_view forwarded = req["X-Forwarded-For"];
+    std::string xff = forwarded.empty() ? std::string(x.client_ip) : std::string(forwarded) + ", " + std::string(x.client_ip);
+    req.set("X-Forwarded-For", xff);
+  }
+  req.set("X-Forwarded-Proto", "http");
+  req.set("X-Request-Id", x.request_id);
+  req.erase("X-Sluice-System");
+  if (ctx.system != nullptr) req.set("X-Sluice-System", ctx.system->system->key);
+  const bool has_body = x.parser.chunked() || x.parser.content_length().value_or(0) > 0;
+  const bool head = req.method() == http::verb::head;
+
+  const auto& targets = up.upstream->targets;
+  const config::Target& target = targets[next_target++ % targets.size()];
+  const std::string pool_key = target.host + ":" + std::to_string(target.port);
+  const auto up_start = Clock::now();
+
+  // Sends the request and reads the response header, on a pooled connection when one is idle; a
+  // pooled connection the upstream had closed is retried once on a fresh one when nothing of the
+  // body was consumed.
+  UpConn conn;
+  beast::flat_buffer& up_buffer = *x.up_buffer;
+  up_buffer.clear();
+  std::optional<ResponseParser> rp;
+  std::string& wire = *x.head;
+  char* const chunk = x.chunk;
+  Reason failure = Reason::kOk;
+  bool body_failed = false;  // the client's body was bad (413/400/timeout) rather than the upstream
+  for (int attempt = 0; attempt < 2 && !rp; ++attempt) {
+    bool reused = false;
+    if (auto& pool = idle[pool_key]; !pool.empty() && attempt == 0) {
+      conn = std::move(pool.back());
+      pool.pop_back();
+      reused = true;
+    } else {
+      auto [timed_out, fresh] = co_await connect(target, up.upstream->connect_timeout);
+      if (!fresh) {
+        failure = timed_out ? Reason::kUpstreamTimeout : Reason::kUpstreamConnectFailed;
+        break;
+      }
+      conn = std::move(fresh);
+    }
+    if (expects_continue && attempt == 0 && has_body) {
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      co_await asio::async_write(x.client, asio::buffer(kContinue), kTok);
+    }
+    Stream& us = *conn;
+    us.expires_after(itf.timeout);
+    wire.clear();
+    append_head(wire, req);
+    const RelayResult sent = co_await relay(x.client, x.buffer, x.parser, us, wire, x.parser.chunked(), chunk,
+                                            cfg.header_timeout, itf.timeout);
+    if (sent.read) {
+      failure = reason_of_read_error(sent.read);
+      body_failed = true;
+    }
+    error_code ec = sent.write;
+    if (body_failed) break;
+    if (!ec) {
+      // The response header, skipping interim (1xx) responses.
+      while (true) {
+        rp.emplace();
+        rp->body_limit(boost::none);
+        rp->header_limit(64 * 1024);
+        if (head) rp->skip(true);
+        auto [hec, hn] = co_await http::async_read_header(us, up_buffer, *rp, kTok);
+        ec = hec;
+        if (ec || rp->get().result_int() / 100 != 1 || rp->get().result_int() == 101) break;
+      }
+    }
+    if (!ec) break;
+    const bool nothing_back = !rp || !rp->got_some();
+    rp.reset();
+    conn.reset();
+    up_buffer.clear();
+    if (reused) idle[pool_key].clear();  // the upstream closed them: they are all likely stale
+    if (ec == beast::error::timeout) {
+      failure = Reason::kUpstreamTimeout;
+      break;
+    }
+    failure = Reason::kUpstreamConnectFailed;
+    if (!(reused && nothing_back && !has_body)) break;
+  }
+  if (!rp) {
+    if (body_failed) {
+      release_permit();
+    } else {
+      record(true, since(up_start));
+    }
+    const bool ok = co_await respond(x, failure, nullptr, true);
+    finish(x, status_of(failure), failure, since(up_start));
+    (void)ok;
+    co_return false;
+  }
+
+  // The response, header then body piece by piece, back to the client.
+  auto& res = rp->get();
+  const unsigned status = res.result_int();
+  const Nanos upstream_latency = since(up_start);
+  record(status < 600 && up.failure_statuses.test(status), upstream_latency);
+  const bool upstream_keep_alive = res.keep_alive();
+  strip_hop_by_hop(res);
+  HeaderList extra;
+  append_headers(ctx.verdict, cfg.rate_limit_headers, extra);
+  for (const auto& [name, value] : extra) res.set(name, value);
+  res.set("X-Request-Id", x.request_id);
+  const bool with_body = body_expected(req.method(), status);
+  if (with_body && !res.has_content_length() && !res.chunked()) res.chunked(true);
+  const bool keep_client = client_keep_alive && !gw.draining.load(std::memory_order_acquire);
+  res.keep_alive(keep_client);
+  res.version(11);
+  wire.clear();
+  append_head(wire, res);
+  const RelayResult sent = co_await relay(*conn, up_buffer, *rp, x.client, wire, with_body && res.chunked(),
+                                          chunk, itf.timeout, itf.timeout);
+  const bool upstream_ok = !sent.read;
+  const error_code ec = sent.write;
+  if (!upstream_ok && !sent.started) {
+    // The upstream broke off before the first piece of the body: nothing was sent yet.
+    const bool ok = co_await respond(x, Reason::kUpstreamConnectFailed, nullptr, true);
+    finish(x, 502, Reason::kUpstreamConnectFailed, upstream_latency);
+    (void)ok;
+    co_return false;
+  }
+  // The upstream connection goes back to the pool when the exchange ended cleanly.
+  if (upstream_ok && !ec && rp->is_done() && upstream_keep_alive && (!has_body || x.parser.is_done())) {
+    auto& pool = idle[pool_key];
+    if (pool.size() < static_cast<std::size_t>(up.upstream->max_idle_connections)) {
+      conn->expires_never();
+      pool.push_back(std::move(conn));
+    }
+  }
+  finish(x, static_cast<int>(status), Reason::kOk, upstream_latency);
+  co_return !ec && upstream_ok && keep_client && x.parser.is_done();
+}
+
+// --- the admin listener ------------------------------------------------------------------------
+
+Task<void> Gateway::Impl::admin_session(Socket socket) {
+  Stream stream(std::move(socket));
+  beast::flat_buffer buffer;
+  while (true) {
+    http::request_parser<http::string_body> parser;
+    parser.header_limit(kHeaderLimit);
+    parser.body_limit(1 << 20);
+    stream.expires_after(std::chrono::seconds(30));
+    auto [ec, n] = co_await http::async_read(stream, buffer, parser, kTok);
+    if (ec) break;
+    auto& req = parser.get();
+    const std::string_view target = req.target();
+    const std::string_view path = target.substr(0, target.find('?'));
+    AdminResponse out{404, "application/json", R"({"code":404,"reason":"not_found","msg":"Not found."})"};
+    if (req.method() == http::verb::get && path == "/metrics") {
+      out = {200, "text/plain; version=0.0.4; charset=utf-8", metrics->render(*snapshot())};
+    } else if (req.method() == http::verb::get && path == "/healthz") {
+      out = {200, "application/json", draining ? R"({"status":"draining"})" : R"({"status":"ok"})"};
+    } else if (req.method() == http::verb::get && path == "/config") {
+      out = {200, "application/yaml", config::to_yaml(snapshot()->config())};
+    } else {
+      AdminHandler handler;
+      {
+        std::lock_guard lock(admin_mu);
+        for (const auto& [method, prefix, h] : admin_routes) {
+          if (req.method_string() == method && path.starts_with(prefix)) handler = h;
+        }
+      }
+      if (handler) out = handler(AdminRequest{std::string(req.method_string()), std::string(target), req.body()});
+    }
+    http::response<http::string_body> res{static_cast<http::status>(out.status), 11};
+    res.set(http::field::content_type, out.content_type);
+    res.body() = std::move(out.body);
+    res.keep_alive(req.keep_alive());
+    res.prepare_payload();
+    auto [wec, wn] = co_await http::async_write(stream, res, kTok);
+    if (wec || !res.keep_alive()) break;
+  }
+  error_code ec;
+  stream.socket().shutdown(Socket::shutdown_both, ec);
+}
+
+Task<void> Gateway::Impl::admin_loop() {
+  while (true) {
+    auto [ec, socket] = co_await admin_acceptor->async_accept(kTok);
+    if (ec) {
+      if (!admin_acceptor->is_open()) co_return;
+      continue;
+    }
+    asio::co_spawn(admin_acceptor->get_executor(), admin_session(std::move(socket)), asio::detached);
+  }
+}
+
+Task<void> Gateway::Impl::accept_loop() {
+  Timer backoff(acceptor->get_executor());
+  while (true) {
+    Worker& w = *workers[next_worker++ % workers.size()];
+    auto [ec, socket] = co_await acceptor->async_accept(w.ioc, kTok);
+    if (ec) {
+      if (!acceptor->is_open() || ec == asio::error::operation_aborted) co_return;
+      // Out of file descriptors, most likely: give the connections in flight a moment to end.
+      backoff.expires_after(std::chrono::milliseconds(50));
+      co_await backoff.async_wait(kTok);
+      continue;
+    }
+    error_code oec;
+    socket.set_option(tcp::no_delay(true), oec);
+    asio::co_spawn(w.ioc, w.session(std::move(socket)), asio::detached);
+  }
+}
+
+// --- reload, drain, housekeeping ----------------------------------------------------------------
+
+Status Gateway::Impl::install(std::shared_ptr<const config::Config> config) {
+  std::lock_guard lock(reload_mu);
+  std::shared_ptr<const Snapshot> old = snapshot();
+  if (old) {
+    const config::Config& was = old->config();
+    if (was.listen != config->listen || was.admin_listen != config->admin_listen || was.store != config->store ||
+        was.access_log != config->access_log) {
+      log("listen, admin_listen, store and access_log take effect at the next start only");
+    }
+  }
+  const std::uint64_t g = generation.load() + 1;
+  auto next = std::make_shared<const Snapshot>(std::move(config), *breakers, g);
+  std::vector<std::string> keys;
+  for (const auto& u : next->config().upstreams) keys.push_back(Snapshot::breaker_key(u));
+  {
+    std::lock_guard slock(snapshot_mu);
+    current = next;
+  }
+  generation.store(g, std::memory_order_release);
+  breakers->retain(keys);
+  return {};
+}
+
+Gateway::Impl::FileStamp Gateway::Impl::stat_config() const {
+  struct stat st {};
+  if (::stat(options.config_path.c_str(), &st) != 0) return {};
+  return FileStamp{static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
+                   static_cast<std::int64_t>(st.st_size), static_cast<std::uint64_t>(st.st_ino)};
+}
+
+Status Gateway::Impl::reload_from_file() {
+  if (options.config_path.empty()) return invalid_argument("no configuration file to reload from");
+  {
+    std::lock_guard lock(stamp_mu);
+    stamp = stat_config();
+  }
+  auto loaded = config::load_yaml_file(options.config_path);
+  if (auto* problems = std::get_if<std::vector<config::Problem>>(&loaded)) {
+    metrics->count_reload(false);
+    std::string all;
+    for (const auto& p : *problems) {
+      log("reload refused: " + p.to_string());
+      all += (all.empty() ? "" : "\n") + p.to_string();
+    }
+    return invalid_argument(all);
+  }
+  Status s = install(std::get<std::shared_ptr<const config::Config>>(std::move(loaded)));
+  metrics->count_reload(s.ok());
+  log("configuration reloaded from " + options.config_path + " (generation " +
+      std::to_string(generation.load()) + ")");
+  return s;
+}
+
+Task<void> Gateway::Impl::housekeeping() {
+  Timer timer(workers[0]->ioc);
+  auto next_watch = Clock::now() + options.watch_interval;
+  while (!stopped.load()) {
+    timer.expires_after(std::chrono::milliseconds(100));
+    auto [ec] = co_await timer.async_wait(kTok);
+    if (ec) co_return;
+    access_log->flush();
+    if (!options.config_path.empty() && Clock::now() >= next_watch) {
+      next_watch = Clock::now() + options.watch_interval;
+      const FileStamp now = stat_config();
+      bool changed = false;
+      {
+        std::lock_guard lock(stamp_mu);
+        changed = now.size >= 0 && !(now == stamp);
+      }
+      if (changed) (void)reload_from_file();
+    }
+  }
+}
+
+void Gateway::Impl::begin_drain() {
+  if (draining.exchange(true)) return;
+  log("draining: no new connections; waiting for requests in flight");
+  asio::post(workers[0]->ioc, [this] {
+    error_code ec;
+    acceptor->close(ec);
+    asio::co_spawn(workers[0]->ioc, drain_watch(), asio::detached);
+  });
+  for (auto& w : workers) asio::post(w->ioc, [wp = w.get()] { wp->close_idle_conns(); });
+}
+
+Task<void> Gateway::Impl::drain_watch() {
+  const auto deadline = Clock::now() + snapshot()->config().drain_timeout;
+  Timer timer(workers[0]->ioc);
+  while (sessions.load() > 0 && Clock::now() < deadline) {
+    // Sessions that were between requests when the drain began close as they notice it.
+    for (auto& w : workers) asio::post(w->ioc, [wp = w.get()] { wp->close_idle_conns(); });
+    timer.expires_after(std::chrono::milliseconds(20));
+    co_await timer.async_wait(kTok);
+  }
+  if (sessions.load() > 0) log("drain timeout: closing " + std::to_string(sessions.load()) + " connections");
+  stop_all();
+}
+
+void Gateway::Impl::wait_signal() {
+  signals->async_wait([this](const error_code& ec, int sig) {
+    if (ec) return;
+    if (sig == SIGHUP) {
+      (void)reload_from_file();
+    } else {
+      begin_drain();
+    }
+    wait_signal();
+  });
+}
+
+void Gateway::Impl::stop_all() {
+  if (stopped.exchange(true)) return;
+  for (auto& w : workers) w->ioc.stop();
+}
+
+// --- Gateway ------------------------------------------------------------------------------------
+
+Gateway::Gateway(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Gateway::~Gateway() {
+  stop();
+  wait();
+  for (auto& w : impl_->workers) {
+    if (w->thread.joinable()) w->thread.join();
+  }
+  // Handlers still queued (sessions, timers) go with their event loops; the acceptors and the signal
+  // set must go first, and the loops before what the sessions point to.
+  impl_->signals.reset();
+  impl_->acceptor.reset();
+  impl_->admin_acceptor.reset();
+  impl_->workers.clear();
+  impl_->access_log->flush();
+}
+
+namespace {
+
+Result<tcp::endpoint> endpoint_of(const std::string& address) {
+  auto t = config::parse_target(address);
+  if (!t) return invalid_argument("\"" + address + "\" is not host:port");
+  error_code ec;
+  auto ip = asio::ip::make_address(t->host == "localhost" ? "127.0.0.1" : t->host, ec);
+  if (ec) return invalid_argument("\"" + t->host + "\" is not an IP address");
+  return tcp::endpoint(ip, t->port);
+}
+
+Result<std::unique_ptr<Acceptor>> listen_on(asio::io_context& ioc, const std::string& address,
+                                                 const char* what) {
+  auto ep = endpoint_of(address);
+  if (!ep.ok()) return invalid_argument(std::string("cannot listen (") + what + "): " + ep.error().message);
+  auto a = std::make_unique<Acceptor>(ioc);
+  error_code ec;
+  a->open(ep->protocol(), ec);
+  if (!ec) a->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) a->bind(*ep, ec);
+  if (!ec) a->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    std::string why = ec == asio::error::address_in_use ? "the address is already in use (another process listens there)"
+                                                        : ec.message();
+    return invalid_argument(std::string("cannot listen on ") + address + " (" + what + "): " + why);
+  }
+  return a;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
+                                                std::shared_ptr<const config::Config> config) {
+  auto impl = std::make_unique<Impl>();
+  Impl& g = *impl;
+  g.options = std::move(options);
+  g.options.threads = std::max(1, g.options.threads);
+  const std::string listen = g.options.listen.empty() ? config->listen : g.options.listen;
+  const std::string admin = g.options.admin_listen.empty() ? config->admin_listen : g.options.admin_listen;
+
+  auto log = Result<std::unique_ptr<AccessLog>>(
+      AccessLog::open(g.options.access_log.empty() ? config->access_log : g.options.access_log));
+  if (!log.ok()) return log.error();
+  g.access_log = std::move(*log);
+  if (g.options.limiter) {
+    g.limiter = g.options.limiter;
+  } else {
+    g.local_store = std::make_unique<LocalStore>(LocalStoreOptions{.clock = g.options.clock});
+    g.limiter = std::make_shared<StoreLimiter>(*g.local_store);
+  }
+  g.metrics = std::make_unique<Metrics>(static_cast<std::size_t>(g.options.threads));
+  Impl* self = &g;
+  g.breakers = std::make_unique<BreakerRegistry>(BreakerRegistry::Options{
+      .clock = g.options.clock,
+      .on_change = [self](const std::string& upstream, BreakerState from, BreakerState to) {
+        self->metrics->count_breaker_transition(upstream, to);
+        self->log("breaker of upstream " + upstream + ": " + to_string(from) + " -> " + to_string(to));
+      }});
+  std::random_device random;
+  g.request_id_prefix = static_cast<std::uint32_t>(random());
+
+  for (int i = 0; i < g.options.threads; ++i) g.workers.push_back(std::make_unique<Worker>(g, i));
+  auto acceptor = listen_on(g.workers[0]->ioc, listen, "listen");
+  if (!acceptor.ok()) return acceptor.error();
+  g.acceptor = std::move(*acceptor);
+  g.port = g.acceptor->local_endpoint().port();
+  if (admin != "off") {
+    auto admin_acceptor = listen_on(g.workers[0]->ioc, admin, "admin_listen");
+    if (!admin_acceptor.ok()) return admin_acceptor.error();
+    g.admin_acceptor = std::move(*admin_acceptor);
+    g.admin_port = g.admin_acceptor->local_endpoint().port();
+  }
+  if (Status s = g.install(std::move(config)); !s) return s.error();
+  if (!g.options.config_path.empty()) g.stamp = g.stat_config();  // no other thread yet
+
+  asio::io_context& main = g.workers[0]->ioc;
+  asio::co_spawn(main, g.accept_loop(), asio::detached);
+  if (g.admin_acceptor) asio::co_spawn(main, g.admin_loop(), asio::detached);
+  asio::co_spawn(main, g.housekeeping(), asio::detached);
+  if (g.options.handle_signals) {
+    g.signals = std::make_unique<asio::signal_set>(main, SIGHUP, SIGTERM, SIGINT);
+    g.wait_signal();
+  }
+  for (auto& w : g.workers) {
+    w->thread = std::thread([wp = w.get(), self] {
+      auto guard = asio::make_work_guard(wp->ioc);
+      wp->ioc.run();
+      if (wp->index == 0) {
+        std::lock_guard lock(self->stop_mu);
+        self->threads_done = true;
+        self->stop_cv.notify_all();
+      }
+    });
+  }
+  return std::unique_ptr<Gateway>(new Gateway(std::move(impl)));
+}
+
+std::uint16_t Gateway::port() const { return impl_->port; }
+std::uint16_t Gateway::admin_port() const { return impl_->admin_port; }
+
+Status Gateway::reload(std::shared_ptr<const config::Config> config) {
+  Status s = impl_->install(std::move(config));
+  impl_->metrics->count_reload(s.ok());
+  return s;
+}
+
+Status Gateway::reload_from_file() { return impl_->reload_from_file(); }
+
+void Gateway::drain() { impl_->begin_drain(); }
+void Gateway::stop() { impl_->stop_all(); }
+
+void Gateway::wait() {
+  std::unique_lock lock(impl_->stop_mu);
+  impl_->stop_cv.wait(lock, [&] { return impl_->threads_done; });
+}
+
+void Gateway::add_admin_route(std::string method, std::string prefix, AdminHandler handler) {
+  std::lock_guard lock(impl_->admin_mu);
+  impl_->admin_routes.emplace_back(std::move(method), std::move(prefix), std::move(handler));
+}
+
+std::shared_ptr<const Snapshot> Gateway::snapshot() const { return impl_->snapshot(); }
+Metrics& Gateway::metrics() { return *impl_->metrics; }
+
+}  // namespace sluice::gateway

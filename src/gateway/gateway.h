@@ -1,0 +1,94 @@
+// Gateway: `sluice serve` — the data-plane listener (policy, proxy, /_sluice/v1/decide, healthz),
+// the admin listener (/metrics, /config and routes later layers add), reload and drain.
+// Thread-safe: every public member may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "config/config.h"
+#include "gateway/limiter.h"
+#include "gateway/metrics.h"
+#include "gateway/snapshot.h"
+#include "sluice/clock.h"
+#include "sluice/result.h"
+
+namespace sluice::gateway {
+
+struct GatewayOptions {
+  // Override the configuration's addresses when not empty; "host:0" picks a free port.
+  std::string listen;
+  std::string admin_listen;
+  int threads = 1;  // worker threads, each with its own event loop and upstream connection pools
+  // The file the configuration came from: reloaded when it changes (checked every watch_interval)
+  // and on SIGHUP. Empty: reload() only.
+  std::string config_path;
+  Nanos watch_interval = std::chrono::seconds(1);
+  bool handle_signals = false;  // SIGHUP reloads; SIGTERM and SIGINT drain
+  // The clock of the limits and the breakers (tests pass a ManualClock); nullptr: the real ones.
+  const Clock* clock = nullptr;
+  // Where limits are decided; nullptr: an in-process LocalStore.
+  std::shared_ptr<Limiter> limiter;
+  std::string access_log;  // overrides the configuration's access_log when not empty
+  // Where operational messages go (startup, reloads, breaker changes, drain); nullptr: stderr.
+  std::function<void(std::string_view)> log;
+};
+
+// A request to the admin listener, and the answer to it (for routes other layers add).
+struct AdminRequest {
+  std::string method;
+  std::string target;  // path and query
+  std::string body;
+};
+struct AdminResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+};
+using AdminHandler = std::function<AdminResponse(const AdminRequest&)>;
+
+class Gateway {
+ public:
+  // Binds both listeners and starts serving; an error says which address could not be bound.
+  static Result<std::unique_ptr<Gateway>> start(GatewayOptions options,
+                                                std::shared_ptr<const config::Config> config);
+  ~Gateway();  // stops at once if still running
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
+
+  std::uint16_t port() const;
+  std::uint16_t admin_port() const;
+
+  // Swaps in a new configuration; requests in flight finish on the one they started with. Counters
+  // of limits that did not change, and breakers whose settings did not, carry over.
+  Status reload(std::shared_ptr<const config::Config> config);
+  // Reloads from options.config_path; on problems logs them and keeps the current configuration.
+  Status reload_from_file();
+
+  // Stops accepting, closes idle connections, lets requests in flight finish (up to the
+  // configuration's drain_timeout), then stops. Returns at once.
+  void drain();
+  // Stops at once.
+  void stop();
+  // Blocks until the gateway has stopped.
+  void wait();
+
+  // Adds a route to the admin listener: requests whose path starts with prefix and whose method
+  // matches go to handler (on an event-loop thread: keep it short).
+  void add_admin_route(std::string method, std::string prefix, AdminHandler handler);
+
+  std::shared_ptr<const Snapshot> snapshot() const;
+  Metrics& metrics();
+
+  struct Impl;
+
+ private:
+  explicit Gateway(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::gateway

@@ -1,0 +1,65 @@
+// Limiter: the gateway's asynchronous seam to a limit store. A synchronous store (LocalStore) answers
+// before the call returns; a networked one (Redis) answers later, on its own threads, and the
+// caller's completion handler brings the answer back to the caller's executor. Implementations are
+// thread-safe.
+#pragma once
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/async_result.hpp>
+#include <span>
+#include <string_view>
+
+#include "sluice/store.h"
+
+namespace sluice::gateway {
+
+class Limiter {
+ public:
+  using Handler = boost::asio::any_completion_handler<void(Status)>;
+
+  virtual ~Limiter() = default;
+
+  // Store::acquire_all: all or nothing. Calls done exactly once with the store's status, the
+  // decisions filled in when it is ok. requests, their keys and decisions must stay valid until then.
+  virtual void acquire_all(std::span<const LimitRequest> requests, std::span<Decision> decisions,
+                           Handler done) = 0;
+  // Each request decided on its own (shadow limits, which must not veto one another). A request
+  // the store could not decide gets a Decision with allowed == true.
+  virtual void acquire_each(std::span<const LimitRequest> requests, std::span<Decision> decisions,
+                            Handler done) = 0;
+  // Gives back a concurrency lease; errors are counted, not reported (the lease times out).
+  virtual void release(std::string_view key, const Limit& limit, std::uint64_t lease) = 0;
+
+  // Awaitable forms for any Asio completion token (use_awaitable, a callback, ...).
+  template <class Token>
+  auto async_acquire_all(std::span<const LimitRequest> requests, std::span<Decision> decisions,
+                         Token&& token) {
+    return boost::asio::async_initiate<Token, void(Status)>(
+        [this, requests, decisions](auto handler) { acquire_all(requests, decisions, std::move(handler)); },
+        token);
+  }
+  template <class Token>
+  auto async_acquire_each(std::span<const LimitRequest> requests, std::span<Decision> decisions,
+                          Token&& token) {
+    return boost::asio::async_initiate<Token, void(Status)>(
+        [this, requests, decisions](auto handler) { acquire_each(requests, decisions, std::move(handler)); },
+        token);
+  }
+};
+
+// A Limiter over a synchronous Store: every call completes before it returns.
+class StoreLimiter final : public Limiter {
+ public:
+  explicit StoreLimiter(Store& store) : store_(store) {}
+
+  void acquire_all(std::span<const LimitRequest> requests, std::span<Decision> decisions,
+                   Handler done) override;
+  void acquire_each(std::span<const LimitRequest> requests, std::span<Decision> decisions,
+                    Handler done) override;
+  void release(std::string_view key, const Limit& limit, std::uint64_t lease) override;
+
+ private:
+  Store& store_;
+};
+
+}  // namespace sluice::gateway

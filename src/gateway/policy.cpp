@@ -1,0 +1,323 @@
+#include "gateway/policy.h"
+
+#include <algorithm>
+#include <array>
+#include <cassert>
+
+namespace sluice::gateway {
+namespace {
+
+struct ReasonInfo {
+  const char* name;
+  int status;
+  std::string_view en;
+  std::string_view zh;
+};
+
+constexpr std::array<ReasonInfo, kReasonCount> kReasons{{
+    {"ok", 200, "OK.", "成功"},
+    {"system_key_missing", 401, "The request carries no system key.", "请求未携带系统标识,请联系管理员"},
+    {"system_unknown", 401, "The system key is not configured.", "系统未配置,请联系管理员"},
+    {"system_disabled", 403, "The system is disabled.", "系统已禁用,不可以调用"},
+    {"system_no_permissions", 403, "The system has no interface permissions.",
+     "系统未配置接口权限,请联系管理员"},
+    {"interface_unknown", 404, "No interface is configured for this method and path.",
+     "接口未配置,请联系管理员"},
+    {"interface_disabled", 403, "The interface is disabled.", "接口已禁用,不可以调用"},
+    {"interface_forbidden", 403, "The system may not call this interface.", "没有调用权限,请联系管理员"},
+    {"system_rate_limited", 429, "Too many requests from this system; retry later.",
+     "系统繁忙,请稍后重试"},
+    {"interface_rate_limited", 429, "Too many requests to this interface; retry later.",
+     "接口繁忙,请稍后重试"},
+    {"grant_rate_limited", 429, "Too many requests from this system to this interface; retry later.",
+     "该系统调用此接口过于频繁,请稍后重试"},
+    {"interface_concurrency_limited", 429, "Too many requests to this interface are in progress; retry later.",
+     "接口并发请求过多,请稍后重试"},
+    {"store_unavailable", 503, "The rate limit store is unavailable; retry later.",
+     "限流存储不可用,请稍后重试"},
+    {"upstream_unavailable", 503, "The service is unavailable (circuit open); retry later.",
+     "服务暂不可用(已熔断),请稍后重试"},
+    {"upstream_connect_failed", 502, "The service could not be reached.", "无法连接后端服务"},
+    {"upstream_timeout", 504, "The service did not answer in time.", "后端服务响应超时"},
+    {"bad_request", 400, "The request is malformed or ambiguous.", "请求格式错误"},
+    {"header_too_large", 431, "The request header is larger than 8 KiB.", "请求头过大"},
+    {"body_too_large", 413, "The request body is too large.", "请求体过大"},
+    {"request_timeout", 408, "The request took too long to arrive.", "请求接收超时"},
+    {"not_found", 404, "Not found.", "未找到"},
+    {"method_not_allowed", 405, "Method not allowed.", "不允许的请求方法"},
+    {"draining", 503, "The gateway is shutting down; retry.", "网关正在关闭,请重试"},
+}};
+
+const ReasonInfo& info(Reason r) { return kReasons[static_cast<std::size_t>(r)]; }
+
+Reason rejection_of(Scope scope) {
+  switch (scope) {
+    case Scope::kSystem: return Reason::kSystemRateLimited;
+    case Scope::kInterface: return Reason::kInterfaceRateLimited;
+    case Scope::kGrant: return Reason::kGrantRateLimited;
+    case Scope::kInFlight: return Reason::kInterfaceConcurrencyLimited;
+  }
+  return Reason::kInterfaceRateLimited;
+}
+
+// A request for an in-flight limit: the client is told to come back in a second, since in-flight
+// requests end much sooner than their leases expire.
+constexpr Nanos kInFlightRetry = std::chrono::seconds(1);
+
+std::string_view key_value(const config::LimitRule& rule, const Request& request) {
+  switch (rule.key_by) {
+    case config::KeyBy::kOwner: return {};
+    case config::KeyBy::kClientIp: return request.client_ip;
+    case config::KeyBy::kHeader:
+      return request.headers != nullptr ? request.headers->get(rule.key_name) : std::string_view();
+    case config::KeyBy::kQuery: return query_param(request.query, rule.key_name);
+  }
+  return {};
+}
+
+void add_limits(const std::vector<CompiledLimit>& limits, Context& ctx) {
+  for (const CompiledLimit& l : limits) {
+    (l.rule->shadow ? ctx.shadow_limits : ctx.enforced_limits).push_back(&l);
+  }
+}
+
+// Fills requests with one store request per limit, keyed-by limits' keys built into ctx.keys.
+void to_requests(const Request& request, const std::vector<const CompiledLimit*>& limits,
+                 std::vector<LimitRequest>& requests, std::size_t& next_key, Context& ctx) {
+  for (const CompiledLimit* l : limits) {
+    const Limit* limit = l->rule != nullptr ? &l->rule->limit : ctx.interface->in_flight_limit.get();
+    std::string_view key = l->key;
+    if (l->rule != nullptr && l->rule->key_by != config::KeyBy::kOwner) {
+      std::string& k = ctx.keys[next_key++];
+      k.assign(l->key);
+      k.append(key_value(*l->rule, request));
+      key = k;
+    }
+    requests.push_back(LimitRequest{key, limit, request.cost});
+  }
+}
+
+// Whether a's remaining share of its limit is smaller than b's.
+bool closer_to_exhaustion(const Decision& a, const Decision& b) {
+  return static_cast<__int128>(a.remaining) * b.limit < static_cast<__int128>(b.remaining) * a.limit;
+}
+
+}  // namespace
+
+const char* to_string(Reason reason) { return info(reason).name; }
+int status_of(Reason reason) { return info(reason).status; }
+std::string_view message(Reason reason, config::Language language) {
+  return language == config::Language::kChinese ? info(reason).zh : info(reason).en;
+}
+
+void Context::clear() {
+  system = nullptr;
+  interface = nullptr;
+  grant = nullptr;
+  enforced.clear();
+  enforced_limits.clear();
+  decisions.clear();
+  shadow.clear();
+  shadow_limits.clear();
+  shadow_decisions.clear();
+  leases.clear();
+  verdict.reason = Reason::kOk;
+  verdict.retry_after.reset();
+  verdict.quota.reset();
+  verdict.shadow_rejected.clear();
+  verdict.store_failed = false;
+}
+
+Reason check_access(const Request& request, const Snapshot& snapshot, Context& ctx) {
+  ctx.interface = snapshot.route(request.method, request.path);
+  const bool is_public = ctx.interface != nullptr && ctx.interface->interface->is_public;
+  const bool has_key = request.has_system_key && !request.system_key.empty();
+  if (!has_key) {
+    if (!is_public) return Reason::kSystemKeyMissing;
+  } else {
+    ctx.system = snapshot.system(request.system_key);
+    if (ctx.system == nullptr) return Reason::kSystemUnknown;
+    if (!ctx.system->system->enabled) return Reason::kSystemDisabled;
+    if (!ctx.system->has_permissions && !is_public) return Reason::kSystemNoPermissions;
+  }
+  if (ctx.interface == nullptr) return Reason::kInterfaceUnknown;
+  if (!ctx.interface->interface->enabled) return Reason::kInterfaceDisabled;
+  if (ctx.system != nullptr) {
+    if (!is_public && !ctx.system->permitted[ctx.interface->index]) return Reason::kInterfaceForbidden;
+    ctx.grant = snapshot.grant(*ctx.system, *ctx.interface);
+  }
+  return Reason::kOk;
+}
+
+void plan_limits(const Request& request, Context& ctx) {
+  if (ctx.system != nullptr) add_limits(ctx.system->limits, ctx);
+  add_limits(ctx.interface->limits, ctx);
+  if (ctx.grant != nullptr) add_limits(ctx.grant->limits, ctx);
+  if (request.hold_in_flight && ctx.interface->in_flight_limit) {
+    ctx.enforced_limits.push_back(&ctx.interface->in_flight);
+  }
+  std::size_t keyed = 0;
+  for (const auto* list : {&ctx.enforced_limits, &ctx.shadow_limits}) {
+    for (const CompiledLimit* l : *list) {
+      keyed += l->rule != nullptr && l->rule->key_by != config::KeyBy::kOwner ? 1 : 0;
+    }
+  }
+  if (ctx.keys.size() < keyed) ctx.keys.resize(keyed);
+  std::size_t next_key = 0;
+  to_requests(request, ctx.enforced_limits, ctx.enforced, next_key, ctx);
+  to_requests(request, ctx.shadow_limits, ctx.shadow, next_key, ctx);
+  ctx.decisions.resize(ctx.enforced.size());
+  ctx.shadow_decisions.resize(ctx.shadow.size());
+}
+
+void judge(const Status& store, Context& ctx) {
+  Verdict& v = ctx.verdict;
+  if (!store.ok()) {
+    v.store_failed = true;
+    const bool deny = std::any_of(ctx.enforced_limits.begin(), ctx.enforced_limits.end(), [](const CompiledLimit* l) {
+      return l->rule != nullptr && l->rule->on_store_failure == config::OnStoreFailure::kDeny;
+    });
+    if (deny) {
+      v.reason = Reason::kStoreUnavailable;
+      v.retry_after = std::chrono::seconds(1);
+    }
+    return;
+  }
+  const Decision* quota = nullptr;
+  const CompiledLimit* quota_limit = nullptr;
+  bool rejected = false;
+  bool pointless = false;  // a rejection that no wait would turn around
+  Nanos wait{0};
+  for (std::size_t i = 0; i < ctx.decisions.size(); ++i) {
+    const Decision& d = ctx.decisions[i];
+    const CompiledLimit* l = ctx.enforced_limits[i];
+    if (!d.allowed) {
+      if (!rejected) v.reason = rejection_of(l->scope);
+      rejected = true;
+      pointless = pointless || d.cost_exceeds_limit;
+      wait = std::max(wait, l->scope == Scope::kInFlight ? kInFlightRetry : d.retry_after);
+    }
+    if (l->scope == Scope::kInFlight || l->rule->limit.algorithm() == Algorithm::kConcurrency) continue;
+    // The limit the RateLimit fields describe: a rejecting one with the longest wait, or else the
+    // one with the smallest share left.
+    const bool better =
+        quota == nullptr ||
+        (!d.allowed && (quota->allowed || d.retry_after > quota->retry_after)) ||
+        (d.allowed && quota->allowed && closer_to_exhaustion(d, *quota));
+    if (better) {
+      quota = &d;
+      quota_limit = l;
+    }
+  }
+  if (rejected && !pointless) v.retry_after = std::max(wait, Nanos{1});
+  if (quota != nullptr) {
+    v.quota = Quota{quota_limit->name, quota->limit, quota_limit->rule->limit.window(), quota->remaining,
+                    quota->allowed ? quota->reset_after : quota->retry_after};
+  }
+  if (rejected) return;
+  for (std::size_t i = 0; i < ctx.decisions.size(); ++i) {
+    if (ctx.decisions[i].lease != 0) {
+      ctx.leases.push_back(Lease{std::string(ctx.enforced[i].key), ctx.enforced[i].limit, ctx.decisions[i].lease});
+    }
+  }
+}
+
+void judge_shadow(const Status& store, Context& ctx) {
+  if (!store.ok()) return;
+  for (std::size_t i = 0; i < ctx.shadow_decisions.size(); ++i) {
+    const Decision& d = ctx.shadow_decisions[i];
+    if (!d.allowed) ctx.verdict.shadow_rejected.push_back(ctx.shadow_limits[i]);
+    if (d.lease != 0) ctx.leases.push_back(Lease{std::string(ctx.shadow[i].key), ctx.shadow[i].limit, d.lease});
+  }
+}
+
+const Verdict& decide_now(const Request& request, const Snapshot& snapshot, Context& ctx,
+                          Limiter& limiter) {
+  ctx.clear();
+  ctx.verdict.reason = check_access(request, snapshot, ctx);
+  if (ctx.verdict.reason != Reason::kOk) return ctx.verdict;
+  plan_limits(request, ctx);
+  bool done = false;
+  limiter.acquire_all(ctx.enforced, ctx.decisions, [&](Status s) {
+    judge(s, ctx);
+    done = true;
+  });
+  assert(done && "decide_now needs a limiter that completes inline");
+  if (ctx.verdict.reason != Reason::kOk || ctx.shadow.empty()) return ctx.verdict;
+  limiter.acquire_each(ctx.shadow, ctx.shadow_decisions, [&](Status s) { judge_shadow(s, ctx); });
+  return ctx.verdict;
+}
+
+std::string error_body(Reason reason, config::Language language) {
+  std::string body = "{\"code\":" + std::to_string(status_of(reason)) + ",\"reason\":\"" + to_string(reason) +
+                     "\",\"msg\":\"";
+  body += message(reason, language);  // the messages need no JSON escaping
+  body += "\"}";
+  return body;
+}
+
+std::int64_t ceil_seconds(Nanos d) {
+  if (d.count() <= 0) return 0;
+  return (d.count() + 999'999'999) / 1'000'000'000;
+}
+
+void append_headers(const Verdict& v, config::RateLimitHeaders form,
+                    std::vector<std::pair<std::string_view, std::string>>& out) {
+  if (v.retry_after) out.emplace_back("Retry-After", std::to_string(std::max<std::int64_t>(1, ceil_seconds(*v.retry_after))));
+  if (!v.quota) return;
+  const Quota& q = *v.quota;
+  const std::int64_t remaining = std::max<std::int64_t>(q.remaining, 0);
+  switch (form) {
+    case config::RateLimitHeaders::kDraft: {
+      std::string name = "\"";
+      name += q.name;
+      name += '"';
+      out.emplace_back("RateLimit-Policy", name + ";q=" + std::to_string(q.limit) + ";w=" +
+                                               std::to_string(ceil_seconds(q.window)));
+      out.emplace_back("RateLimit", name + ";r=" + std::to_string(remaining) + ";t=" +
+                                        std::to_string(ceil_seconds(q.reset)));
+      break;
+    }
+    case config::RateLimitHeaders::kLegacy:
+      out.emplace_back("X-RateLimit-Limit", std::to_string(q.limit));
+      out.emplace_back("X-RateLimit-Remaining", std::to_string(remaining));
+      out.emplace_back("X-RateLimit-Reset", std::to_string(ceil_seconds(q.reset)));
+      break;
+    case config::RateLimitHeaders::kNone: break;
+  }
+}
+
+bool path_is_clean(std::string_view path) {
+  if (path.empty() || path[0] != '/') return false;
+  if (path.find('\0') != std::string_view::npos) return false;
+  std::size_t start = 1;
+  while (start <= path.size()) {
+    std::size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    std::string seg(path.substr(start, end - start));
+    for (std::size_t i = 0; (i = seg.find("%2", i)) != std::string::npos;) {
+      if (i + 2 < seg.size() && (seg[i + 2] == 'e' || seg[i + 2] == 'E')) {
+        seg.replace(i, 3, ".");
+      } else {
+        ++i;
+      }
+    }
+    if (seg == "." || seg == "..") return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+std::string_view query_param(std::string_view query, std::string_view name) {
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    const std::size_t eq = pair.find('=');
+    if (pair.substr(0, eq) == name) return eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    if (amp == std::string_view::npos) break;
+    query = query.substr(amp + 1);
+  }
+  return {};
+}
+
+}  // namespace sluice::gateway

@@ -1,0 +1,153 @@
+// The gateway's policy as plain functions over a request and a snapshot, no sockets: who is
+// calling, may it call this interface, do the limits admit it, and what the answer says (status,
+// reason, message, Retry-After, RateLimit fields). Thread-compatible: one Context per request.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "gateway/limiter.h"
+#include "gateway/snapshot.h"
+
+namespace sluice::gateway {
+
+// Every answer the gateway gives has a stable reason.
+enum class Reason : std::uint8_t {
+  kOk,
+  kSystemKeyMissing,
+  kSystemUnknown,
+  kSystemDisabled,
+  kSystemNoPermissions,
+  kInterfaceUnknown,
+  kInterfaceDisabled,
+  kInterfaceForbidden,
+  kSystemRateLimited,
+  kInterfaceRateLimited,
+  kGrantRateLimited,
+  kInterfaceConcurrencyLimited,
+  kStoreUnavailable,
+  kUpstreamUnavailable,    // breaker open
+  kUpstreamConnectFailed,  // 502
+  kUpstreamTimeout,        // 504
+  kBadRequest,             // malformed or ambiguous request
+  kHeaderTooLarge,
+  kBodyTooLarge,
+  kRequestTimeout,
+  kNotFound,               // the gateway's own endpoints
+  kMethodNotAllowed,
+  kDraining,
+};
+
+inline constexpr int kReasonCount = static_cast<int>(Reason::kDraining) + 1;
+
+const char* to_string(Reason reason);
+int status_of(Reason reason);
+std::string_view message(Reason reason, config::Language language);
+
+// Looks a request header up by name (case-insensitive); empty when absent.
+class HeaderLookup {
+ public:
+  virtual std::string_view get(std::string_view name) const = 0;
+
+ protected:
+  ~HeaderLookup() = default;
+};
+
+struct Request {
+  std::string_view method;
+  std::string_view path;   // without the query string
+  std::string_view query;  // without the '?'
+  bool has_system_key = false;
+  std::string_view system_key;
+  std::string_view client_ip;
+  const HeaderLookup* headers = nullptr;
+  std::int64_t cost = 1;
+  bool hold_in_flight = true;  // false for /decide, which holds no lease
+};
+
+// What the RateLimit fields describe: the limit closest to exhaustion.
+struct Quota {
+  std::string_view name;
+  std::int64_t limit = 0;
+  Nanos window{0};
+  std::int64_t remaining = 0;
+  Nanos reset{0};
+};
+
+struct Verdict {
+  Reason reason = Reason::kOk;
+  std::optional<Nanos> retry_after;  // Retry-After is sent when set
+  std::optional<Quota> quota;
+  std::vector<const CompiledLimit*> shadow_rejected;
+  bool store_failed = false;
+};
+
+// A lease a request holds until it ends.
+struct Lease {
+  std::string key;
+  const Limit* limit = nullptr;
+  std::uint64_t id = 0;
+};
+
+// One request's working set; reusable (clear() keeps the allocations).
+struct Context {
+  const SystemEntry* system = nullptr;
+  const InterfaceEntry* interface = nullptr;
+  const GrantEntry* grant = nullptr;
+
+  std::vector<std::string> keys;  // keyed-by limits' keys
+  std::vector<LimitRequest> enforced;
+  std::vector<const CompiledLimit*> enforced_limits;
+  std::vector<Decision> decisions;
+  std::vector<LimitRequest> shadow;
+  std::vector<const CompiledLimit*> shadow_limits;
+  std::vector<Decision> shadow_decisions;
+  std::vector<Lease> leases;  // filled by judge() when admitted
+
+  Verdict verdict;
+
+  void clear();
+};
+
+// Step 1 and 2: identifies the system and the interface and checks permissions, in the documented
+// order. Fills ctx.system / interface / grant as far as it got; kOk when the request may go on.
+Reason check_access(const Request& request, const Snapshot& snapshot, Context& ctx);
+
+// Step 3, before the store: the limits that apply, as store requests (enforced, all or nothing;
+// shadow ones apart).
+void plan_limits(const Request& request, Context& ctx);
+
+// Step 3, after the store: turns the decisions (or the store's failure) into the verdict, and
+// notes the leases an admitted request holds.
+void judge(const Status& store, Context& ctx);
+
+// The same for the shadow limits of an admitted request: which of them would have rejected it.
+void judge_shadow(const Status& store, Context& ctx);
+
+// Checks 1 to 3 in one go, for a limiter that completes before it returns (StoreLimiter).
+const Verdict& decide_now(const Request& request, const Snapshot& snapshot, Context& ctx,
+                          Limiter& limiter);
+
+// The JSON body of a refusal: {"code":429,"reason":"...","msg":"..."}.
+std::string error_body(Reason reason, config::Language language);
+
+// Seconds for Retry-After and RateLimit's t: rounded up, at least 1 for a positive wait.
+std::int64_t ceil_seconds(Nanos d);
+
+// The response header fields a verdict calls for (Retry-After, and the RateLimit fields in the
+// configured form), appended to out as (name, value).
+void append_headers(const Verdict& verdict, config::RateLimitHeaders form,
+                    std::vector<std::pair<std::string_view, std::string>>& out);
+
+// Percent-decodes nothing and refuses what could route differently upstream: a path that does not
+// start with '/', or has '.' / '..' segments (also %2e-encoded) or a NUL.
+bool path_is_clean(std::string_view path);
+
+// The value of one query parameter (raw, not decoded); empty when absent.
+std::string_view query_param(std::string_view query, std::string_view name);
+
+}  // namespace sluice::gateway

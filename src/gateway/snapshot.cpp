@@ -1,0 +1,182 @@
+#include "gateway/snapshot.h"
+
+#include <algorithm>
+#include <map>
+
+namespace sluice::gateway {
+namespace {
+
+// A lease outlives its request only when a process dies holding it (with a shared store); it is
+// given back by itself after this long.
+constexpr Nanos kInFlightLeaseTimeout = std::chrono::minutes(10);
+
+char scope_char(Scope s) {
+  switch (s) {
+    case Scope::kSystem: return 's';
+    case Scope::kInterface: return 'i';
+    case Scope::kGrant: return 'g';
+    case Scope::kInFlight: return 'f';
+  }
+  return '?';
+}
+
+std::string header_safe(std::string s) {
+  for (char& ch : s) {
+    if (ch == '"' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20) ch = '_';
+  }
+  return s;
+}
+
+std::vector<CompiledLimit> compile(Scope scope, const std::string& owner,
+                                   const std::vector<config::LimitRule>& rules) {
+  std::vector<CompiledLimit> out;
+  std::map<std::string, int> seen;  // identical unnamed limits, by description
+  std::size_t unnamed = 0;
+  for (const config::LimitRule& r : rules) unnamed += r.name.empty() ? 1 : 0;
+  for (std::size_t i = 0; i < rules.size(); ++i) {
+    const config::LimitRule& r = rules[i];
+    CompiledLimit c;
+    c.scope = scope;
+    c.rule = &r;
+    c.owner = owner;
+    if (!r.name.empty()) {
+      c.name = r.name;
+    } else {
+      c.name = header_safe(unnamed == 1 ? owner : owner + "-" + std::to_string(i));
+    }
+    std::string by = config::to_string(r.key_by);
+    if (r.key_by == config::KeyBy::kHeader || r.key_by == config::KeyBy::kQuery) by += ":" + r.key_name;
+    const std::string description = r.limit.to_string() + "|" + by;
+    const std::string tag = r.name.empty() ? "#" + std::to_string(seen[description]++) : "=" + r.name;
+    c.key = std::string(1, scope_char(scope)) + "|" + owner + "|" + description + "|" + tag + "|";
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace
+
+bool InterfaceEntry::allows(std::string_view method) const {
+  const auto& methods = interface->methods;
+  return methods.empty() || std::find(methods.begin(), methods.end(), method) != methods.end();
+}
+
+std::string Snapshot::breaker_key(const config::Upstream& upstream) {
+  return upstream.name + "\n" + config::describe(upstream.breaker);
+}
+
+std::shared_ptr<CircuitBreaker> BreakerRegistry::get(const config::Upstream& upstream) {
+  if (!upstream.breaker.enabled) return nullptr;
+  const std::string key = Snapshot::breaker_key(upstream);
+  std::lock_guard lock(mu_);
+  auto& slot = breakers_[key];
+  if (!slot) {
+    CircuitBreakerOptions o = upstream.breaker.options;
+    o.clock = options_.clock;
+    if (options_.on_change) {
+      o.on_state_change = [on_change = options_.on_change, name = upstream.name](BreakerState from,
+                                                                                 BreakerState to) {
+        on_change(name, from, to);
+      };
+    }
+    slot = std::make_shared<CircuitBreaker>(std::move(o));
+  }
+  return slot;
+}
+
+void BreakerRegistry::retain(const std::vector<std::string>& keys) {
+  std::lock_guard lock(mu_);
+  std::erase_if(breakers_, [&](const auto& kv) {
+    return std::find(keys.begin(), keys.end(), kv.first) == keys.end();
+  });
+}
+
+Snapshot::Snapshot(std::shared_ptr<const config::Config> config, BreakerRegistry& breakers,
+                   std::uint64_t generation)
+    : config_(std::move(config)), generation_(generation) {
+  const config::Config& c = *config_;
+  upstreams_.resize(c.upstreams.size());
+  std::unordered_map<std::string, const UpstreamEntry*> upstream_by_name;
+  for (std::size_t i = 0; i < c.upstreams.size(); ++i) {
+    UpstreamEntry& u = upstreams_[i];
+    u.upstream = &c.upstreams[i];
+    u.index = i;
+    u.breaker = breakers.get(c.upstreams[i]);
+    for (std::int32_t s : c.upstreams[i].failure_statuses) {
+      if (s >= 0 && s < 600) u.failure_statuses.set(static_cast<std::size_t>(s));
+    }
+    upstream_by_name[u.upstream->name] = &u;
+  }
+
+  interfaces_.resize(c.interfaces.size());
+  std::unordered_map<std::string, std::size_t> interface_index;
+  for (std::size_t i = 0; i < c.interfaces.size(); ++i) {
+    const config::Interface& f = c.interfaces[i];
+    InterfaceEntry& e = interfaces_[i];
+    e.interface = &f;
+    e.index = i;
+    std::string error;
+    e.pattern = config::PathPattern::parse(f.path, &error).value_or(config::PathPattern{});
+    e.limits = compile(Scope::kInterface, f.id, f.limits);
+    e.upstream = upstream_by_name.at(f.upstream);
+    e.timeout = f.timeout.value_or(e.upstream->upstream->timeout);
+    if (f.concurrency) {
+      e.in_flight_limit = std::make_unique<Limit>(
+          *Limit::concurrency({.limit = *f.concurrency, .lease_timeout = kInFlightLeaseTimeout}));
+      e.in_flight.scope = Scope::kInFlight;
+      e.in_flight.name = header_safe(f.id + "-in-flight");
+      e.in_flight.owner = f.id;
+      e.in_flight.key = "f|" + f.id + "|" + e.in_flight_limit->to_string() + "|";
+    }
+    interface_index[f.id] = i;
+    if (e.pattern.is_exact()) {
+      exact_[f.path].push_back(&e);
+    } else {
+      patterns_.push_back(&e);
+    }
+  }
+  std::stable_sort(patterns_.begin(), patterns_.end(), [](const InterfaceEntry* a, const InterfaceEntry* b) {
+    return a->pattern.compare_specificity(b->pattern) < 0;
+  });
+
+  grants_.reserve(c.grants.size());
+  for (const config::Grant& g : c.grants) {
+    grants_.push_back(GrantEntry{&g, compile(Scope::kGrant, g.system + "/" + g.interface, g.limits)});
+  }
+  for (const config::System& s : c.systems) {
+    SystemEntry e;
+    e.system = &s;
+    e.limits = compile(Scope::kSystem, s.key, s.limits);
+    e.permitted.assign(interfaces_.size(), s.all_interfaces);
+    for (const std::string& id : s.interfaces) e.permitted[interface_index.at(id)] = true;
+    e.has_permissions = s.all_interfaces || !s.interfaces.empty();
+    e.grants.assign(interfaces_.size(), nullptr);
+    for (const GrantEntry& g : grants_) {
+      if (g.grant->system == s.key) e.grants[interface_index.at(g.grant->interface)] = &g;
+    }
+    systems_.emplace(s.key, std::move(e));
+  }
+}
+
+const SystemEntry* Snapshot::system(std::string_view key) const {
+  auto it = systems_.find(key);
+  return it == systems_.end() ? nullptr : &it->second;
+}
+
+const InterfaceEntry* Snapshot::route(std::string_view method, std::string_view path) const {
+  if (auto it = exact_.find(path); it != exact_.end()) {
+    for (const InterfaceEntry* e : it->second) {
+      if (e->allows(method)) return e;
+    }
+  }
+  for (const InterfaceEntry* e : patterns_) {
+    if (e->allows(method) && e->pattern.matches(path)) return e;
+  }
+  return nullptr;
+}
+
+const GrantEntry* Snapshot::grant(const SystemEntry& system, const InterfaceEntry& interface) const {
+  return system.grants[interface.index];
+}
+
+}  // namespace sluice::gateway

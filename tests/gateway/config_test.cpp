@@ -1,0 +1,296 @@
+// The configuration file: the issue's example loads as it stands, every mistake is reported with
+// its file:line:column and field path, and export reads back into the same configuration.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "config/path_pattern.h"
+#include "config/yaml.h"
+#include "load_config.h"
+
+namespace sluice::config {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string fixture(const std::string& name) {
+  std::ifstream in(std::string(SLUICE_GATEWAY_FIXTURES) + "/" + name);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::shared_ptr<const Config> load_ok(const std::string& text) { return testing::load_config(text); }
+
+std::vector<std::string> problems_of(const std::string& text) {
+  auto r = load_yaml(text, "test.yaml");
+  std::vector<std::string> out;
+  if (auto* problems = std::get_if<std::vector<Problem>>(&r)) {
+    for (const auto& p : *problems) out.push_back(p.to_string());
+  }
+  return out;
+}
+
+const char* kMinimal = R"(upstreams:
+  - name: app
+    targets: [127.0.0.1:8081]
+systems:
+  - key: crm
+    interfaces: [orders]
+interfaces:
+  - id: orders
+    path: /api/orders/*
+    upstream: app
+)";
+
+TEST(ConfigYaml, TheIssueExampleLoadsAsItStands) {
+  auto c = load_ok(fixture("issue_example.yaml"));
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->listen, "127.0.0.1:8080");
+  EXPECT_EQ(c->system_key_header, "X-System-Key");
+  ASSERT_EQ(c->upstreams.size(), 1u);
+  const Upstream& app = c->upstreams[0];
+  EXPECT_EQ(app.targets, (std::vector<Target>{{"127.0.0.1", 8081}}));
+  EXPECT_EQ(app.timeout, 5s);
+  EXPECT_EQ(app.breaker.options.window, BreakerWindow::kCount);
+  EXPECT_EQ(app.breaker.options.window_size, 20);
+  EXPECT_EQ(app.breaker.options.slow_call_rate, 100);
+  EXPECT_EQ(app.breaker.options.open_for, 30s);
+  EXPECT_EQ(app.breaker.options.half_open_probes, 3);
+  ASSERT_EQ(c->systems.size(), 2u);
+  EXPECT_EQ(c->systems[0].limits[0].name, "crm-window");
+  EXPECT_EQ(c->systems[0].limits[0].limit, *Limit::sliding_log({.limit = 50, .period = 15s}));
+  EXPECT_FALSE(c->systems[1].enabled);
+  EXPECT_TRUE(c->systems[1].all_interfaces);
+  const Interface& orders = c->interfaces[0];
+  EXPECT_EQ(orders.concurrency, 100);
+  EXPECT_EQ(orders.limits[0].limit,
+            *Limit::token_bucket({.capacity = 100, .refill_tokens = 10, .refill_period = 1s}));
+  EXPECT_EQ(orders.limits[1].key_by, KeyBy::kHeader);
+  EXPECT_EQ(orders.limits[1].key_name, "X-User-Id");
+  EXPECT_TRUE(orders.limits[1].shadow);
+  const Interface& login = c->interfaces[2];
+  EXPECT_TRUE(login.is_public);
+  EXPECT_EQ(login.limits[0].key_by, KeyBy::kClientIp);
+  EXPECT_EQ(login.limits[0].on_store_failure, OnStoreFailure::kDeny);
+  ASSERT_EQ(c->grants.size(), 1u);
+  EXPECT_EQ(c->grants[0].limits[0].limit, *Limit::fixed_window({.limit = 1000, .period = 1h}));
+}
+
+TEST(ConfigYaml, ExportReadsBackIntoTheSameConfiguration) {
+  auto c = load_ok(fixture("issue_example.yaml"));
+  ASSERT_NE(c, nullptr);
+  const std::string once = to_yaml(*c);
+  auto again = load_ok(once);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(to_yaml(*again), once);
+  EXPECT_EQ(again->interfaces[1].path, "/api/users/{id}");
+  EXPECT_EQ(again->interfaces[1].methods, (std::vector<std::string>{"GET"}));
+  EXPECT_EQ(again->grants[0].limits[0], c->grants[0].limits[0]);
+  EXPECT_EQ(again->interfaces[0].limits[1], c->interfaces[0].limits[1]);
+}
+
+TEST(ConfigYaml, DefaultsApplyWhenFieldsAreLeftOut) {
+  auto c = load_ok(kMinimal);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->listen, "127.0.0.1:8080");
+  EXPECT_EQ(c->admin_listen, "127.0.0.1:9090");
+  EXPECT_EQ(c->language, Language::kEnglish);
+  EXPECT_EQ(c->rate_limit_headers, RateLimitHeaders::kDraft);
+  EXPECT_TRUE(c->systems[0].enabled);
+  EXPECT_TRUE(c->interfaces[0].methods.empty());
+  EXPECT_EQ(c->upstreams[0].failure_statuses.size(), 100u);
+  EXPECT_TRUE(c->upstreams[0].breaker.enabled);
+}
+
+TEST(ConfigYaml, AnUnknownFieldIsReportedWithItsPositionAndPath) {
+  const auto p = problems_of(std::string(kMinimal) + "    colour: blue\n");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].substr(0, p[0].find(" (known")),
+            "test.yaml:11:5: interfaces[0].colour: unknown field \"colour\"");
+}
+
+TEST(ConfigYaml, ALimitOutOfRangeNamesTheFieldInsideTheList) {
+  const std::string text = std::string(kMinimal) +
+                           "    limits:\n"
+                           "      - {algorithm: fixed_window, limit: 10, period: 1s}\n"
+                           "      - {algorithm: sliding_window, limit: 10, period: 400d}\n";
+  const auto p = problems_of(text);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0], "test.yaml:13:56: interfaces[0].limits[1].period: period must be between 1ms and 365d, got 400d");
+}
+
+TEST(ConfigYaml, ABadDurationAndABadNumberAreBothReported) {
+  const std::string text = std::string(kMinimal) +
+                           "    limits:\n"
+                           "      - {algorithm: gcra, limit: five, period: 1s}\n"
+                           "    timeout: 3 seconds\n";
+  const auto p = problems_of(text);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0], "test.yaml:12:34: interfaces[0].limits[0].limit: must be a whole number, got \"five\"");
+  EXPECT_EQ(p[1], "test.yaml:13:14: interfaces[0].timeout: must be a duration like 500ms, 15s, 1m, 2h or 1d, got \"3 seconds\"");
+}
+
+TEST(ConfigYaml, AParameterThatDoesNotBelongToTheAlgorithmIsRefused) {
+  const std::string text = std::string(kMinimal) +
+                           "    limits:\n"
+                           "      - {algorithm: fixed_window, limit: 10, period: 1s, burst: 3}\n";
+  const auto p = problems_of(text);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0], "test.yaml:12:65: interfaces[0].limits[0].burst: is not a parameter of fixed_window");
+}
+
+TEST(ConfigYaml, ReferencesToUnknownInterfacesUpstreamsAndSystemsAreRefused) {
+  const std::string text = R"(upstreams:
+  - name: app
+    targets: [127.0.0.1:8081]
+systems:
+  - key: crm
+    interfaces: [orders, nope]
+interfaces:
+  - id: orders
+    path: /api/orders
+    upstream: elsewhere
+grants:
+  - {system: ghost, interface: orders}
+)";
+  const auto p = problems_of(text);
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0], "test.yaml:10:15: interfaces[0].upstream: names no upstream: \"elsewhere\"");
+  EXPECT_EQ(p[1], "test.yaml:6:26: systems[0].interfaces[1]: names no interface: \"nope\"");
+  EXPECT_EQ(p[2], "test.yaml:12:14: grants[0].system: names no system: \"ghost\"");
+}
+
+TEST(ConfigYaml, DuplicateIdsAndConflictingRoutesAreRefused) {
+  const std::string text = R"(upstreams:
+  - {name: app, targets: [127.0.0.1:1]}
+  - {name: app, targets: [127.0.0.1:2]}
+systems:
+  - {key: crm, interfaces: ["*"]}
+  - {key: crm, interfaces: ["*"]}
+interfaces:
+  - {id: a, path: "/x/{id}", methods: [GET], upstream: app}
+  - {id: b, path: "/x/{name}", methods: [GET, POST], upstream: app}
+  - {id: c, path: "/x/{name}", methods: [DELETE], upstream: app}
+)";
+  const auto p = problems_of(text);
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0], "test.yaml:3:12: upstreams[1].name: \"app\" is the name of another upstream too");
+  EXPECT_EQ(p[1], "test.yaml:9:19: interfaces[1].path: \"/x/{name}\" claims the same requests as interface \"a\" (/x/{id})");
+  EXPECT_EQ(p[2], "test.yaml:6:11: systems[1].key: \"crm\" is the key of another system too");
+}
+
+TEST(ConfigYaml, BreakerSettingsAreValidatedByTheBreaker) {
+  const std::string text = R"(upstreams:
+  - name: app
+    targets: [127.0.0.1:8081]
+    breaker: {failure_rate: 150}
+)";
+  const auto p = problems_of(text);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0], "test.yaml:4:29: upstreams[0].breaker.failure_rate: must be a percentage from 0 to 100, got 150");
+}
+
+TEST(ConfigYaml, AGrantNeedsThePermissionItRefinesUnlessTheInterfaceIsPublic) {
+  const std::string text = std::string(kMinimal) +
+                           "  - {id: users, path: /api/users, upstream: app}\n"
+                           "  - {id: login, path: /api/login, upstream: app, public: true}\n"
+                           "grants:\n"
+                           "  - {system: crm, interface: users}\n"
+                           "  - {system: crm, interface: login}\n";
+  const auto p = problems_of(text);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0], "test.yaml:14:5: grants[0]: system \"crm\" may not call interface \"users\": add it to the system's interfaces");
+}
+
+TEST(ConfigYaml, ASyntaxErrorPointsAtItsLine) {
+  const auto p = problems_of("systems:\n  - key: [unclosed\n");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].rfind("test.yaml:3:", 0), 0u) << p[0];
+}
+
+TEST(ConfigYaml, LanguageAndHeaderFormsAreRead) {
+  auto c = load_ok(std::string("language: zh-CN\nrate_limit_headers: legacy\nsystem_key_header: systemKey\n") + kMinimal);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->language, Language::kChinese);
+  EXPECT_EQ(c->rate_limit_headers, RateLimitHeaders::kLegacy);
+  EXPECT_EQ(c->system_key_header, "systemKey");
+  EXPECT_EQ(problems_of(std::string("language: fr\n") + kMinimal),
+            std::vector<std::string>{"test.yaml:1:11: language: must be en or zh-CN, got \"fr\""});
+}
+
+TEST(ConfigLimits, FieldsRoundTripForEveryAlgorithm) {
+  const Limit limits[] = {
+      *Limit::token_bucket({.capacity = 100, .refill_tokens = 10, .refill_period = 1s}),
+      *Limit::token_bucket({.capacity = 100, .refill_tokens = 10, .refill_period = 2s, .refill = Refill::kInterval}),
+      *Limit::gcra({.limit = 5, .period = 1min, .burst = 2}),
+      *Limit::sliding_log({.limit = 50, .period = 15s}),
+      *Limit::sliding_window({.limit = 20, .period = 1s}),
+      *Limit::fixed_window({.limit = 1000, .period = 1h}),
+      *Limit::concurrency({.limit = 10, .lease_timeout = 30s}),
+  };
+  for (const Limit& l : limits) {
+    LimitFields fields;
+    for (const auto& [k, v] : limit_fields(l)) fields[k] = v;
+    auto back = limit_from_fields(fields, nullptr);
+    ASSERT_TRUE(back.ok()) << l.to_string();
+    EXPECT_EQ(*back, l) << l.to_string();
+  }
+}
+
+TEST(ConfigLimits, GcraBurstDefaultsToTheLimit) {
+  auto l = limit_from_fields({{"algorithm", "gcra"}, {"limit", "5"}, {"period", "1m"}}, nullptr);
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(*l, *Limit::gcra({.limit = 5, .period = 1min, .burst = 5}));
+}
+
+TEST(ConfigLimits, ATokenBucketWithoutARateSaysWhichFieldsItNeeds) {
+  Problem p;
+  EXPECT_FALSE(limit_from_fields({{"algorithm", "token_bucket"}, {"capacity", "5"}}, &p).ok());
+  EXPECT_EQ(p.path, "rate");
+  EXPECT_NE(p.message.find("refill_interval"), std::string::npos);
+}
+
+TEST(PathPattern, MatchesExactParameterAndPrefixPatterns) {
+  std::string error;
+  auto exact = *PathPattern::parse("/api/orders", &error);
+  auto param = *PathPattern::parse("/api/orders/{id}", &error);
+  auto prefix = *PathPattern::parse("/api/orders/*", &error);
+  EXPECT_TRUE(exact.matches("/api/orders"));
+  EXPECT_FALSE(exact.matches("/api/orders/"));
+  EXPECT_FALSE(exact.matches("/api/orders/7"));
+  EXPECT_TRUE(param.matches("/api/orders/7"));
+  EXPECT_FALSE(param.matches("/api/orders/7/items"));
+  EXPECT_FALSE(param.matches("/api/orders/"));
+  EXPECT_TRUE(prefix.matches("/api/orders"));
+  EXPECT_TRUE(prefix.matches("/api/orders/7/items"));
+  EXPECT_FALSE(prefix.matches("/api/ordersx"));
+}
+
+TEST(PathPattern, ALiteralBeatsAParameterWhichBeatsAWildcard) {
+  std::string e;
+  auto lit = *PathPattern::parse("/a/b/c", &e);
+  auto param = *PathPattern::parse("/a/{x}/c", &e);
+  auto deep_prefix = *PathPattern::parse("/a/b/*", &e);
+  auto shallow_prefix = *PathPattern::parse("/a/*", &e);
+  EXPECT_LT(lit.compare_specificity(param), 0);
+  EXPECT_LT(deep_prefix.compare_specificity(param), 0);  // the earlier literal decides
+  EXPECT_LT(deep_prefix.compare_specificity(shallow_prefix), 0);
+  EXPECT_LT(param.compare_specificity(shallow_prefix), 0);
+  EXPECT_EQ(param.compare_specificity(*PathPattern::parse("/a/{y}/c", &e)), 0);
+}
+
+TEST(PathPattern, RefusesMalformedPatterns) {
+  std::string e;
+  EXPECT_FALSE(PathPattern::parse("api", &e));
+  EXPECT_FALSE(PathPattern::parse("/a/*/b", &e));
+  EXPECT_FALSE(PathPattern::parse("/a/{id", &e));
+  EXPECT_FALSE(PathPattern::parse("/a/x{id}", &e));
+  EXPECT_FALSE(PathPattern::parse("/a/../b", &e));
+  EXPECT_FALSE(PathPattern::parse("/a//b", &e));
+  EXPECT_EQ(e, "has an empty segment ('//' or a trailing '/')");
+}
+
+}  // namespace
+}  // namespace sluice::config

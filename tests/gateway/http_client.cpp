@@ -1,0 +1,227 @@
+#include "http_client.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace sluice::testing {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+struct HttpClient::Impl {
+  std::uint16_t port;
+  asio::io_context ioc;
+  std::optional<beast::tcp_stream> stream;
+  beast::flat_buffer buffer;
+
+  bool connect() {
+    stream.emplace(ioc);
+    boost::system::error_code ec;
+    stream->connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
+    if (ec) stream.reset();
+    buffer.clear();
+    return stream.has_value();
+  }
+};
+
+HttpClient::HttpClient(std::uint16_t port) : impl_(std::make_unique<Impl>()) { impl_->port = port; }
+HttpClient::~HttpClient() = default;
+
+HttpResponse HttpClient::request(const std::string& method, const std::string& target,
+                                 const std::vector<std::pair<std::string, std::string>>& headers,
+                                 const std::string& body) {
+  http::request<http::string_body> req{http::string_to_verb(method), target, 11};
+  req.method_string(method);
+  req.set(http::field::host, "127.0.0.1");
+  for (const auto& [k, v] : headers) req.insert(k, v);
+  req.body() = body;
+  if (!body.empty() || method == "POST" || method == "PUT") req.prepare_payload();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (!impl_->stream && !impl_->connect()) return {};
+    boost::system::error_code ec;
+    http::write(*impl_->stream, req, ec);
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(64 << 20);
+    if (method == "HEAD") parser.skip(true);
+    if (!ec) http::read(*impl_->stream, impl_->buffer, parser, ec);
+    if (ec) {
+      // A kept-alive connection the server had closed: once more on a new one.
+      impl_->stream.reset();
+      if (attempt == 0 && !parser.got_some()) continue;
+      return {};
+    }
+    HttpResponse out;
+    const auto& res = parser.get();
+    out.status = static_cast<int>(res.result_int());
+    for (const auto& f : res) {
+      std::string name(f.name_string());
+      for (char& ch : name) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      out.headers[name] = std::string(f.value());
+    }
+    out.body = res.body();
+    out.keep_alive = res.keep_alive();
+    if (!out.keep_alive) impl_->stream.reset();
+    return out;
+  }
+  return {};
+}
+
+HttpResponse HttpClient::get(const std::string& target, const std::string& system_key) {
+  if (system_key.empty()) return request("GET", target);
+  return request("GET", target, {{"X-System-Key", system_key}});
+}
+
+namespace {
+
+int connect_fd(std::uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+std::string raw_exchange(std::uint16_t port, const std::string& bytes, std::chrono::milliseconds wait) {
+  const int fd = connect_fd(port);
+  if (fd < 0) return {};
+  std::size_t sent = 0;
+  while (sent < bytes.size()) {
+    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<std::size_t>(n);
+  }
+  std::string out;
+  const auto until = std::chrono::steady_clock::now() + wait;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    char buf[65536];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+int raw_status(const std::string& response) {
+  if (response.rfind("HTTP/1.1 ", 0) != 0 || response.size() < 12) return 0;
+  return std::atoi(response.substr(9, 3).c_str());
+}
+
+bool can_connect(std::uint16_t port) {
+  const int fd = connect_fd(port);
+  if (fd < 0) return false;
+  ::close(fd);
+  return true;
+}
+
+std::uint16_t free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string temp_dir() {
+  std::string pattern = (std::getenv("TMPDIR") != nullptr ? std::string(std::getenv("TMPDIR")) : "/tmp") +
+                        "/sluice-gateway-test-XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  return pattern;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  // Written beside and renamed into place, as editors and deploy tools do: a reader never sees
+  // half a file.
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+Child::Child(const std::vector<std::string>& argv, const std::string& output_dir)
+    : out_path_(output_dir + "/stdout.txt"), err_path_(output_dir + "/stderr.txt") {
+  pid_ = ::fork();
+  if (pid_ == 0) {
+    const int out = ::open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(out, 1);
+    ::dup2(err, 2);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+}
+
+Child::~Child() {
+  if (pid_ > 0 && !exited_) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+void Child::signal(int sig) const { ::kill(pid_, sig); }
+
+int Child::wait_exit(std::chrono::milliseconds timeout) {
+  if (!exited_) {
+    eventually([&] {
+      const pid_t r = ::waitpid(pid_, &status_, WNOHANG);
+      exited_ = r == pid_;
+      return exited_;
+    }, timeout);
+  }
+  if (!exited_ || !WIFEXITED(status_)) return -1;
+  return WEXITSTATUS(status_);
+}
+
+std::string Child::stderr_text() const {
+  std::ifstream in(err_path_);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string Child::stdout_text() const {
+  std::ifstream in(out_path_);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace sluice::testing

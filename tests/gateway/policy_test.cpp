@@ -1,0 +1,376 @@
+// The policy without sockets: every reason code, the order of the checks, the limits all or
+// nothing, shadow limits, store failures, the response headers, and state keys across reloads.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "config/yaml.h"
+#include "load_config.h"
+#include "gateway/policy.h"
+#include "sluice/local_store.h"
+
+namespace sluice::gateway {
+namespace {
+
+using namespace std::chrono_literals;
+
+// 2023-11-14 21:00:00 UTC, aligned to every window the tests use.
+constexpr Nanos kT0 = std::chrono::seconds(1'699'995'600);
+
+const char* kConfig = R"(
+upstreams:
+  - {name: app, targets: [127.0.0.1:1]}
+systems:
+  - key: crm
+    interfaces: [orders, users, closed]
+    limits: [{algorithm: fixed_window, limit: 5, period: 1m}]
+  - {key: erp, enabled: false, interfaces: ["*"]}
+  - {key: lonely, interfaces: []}
+  - {key: ops, interfaces: ["*"]}
+interfaces:
+  - id: orders
+    methods: [GET, POST]
+    path: /api/orders/*
+    upstream: app
+    concurrency: 2
+    limits:
+      - {algorithm: fixed_window, limit: 3, period: 1m}
+      - {name: per-user, algorithm: fixed_window, limit: 1, period: 1m, key_by: "header:X-User-Id", shadow: true}
+  - {id: order, methods: [GET], path: "/api/orders/{id}", upstream: app}
+  - {id: order-items, methods: [GET], path: "/api/orders/{id}/items", upstream: app}
+  - {id: users, methods: [GET], path: "/api/users/{id}", upstream: app}
+  - {id: closed, path: /api/closed, upstream: app, enabled: false}
+  - id: login
+    methods: [POST]
+    path: /api/login
+    upstream: app
+    public: true
+    limits: [{algorithm: gcra, limit: 2, period: 1m, burst: 2, key_by: client_ip}]
+  - {id: search, path: /api/search, upstream: app, limits: [{algorithm: fixed_window, limit: 2, period: 1m, key_by: "query:q"}]}
+grants:
+  - {system: crm, interface: users, limits: [{algorithm: fixed_window, limit: 2, period: 1m}]}
+)";
+
+std::shared_ptr<const config::Config> parse(const std::string& text) { return testing::load_config(text); }
+
+class MapHeaders final : public HeaderLookup {
+ public:
+  std::map<std::string, std::string> values;
+  std::string_view get(std::string_view name) const override {
+    auto it = values.find(std::string(name));
+    return it == values.end() ? std::string_view() : std::string_view(it->second);
+  }
+};
+
+// A store that is down.
+class DownLimiter final : public Limiter {
+ public:
+  void acquire_all(std::span<const LimitRequest>, std::span<Decision>, Handler done) override {
+    std::move(done)(Status(Error{ErrorCode::kStoreUnavailable, "down"}));
+  }
+  void acquire_each(std::span<const LimitRequest>, std::span<Decision>, Handler done) override {
+    std::move(done)(Status(Error{ErrorCode::kStoreUnavailable, "down"}));
+  }
+  void release(std::string_view, const Limit&, std::uint64_t) override {}
+};
+
+class PolicyTest : public ::testing::Test {
+ protected:
+  PolicyTest()
+      : clock_(kT0),
+        store_(LocalStoreOptions{.clock = &clock_}),
+        limiter_(store_),
+        breakers_(BreakerRegistry::Options{}),
+        snapshot_(std::make_shared<Snapshot>(parse(kConfig), breakers_, 1)) {}
+
+  Reason call(const std::string& method, const std::string& path, const std::string& key = "",
+              const std::string& query = "", std::int64_t cost = 1) {
+    Request r;
+    r.method = method;
+    r.path = path;
+    r.query = query;
+    r.has_system_key = !key.empty();
+    r.system_key = key;
+    r.client_ip = ip_;
+    r.headers = &headers_;
+    r.cost = cost;
+    r.hold_in_flight = hold_;
+    const Verdict& v = decide_now(r, *snapshot_, ctx_, limiter_);
+    // Requests end at once unless a test holds them.
+    if (!hold_) {
+      for (const Lease& l : ctx_.leases) limiter_.release(l.key, *l.limit, l.id);
+    }
+    return v.reason;
+  }
+
+  std::string headers(config::RateLimitHeaders form = config::RateLimitHeaders::kDraft) const {
+    std::vector<std::pair<std::string_view, std::string>> out;
+    append_headers(ctx_.verdict, form, out);
+    std::string s;
+    for (const auto& [k, v] : out) s += std::string(k) + ": " + v + "\n";
+    return s;
+  }
+
+  ManualClock clock_;
+  LocalStore store_;
+  StoreLimiter limiter_;
+  BreakerRegistry breakers_;
+  std::shared_ptr<Snapshot> snapshot_;
+  Context ctx_;
+  MapHeaders headers_;
+  std::string ip_ = "10.0.0.1";
+  bool hold_ = false;
+};
+
+TEST_F(PolicyTest, AnIdentifiedSystemWithPermissionIsAdmitted) {
+  EXPECT_EQ(call("GET", "/api/orders/7/items", "crm"), Reason::kInterfaceForbidden);
+  EXPECT_EQ(call("POST", "/api/orders/new", "crm"), Reason::kOk);
+  EXPECT_EQ(ctx_.interface->interface->id, "orders");
+  EXPECT_EQ(ctx_.system->system->key, "crm");
+}
+
+TEST_F(PolicyTest, ANonPublicInterfaceNeedsASystemKey) {
+  EXPECT_EQ(call("GET", "/api/users/1"), Reason::kSystemKeyMissing);
+  EXPECT_EQ(status_of(Reason::kSystemKeyMissing), 401);
+}
+
+TEST_F(PolicyTest, APublicInterfaceNeedsNoKey) {
+  EXPECT_EQ(call("POST", "/api/login"), Reason::kOk);
+  EXPECT_EQ(ctx_.system, nullptr);
+}
+
+TEST_F(PolicyTest, AnUnknownKeyIsRefusedEvenOnAPublicInterface) {
+  EXPECT_EQ(call("POST", "/api/login", "nobody"), Reason::kSystemUnknown);
+  EXPECT_EQ(status_of(Reason::kSystemUnknown), 401);
+}
+
+TEST_F(PolicyTest, ADisabledSystemIsRefused) {
+  EXPECT_EQ(call("GET", "/api/users/1", "erp"), Reason::kSystemDisabled);
+  EXPECT_EQ(status_of(Reason::kSystemDisabled), 403);
+}
+
+TEST_F(PolicyTest, ASystemWithoutPermissionsIsRefusedBeforeRouting) {
+  EXPECT_EQ(call("GET", "/nowhere", "lonely"), Reason::kSystemNoPermissions);
+  EXPECT_EQ(call("POST", "/api/login", "lonely"), Reason::kOk);  // public: permissions do not apply
+}
+
+TEST_F(PolicyTest, AnUnmatchedMethodOrPathIsAnUnknownInterface) {
+  EXPECT_EQ(call("GET", "/api/nothing", "ops"), Reason::kInterfaceUnknown);
+  EXPECT_EQ(call("DELETE", "/api/users/1", "ops"), Reason::kInterfaceUnknown);
+  EXPECT_EQ(status_of(Reason::kInterfaceUnknown), 404);
+}
+
+TEST_F(PolicyTest, ADisabledInterfaceIsRefusedBeforePermissions) {
+  EXPECT_EQ(call("GET", "/api/closed", "crm"), Reason::kInterfaceDisabled);
+  EXPECT_EQ(call("GET", "/api/closed", "ops"), Reason::kInterfaceDisabled);
+}
+
+TEST_F(PolicyTest, AnInterfaceNotGrantedToTheSystemIsForbidden) {
+  EXPECT_EQ(call("GET", "/api/search", "crm"), Reason::kInterfaceForbidden);
+  EXPECT_EQ(status_of(Reason::kInterfaceForbidden), 403);
+}
+
+TEST_F(PolicyTest, TheChecksRunInTheDocumentedOrder) {
+  // A missing key is reported before the route is known to be missing.
+  EXPECT_EQ(call("GET", "/api/nothing"), Reason::kSystemKeyMissing);
+  // Identification comes before routing, routing before permissions.
+  EXPECT_EQ(call("GET", "/api/nothing", "nobody"), Reason::kSystemUnknown);
+  EXPECT_EQ(call("GET", "/api/nothing", "erp"), Reason::kSystemDisabled);
+  EXPECT_EQ(call("GET", "/api/nothing", "crm"), Reason::kInterfaceUnknown);
+  // A refused request consumes no limit: crm's 5 per minute are all still there.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(call("GET", "/api/orders", "crm"), Reason::kOk);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(call("GET", "/api/users/1", "crm"), Reason::kOk);
+}
+
+TEST_F(PolicyTest, TheMostSpecificRouteWins) {
+  EXPECT_EQ(call("GET", "/api/orders/7", "ops"), Reason::kOk);
+  EXPECT_EQ(ctx_.interface->interface->id, "order");
+  EXPECT_EQ(call("GET", "/api/orders/7/items", "ops"), Reason::kOk);
+  EXPECT_EQ(ctx_.interface->interface->id, "order-items");
+  EXPECT_EQ(call("POST", "/api/orders/7", "ops"), Reason::kOk);  // {id} is GET only
+  EXPECT_EQ(ctx_.interface->interface->id, "orders");
+  EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kOk);
+  EXPECT_EQ(ctx_.interface->interface->id, "orders");
+}
+
+TEST_F(PolicyTest, TheSystemLimitCountsAcrossInterfaces) {
+  EXPECT_EQ(call("GET", "/api/users/1", "crm"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/api/users/2", "crm"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/api/orders", "crm"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/api/orders", "crm"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/api/orders", "crm"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/api/orders", "crm"), Reason::kSystemRateLimited);
+  EXPECT_EQ(status_of(Reason::kSystemRateLimited), 429);
+}
+
+TEST_F(PolicyTest, TheInterfaceLimitCountsAcrossSystems) {
+  EXPECT_EQ(call("GET", "/api/orders", "crm"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/api/orders", "crm"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kInterfaceRateLimited);
+}
+
+TEST_F(PolicyTest, AGrantLimitAppliesToItsPairOnly) {
+  EXPECT_EQ(call("GET", "/api/users/1", "crm"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/api/users/1", "crm"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/api/users/1", "crm"), Reason::kGrantRateLimited);
+  EXPECT_EQ(call("GET", "/api/users/1", "ops"), Reason::kOk);
+}
+
+TEST_F(PolicyTest, LimitsAreAllOrNothing) {
+  // The interface limit (3) runs out first; the refused requests take nothing from crm's 5.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(call("GET", "/api/orders", "crm"), Reason::kOk);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(call("GET", "/api/orders", "crm"), Reason::kInterfaceRateLimited);
+  EXPECT_EQ(call("GET", "/api/users/1", "crm"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/api/users/1", "crm"), Reason::kOk);
+  // Now crm's 5 are used up too; the system is checked (and named) first.
+  EXPECT_EQ(call("GET", "/api/users/1", "crm"), Reason::kSystemRateLimited);
+}
+
+TEST_F(PolicyTest, TheInFlightLimitHoldsUntilTheRequestEnds) {
+  hold_ = true;
+  EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kOk);
+  std::vector<Lease> first = ctx_.leases;
+  EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kInterfaceConcurrencyLimited);
+  EXPECT_EQ(headers().substr(0, 15), "Retry-After: 1\n");
+  ASSERT_EQ(first.size(), 1u);
+  limiter_.release(first[0].key, *first[0].limit, first[0].id);
+  EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kOk);
+}
+
+TEST_F(PolicyTest, DecideHoldsNoInFlightLease) {
+  hold_ = false;
+  for (int i = 0; i < 3; ++i) {
+    Request r;
+    r.method = "GET";
+    r.path = "/api/orders/x";
+    r.has_system_key = true;
+    r.system_key = "ops";
+    r.hold_in_flight = false;
+    EXPECT_EQ(decide_now(r, *snapshot_, ctx_, limiter_).reason, Reason::kOk);
+    EXPECT_TRUE(ctx_.leases.empty());
+  }
+}
+
+TEST_F(PolicyTest, KeyedLimitsCountEachValueApart) {
+  ip_ = "10.0.0.1";
+  EXPECT_EQ(call("POST", "/api/login"), Reason::kOk);
+  EXPECT_EQ(call("POST", "/api/login"), Reason::kOk);
+  EXPECT_EQ(call("POST", "/api/login"), Reason::kInterfaceRateLimited);
+  ip_ = "10.0.0.2";
+  EXPECT_EQ(call("POST", "/api/login"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/api/search", "ops", "q=a&x=1"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/api/search", "ops", "x=1&q=a"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/api/search", "ops", "q=a"), Reason::kInterfaceRateLimited);
+  EXPECT_EQ(call("GET", "/api/search", "ops", "q=b"), Reason::kOk);
+}
+
+TEST_F(PolicyTest, AShadowLimitReportsButNeverRejects) {
+  headers_.values["X-User-Id"] = "7";
+  EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kOk);
+  EXPECT_TRUE(ctx_.verdict.shadow_rejected.empty());
+  EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kOk);
+  ASSERT_EQ(ctx_.verdict.shadow_rejected.size(), 1u);
+  EXPECT_EQ(ctx_.verdict.shadow_rejected[0]->name, "per-user");
+  headers_.values["X-User-Id"] = "8";
+  EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kOk);
+  EXPECT_TRUE(ctx_.verdict.shadow_rejected.empty());
+}
+
+TEST_F(PolicyTest, AStoreFailureAdmitsUnlessALimitSaysDeny) {
+  DownLimiter down;
+  Request r;
+  r.method = "GET";
+  r.path = "/api/orders";
+  r.has_system_key = true;
+  r.system_key = "crm";
+  EXPECT_EQ(decide_now(r, *snapshot_, ctx_, down).reason, Reason::kOk);
+  EXPECT_TRUE(ctx_.verdict.store_failed);
+
+  auto deny = parse(R"(
+upstreams: [{name: app, targets: [127.0.0.1:1]}]
+interfaces:
+  - {id: login, path: /login, upstream: app, public: true,
+     limits: [{algorithm: gcra, limit: 5, period: 1m, key_by: client_ip, on_store_failure: deny}]}
+)");
+  Snapshot s(deny, breakers_, 2);
+  r.path = "/login";
+  r.has_system_key = false;
+  EXPECT_EQ(decide_now(r, s, ctx_, down).reason, Reason::kStoreUnavailable);
+  EXPECT_EQ(status_of(Reason::kStoreUnavailable), 503);
+  EXPECT_EQ(headers(), "Retry-After: 1\n");
+}
+
+TEST_F(PolicyTest, RejectionsCarryRetryAfterRoundedUpAndTheRateLimitFields) {
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(call("GET", "/api/users/1", "crm"), Reason::kOk);
+  clock_.advance(20500ms);
+  EXPECT_EQ(call("GET", "/api/users/1", "crm"), Reason::kGrantRateLimited);
+  // The grant's fixed minute has 39.5 s left.
+  EXPECT_EQ(headers(),
+            "Retry-After: 40\n"
+            "RateLimit-Policy: \"crm/users\";q=2;w=60\n"
+            "RateLimit: \"crm/users\";r=0;t=40\n");
+  EXPECT_EQ(headers(config::RateLimitHeaders::kLegacy),
+            "Retry-After: 40\nX-RateLimit-Limit: 2\nX-RateLimit-Remaining: 0\nX-RateLimit-Reset: 40\n");
+  EXPECT_EQ(headers(config::RateLimitHeaders::kNone), "Retry-After: 40\n");
+}
+
+TEST_F(PolicyTest, AnAdmittedRequestDescribesTheLimitClosestToExhaustion) {
+  EXPECT_EQ(call("GET", "/api/orders", "crm"), Reason::kOk);
+  // crm has 4 of 5 left, orders 2 of 3: the system's share (0.8) is larger, so orders is shown.
+  EXPECT_EQ(headers(), "RateLimit-Policy: \"orders\";q=3;w=60\nRateLimit: \"orders\";r=2;t=60\n");
+}
+
+TEST_F(PolicyTest, ACostNoWaitCanAdmitGetsNoRetryAfter) {
+  EXPECT_EQ(call("GET", "/api/users/1", "crm", "", 3), Reason::kGrantRateLimited);
+  EXPECT_TRUE(ctx_.decisions[1].cost_exceeds_limit);
+  EXPECT_EQ(headers().find("Retry-After"), std::string::npos);
+}
+
+TEST_F(PolicyTest, ErrorBodiesAreJsonInEnglishOrChinese) {
+  EXPECT_EQ(error_body(Reason::kInterfaceForbidden, config::Language::kEnglish),
+            R"({"code":403,"reason":"interface_forbidden","msg":"The system may not call this interface."})");
+  EXPECT_EQ(error_body(Reason::kSystemRateLimited, config::Language::kChinese),
+            R"({"code":429,"reason":"system_rate_limited","msg":"系统繁忙,请稍后重试"})");
+}
+
+TEST_F(PolicyTest, AnUnchangedLimitKeepsItsStateAcrossAReload) {
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(call("GET", "/api/orders", "crm"), Reason::kOk);
+  // The new configuration changes the interface limit but not crm's.
+  std::string changed = kConfig;
+  changed.replace(changed.find("limit: 3, period: 1m"), 20, "limit: 9, period: 1m");
+  snapshot_ = std::make_shared<Snapshot>(parse(changed), breakers_, 2);
+  EXPECT_EQ(call("GET", "/api/orders", "crm"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/api/orders", "crm"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/api/orders", "crm"), Reason::kSystemRateLimited);  // 5 in all, reload or not
+}
+
+TEST_F(PolicyTest, KeysDependOnTheLimitNotOnItsPlaceInTheList) {
+  std::string reordered = kConfig;
+  reordered.replace(reordered.find("  - {key: erp"), 0, "  - {key: new, interfaces: [\"*\"]}\n");
+  Snapshot again(parse(reordered), breakers_, 2);
+  EXPECT_EQ(again.system("crm")->limits[0].key, snapshot_->system("crm")->limits[0].key);
+  EXPECT_EQ(again.route("GET", "/api/orders")->limits[0].key, snapshot_->route("GET", "/api/orders")->limits[0].key);
+}
+
+TEST(PolicyPaths, DotSegmentsAreRefusedEvenWhenEncoded) {
+  EXPECT_TRUE(path_is_clean("/api/orders/7"));
+  EXPECT_TRUE(path_is_clean("/api/v1.2/x"));
+  EXPECT_FALSE(path_is_clean("/api/public/../admin"));
+  EXPECT_FALSE(path_is_clean("/api/./x"));
+  EXPECT_FALSE(path_is_clean("/api/%2e%2E/x"));
+  EXPECT_FALSE(path_is_clean("/api/.%2e"));
+  EXPECT_FALSE(path_is_clean("api/x"));
+  EXPECT_FALSE(path_is_clean("http://host/x"));
+}
+
+TEST(PolicyPaths, QueryParametersAreFoundByName) {
+  EXPECT_EQ(query_param("a=1&b=2", "b"), "2");
+  EXPECT_EQ(query_param("ab=1&a=3", "a"), "3");
+  EXPECT_EQ(query_param("a", "a"), "");
+  EXPECT_EQ(query_param("", "a"), "");
+}
+
+}  // namespace
+}  // namespace sluice::gateway

@@ -1,0 +1,152 @@
+// build/sluice serve as a child process: startup errors, SIGHUP and file-change reloads (counters
+// carried over, an invalid file refused while the old configuration serves), SIGTERM drain.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <atomic>
+#include <thread>
+
+#include "gateway/demo.h"
+#include "http_client.h"
+
+namespace sluice::gateway {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Child;
+using testing::HttpClient;
+
+std::string config_yaml(std::uint16_t upstream, int limit, const std::string& description) {
+  return "upstreams:\n"
+         "  - {name: app, targets: [127.0.0.1:" + std::to_string(upstream) + "]}\n"
+         "systems:\n"
+         "  - key: crm\n"
+         "    description: \"" + description + "\"\n"
+         "    interfaces: [echo]\n"
+         "    limits: [{algorithm: fixed_window, limit: " + std::to_string(limit) + ", period: 1h}]\n"
+         "interfaces:\n"
+         "  - {id: echo, path: /echo/*, upstream: app}\n";
+}
+
+class ProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto up = DemoUpstream::start();
+    ASSERT_TRUE(up.ok());
+    upstream_ = std::move(*up);
+    dir_ = testing::temp_dir();
+    config_path_ = dir_ + "/sluice.yaml";
+    port_ = testing::free_port();
+    admin_port_ = testing::free_port();
+  }
+
+  std::unique_ptr<Child> serve(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv{SLUICE_BINARY, "serve", "--config", config_path_, "--listen",
+                                  "127.0.0.1:" + std::to_string(port_), "--admin-listen",
+                                  "127.0.0.1:" + std::to_string(admin_port_), "--access-log", "off"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return std::make_unique<Child>(argv, dir_);
+  }
+
+  bool serving() {
+    return testing::eventually([&] { return HttpClient(port_).get("/_sluice/healthz").status == 200; });
+  }
+
+  // The generation of the configuration served, from the admin listener's metrics.
+  int generation() {
+    const std::string m = HttpClient(admin_port_).get("/metrics").body;
+    const std::size_t at = m.find("\nsluice_config_generation ");
+    return at == std::string::npos ? -1 : std::atoi(m.c_str() + at + 26);
+  }
+
+  std::unique_ptr<DemoUpstream> upstream_;
+  std::string dir_;
+  std::string config_path_;
+  std::uint16_t port_ = 0;
+  std::uint16_t admin_port_ = 0;
+};
+
+TEST_F(ProcessTest, ABadConfigurationIsRefusedWithPreciseMessagesAndAnError) {
+  testing::write_file(config_path_, "systems:\n  - key: crm\n    enabled: maybe\n    colour: red\n");
+  auto child = serve();
+  EXPECT_EQ(child->wait_exit(10s), 1);
+  const std::string err = child->stderr_text();
+  EXPECT_NE(err.find(config_path_ + ":3:14: systems[0].enabled: must be true or false, got \"maybe\""),
+            std::string::npos) << err;
+  EXPECT_NE(err.find(config_path_ + ":4:5: systems[0].colour: unknown field \"colour\""), std::string::npos) << err;
+  EXPECT_NE(err.find("2 problems"), std::string::npos);
+}
+
+TEST_F(ProcessTest, APortInUseIsSaid) {
+  testing::write_file(config_path_, config_yaml(upstream_->port(), 5, "a"));
+  auto first = serve();
+  ASSERT_TRUE(serving());
+  auto second = serve();
+  EXPECT_EQ(second->wait_exit(10s), 1);
+  EXPECT_NE(second->stderr_text().find("already in use"), std::string::npos) << second->stderr_text();
+}
+
+TEST_F(ProcessTest, HelpDescribesServe) {
+  Child help({SLUICE_BINARY, "serve", "--help"}, dir_);
+  EXPECT_EQ(help.wait_exit(10s), 0);
+  EXPECT_NE(help.stdout_text().find("--config"), std::string::npos);
+  EXPECT_NE(help.stdout_text().find("SIGHUP"), std::string::npos);
+}
+
+TEST_F(ProcessTest, SighupReloadsKeepingCountersAndRefusesAnInvalidFile) {
+  testing::write_file(config_path_, config_yaml(upstream_->port(), 5, "first"));
+  auto child = serve();
+  ASSERT_TRUE(serving());
+  HttpClient c(port_);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(c.get("/echo/x", "crm").status, 200);
+  EXPECT_EQ(generation(), 1);
+
+  // The limit is unchanged (only the description is): its count of 3 carries over.
+  testing::write_file(config_path_, config_yaml(upstream_->port(), 5, "second"));
+  child->signal(SIGHUP);
+  ASSERT_TRUE(testing::eventually([&] { return generation() == 2; }));
+  EXPECT_EQ(c.get("/echo/x", "crm").status, 200);
+  EXPECT_EQ(c.get("/echo/x", "crm").status, 200);
+  EXPECT_EQ(c.get("/echo/x", "crm").status, 429);
+
+  // An invalid file is refused; the old configuration keeps serving.
+  testing::write_file(config_path_, "systems: [{key: crm, enabled: perhaps}]\n");
+  child->signal(SIGHUP);
+  ASSERT_TRUE(testing::eventually([&] {
+    return HttpClient(admin_port_).get("/metrics").body.find("sluice_config_reloads_total{result=\"error\"} 1") !=
+           std::string::npos;
+  }));
+  EXPECT_EQ(generation(), 2);
+  EXPECT_EQ(c.get("/echo/x", "crm").status, 429);
+  EXPECT_NE(child->stderr_text().find("enabled: must be true or false"), std::string::npos);
+}
+
+TEST_F(ProcessTest, AChangedFileIsReloadedWithoutASignal) {
+  testing::write_file(config_path_, config_yaml(upstream_->port(), 1, "first"));
+  auto child = serve();
+  ASSERT_TRUE(serving());
+  HttpClient c(port_);
+  EXPECT_EQ(c.get("/echo/x", "crm").status, 200);
+  EXPECT_EQ(c.get("/echo/x", "crm").status, 429);
+  testing::write_file(config_path_, config_yaml(upstream_->port(), 3, "raised"));
+  ASSERT_TRUE(testing::eventually([&] { return generation() == 2; }));
+  EXPECT_EQ(c.get("/echo/x", "crm").status, 200);
+}
+
+TEST_F(ProcessTest, SigtermDrainsRequestsInFlightAndExitsZero) {
+  testing::write_file(config_path_, config_yaml(upstream_->port(), 100, "drain"));
+  auto child = serve();
+  ASSERT_TRUE(serving());
+  std::atomic<int> status{0};
+  std::thread slow([&] { status = HttpClient(port_).get("/echo/x?delay_ms=400", "crm").status; });
+  ASSERT_TRUE(testing::eventually([&] { return upstream_->connections() == 1; }));
+  child->signal(SIGTERM);
+  slow.join();
+  EXPECT_EQ(status.load(), 200);
+  EXPECT_EQ(child->wait_exit(10s), 0);
+  EXPECT_FALSE(testing::can_connect(port_));
+}
+
+}  // namespace
+}  // namespace sluice::gateway
