@@ -111,6 +111,12 @@ end
 -- Keys each algorithm uses: its state, and for the log and the leases a second key in the same slot.
 local NKEYS = {tb = 1, gcra = 1, tbi = 1, fw = 1, sw = 1, sl = 2, cc = 2}
 
+-- A state that a decision found full again is forgotten, as the local store forgets it (which
+-- matters when time goes backwards: a forgotten state no longer remembers the later time).
+local function forget_if_full(key, d, existed)
+  if existed and d[5] == 0 then redis.call('DEL', key) end
+end
+
 ---------------------------------------------------------------------------------------------------
 -- Token bucket (continuous) and GCRA: the theoretical arrival time as whole microseconds plus a
 -- fraction in units (0 <= f < units_per_us), stored as "us:f". Quantities are (us, f) pairs.
@@ -135,6 +141,7 @@ local function meter_ceil_us(us, f)
 end
 
 local function meter_decide(key, p, now)
+  local d = nil
   local tat_us, tat_f = meter_load(key)
   -- base = max(tat, now), as an offset from now
   local b_us, b_f = 0, 0
@@ -148,17 +155,20 @@ local function meter_decide(key, p, now)
       local reset = meter_ceil_us(n_us, n_f)
       if p.cost > 0 then
         redis.call('SET', key, fmt(now + n_us) .. ':' .. fmt(n_f), 'PX', ttl_ms(reset))
+        return decision(true, p.quota - meter_tokens(p, n_us, n_f), 0, reset)
       end
-      return decision(true, p.quota - meter_tokens(p, n_us, n_f), 0, reset)
+      d = decision(true, p.quota - meter_tokens(p, n_us, n_f), 0, reset)
+    else
+      d = decision(false, p.quota - meter_tokens(p, b_us, b_f), 0, meter_ceil_us(b_us, b_f))
+      local r_us, r_f = n_us - p.cap_us, n_f - p.cap_f
+      if r_f < 0 then r_us, r_f = r_us - 1, r_f + p.upu end
+      d[4] = meter_ceil_us(r_us, r_f)
     end
-    local d = decision(false, p.quota - meter_tokens(p, b_us, b_f), 0, meter_ceil_us(b_us, b_f))
-    local r_us, r_f = n_us - p.cap_us, n_f - p.cap_f
-    if r_f < 0 then r_us, r_f = r_us - 1, r_f + p.upu end
-    d[4] = meter_ceil_us(r_us, r_f)
-    return d
+  else
+    d = decision(false, p.quota - meter_tokens(p, b_us, b_f), 0, meter_ceil_us(b_us, b_f))
+    d[2] = 1
   end
-  local d = decision(false, p.quota - meter_tokens(p, b_us, b_f), 0, meter_ceil_us(b_us, b_f))
-  d[2] = 1
+  forget_if_full(key, d, tat_us > 0)
   return d
 end
 
@@ -226,6 +236,7 @@ end
 
 local function fixed_decide(key, p, now)
   local s_window, s_count = pair_load(key)
+  local existed = s_window ~= nil
   s_window, s_count = s_window or 0, s_count or 0
   local window = max(idiv(now, p.period), s_window)
   local count = 0
@@ -235,15 +246,19 @@ local function fixed_decide(key, p, now)
     count = count + p.cost
     local reset = 0
     if count > 0 then reset = window_end end
+    local d = decision(true, p.quota - count, 0, reset, window)
     if p.cost > 0 then
       redis.call('SET', key, fmt(window) .. ':' .. fmt(count), 'PX', ttl_ms(reset))
+    else
+      forget_if_full(key, d, existed)
     end
-    return decision(true, p.quota - count, 0, reset, window)
+    return d
   end
   local reset = 0
   if count > 0 then reset = window_end end
   local d = decision(false, p.quota - count, 0, reset)
   if p.cost > p.quota then d[2] = 1 else d[4] = window_end end
+  forget_if_full(key, d, existed)
   return d
 end
 
@@ -263,14 +278,14 @@ end
 
 local function sliding_load(key)
   local v = redis.call('GET', key)
-  if not v then return 0, 0, 0 end
+  if not v then return 0, 0, 0, false end
   local w, a, b = string.match(v, '^(%d+):(%d+):(%d+)$')
-  return tonumber(w), tonumber(a), tonumber(b)
+  return tonumber(w), tonumber(a), tonumber(b), true
 end
 
 local function sliding_decide(key, p, now)
   local period, quota, cost = p.period, p.quota, p.cost
-  local s_window, s_prev, s_cur = sliding_load(key)
+  local s_window, s_prev, s_cur, existed = sliding_load(key)
   local window = idiv(now, period)
   local elapsed = now - window * period
   if window < s_window then window, elapsed = s_window, 0 end
@@ -294,10 +309,13 @@ local function sliding_decide(key, p, now)
     if cost > 0 then
       redis.call('SET', key, fmt(window) .. ':' .. fmt(previous) .. ':' .. fmt(current + cost),
                  'PX', ttl_ms(d[5]))
+    else
+      forget_if_full(key, d, existed)
     end
     return d
   end
   local d = decision(false, max(0, quota - used), 0, reset_for(current, previous))
+  forget_if_full(key, d, existed)
   if cost > quota then
     d[2] = 1
     return d
@@ -527,18 +545,16 @@ local function leases_decide(keys, p, now)
   return d
 end
 
--- Gives a lease back; 1 when it was held. The state is then brought up to date as a peek would.
+-- Gives a lease back; 1 when it was held (timed out but not yet dropped counts as held, as in the
+-- core). Only then is the state brought up to date, as a peek would.
 local function leases_release(keys, now, lease)
-  local in_flight, t = leases_load(keys, now)
   local permits = redis.call('HGET', keys[2], lease)
-  local held = 0
-  if permits and redis.call('ZREM', keys[1], lease) == 1 then
-    redis.call('HDEL', keys[2], lease)
-    in_flight = in_flight - tonumber(permits)
-    held = 1
-  end
+  if not permits or redis.call('ZREM', keys[1], lease) == 0 then return 0 end
+  redis.call('HDEL', keys[2], lease)
+  redis.call('HINCRBY', keys[2], 'n', -tonumber(permits))
+  local in_flight, t = leases_load(keys, now)
   leases_settle(keys, now, in_flight, t)
-  return held
+  return 1
 end
 
 ---------------------------------------------------------------------------------------------------
