@@ -16,6 +16,7 @@ enum class ErrorCode {
   kTimeout,              // the store did not answer in time; the operation may have run
   kProtocol,             // the store answered something we do not understand
   kNotFound,             // e.g. releasing a lease that does not exist (any more)
+  kCircuitOpen,          // a circuit breaker rejected the call without making it
 };
 
 const char* to_string(ErrorCode code);

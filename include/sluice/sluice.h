@@ -3,6 +3,7 @@
 #pragma once
 
 #include "sluice/algorithms.h"
+#include "sluice/circuit_breaker.h"
 #include "sluice/clock.h"
 #include "sluice/decision.h"
 #include "sluice/limit.h"

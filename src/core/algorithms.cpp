@@ -64,7 +64,8 @@ Decision decide(GcraState& state, const Limit& limit, Nanos now, std::int64_t co
     d.reset_after = from_us(ceil_div(next - now_u, upu));
     return d;
   }
-  d.remaining = p.quota - ceil_div(base - now_u, upt);
+  // Never negative, even when an earlier `now` puts the TAT more than a full bucket ahead.
+  d.remaining = std::max<std::int64_t>(0, p.quota - ceil_div(base - now_u, upt));
   d.reset_after = from_us(ceil_div(base - now_u, upu));
   if (cost > p.quota) {
     d.cost_exceeds_limit = true;

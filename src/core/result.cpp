@@ -9,6 +9,7 @@ const char* to_string(ErrorCode code) {
     case ErrorCode::kTimeout: return "timeout";
     case ErrorCode::kProtocol: return "protocol_error";
     case ErrorCode::kNotFound: return "not_found";
+    case ErrorCode::kCircuitOpen: return "circuit_open";
   }
   return "unknown";
 }

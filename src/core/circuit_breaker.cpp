@@ -1,0 +1,340 @@
+#include "sluice/circuit_breaker.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/duration.h"
+
+namespace sluice {
+namespace {
+
+constexpr int kSlices = 10;  // a time window slides in tenths
+// A rejected call in half-open cannot know when the probes will finish; it is told to come back in
+// a second.
+constexpr Nanos kHalfOpenRetry = std::chrono::seconds(1);
+
+CircuitBreakerOptions clamped(CircuitBreakerOptions o) {
+  o.window_size = std::max(o.window_size, 1);
+  o.window_duration = std::max(o.window_duration, Nanos{std::chrono::milliseconds(10)});
+  o.minimum_calls = std::max(o.minimum_calls, 1);
+  o.failure_rate = std::clamp(o.failure_rate, 0, 100);
+  o.slow_call_rate = std::clamp(o.slow_call_rate, 0, 100);
+  o.consecutive_failures = std::max(o.consecutive_failures, 0);
+  o.open_for = std::max(o.open_for, Nanos{std::chrono::milliseconds(1)});
+  o.backoff_multiplier = std::max(o.backoff_multiplier, 1);
+  o.max_open_for = std::max(o.max_open_for, o.open_for);
+  o.jitter_percent = std::clamp(o.jitter_percent, 0, 100);
+  o.half_open_probes = std::max(o.half_open_probes, 1);
+  return o;
+}
+
+}  // namespace
+
+const char* to_string(BreakerState state) {
+  switch (state) {
+    case BreakerState::kClosed: return "closed";
+    case BreakerState::kOpen: return "open";
+    case BreakerState::kHalfOpen: return "half_open";
+    case BreakerState::kForcedOpen: return "forced_open";
+    case BreakerState::kForcedClosed: return "forced_closed";
+    case BreakerState::kDisabled: return "disabled";
+  }
+  return "unknown";
+}
+
+Status CircuitBreakerOptions::validate() const {
+  auto percent = [](const char* name, std::int32_t v) -> Status {
+    if (v < 0 || v > 100) {
+      return invalid_argument(std::string(name) + " must be a percentage from 0 to 100, got " +
+                              std::to_string(v));
+    }
+    return {};
+  };
+  auto positive = [](const char* name, std::int64_t v) -> Status {
+    if (v < 1) return invalid_argument(std::string(name) + " must be at least 1, got " + std::to_string(v));
+    return {};
+  };
+  if (Status s = percent("failure_rate", failure_rate); !s) return s;
+  if (Status s = percent("slow_call_rate", slow_call_rate); !s) return s;
+  if (Status s = percent("jitter_percent", jitter_percent); !s) return s;
+  if (Status s = positive("window_size", window_size); !s) return s;
+  if (Status s = positive("minimum_calls", minimum_calls); !s) return s;
+  if (Status s = positive("half_open_probes", half_open_probes); !s) return s;
+  if (Status s = positive("backoff_multiplier", backoff_multiplier); !s) return s;
+  if (consecutive_failures < 0) return invalid_argument("consecutive_failures must not be negative");
+  if (window == BreakerWindow::kTime && window_duration < std::chrono::milliseconds(10)) {
+    return invalid_argument("window_duration must be at least 10ms, got " + format_duration(window_duration));
+  }
+  if (open_for < std::chrono::milliseconds(1)) {
+    return invalid_argument("open_for must be at least 1ms, got " + format_duration(open_for));
+  }
+  if (max_open_for < open_for) return invalid_argument("max_open_for must not be shorter than open_for");
+  if (failure_rate == 0 && slow_call_rate == 0 && consecutive_failures == 0) {
+    return invalid_argument(
+        "the breaker would never open: set failure_rate, slow_call_rate or consecutive_failures");
+  }
+  return {};
+}
+
+CircuitBreaker::CircuitBreaker(CircuitBreakerOptions options)
+    : options_(clamped(std::move(options))),
+      clock_(options_.clock != nullptr ? options_.clock : &SteadyClock::instance()),
+      timed_(options_.slow_call_rate > 0 || options_.window == BreakerWindow::kTime),
+      word_(pack(BreakerState::kClosed, 0)),
+      rng_(std::random_device{}()) {
+  if (options_.window == BreakerWindow::kCount) {
+    ring_.assign(static_cast<std::size_t>(options_.window_size), 0);
+  } else {
+    buckets_.assign(kSlices, Bucket{});
+  }
+}
+
+BreakerState CircuitBreaker::state() const { return state_of(word_.load(std::memory_order_acquire)); }
+
+BreakerPermit CircuitBreaker::try_acquire() {
+  BreakerPermit p;
+  const std::uint64_t word = word_.load(std::memory_order_acquire);
+  const BreakerState s = state_of(word);
+  if (s == BreakerState::kClosed) {  // the fast path: no lock
+    p.admitted_ = true;
+    p.generation_ = word >> 8;
+    return p;
+  }
+  if (s == BreakerState::kForcedClosed || s == BreakerState::kDisabled) {
+    p.admitted_ = true;
+    p.recorded_ = true;
+    return p;
+  }
+
+  Transition t{};
+  bool changed = false;
+  {
+    std::lock_guard lock(mu_);
+    const Nanos now = clock_->now();
+    BreakerState current = state_of(word_.load(std::memory_order_relaxed));
+    switch (current) {
+      case BreakerState::kClosed:
+        p.admitted_ = true;
+        p.generation_ = word_.load(std::memory_order_relaxed) >> 8;
+        return p;
+      case BreakerState::kForcedClosed:
+      case BreakerState::kDisabled:
+        p.admitted_ = true;
+        p.recorded_ = true;
+        return p;
+      case BreakerState::kForcedOpen:
+        p.retry_after_ = options_.open_for;
+        return p;
+      case BreakerState::kOpen:
+        if (now < open_until_) {
+          p.retry_after_ = open_until_ - now;
+          return p;
+        }
+        changed = set_state(BreakerState::kHalfOpen, t);
+        probes_in_flight_ = 0;
+        probe_successes_ = 0;
+        break;
+      case BreakerState::kHalfOpen:
+        // Probes that never reported back for a whole open period are given up on, so a lost
+        // probe cannot keep the breaker half-open for ever.
+        if (probes_in_flight_ >= options_.half_open_probes &&
+            now - last_probe_at_ >= options_.open_for) {
+          probes_in_flight_ = 0;
+          changed = set_state(BreakerState::kHalfOpen, t);
+        }
+        break;
+    }
+    if (probes_in_flight_ < options_.half_open_probes) {
+      ++probes_in_flight_;
+      last_probe_at_ = now;
+      p.admitted_ = true;
+      p.probe_ = true;
+      p.generation_ = word_.load(std::memory_order_relaxed) >> 8;
+    } else {
+      p.retry_after_ = kHalfOpenRetry;
+    }
+  }
+  notify(t, changed);
+  return p;
+}
+
+void CircuitBreaker::record(const BreakerPermit& permit, bool failed, Nanos duration) {
+  if (!permit.admitted_ || permit.recorded_) return;
+  const bool slow = options_.slow_call_rate > 0 && duration >= options_.slow_call;
+  Transition t{};
+  bool changed = false;
+  {
+    std::lock_guard lock(mu_);
+    const std::uint64_t word = word_.load(std::memory_order_relaxed);
+    if ((word >> 8) != permit.generation_) return;  // from before the last transition: stale
+    const BreakerState s = state_of(word);
+    if (s == BreakerState::kClosed) {
+      const Nanos now = timed_ ? clock_->now() : Nanos{0};
+      add_outcome(failed, slow, now);
+      if (should_open()) {
+        open(timed_ ? now : clock_->now(), t);
+        changed = true;
+      }
+    } else if (s == BreakerState::kHalfOpen && permit.probe_) {
+      --probes_in_flight_;
+      if (failed || slow) {
+        open(clock_->now(), t);
+        changed = true;
+      } else if (++probe_successes_ >= options_.half_open_probes) {
+        clear_window();
+        opens_in_a_row_ = 0;
+        changed = set_state(BreakerState::kClosed, t);
+      }
+    }
+  }
+  notify(t, changed);
+}
+
+void CircuitBreaker::release(const BreakerPermit& permit) {
+  if (!permit.admitted_ || !permit.probe_) return;
+  std::lock_guard lock(mu_);
+  const std::uint64_t word = word_.load(std::memory_order_relaxed);
+  if ((word >> 8) == permit.generation_ && state_of(word) == BreakerState::kHalfOpen) {
+    --probes_in_flight_;
+  }
+}
+
+Error CircuitBreaker::rejection(const BreakerPermit& permit) const {
+  return Error{ErrorCode::kCircuitOpen,
+               "circuit breaker is open; retry in " + format_duration(permit.retry_after())};
+}
+
+BreakerStats CircuitBreaker::stats() const {
+  std::lock_guard lock(mu_);
+  BreakerStats s;
+  s.state = state_of(word_.load(std::memory_order_relaxed));
+  s.calls = calls_;
+  s.failures = failures_;
+  s.slow_calls = slow_;
+  if (s.state == BreakerState::kOpen) s.open_remaining = std::max(Nanos{0}, open_until_ - clock_->now());
+  return s;
+}
+
+void CircuitBreaker::force_open() {
+  Transition t{};
+  bool changed;
+  {
+    std::lock_guard lock(mu_);
+    changed = set_state(BreakerState::kForcedOpen, t);
+  }
+  notify(t, changed);
+}
+
+void CircuitBreaker::force_closed() {
+  Transition t{};
+  bool changed;
+  {
+    std::lock_guard lock(mu_);
+    changed = set_state(BreakerState::kForcedClosed, t);
+  }
+  notify(t, changed);
+}
+
+void CircuitBreaker::disable() {
+  Transition t{};
+  bool changed;
+  {
+    std::lock_guard lock(mu_);
+    changed = set_state(BreakerState::kDisabled, t);
+  }
+  notify(t, changed);
+}
+
+void CircuitBreaker::reset() {
+  Transition t{};
+  bool changed;
+  {
+    std::lock_guard lock(mu_);
+    clear_window();
+    opens_in_a_row_ = 0;
+    changed = set_state(BreakerState::kClosed, t);
+  }
+  notify(t, changed);
+}
+
+bool CircuitBreaker::set_state(BreakerState to, Transition& t) {
+  const std::uint64_t word = word_.load(std::memory_order_relaxed);
+  t = Transition{state_of(word), to};
+  word_.store(pack(to, (word >> 8) + 1), std::memory_order_release);
+  return t.from != t.to;
+}
+
+void CircuitBreaker::clear_window() {
+  std::fill(ring_.begin(), ring_.end(), 0);
+  ring_next_ = 0;
+  std::fill(buckets_.begin(), buckets_.end(), Bucket{});
+  calls_ = failures_ = slow_ = 0;
+  failures_in_a_row_ = 0;
+}
+
+void CircuitBreaker::add_outcome(bool failed, bool slow, Nanos now) {
+  failures_in_a_row_ = failed ? failures_in_a_row_ + 1 : 0;
+  const std::uint8_t bits = static_cast<std::uint8_t>((failed ? 1 : 0) | (slow ? 2 : 0));
+  if (!ring_.empty()) {
+    std::uint8_t& slot = ring_[ring_next_];
+    if (calls_ == static_cast<std::int64_t>(ring_.size())) {  // full: the oldest slides out
+      failures_ -= slot & 1;
+      slow_ -= (slot >> 1) & 1;
+      --calls_;
+    }
+    slot = bits;
+    ring_next_ = (ring_next_ + 1) % ring_.size();
+  } else {
+    const std::int64_t slice_len = options_.window_duration.count() / kSlices;
+    const std::int64_t slice = now.count() / slice_len;
+    for (Bucket& b : buckets_) {  // drop slices that slid out of the window
+      if (b.slice >= 0 && b.slice <= slice - kSlices) {
+        calls_ -= b.calls;
+        failures_ -= b.failures;
+        slow_ -= b.slow;
+        b = Bucket{};
+      }
+    }
+    Bucket& b = buckets_[static_cast<std::size_t>(slice % kSlices)];
+    b.slice = slice;
+    ++b.calls;
+    b.failures += failed ? 1 : 0;
+    b.slow += slow ? 1 : 0;
+  }
+  ++calls_;
+  failures_ += failed ? 1 : 0;
+  slow_ += slow ? 1 : 0;
+}
+
+bool CircuitBreaker::should_open() const {
+  if (options_.consecutive_failures > 0 && failures_in_a_row_ >= options_.consecutive_failures) {
+    return true;
+  }
+  if (calls_ < options_.minimum_calls) return false;
+  if (options_.failure_rate > 0 && failures_ * 100 >= options_.failure_rate * calls_) return true;
+  return options_.slow_call_rate > 0 && slow_ * 100 >= options_.slow_call_rate * calls_;
+}
+
+void CircuitBreaker::open(Nanos now, Transition& t) {
+  Nanos period = options_.open_for;
+  for (std::int32_t i = 0; i < opens_in_a_row_ && period < options_.max_open_for; ++i) {
+    period = period.count() > options_.max_open_for.count() / options_.backoff_multiplier
+                 ? options_.max_open_for
+                 : period * options_.backoff_multiplier;
+  }
+  period = std::min(period, options_.max_open_for);
+  if (options_.jitter_percent > 0) {
+    const auto spread = static_cast<std::uint64_t>(period.count() / 100 * options_.jitter_percent);
+    if (spread > 0) period -= Nanos{static_cast<std::int64_t>(rng_() % (spread + 1))};
+  }
+  ++opens_in_a_row_;
+  open_until_ = now + period;
+  clear_window();
+  set_state(BreakerState::kOpen, t);
+}
+
+void CircuitBreaker::notify(const Transition& t, bool changed) const {
+  if (changed && options_.on_state_change) options_.on_state_change(t.from, t.to);
+}
+
+}  // namespace sluice
