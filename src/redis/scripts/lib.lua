@@ -159,13 +159,13 @@ local function meter_decide(key, p, now)
       end
       d = decision(true, p.quota - meter_tokens(p, n_us, n_f), 0, reset)
     else
-      d = decision(false, p.quota - meter_tokens(p, b_us, b_f), 0, meter_ceil_us(b_us, b_f))
+      d = decision(false, max(0, p.quota - meter_tokens(p, b_us, b_f)), 0, meter_ceil_us(b_us, b_f))
       local r_us, r_f = n_us - p.cap_us, n_f - p.cap_f
       if r_f < 0 then r_us, r_f = r_us - 1, r_f + p.upu end
       d[4] = meter_ceil_us(r_us, r_f)
     end
   else
-    d = decision(false, p.quota - meter_tokens(p, b_us, b_f), 0, meter_ceil_us(b_us, b_f))
+    d = decision(false, max(0, p.quota - meter_tokens(p, b_us, b_f)), 0, meter_ceil_us(b_us, b_f))
     d[2] = 1
   end
   forget_if_full(key, d, tat_us > 0)
