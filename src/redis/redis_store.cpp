@@ -144,7 +144,8 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
       : options(std::move(o)),
         executor(std::move(ex)),
         strand(asio::make_strand(executor)),
-        client(detail::make_client(strand, co)) {
+        client(detail::make_client(strand, co)),
+        breaker(options.breaker) {
     std::random_device random;
     lease_seed = (static_cast<std::uint64_t>(random()) << 32) ^ random();
   }
@@ -218,21 +219,36 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
     return std::move(c).take();
   }
 
-  // Sends an EVALSHA; on NOSCRIPT (a restarted or flushed server) loads the script and sends it once
-  // more, pipelined on the same connection. Never resends after a timeout or a lost connection: the
-  // script may have run.
-  void eval(int slot, const Script& script, std::string_view command, Callback callback,
-            bool retried = false) {
-    client->send(slot, command, [self = shared_from_this(), slot, &script, command, retried,
+  // Sends an EVALSHA. On NOSCRIPT (a restarted or flushed server) sends it once more as EVAL with
+  // the script's source, which loads the script into the cache of the node that runs it (wherever
+  // MOVED or ASK lead) and runs it. Never resends after a timeout or a lost connection: the script
+  // may have run.
+  void eval(int slot, const Script& script, std::string_view command, Callback callback) {
+    client->send(slot, command, [self = shared_from_this(), slot, &script, command,
                                  callback = std::move(callback)](Result<Reply> r) mutable {
-      if (r.ok() && detail::is_error(*r) && detail::text(r->get()).starts_with("NOSCRIPT") &&
-          !retried) {
-        self->client->send(slot, detail::encode({"SCRIPT", "LOAD", script.source}),
-                           [](Result<Reply>) {});
-        return self->eval(slot, script, command, std::move(callback), true);
+      if (r.ok() && detail::is_error(*r) && detail::text(r->get()).starts_with("NOSCRIPT")) {
+        auto with_source = std::make_unique<std::string>(as_eval(command, script));
+        const std::string_view view = *with_source;
+        return self->client->send(slot, view, [with_source = std::move(with_source),
+                                               callback = std::move(callback)](
+                                                  Result<Reply> again) mutable {
+          callback(std::move(again));
+        });
       }
       callback(std::move(r));
     });
+  }
+
+  // "*N $7 EVALSHA $40 <sha> rest" -> "*N $4 EVAL $len <source> rest": the same call, by source.
+  static std::string as_eval(std::string_view evalsha, const Script& script) {
+    const std::size_t header = evalsha.find("\r\n") + 2;
+    const std::string_view name_and_sha = "$7\r\nEVALSHA\r\n$40\r\n";
+    const std::size_t rest = header + name_and_sha.size() + 40 + 2;
+    const std::string_view source = script.source;
+    std::string out(evalsha.substr(0, header));
+    out.append("$4\r\nEVAL\r\n$").append(std::to_string(source.size())).append("\r\n");
+    out.append(source).append("\r\n").append(evalsha.substr(rest));
+    return out;
   }
 
   // The decision a failure policy gives, or nothing for kLocal (decided by the caller).
@@ -299,10 +315,27 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
     return decisions;
   }
 
+  // Asks the breaker whether to call Redis; the error to report when not.
+  std::optional<Error> admit(BreakerPermit& permit) {
+    permit = breaker.try_acquire();
+    if (permit.admitted()) return std::nullopt;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(permit.retry_after());
+    return Error{ErrorCode::kCircuitOpen,
+                 "redis: circuit breaker open (next try in " + std::to_string(ms.count()) + "ms)"};
+  }
+
+  // Tells the breaker how a call went: only a Redis that cannot answer is a failure.
+  void record(const BreakerPermit& permit, const std::optional<Error>& error) {
+    const bool failed = error && (error->code == ErrorCode::kStoreUnavailable ||
+                                  error->code == ErrorCode::kTimeout);
+    breaker.record(permit, failed);
+  }
+
   RedisStoreOptions options;
   asio::any_io_executor executor;
   detail::Strand strand;
   std::shared_ptr<Client> client;
+  CircuitBreaker breaker;
   LocalStore local;
   std::uint64_t lease_seed = 0;
   std::atomic<std::uint64_t> lease_counter{0};
@@ -318,6 +351,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
       : impl(std::move(i)), requests(std::move(r)), decisions(requests.size()), done(std::move(d)) {}
 
   void start() {
+    if ((error = impl->admit(permit))) return deliver();
     if (!impl->client->cluster()) {
       batches.resize(1);
       for (std::size_t i = 0; i < requests.size(); ++i) batches[0].members.push_back(i);
@@ -375,6 +409,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   }
 
   void finish() {
+    impl->record(permit, error);
     const bool all = !error && std::all_of(decisions.begin(), decisions.end(),
                                            [](const Decision& d) { return d.allowed; });
     if (!all && batches.size() > 1) {
@@ -405,6 +440,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   std::vector<Batch> batches;
   std::size_t outstanding = 0;
   std::optional<Error> error;
+  BreakerPermit permit;
   Done done;
 };
 
@@ -428,6 +464,7 @@ Result<std::unique_ptr<RedisStore>> RedisStore::open(asio::any_io_executor execu
   if (options.command_timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
     return invalid_argument("timeouts must be positive");
   }
+  if (Status s = options.breaker.validate(); !s) return s.error();
   detail::ClientOptions co;
   co.address = std::move(*address);
   co.connect_timeout = options.connect_timeout;
@@ -449,6 +486,8 @@ RedisStore::~RedisStore() {
   if (own_) own_->join();
   impl_.reset();
 }
+
+CircuitBreaker& RedisStore::breaker() { return impl_->breaker; }
 
 void RedisStore::start_connect(StatusHandler handler) {
   asio::dispatch(impl_->strand, [impl = impl_, handler = std::move(handler)]() mutable {
@@ -527,12 +566,17 @@ void RedisStore::start_reset(std::string_view key, const Limit& limit, StatusHan
   auto owned = std::make_shared<std::string>(std::move(command));
   asio::dispatch(impl_->strand, [impl = impl_, slot = r.slot, owned,
                                  handler = std::move(handler)]() mutable {
-    impl->client->send(slot, *owned, [ex = impl->executor, owned,
+    BreakerPermit permit;
+    if (auto refused = impl->admit(permit)) {
+      return complete(std::move(handler), impl->executor, Status(*refused));
+    }
+    impl->client->send(slot, *owned, [impl, permit, owned,
                                       handler = std::move(handler)](Result<Reply> reply) mutable {
-      Status s;
-      if (!reply.ok()) s = reply.error();
-      else if (detail::is_error(*reply)) s = reply_error(detail::text(reply->get()));
-      complete(std::move(handler), ex, std::move(s));
+      std::optional<Error> error;
+      if (!reply.ok()) error = reply.error();
+      else if (detail::is_error(*reply)) error = reply_error(detail::text(reply->get()));
+      impl->record(permit, error);
+      complete(std::move(handler), impl->executor, error ? Status(*error) : Status());
     });
   });
 }
@@ -552,20 +596,26 @@ void RedisStore::start_release(std::string_view key, const Limit& limit, std::ui
   auto owned = std::make_shared<std::string>(std::move(c).take());
   asio::dispatch(impl_->strand, [impl = impl_, slot = r.slot, owned,
                                  handler = std::move(handler)]() mutable {
+    BreakerPermit permit;
+    if (auto refused = impl->admit(permit)) {
+      return complete(std::move(handler), impl->executor, Result<bool>(*refused));
+    }
     impl->eval(slot, detail::kReleaseScript, *owned,
-               [ex = impl->executor, owned, handler = std::move(handler)](
-                   Result<Reply> reply) mutable {
-                 Result<bool> out = false;
+               [impl, permit, owned, handler = std::move(handler)](Result<Reply> reply) mutable {
+                 std::optional<Error> error;
+                 bool held = false;
                  if (!reply.ok()) {
-                   out = reply.error();
+                   error = reply.error();
                  } else if (detail::is_error(*reply)) {
-                   out = reply_error(detail::text(reply->get()));
+                   error = reply_error(detail::text(reply->get()));
                  } else if ((*reply)->type != REDIS_REPLY_INTEGER) {
-                   out = protocol_error("unexpected reply to the release script");
+                   error = protocol_error("unexpected reply to the release script");
                  } else {
-                   out = (*reply)->integer == 1;
+                   held = (*reply)->integer == 1;
                  }
-                 complete(std::move(handler), ex, std::move(out));
+                 impl->record(permit, error);
+                 complete(std::move(handler), impl->executor,
+                          error ? Result<bool>(*error) : Result<bool>(held));
                });
   });
 }

@@ -159,7 +159,11 @@ TEST_F(RedisStoreTest, ReloadsScriptsAfterScriptFlush) {
   auto d = store->acquire("k", limit);
   ASSERT_TRUE(d.ok()) << d.error().message;
   EXPECT_EQ(d->remaining, 3);
-  EXPECT_EQ(calls(*server_, "script|load"), 1);
+  // Sent once more as EVAL, which loads it again; then EVALSHA finds it.
+  EXPECT_EQ(calls(*server_, "eval"), 1);
+  ASSERT_TRUE(store->acquire("k", limit).ok());
+  EXPECT_EQ(calls(*server_, "eval"), 1);
+  EXPECT_EQ(calls(*server_, "evalsha"), 3);
 }
 
 TEST_F(RedisStoreTest, KeysUseThePrefixAndAHashTag) {

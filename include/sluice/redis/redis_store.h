@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sluice/circuit_breaker.h"
 #include "sluice/clock.h"
 #include "sluice/store.h"
 
@@ -31,13 +32,30 @@ struct RedisStoreOptions {
   // Reconnecting after a lost connection: at once, then after reconnect_min, doubling up to
   // reconnect_max.
   std::chrono::milliseconds reconnect_min{10};
-  std::chrono::milliseconds reconnect_max{500};
+  std::chrono::milliseconds reconnect_max{250};
   // The policy of the calls that take no LimitRequest (acquire(key, limit, cost) and peek).
   OnStoreFailure on_store_failure = OnStoreFailure::kError;
   // OnStoreFailure::kLocal divides every limit by this: the number of instances sharing the store.
   int fleet_size = 1;
   // What a decision of OnStoreFailure::kDeny tells the caller to wait.
   std::chrono::milliseconds deny_retry_after{1000};
+  // Wraps every call to Redis (timeouts and unreachable nodes count as failures; rejections do
+  // not). While open, calls fail at once with kCircuitOpen and the failure policies decide; after
+  // open_for one call probes Redis, and its success closes the breaker. The default opens after 5
+  // failures in a row or half of the last 20 calls failing, and probes every 250ms, so that
+  // decisions are back on Redis well within a second of it answering again.
+  CircuitBreakerOptions breaker = default_breaker();
+
+  static CircuitBreakerOptions default_breaker() {
+    CircuitBreakerOptions b;
+    b.window_size = 20;
+    b.minimum_calls = 10;
+    b.failure_rate = 50;
+    b.consecutive_failures = 5;
+    b.open_for = std::chrono::milliseconds(250);
+    b.max_open_for = std::chrono::milliseconds(250);
+    return b;
+  }
   // Tests only: the time the scripts decide at, instead of Redis TIME.
   const Clock* pinned_clock = nullptr;
 };
@@ -139,6 +157,8 @@ class RedisStore final : public Store {
   }
 
   const RedisStoreOptions& options() const { return options_; }
+  // The breaker around Redis, for metrics and operators (force_open, reset, ...).
+  CircuitBreaker& breaker();
 
   struct Impl;
   struct OwnThread;
