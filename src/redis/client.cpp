@@ -22,6 +22,7 @@ ConnectionOptions connection_options(const ClientOptions& o, const Endpoint& end
   c.command_timeout = o.command_timeout;
   c.reconnect_min = o.reconnect_min;
   c.reconnect_max = o.reconnect_max;
+  c.on_connect = o.on_connect;
   return c;
 }
 

@@ -32,6 +32,7 @@ struct ClientOptions {
   std::chrono::milliseconds command_timeout{50};
   std::chrono::milliseconds reconnect_min{10};
   std::chrono::milliseconds reconnect_max{500};
+  std::vector<std::string> on_connect;  // see ConnectionOptions
 };
 
 std::shared_ptr<Client> make_client(Strand strand, const ClientOptions& options);

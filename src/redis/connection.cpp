@@ -96,7 +96,8 @@ void Connection::on_connect(std::uint64_t generation, const boost::system::error
   handshake();
 }
 
-// AUTH and SELECT, pipelined; the connection is ready once both have answered OK.
+// AUTH, SELECT and the on_connect commands, pipelined; the connection is ready once all have
+// answered without an error.
 void Connection::handshake() {
   std::vector<std::string> commands;
   if (!options_.password.empty()) {
@@ -104,6 +105,7 @@ void Connection::handshake() {
                                              : encode({"AUTH", options_.user, options_.password}));
   }
   if (options_.db != 0) commands.push_back(encode({"SELECT", std::to_string(options_.db)}));
+  commands.insert(commands.end(), options_.on_connect.begin(), options_.on_connect.end());
   if (commands.empty()) return set_ready({});
   auto left = std::make_shared<std::size_t>(commands.size());
   const std::uint64_t generation = generation_;

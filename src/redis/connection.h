@@ -36,6 +36,9 @@ struct ConnectionOptions {
   std::chrono::milliseconds command_timeout{50};
   std::chrono::milliseconds reconnect_min{10};
   std::chrono::milliseconds reconnect_max{500};
+  // Encoded commands sent on every new connection after AUTH and SELECT (the scripts' SCRIPT LOAD);
+  // an error reply to any of them fails the connection attempt.
+  std::vector<std::string> on_connect;
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {

@@ -471,6 +471,10 @@ Result<std::unique_ptr<RedisStore>> RedisStore::open(asio::any_io_executor execu
   co.command_timeout = options.command_timeout;
   co.reconnect_min = options.reconnect_min;
   co.reconnect_max = options.reconnect_max;
+  // Every node, replicas too, knows the scripts from the start, so EVALSHA seldom meets NOSCRIPT.
+  for (const Script* script : {&detail::kAcquireScript, &detail::kRefundScript, &detail::kReleaseScript}) {
+    co.on_connect.push_back(detail::encode({"SCRIPT", "LOAD", script->source}));
+  }
   auto impl = std::make_shared<Impl>(std::move(executor), options, std::move(co));
   asio::dispatch(impl->strand, [impl] { impl->client->start(); });
   return std::unique_ptr<RedisStore>(new RedisStore(std::move(options), std::move(impl), nullptr));

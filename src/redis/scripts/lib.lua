@@ -365,7 +365,9 @@ end
 ---------------------------------------------------------------------------------------------------
 -- Sliding log: a list of "at:count" runs, oldest first, and a meta key "total:latest".
 
-local BATCH = 64
+-- Lists are read in batches: a few first (a decision usually needs only the oldest entry), then
+-- more.
+local FIRST_BATCH, BATCH = 4, 64
 
 local function log_entry(v)
   local at, n = string.match(v, '^(%d+):(%d+)$')
@@ -392,8 +394,9 @@ local function log_decide(keys, p, now)
   total, latest = total or 0, latest or 0
   local t = max(now, latest)
   -- Drop the entries that have left the window (at + period <= t).
+  local batch = FIRST_BATCH
   while total > 0 do
-    local entries = redis.call('LRANGE', list, 0, BATCH - 1)
+    local entries = redis.call('LRANGE', list, 0, batch - 1)
     local drop = 0
     for _, v in ipairs(entries) do
       local at, n = log_entry(v)
@@ -402,7 +405,8 @@ local function log_decide(keys, p, now)
       total = total - n
     end
     if drop > 0 then redis.call('LTRIM', list, drop, -1) end
-    if drop < #entries or #entries < BATCH then break end
+    if drop < #entries or #entries < batch then break end
+    batch = BATCH
   end
   local d
   if p.cost <= p.quota - total then
@@ -425,9 +429,9 @@ local function log_decide(keys, p, now)
     else
       -- Once the oldest entries holding `need` have left the window.
       local need = total + p.cost - p.quota
-      local freed, from = 0, 0
+      local freed, from, batch = 0, 0, FIRST_BATCH
       while d[4] == 0 do
-        local entries = redis.call('LRANGE', list, from, from + BATCH - 1)
+        local entries = redis.call('LRANGE', list, from, from + batch - 1)
         if #entries == 0 then break end
         for _, v in ipairs(entries) do
           local at, n = log_entry(v)
@@ -437,7 +441,7 @@ local function log_decide(keys, p, now)
             break
           end
         end
-        from = from + BATCH
+        from, batch = from + batch, BATCH
       end
     end
   end
@@ -523,9 +527,9 @@ local function leases_decide(keys, p, now)
       d[2] = 1
     else
       local need = in_flight + p.cost - p.quota
-      local freed, from = 0, 0
+      local freed, from, batch = 0, 0, FIRST_BATCH
       while d[4] == 0 do
-        local leases = redis.call('ZRANGE', keys[1], from, from + BATCH - 1, 'WITHSCORES')
+        local leases = redis.call('ZRANGE', keys[1], from, from + batch - 1, 'WITHSCORES')
         if #leases == 0 then break end
         local ids = {}
         for i = 1, #leases, 2 do ids[#ids + 1] = leases[i] end
@@ -537,7 +541,7 @@ local function leases_decide(keys, p, now)
             break
           end
         end
-        from = from + BATCH
+        from, batch = from + batch, BATCH
       end
     end
   end
