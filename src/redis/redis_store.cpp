@@ -33,25 +33,30 @@ std::int64_t to_us(Nanos t) { return t.count() > 0 ? t.count() / 1000 : 0; }
 
 Nanos from_us(std::int64_t us) { return Nanos{us * 1000}; }
 
-// What the scripts call each algorithm, and the keys its state takes.
+// How the scripts know each algorithm: its code, its keys, its ARGV and its one-limit script.
 struct Kind {
-  const char* code;    // ARGV
+  const char* code;    // in acquire.lua's ARGV
   const char* suffix;  // key suffix: one state per key and kind, as in LocalStore
   bool two_keys;
+  std::size_t args;    // ARGV per limit, after the code
+  const Script* one;   // the script for a call with this one limit
 };
 
 Kind kind_of(const Limit& limit) {
   switch (limit.algorithm()) {
     case Algorithm::kTokenBucket:
-      if (limit.params().refill == Refill::kInterval) return {"tbi", "tbi", false};
-      return {"tb", "gcra", false};  // the continuous bucket shares GCRA's meter, as in LocalStore
-    case Algorithm::kGcra: return {"gcra", "gcra", false};
-    case Algorithm::kFixedWindow: return {"fw", "fw", false};
-    case Algorithm::kSlidingWindow: return {"sw", "sw", false};
-    case Algorithm::kSlidingLog: return {"sl", "sl", true};
-    case Algorithm::kConcurrency: return {"cc", "cc", true};
+      if (limit.params().refill == Refill::kInterval) {
+        return {"tbi", "tbi", false, 5, &detail::kAcquireIntervalScript};
+      }
+      // The continuous bucket shares GCRA's meter, and so its state, as in LocalStore.
+      return {"tb", "gcra", false, 9, &detail::kAcquireMeterScript};
+    case Algorithm::kGcra: return {"gcra", "gcra", false, 9, &detail::kAcquireMeterScript};
+    case Algorithm::kFixedWindow: return {"fw", "fw", false, 4, &detail::kAcquireFixedScript};
+    case Algorithm::kSlidingWindow: return {"sw", "sw", false, 4, &detail::kAcquireSlidingScript};
+    case Algorithm::kSlidingLog: return {"sl", "sl", true, 4, &detail::kAcquireLogScript};
+    case Algorithm::kConcurrency: return {"cc", "cc", true, 5, &detail::kAcquireLeasesScript};
   }
-  return {"gcra", "gcra", false};
+  return {"gcra", "gcra", false, 9, &detail::kAcquireMeterScript};
 }
 
 std::uint64_t splitmix64(std::uint64_t x) {
@@ -173,50 +178,77 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
     return q;
   }
 
-  // EVALSHA of acquire.lua or refund.lua over some of the requests.
+  // The script that decides these requests: the one-limit script of the algorithm for one, else
+  // acquire.lua (or refund.lua).
+  static const Script& script_for(const std::vector<Request>& requests,
+                                  const std::vector<std::size_t>& members, bool refund) {
+    if (refund) return detail::kRefundScript;
+    if (members.size() == 1) return *kind_of(requests[members.front()].limit).one;
+    return detail::kAcquireScript;
+  }
+
+  // EVALSHA of `script` over some of the requests: KEYS, then the pinned time, then for acquire.lua
+  // and refund.lua the number of limits and each one's code and ARGV, for a one-limit script its
+  // ARGV alone.
   std::string script_call(const Script& script, const std::vector<Request>& requests,
                           const std::vector<std::size_t>& members) {
+    const bool one = &script != &detail::kAcquireScript && &script != &detail::kRefundScript;
     std::size_t keys = 0;
-    for (const std::size_t i : members) keys += requests[i].state2.empty() ? 1 : 2;
-    Command c(3 + keys + 2 + 13 * members.size());
+    std::size_t args = one ? 1 : 2;
+    for (const std::size_t i : members) {
+      const Kind kind = kind_of(requests[i].limit);
+      keys += kind.two_keys ? 2 : 1;
+      args += kind.args + (one ? 0 : 1);
+    }
+    Command c(3 + keys + args);
     c.arg("EVALSHA").arg(script.sha1).arg(static_cast<std::int64_t>(keys));
     for (const std::size_t i : members) {
       c.arg(requests[i].state);
       if (!requests[i].state2.empty()) c.arg(requests[i].state2);
     }
-    c.arg(pinned()).arg(static_cast<std::int64_t>(members.size()));
+    c.arg(pinned());
+    if (!one) c.arg(static_cast<std::int64_t>(members.size()));
     for (const std::size_t i : members) {
       const Request& r = requests[i];
-      const sluice::detail::LimitParams& p = r.limit.params();
-      using i128 = __int128;
-      // The meter's capacity and the cost as whole microseconds plus a fraction in units: exact
-      // here in 128 bits, so that the script needs no product beyond 2^53 for them.
-      std::int64_t cap_us = 0, cap_f = 0, cost_us = 0, cost_f = 0;
-      if (p.units_per_us > 0) {
-        const i128 cap = static_cast<i128>(p.quota) * p.units_per_token;
-        cap_us = static_cast<std::int64_t>(cap / p.units_per_us);
-        cap_f = static_cast<std::int64_t>(cap % p.units_per_us);
-        if (r.cost <= p.quota) {
-          const i128 cost = static_cast<i128>(r.cost) * p.units_per_token;
-          cost_us = static_cast<std::int64_t>(cost / p.units_per_us);
-          cost_f = static_cast<std::int64_t>(cost % p.units_per_us);
-        }
-      }
-      c.arg(kind_of(r.limit).code)
-          .arg(r.cost)
-          .arg(p.quota)
-          .arg(p.rate)
-          .arg(p.period_us)
-          .arg(p.units_per_us)
-          .arg(p.units_per_token)
-          .arg(cap_us)
-          .arg(cap_f)
-          .arg(cost_us)
-          .arg(cost_f)
-          .arg(r.lease == 0 ? std::string("0") : std::to_string(r.lease))
-          .arg(r.extra);
+      const Kind kind = kind_of(r.limit);
+      if (!one) c.arg(kind.code);
+      append_args(c, r);
     }
     return std::move(c).take();
+  }
+
+  // One limit's ARGV, as its algorithm's *_params() in scripts/ reads it.
+  static void append_args(Command& c, const Request& r) {
+    const sluice::detail::LimitParams& p = r.limit.params();
+    c.arg(r.cost).arg(p.quota);
+    switch (p.algorithm) {
+      case Algorithm::kTokenBucket:
+        if (p.refill == Refill::kInterval) {
+          c.arg(p.rate).arg(p.period_us);
+          break;
+        }
+        [[fallthrough]];
+      case Algorithm::kGcra: {
+        // The capacity and the cost as whole microseconds plus a fraction in units: exact here in
+        // 128 bits, so that the script needs no product beyond 2^53 for them.
+        using i128 = __int128;
+        const i128 cap = static_cast<i128>(p.quota) * p.units_per_token;
+        const i128 cost = r.cost <= p.quota ? static_cast<i128>(r.cost) * p.units_per_token : 0;
+        c.arg(p.units_per_us).arg(p.units_per_token);
+        c.arg(static_cast<std::int64_t>(cap / p.units_per_us));
+        c.arg(static_cast<std::int64_t>(cap % p.units_per_us));
+        c.arg(static_cast<std::int64_t>(cost / p.units_per_us));
+        c.arg(static_cast<std::int64_t>(cost % p.units_per_us));
+        break;
+      }
+      case Algorithm::kFixedWindow:
+      case Algorithm::kSlidingWindow:
+      case Algorithm::kSlidingLog: c.arg(p.period_us); break;
+      case Algorithm::kConcurrency:
+        c.arg(p.period_us).arg(r.lease == 0 ? std::string("0") : std::to_string(r.lease));
+        break;
+    }
+    c.arg(r.extra);
   }
 
   // Sends an EVALSHA. On NOSCRIPT (a restarted or flushed server) sends it once more as EVAL with
@@ -365,8 +397,9 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
     }
     outstanding = batches.size();
     for (std::size_t b = 0; b < batches.size(); ++b) {
-      batches[b].command = impl->script_call(detail::kAcquireScript, requests, batches[b].members);
-      impl->eval(batches[b].slot, detail::kAcquireScript, batches[b].command,
+      const Script& script = Impl::script_for(requests, batches[b].members, false);
+      batches[b].command = impl->script_call(script, requests, batches[b].members);
+      impl->eval(batches[b].slot, script, batches[b].command,
                  [self = shared_from_this(), b](Result<Reply> r) { self->on_reply(b, std::move(r)); });
     }
   }
@@ -472,7 +505,10 @@ Result<std::unique_ptr<RedisStore>> RedisStore::open(asio::any_io_executor execu
   co.reconnect_min = options.reconnect_min;
   co.reconnect_max = options.reconnect_max;
   // Every node, replicas too, knows the scripts from the start, so EVALSHA seldom meets NOSCRIPT.
-  for (const Script* script : {&detail::kAcquireScript, &detail::kRefundScript, &detail::kReleaseScript}) {
+  for (const Script* script :
+       {&detail::kAcquireScript, &detail::kRefundScript, &detail::kReleaseScript,
+        &detail::kAcquireMeterScript, &detail::kAcquireIntervalScript, &detail::kAcquireFixedScript,
+        &detail::kAcquireSlidingScript, &detail::kAcquireLogScript, &detail::kAcquireLeasesScript}) {
     co.on_connect.push_back(detail::encode({"SCRIPT", "LOAD", script->source}));
   }
   auto impl = std::make_shared<Impl>(std::move(executor), options, std::move(co));

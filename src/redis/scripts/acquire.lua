@@ -4,12 +4,12 @@
 PINNED = ARGV[1] ~= ''
 local now = now_us(ARGV[1])
 local out, admitted, all = {}, {}, true
-each_limit(function(keys, p)
-  local d = decide(keys, p, now)
+each_limit(function(alg, keys, p)
+  local d = alg[4](keys, p, now)
   for j = 1, 6 do out[#out + 1] = d[j] end
   if d[1] == 1 then
     p.extra = d[6]
-    admitted[#admitted + 1] = {keys, p}
+    admitted[#admitted + 1] = {alg, keys, p}
   else
     all = false
   end
@@ -17,7 +17,7 @@ end)
 if not all then
   for i = #admitted, 1, -1 do
     local a = admitted[i]
-    if a[2].cost > 0 then refund(a[1], a[2], now) end
+    if a[3].cost > 0 then a[1][5](a[2], a[3], now) end
   end
 end
 return out
