@@ -2,7 +2,9 @@
 
 #include <boost/asio/steady_timer.hpp>
 
+#include <cstdlib>
 #include <map>
+#include <sstream>
 #include <set>
 #include <vector>
 
@@ -50,7 +52,7 @@ class SingleClient final : public Client {
 constexpr auto kRefreshInterval = std::chrono::milliseconds(100);
 constexpr int kMaxRedirects = 5;
 
-// A Redis Cluster: the slot map from CLUSTER SLOTS, one connection per node (replicas too, so that
+// A Redis Cluster: the slot map from CLUSTER NODES, one connection per node (replicas too, so that
 // a promoted replica is ready at once). MOVED updates the slot and refreshes the map; ASK is
 // followed for that one command. While any slot has no connected master the map is refreshed
 // every 100ms, which is how decisions resume after a failover.
@@ -192,7 +194,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     if (!c) return;  // a connection that becomes ready asks again
     refreshing_ = true;
     last_refresh_ = std::chrono::steady_clock::now();
-    c->send(encode({"CLUSTER", "SLOTS"}), [self = shared_from_this(), host = c->endpoint().host](
+    c->send(encode({"CLUSTER", "NODES"}), [self = shared_from_this(), host = c->endpoint().host](
                                                Result<Reply> r) {
       self->refreshing_ = false;
       if (r.ok() && !is_error(*r)) self->apply(r->get(), host);
@@ -203,29 +205,36 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     });
   }
 
-  // Applies a CLUSTER SLOTS reply: [[start, end, [host, port, id], replicas...], ...].
+  // Applies a CLUSTER NODES reply, one line per node (CLUSTER SLOTS leaves out replicas that have
+  // no data yet, and we want a connection to each before it is promoted):
+  // "<id> <ip:port@bus> <flags> <master> <ping> <pong> <epoch> <link> <slot ranges>..."
   void apply(const redisReply* r, const std::string& asked_host) {
-    if (stopped_ || r->type != REDIS_REPLY_ARRAY) return;
+    if (stopped_ || r->type != REDIS_REPLY_STRING) return;
     std::vector<std::string> owner(kSlots);
     std::map<std::string, Endpoint> listed;
-    for (std::size_t i = 0; i < r->elements; ++i) {
-      const redisReply* range = r->element[i];
-      if (range->type != REDIS_REPLY_ARRAY || range->elements < 3) return;
-      const long long first = range->element[0]->integer;
-      const long long last = range->element[1]->integer;
-      for (std::size_t j = 2; j < range->elements; ++j) {
-        const redisReply* n = range->element[j];
-        if (n->type != REDIS_REPLY_ARRAY || n->elements < 2) return;
-        Endpoint e;
-        e.host = std::string(text(n->element[0]));
-        if (e.host.empty() || e.host == "?") e.host = asked_host;
-        e.port = static_cast<std::uint16_t>(n->element[1]->integer);
-        const std::string name = e.to_string();
-        listed.emplace(name, e);
-        if (j == 2) {
-          for (long long s = std::max(0LL, first); s <= last && s < kSlots; ++s) {
-            owner[static_cast<std::size_t>(s)] = name;
-          }
+    std::istringstream lines{std::string(text(r))};
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream fields(line);
+      std::string id, address, flags, master, ping, pong, epoch, link;
+      if (!(fields >> id >> address >> flags >> master >> ping >> pong >> epoch >> link)) continue;
+      if (flags.find("noaddr") != std::string::npos || flags.find("handshake") != std::string::npos) {
+        continue;
+      }
+      const auto colon = address.rfind(':', address.find('@'));
+      if (colon == std::string::npos) continue;
+      auto endpoint = parse_address("redis://" + (colon == 0 ? asked_host : "") +
+                                    address.substr(0, address.find('@')));
+      if (!endpoint.ok()) continue;
+      const std::string name = endpoint->nodes.front().to_string();
+      listed.emplace(name, endpoint->nodes.front());
+      if (flags.find("master") == std::string::npos) continue;
+      for (std::string range; fields >> range;) {
+        if (range.front() == '[') continue;  // a slot being migrated or imported
+        const auto dash = range.find('-');
+        const int first = std::atoi(range.c_str());
+        const int last = dash == std::string::npos ? first : std::atoi(range.c_str() + dash + 1);
+        for (int slot = std::max(0, first); slot <= last && slot < kSlots; ++slot) {
+          owner[static_cast<std::size_t>(slot)] = name;
         }
       }
     }
@@ -239,9 +248,9 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
         ++it;
       }
     }
-    for (std::size_t s = 0; s < kSlots; ++s) {
-      const auto it = owner[s].empty() ? nodes_.end() : nodes_.find(owner[s]);
-      slots_[s] = it == nodes_.end() ? nullptr : it->second.get();
+    for (std::size_t slot = 0; slot < kSlots; ++slot) {
+      const auto it = owner[slot].empty() ? nodes_.end() : nodes_.find(owner[slot]);
+      slots_[slot] = it == nodes_.end() ? nullptr : it->second.get();
     }
     loaded_ = true;
     check_connected();

@@ -168,14 +168,21 @@ Result<std::unique_ptr<RedisCluster>> RedisCluster::start() {
   if (status != 0) {
     return Error{ErrorCode::kStoreUnavailable, "redis-cli --cluster create failed: " + out};
   }
+  // Ready when every node sees the cluster as ok and every replica has synced with its master (a
+  // replica that never synced refuses to take over).
   const bool ok = eventually(
       [&] {
+        int replicas = 0;
         for (auto& n : cluster->nodes_) {
           if (n->cli({"CLUSTER", "INFO"}).find("cluster_state:ok") == std::string::npos) return false;
+          const std::string replication = n->cli({"INFO", "replication"});
+          if (replication.find("role:slave") == std::string::npos) continue;
+          if (replication.find("master_link_status:up") == std::string::npos) return false;
+          ++replicas;
         }
-        return true;
+        return replicas == 3;
       },
-      std::chrono::seconds(20));
+      std::chrono::seconds(30));
   if (!ok) return Error{ErrorCode::kStoreUnavailable, "the cluster did not become ok"};
   return cluster;
 }
