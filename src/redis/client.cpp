@@ -40,8 +40,8 @@ class SingleClient final : public Client {
   void when_connected(UniqueFunction<void(Status)> f) override {
     connection_->when_attempted(std::move(f));
   }
-  void send(int, std::string_view command, Callback callback) override {
-    connection_->send(command, std::move(callback));
+  void send(int, std::string_view command, Callback callback, SteadyTime deadline) override {
+    connection_->send(command, std::move(callback), deadline);
   }
   bool cluster() const override { return false; }
 
@@ -91,14 +91,14 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     connect_waiters_.push_back(std::move(f));
   }
 
-  void send(int slot, std::string_view command, Callback callback) override {
+  void send(int slot, std::string_view command, Callback callback, SteadyTime deadline) override {
     Connection* c = slots_[static_cast<std::size_t>(slot)];
     if (c == nullptr || !c->ready()) {
       refresh_soon();
       return callback(Error{ErrorCode::kStoreUnavailable,
                             "redis cluster: no connected master serves slot " + std::to_string(slot)});
     }
-    send_to(c->shared_from_this(), slot, command, std::move(callback), 0, false);
+    send_to(c->shared_from_this(), slot, command, std::move(callback), deadline, 0, false);
   }
 
   bool cluster() const override { return true; }
@@ -122,15 +122,16 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   }
 
   void send_to(std::shared_ptr<Connection> c, int slot, std::string_view command, Callback callback,
-               int hops, bool asking) {
-    if (asking) c->send(encode({"ASKING"}), [](Result<Reply>) {});
+               SteadyTime deadline, int hops, bool asking) {
+    if (asking) c->send(encode({"ASKING"}), [](Result<Reply>) {}, deadline);
     c->send(command, [self = shared_from_this(), slot, command, callback = std::move(callback),
-                      hops](Result<Reply> r) mutable {
-      self->on_reply(slot, command, std::move(callback), hops, std::move(r));
-    });
+                      deadline, hops](Result<Reply> r) mutable {
+      self->on_reply(slot, command, std::move(callback), deadline, hops, std::move(r));
+    }, deadline);
   }
 
-  void on_reply(int slot, std::string_view command, Callback callback, int hops, Result<Reply> r) {
+  void on_reply(int slot, std::string_view command, Callback callback, SteadyTime deadline,
+                int hops, Result<Reply> r) {
     if (!r.ok()) {
       if (r.error().code == ErrorCode::kStoreUnavailable) refresh_soon();
       return callback(std::move(r));
@@ -153,7 +154,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
                                 "redis cluster: slot " + std::to_string(slot) + " moved to " +
                                     std::string(target) + ", not connected yet"});
         }
-        return send_to(std::move(c), slot, command, std::move(callback), hops + 1, !moved);
+        return send_to(std::move(c), slot, command, std::move(callback), deadline, hops + 1, !moved);
       }
     }
     if (message.starts_with("CLUSTERDOWN") || message.starts_with("TRYAGAIN") ||

@@ -19,9 +19,10 @@ class Client {
   // Calls `f` once connected (a cluster: its slot map known and every master connected), or with
   // the error of the first attempt that failed.
   virtual void when_connected(UniqueFunction<void(Status)> f) = 0;
-  // Sends a command about keys of `slot` to the node that serves it. `command` must stay valid
-  // until the callback has run (a cluster may send it again, to where MOVED or ASK points).
-  virtual void send(int slot, std::string_view command, Callback callback) = 0;
+  // Sends a command about keys of `slot` to the node that serves it; the callback runs by the
+  // deadline at the latest (see Connection::send). `command` must stay valid until the callback
+  // has run (a cluster may send it again, to where MOVED or ASK points, within the same deadline).
+  virtual void send(int slot, std::string_view command, Callback callback, SteadyTime deadline) = 0;
   // Whether every command of a call must stay within one slot.
   virtual bool cluster() const = 0;
 };

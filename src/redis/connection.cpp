@@ -109,6 +109,7 @@ void Connection::handshake() {
   if (commands.empty()) return set_ready({});
   auto left = std::make_shared<std::size_t>(commands.size());
   const std::uint64_t generation = generation_;
+  const SteadyTime deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
   for (const std::string& c : commands) {
     enqueue(c, [this, left, generation](Result<Reply> r) {
       if (generation != generation_) return;
@@ -119,7 +120,7 @@ void Connection::handshake() {
                                     " refused the handshake: " + std::string(text(r->get()))});
       }
       if (--*left == 0) set_ready({});
-    });
+    }, deadline);
   }
 }
 
@@ -134,17 +135,25 @@ void Connection::set_ready(Status status) {
 }
 
 void Connection::send(std::string_view command, Callback callback) {
+  send(command, std::move(callback), std::chrono::steady_clock::now() + options_.command_timeout);
+}
+
+void Connection::send(std::string_view command, Callback callback, SteadyTime deadline) {
   if (state_ != State::kReady) {
     callback(unavailable(state_ == State::kStopped ? "connection closed" : "not connected"));
     return;
   }
-  enqueue(command, std::move(callback));
+  enqueue(command, std::move(callback), deadline);
 }
 
-void Connection::enqueue(std::string_view command, Callback callback) {
-  pending_.push_back({std::move(callback), std::chrono::steady_clock::now() + options_.command_timeout});
+void Connection::enqueue(std::string_view command, Callback callback, SteadyTime deadline) {
+  // Deadlines must not decrease along the queue (see on_timer); one set a little earlier than the
+  // one before it, by a caller that started first but got here second, waits as long as that one.
+  if (!pending_.empty()) deadline = std::max(deadline, pending_.back().deadline);
+  pending_.push_back({std::move(callback), deadline});
   out_.append(command);
-  if (!timer_armed_) arm_timer();
+  // The timer may still wait for a later deadline of a command that has been answered since.
+  if (!timer_armed_ || deadline < timer_expiry_) arm_timer();
   // Writes wait until the handlers that are running now have queued their commands too, so that one
   // write carries them all.
   if (!writing_now_ && !flush_posted_) {
@@ -219,7 +228,8 @@ void Connection::arm_timer() {
     return;
   }
   timer_armed_ = true;
-  command_timer_.expires_at(pending_[dead_].deadline);
+  timer_expiry_ = pending_[dead_].deadline;
+  command_timer_.expires_at(timer_expiry_);
   command_timer_.async_wait([this, self = shared_from_this(), generation = generation_](
                                 const boost::system::error_code& ec) {
     if (ec || generation != generation_) return;
@@ -227,8 +237,8 @@ void Connection::arm_timer() {
   });
 }
 
-// Fails the commands whose deadline has passed. Deadlines grow along the queue (one timeout for
-// all), so the timed-out commands are always its first entries.
+// Fails the commands whose deadline has passed. Deadlines never decrease along the queue, so the
+// timed-out commands are always its first entries.
 void Connection::on_timer(std::uint64_t generation) {
   const auto now = std::chrono::steady_clock::now();
   while (dead_ < pending_.size() && pending_[dead_].deadline <= now) {

@@ -59,9 +59,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool ready() const { return state_ == State::kReady; }
   const Endpoint& endpoint() const { return options_.endpoint; }
 
-  // Sends one encoded command. The callback gets the reply (an error reply too), or kTimeout after
-  // the command timeout, or kStoreUnavailable at once when not connected or when the connection is
-  // lost first.
+  // Sends one encoded command. The callback gets the reply (an error reply too), or kTimeout at the
+  // deadline (by default the command timeout from now), or kStoreUnavailable at once when not
+  // connected or when the connection is lost first.
+  void send(std::string_view command, Callback callback, SteadyTime deadline);
   void send(std::string_view command, Callback callback);
 
   // Calls `f` once the current or next connection attempt has ended: ok when connected.
@@ -79,7 +80,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
                   const boost::asio::ip::tcp::endpoint& ep);
   void handshake();
   void set_ready(Status status);
-  void enqueue(std::string_view command, Callback callback);
+  void enqueue(std::string_view command, Callback callback, SteadyTime deadline);
   void flush();
   void read();
   void on_read(std::uint64_t generation, std::size_t n);
@@ -106,6 +107,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::deque<Pending> pending_;  // in the order the replies will come
   std::size_t dead_ = 0;         // how many of pending_'s first entries timed out
   bool timer_armed_ = false;
+  SteadyTime timer_expiry_{};    // when command_timer_ fires, while armed
   std::string out_;              // what is yet to be written
   std::string writing_;          // what is being written
   bool writing_now_ = false;

@@ -255,8 +255,9 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   // the script's source, which loads the script into the cache of the node that runs it (wherever
   // MOVED or ASK lead) and runs it. Never resends after a timeout or a lost connection: the script
   // may have run.
-  void eval(int slot, const Script& script, std::string_view command, Callback callback) {
-    client->send(slot, command, [self = shared_from_this(), slot, &script, command,
+  void eval(int slot, const Script& script, std::string_view command, Callback callback,
+            detail::SteadyTime deadline) {
+    client->send(slot, command, [self = shared_from_this(), slot, &script, command, deadline,
                                  callback = std::move(callback)](Result<Reply> r) mutable {
       if (r.ok() && detail::is_error(*r) && detail::text(r->get()).starts_with("NOSCRIPT")) {
         auto with_source = std::make_unique<std::string>(as_eval(command, script));
@@ -265,10 +266,15 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
                                                callback = std::move(callback)](
                                                   Result<Reply> again) mutable {
           callback(std::move(again));
-        });
+        }, deadline);
       }
       callback(std::move(r));
-    });
+    }, deadline);
+  }
+
+  // When a call that starts now must have been answered.
+  detail::SteadyTime deadline() const {
+    return std::chrono::steady_clock::now() + options.command_timeout;
   }
 
   // "*N $7 EVALSHA $40 <sha> rest" -> "*N $4 EVAL $len <source> rest": the same call, by source.
@@ -379,8 +385,13 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
 struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   using Done = detail::UniqueFunction<void(Result<std::vector<Decision>>)>;
 
+  // The deadline counts from here, when the caller asked.
   Acquire(std::shared_ptr<Impl> i, std::vector<Request> r, Done d)
-      : impl(std::move(i)), requests(std::move(r)), decisions(requests.size()), done(std::move(d)) {}
+      : impl(std::move(i)),
+        requests(std::move(r)),
+        decisions(requests.size()),
+        deadline(impl->deadline()),
+        done(std::move(d)) {}
 
   void start() {
     if ((error = impl->admit(permit))) return deliver();
@@ -400,7 +411,8 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
       const Script& script = Impl::script_for(requests, batches[b].members, false);
       batches[b].command = impl->script_call(script, requests, batches[b].members);
       impl->eval(batches[b].slot, script, batches[b].command,
-                 [self = shared_from_this(), b](Result<Reply> r) { self->on_reply(b, std::move(r)); });
+                 [self = shared_from_this(), b](Result<Reply> r) { self->on_reply(b, std::move(r)); },
+                 deadline);
     }
   }
 
@@ -455,7 +467,8 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
         impl->eval(batch.slot, detail::kRefundScript, batch.command,
                    [self = shared_from_this()](Result<Reply>) {
                      if (--self->outstanding == 0) self->deliver();
-                   });
+                   },
+                   impl->deadline());
       }
       if (outstanding > 0) return;
     }
@@ -473,6 +486,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   std::vector<Batch> batches;
   std::size_t outstanding = 0;
   std::optional<Error> error;
+  detail::SteadyTime deadline;
   BreakerPermit permit;
   Done done;
 };
@@ -604,7 +618,7 @@ void RedisStore::start_reset(std::string_view key, const Limit& limit, StatusHan
   std::string command = r.state2.empty() ? detail::encode({"DEL", r.state})
                                          : detail::encode({"DEL", r.state, r.state2});
   auto owned = std::make_shared<std::string>(std::move(command));
-  asio::dispatch(impl_->strand, [impl = impl_, slot = r.slot, owned,
+  asio::dispatch(impl_->strand, [impl = impl_, slot = r.slot, owned, deadline = impl_->deadline(),
                                  handler = std::move(handler)]() mutable {
     BreakerPermit permit;
     if (auto refused = impl->admit(permit)) {
@@ -617,7 +631,7 @@ void RedisStore::start_reset(std::string_view key, const Limit& limit, StatusHan
       else if (detail::is_error(*reply)) error = reply_error(detail::text(reply->get()));
       impl->record(permit, error);
       complete(std::move(handler), impl->executor, error ? Status(*error) : Status());
-    });
+    }, deadline);
   });
 }
 
@@ -634,7 +648,7 @@ void RedisStore::start_release(std::string_view key, const Limit& limit, std::ui
   c.arg("EVALSHA").arg(detail::kReleaseScript.sha1).arg(2).arg(r.state).arg(r.state2)
       .arg(impl_->pinned()).arg(std::to_string(lease));
   auto owned = std::make_shared<std::string>(std::move(c).take());
-  asio::dispatch(impl_->strand, [impl = impl_, slot = r.slot, owned,
+  asio::dispatch(impl_->strand, [impl = impl_, slot = r.slot, owned, deadline = impl_->deadline(),
                                  handler = std::move(handler)]() mutable {
     BreakerPermit permit;
     if (auto refused = impl->admit(permit)) {
@@ -656,7 +670,8 @@ void RedisStore::start_release(std::string_view key, const Limit& limit, std::ui
                  impl->record(permit, error);
                  complete(std::move(handler), impl->executor,
                           error ? Result<bool>(*error) : Result<bool>(held));
-               });
+               },
+               deadline);
   });
 }
 
