@@ -8,9 +8,18 @@
 
 local TWO53 = 9007199254740992
 
--- An integer as a decimal string (tostring would give "1.7e+15").
+-- Integers as decimal strings (tostring would give "1.7e+15"); %d formats a 64-bit integer, exact
+-- below 2^53, and much faster than %.0f.
 local function fmt(n)
-  return string.format('%.0f', n)
+  return string.format('%d', n)
+end
+
+local function pair(a, b)
+  return string.format('%d:%d', a, b)
+end
+
+local function pair3(a, b, c)
+  return string.format('%d:%d:%d', a, b, c)
 end
 
 -- floor(a / b) for integers 0 <= a < 2^53, 0 < b < 2^53, with a + b < 2^53.
@@ -102,10 +111,10 @@ local function pair_load(key)
   return tonumber(a), tonumber(b)
 end
 
--- ARGV of the window algorithms (fixed, sliding, log): cost, quota, period_us, refund value.
+-- ARGV of the window algorithms (fixed, sliding, log): cost, quota, period_us, refund value (read
+-- by each_limit, for refunds only).
 local function window_params(argv, i)
-  return {cost = tonumber(argv[i]), quota = tonumber(argv[i + 1]), period = tonumber(argv[i + 2]),
-          extra = tonumber(argv[i + 3])}
+  return {cost = tonumber(argv[i]), quota = tonumber(argv[i + 1]), period = tonumber(argv[i + 2])}
 end
 
 -- Logs and leases are read in batches: a few first (a decision usually needs only the oldest), then

@@ -21,7 +21,9 @@ local function each_limit(f)
     if not alg then error('sluice: unknown algorithm ' .. tostring(ARGV[a])) end
     local keys = {}
     for j = 1, alg[1] do keys[j] = KEYS[k + j - 1] end
-    f(alg, keys, alg[3](ARGV, a + 1))
+    local p = alg[3](ARGV, a + 1)
+    p.extra = tonumber(ARGV[a + alg[2]])  -- each algorithm's last value
+    f(alg, keys, p)
     k, a = k + alg[1], a + 1 + alg[2]
   end
 end

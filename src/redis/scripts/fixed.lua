@@ -16,7 +16,7 @@ local function fixed_decide(keys, p, now)
     if count > 0 then reset = window_end end
     local d = decision(true, p.quota - count, 0, reset, window)
     if p.cost > 0 then
-      redis.call('SET', key, fmt(window) .. ':' .. fmt(count), 'PX', ttl_ms(reset))
+      redis.call('SET', key, pair(window, count), 'PX', ttl_ms(reset))
     else
       forget_if_full(key, d, existed)
     end
@@ -38,6 +38,6 @@ local function fixed_refund(keys, p, now)
   if count == 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, fmt(s_window) .. ':' .. fmt(count), 'KEEPTTL')
+    redis.call('SET', key, pair(s_window, count), 'KEEPTTL')
   end
 end

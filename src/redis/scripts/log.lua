@@ -17,7 +17,7 @@ local function log_settle(keys, p, now, total, latest)
   local newest = log_entry(redis.call('LINDEX', keys[1], -1))
   local reset = newest + p.period - now
   local ttl = ttl_ms(reset)
-  redis.call('SET', keys[2], fmt(total) .. ':' .. fmt(latest), 'PX', ttl)
+  redis.call('SET', keys[2], pair(total, latest), 'PX', ttl)
   redis.call('PEXPIRE', keys[1], ttl)
   return reset
 end
@@ -49,9 +49,9 @@ local function log_decide(keys, p, now)
       local at, n = 0, 0
       if last then at, n = log_entry(last) end
       if last and at == t then
-        redis.call('LSET', list, -1, fmt(t) .. ':' .. fmt(n + p.cost))
+        redis.call('LSET', list, -1, pair(t, n + p.cost))
       else
-        redis.call('RPUSH', list, fmt(t) .. ':' .. fmt(p.cost))
+        redis.call('RPUSH', list, pair(t, p.cost))
       end
       total = total + p.cost
     end
@@ -103,7 +103,7 @@ local function log_refund(keys, p, now)
         redis.call('LSET', list, i, 'x')
         redis.call('LREM', list, 1, 'x')
       else
-        redis.call('LSET', list, i, fmt(e_at) .. ':' .. fmt(n - take))
+        redis.call('LSET', list, i, pair(e_at, n - take))
       end
     end
     i = i - 1

@@ -33,7 +33,7 @@ local function sliding_decide(keys, p, now)
   if cost <= quota - used then
     local d = decision(true, quota - used - cost, 0, reset_for(current + cost, previous), window)
     if cost > 0 then
-      redis.call('SET', key, fmt(window) .. ':' .. fmt(previous) .. ':' .. fmt(current + cost),
+      redis.call('SET', key, pair3(window, previous, current + cost),
                  'PX', ttl_ms(d[5]))
     else
       forget_if_full(key, d, existed)
@@ -84,7 +84,7 @@ local function sliding_refund(keys, p, now)
   if reset <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, fmt(s_window) .. ':' .. fmt(s_prev) .. ':' .. fmt(s_cur), 'PX',
+    redis.call('SET', key, pair3(s_window, s_prev, s_cur), 'PX',
                ttl_ms(reset))
   end
 end
