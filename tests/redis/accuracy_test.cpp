@@ -11,9 +11,7 @@ class Accuracy : public RedisTest {};
 
 TEST_F(Accuracy, FourInstancesAdmitExactlyTheLimitForEveryAlgorithm) {
   for (const Limit& limit : limits_of_500()) {
-    const auto start = std::chrono::steady_clock::now();
     const FleetOutcome o = run_fleet(server_->address(), limit, "shared:" + limit.to_string());
-    std::printf("%s %lld ms\n", limit.to_string().c_str(), (long long)std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count());
     EXPECT_EQ(o.errors, 0) << limit.to_string() << ": " << o.first_error;
     EXPECT_EQ(o.admitted, 500) << limit.to_string();
     EXPECT_EQ(o.rejected, 8000 - 500) << limit.to_string();
