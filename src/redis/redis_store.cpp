@@ -179,10 +179,9 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   }
 
   // The script that decides these requests: the one-limit script of the algorithm for one, else
-  // acquire.lua (or refund.lua).
+  // acquire.lua.
   static const Script& script_for(const std::vector<Request>& requests,
-                                  const std::vector<std::size_t>& members, bool refund) {
-    if (refund) return detail::kRefundScript;
+                                  const std::vector<std::size_t>& members) {
     if (members.size() == 1) return *kind_of(requests[members.front()].limit).one;
     return detail::kAcquireScript;
   }
@@ -408,7 +407,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
     }
     outstanding = batches.size();
     for (std::size_t b = 0; b < batches.size(); ++b) {
-      const Script& script = Impl::script_for(requests, batches[b].members, false);
+      const Script& script = Impl::script_for(requests, batches[b].members);
       batches[b].command = impl->script_call(script, requests, batches[b].members);
       impl->eval(batches[b].slot, script, batches[b].command,
                  [self = shared_from_this(), b](Result<Reply> r) { self->on_reply(b, std::move(r)); },

@@ -71,7 +71,8 @@ class RedisStore final : public Store {
   // A store with a thread of its own, for synchronous use: no Asio needed.
   static Result<std::unique_ptr<RedisStore>> open(RedisStoreOptions options);
   // A store whose I/O runs on the caller's executor (e.g. an io_context's); completions run on each
-  // handler's associated executor, by default this one.
+  // handler's associated executor, by default this one. Destroy the store before that executor's
+  // execution context; pending calls then complete with kStoreUnavailable.
   static Result<std::unique_ptr<RedisStore>> open(boost::asio::any_io_executor executor,
                                                   RedisStoreOptions options);
   ~RedisStore() override;
