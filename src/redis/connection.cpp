@@ -96,8 +96,7 @@ void Connection::on_connect(std::uint64_t generation, const boost::system::error
   handshake();
 }
 
-// AUTH, SELECT and the on_connect commands, pipelined; the connection is ready once all have
-// answered without an error.
+// AUTH and SELECT, pipelined; the connection is ready once both have answered OK.
 void Connection::handshake() {
   std::vector<std::string> commands;
   if (!options_.password.empty()) {
@@ -105,7 +104,6 @@ void Connection::handshake() {
                                              : encode({"AUTH", options_.user, options_.password}));
   }
   if (options_.db != 0) commands.push_back(encode({"SELECT", std::to_string(options_.db)}));
-  commands.insert(commands.end(), options_.on_connect.begin(), options_.on_connect.end());
   if (commands.empty()) return set_ready({});
   auto left = std::make_shared<std::size_t>(commands.size());
   const std::uint64_t generation = generation_;
@@ -129,6 +127,9 @@ void Connection::set_ready(Status status) {
     state_ = State::kReady;
     failures_ = 0;
     connect_timer_.cancel();
+    // Queued ahead of every caller's command; a failure here only means NOSCRIPT later.
+    const SteadyTime deadline = std::chrono::steady_clock::now() + options_.command_timeout;
+    for (const std::string& c : options_.on_connect) enqueue(c, [](Result<Reply>) {}, deadline);
   }
   for (auto& f : std::exchange(attempt_waiters_, {})) f(status);
   if (status.ok() && listener_) listener_(true);

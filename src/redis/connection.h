@@ -36,8 +36,8 @@ struct ConnectionOptions {
   std::chrono::milliseconds command_timeout{50};
   std::chrono::milliseconds reconnect_min{10};
   std::chrono::milliseconds reconnect_max{500};
-  // Encoded commands sent on every new connection after AUTH and SELECT (the scripts' SCRIPT LOAD);
-  // an error reply to any of them fails the connection attempt.
+  // Encoded commands sent on every new connection once it is ready, ahead of any other (the
+  // scripts' SCRIPT LOAD); their replies are not waited for.
   std::vector<std::string> on_connect;
 };
 

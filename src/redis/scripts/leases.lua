@@ -54,23 +54,20 @@ local function leases_decide(keys, p, now)
     if p.cost > p.quota then
       d[2] = 1
     else
-      local need = in_flight + p.cost - p.quota
-      local freed, from, batch = 0, 0, FIRST_BATCH
-      while d[4] == 0 do
-        local leases = redis.call('ZRANGE', keys[1], from, from + batch - 1, 'WITHSCORES')
-        if #leases == 0 then break end
-        local ids = {}
-        for i = 1, #leases, 2 do ids[#ids + 1] = leases[i] end
-        local permits = redis.call('HMGET', keys[2], unpack(ids))
-        for i, n in ipairs(permits) do
-          freed = freed + tonumber(n)
-          if freed >= need then
-            d[4] = tonumber(leases[2 * i]) - now
-            break
-          end
+      -- Once enough leases have timed out (sooner, if they are released).
+      local gone = when_freed(in_flight + p.cost - p.quota, function(from, n)
+        local leases = redis.call('ZRANGE', keys[1], from, from + n - 1, 'WITHSCORES')
+        local ids, times = {}, {}
+        for i = 1, #leases, 2 do
+          ids[#ids + 1] = leases[i]
+          times[#times + 1] = tonumber(leases[i + 1])
         end
-        from, batch = from + batch, BATCH
-      end
+        if #ids == 0 then return times, {} end
+        local counts = redis.call('HMGET', keys[2], unpack(ids))
+        for i, v in ipairs(counts) do counts[i] = tonumber(v) end
+        return times, counts
+      end)
+      d[4] = gone - now
     end
   end
   d[5] = leases_settle(keys, now, in_flight, t)

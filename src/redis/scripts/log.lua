@@ -62,21 +62,15 @@ local function log_decide(keys, p, now)
       d[2] = 1
     else
       -- Once the oldest entries holding `need` have left the window.
-      local need = total + p.cost - p.quota
-      local freed, from, batch = 0, 0, FIRST_BATCH
-      while d[4] == 0 do
-        local entries = redis.call('LRANGE', list, from, from + batch - 1)
-        if #entries == 0 then break end
-        for _, v in ipairs(entries) do
-          local at, n = log_entry(v)
-          freed = freed + n
-          if freed >= need then
-            d[4] = at + p.period - now
-            break
-          end
+      local gone = when_freed(total + p.cost - p.quota, function(from, n)
+        local times, counts = {}, {}
+        for i, v in ipairs(redis.call('LRANGE', list, from, from + n - 1)) do
+          local at, count = log_entry(v)
+          times[i], counts[i] = at + p.period, count
         end
-        from, batch = from + batch, BATCH
-      end
+        return times, counts
+      end)
+      d[4] = gone - now
     end
   end
   d[5] = log_settle(keys, p, now, total, t)
