@@ -37,7 +37,7 @@ TEST_F(ClusterTest, DecisionsResumeAfterAMasterDiesAndItsReplicaTakesOver) {
   std::printf("decisions resumed %lld ms after the master died\n", static_cast<long long>(took.count()));
   EXPECT_LT(took, 10s);
   // Until then every call was answered at once or within the command timeout.
-  EXPECT_LE(slowest, store->options().command_timeout + 5ms);
+  EXPECT_LE(slowest, store->options().command_timeout + kLateness);
   EXPECT_TRUE(store->acquire(key, limit).ok());
 }
 

@@ -32,8 +32,11 @@ class Load {
     std::string first_error;
   };
 
-  Load(const std::string& address, const Limit& limit, int depth) : limit_(limit) {
-    auto store = RedisStore::open(io_.get_executor(), {.address = address, .fleet_size = 4});
+  Load(const std::string& address, const Limit& limit, int depth,
+       std::chrono::milliseconds timeout = std::chrono::milliseconds(50))
+      : limit_(limit) {
+    auto store = RedisStore::open(io_.get_executor(),
+                                  {.address = address, .command_timeout = timeout, .fleet_size = 4});
     EXPECT_TRUE(store.ok());
     store_ = std::move(*store);
     thread_ = std::thread([this, depth] {
@@ -122,13 +125,14 @@ TEST(RedisFaults, KillUnderLoadEveryCallIsAnsweredByItsPolicyInTime) {
   EXPECT_EQ(o.errors, 0) << o.first_error;
   EXPECT_GT(o.fallbacks, 4000);
   EXPECT_EQ(o.policy_violations, 0);
-  EXPECT_LE(o.slowest, 50ms + 5ms);
+  EXPECT_LE(o.slowest, 50ms + kLateness);
 }
 
 TEST(RedisFaults, ScriptFlushUnderLoadReachesNoCaller) {
   auto server = RedisServer::start();
   ASSERT_TRUE(server.ok()) << server.error().message;
-  Load load((*server)->address(), plenty(), 64);
+  // A timeout is not what this test is about: give Redis time to compile the scripts again.
+  Load load((*server)->address(), plenty(), 64, 2s);
   for (int i = 0; i < 10; ++i) {
     const int before = load.calls();
     ASSERT_TRUE(eventually([&] { return load.calls() > before + 300; }, 10s));
@@ -158,7 +162,7 @@ TEST(RedisFaults, ClientPauseTimesOutThenTheBreakerAnswersAtOnce) {
     if (t.decision.error().code == ErrorCode::kTimeout) ++timeouts;
     if (t.decision.error().code == ErrorCode::kCircuitOpen) ++open;
   }
-  EXPECT_LE(slowest, store->options().command_timeout + 5ms);
+  EXPECT_LE(slowest, store->options().command_timeout + kLateness);
   EXPECT_GE(timeouts, 5);  // the breaker opens after 5 failures in a row
   EXPECT_GT(open, 10 * timeouts);
   // Once the pause ends, decisions come from Redis again within a second.
@@ -181,7 +185,7 @@ TEST(RedisFaults, BackOnRedisWithinASecondOfItAnsweringAgain) {
     ASSERT_TRUE(t.decision.ok());
     EXPECT_TRUE(t.decision->fallback);
     EXPECT_FALSE(t.decision->allowed);
-    EXPECT_LE(t.took, 5ms);
+    EXPECT_LE(t.took, kLateness);
   }
   EXPECT_EQ(store->breaker().state(), BreakerState::kOpen);
   ASSERT_TRUE((*server)->restart().ok());

@@ -17,6 +17,14 @@ namespace sluice::testing {
 // Runs a program and returns what it printed on stdout (the exit status in `status`, if given).
 std::string run(const std::vector<std::string>& argv, int* status = nullptr);
 
+// How late a call may be answered after its deadline: 5 ms, or 50 ms when sanitizers slow every
+// step several times over.
+#ifdef __SANITIZE_ADDRESS__
+inline constexpr std::chrono::milliseconds kLateness{50};
+#else
+inline constexpr std::chrono::milliseconds kLateness{5};
+#endif
+
 // Polls `condition` until it holds or `timeout` passes; true when it held.
 template <class F>
 bool eventually(F condition, std::chrono::milliseconds timeout);
