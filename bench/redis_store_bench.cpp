@@ -70,7 +70,7 @@ struct Instance {
   const sluice::Limit* limit = nullptr;
   std::string key;
   std::atomic<bool>* stop = nullptr;
-  long long done = 0;
+  std::atomic<long long> done{0};  // read by the main thread while the io thread counts
   long long errors = 0;
   int in_flight = 0;
 
@@ -78,7 +78,7 @@ struct Instance {
     ++in_flight;
     store->async_acquire(key, *limit, 1, [this](sluice::Result<sluice::Decision> d) {
       --in_flight;
-      ++done;
+      done.fetch_add(1, std::memory_order_relaxed);
       if (!d.ok()) ++errors;
       if (!stop->load(std::memory_order_relaxed)) next();
       else if (in_flight == 0) store.reset();
@@ -124,11 +124,11 @@ int main(int argc, char** argv) {
   // A short warm-up, then the measured interval.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   long long before = 0;
-  for (auto& in : instances) before += __atomic_load_n(&in->done, __ATOMIC_RELAXED);
+  for (auto& in : instances) before += in->done.load(std::memory_order_relaxed);
   const auto start = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(args.seconds));
   long long after = 0;
-  for (auto& in : instances) after += __atomic_load_n(&in->done, __ATOMIC_RELAXED);
+  for (auto& in : instances) after += in->done.load(std::memory_order_relaxed);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stop = true;
   for (auto& t : threads) t.join();

@@ -1,6 +1,8 @@
-// Where a RedisStore connects: redis://[[user]:password@]host:port[/db] for one node, or
-// redis-cluster://[[user]:password@]host:port,host:port,... for the seeds of a Redis Cluster.
-// A plain value type.
+// Address: where a RedisStore connects, parsed from redis://... or redis-cluster://... (below).
+// Plain value types and a pure function; not synchronised, like any value.
+//
+// redis://[[user]:password@]host:port[/db] names one node;
+// redis-cluster://[[user]:password@]host:port,host:port,... the seeds of a Redis Cluster.
 #pragma once
 
 #include <cstdint>
