@@ -10,12 +10,7 @@ namespace {
 class Accuracy : public RedisTest {};
 
 TEST_F(Accuracy, FourInstancesAdmitExactlyTheLimitForEveryAlgorithm) {
-  for (const Limit& limit : limits_of_500()) {
-    const FleetOutcome o = run_fleet(server_->address(), limit, "shared:" + limit.to_string());
-    EXPECT_EQ(o.errors, 0) << limit.to_string() << ": " << o.first_error;
-    EXPECT_EQ(o.admitted, 500) << limit.to_string();
-    EXPECT_EQ(o.rejected, 8000 - 500) << limit.to_string();
-  }
+  expect_exactly_500_admitted(server_->address());
 }
 
 }  // namespace

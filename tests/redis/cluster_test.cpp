@@ -14,12 +14,7 @@ using namespace std::chrono_literals;
 using redis::detail::key_slot;
 
 TEST_F(ClusterTest, FourInstancesAdmitExactlyTheLimitForEveryAlgorithm) {
-  for (const Limit& limit : limits_of_500()) {
-    const FleetOutcome o = run_fleet(cluster_->address(), limit, "shared:" + limit.to_string());
-    EXPECT_EQ(o.errors, 0) << limit.to_string() << ": " << o.first_error;
-    EXPECT_EQ(o.admitted, 500) << limit.to_string();
-    EXPECT_EQ(o.rejected, 8000 - 500) << limit.to_string();
-  }
+  expect_exactly_500_admitted(cluster_->address());
 }
 
 TEST_F(ClusterTest, AcquireAllMakesOneCallPerSlotAndRefundsWhenOneRejects) {

@@ -74,4 +74,15 @@ inline std::vector<Limit> limits_of_500() {
   };
 }
 
+// 4 instances with 2,000 acquisitions of one key in flight each admit exactly 500 of the 8,000,
+// for every algorithm, without an error.
+inline void expect_exactly_500_admitted(const std::string& address) {
+  for (const Limit& limit : limits_of_500()) {
+    const FleetOutcome o = run_fleet(address, limit, "shared:" + limit.to_string());
+    EXPECT_EQ(o.errors, 0) << limit.to_string() << ": " << o.first_error;
+    EXPECT_EQ(o.admitted, 500) << limit.to_string();
+    EXPECT_EQ(o.rejected, 8000 - 500) << limit.to_string();
+  }
+}
+
 }  // namespace sluice::testing
