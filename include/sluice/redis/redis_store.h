@@ -79,9 +79,10 @@ class RedisStore final : public Store {
   RedisStore(const RedisStore&) = delete;
   RedisStore& operator=(const RedisStore&) = delete;
 
-  // Connecting starts with open(). This waits until connected (a cluster: its slot map loaded and
-  // every master connected), or returns the error of the first failed attempt; either way the store
-  // keeps reconnecting in the background.
+  // Connecting starts with open(). This waits until connected, or returns the error of the first
+  // failed attempt; a cluster is connected once its slot map is loaded and every master connected,
+  // and gives up waiting after 5 connect timeouts. Either way the store keeps reconnecting in the
+  // background.
   Status connect();
 
   // The Store interface, synchronously.
