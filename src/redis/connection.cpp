@@ -104,7 +104,7 @@ void Connection::handshake() {
                                              : encode({"AUTH", options_.user, options_.password}));
   }
   if (options_.db != 0) commands.push_back(encode({"SELECT", std::to_string(options_.db)}));
-  if (commands.empty()) return set_ready({});
+  if (commands.empty()) return set_ready();
   auto left = std::make_shared<std::size_t>(commands.size());
   const std::uint64_t generation = generation_;
   const SteadyTime deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
@@ -117,22 +117,20 @@ void Connection::handshake() {
                                 "redis " + options_.endpoint.to_string() +
                                     " refused the handshake: " + std::string(text(r->get()))});
       }
-      if (--*left == 0) set_ready({});
+      if (--*left == 0) set_ready();
     }, deadline);
   }
 }
 
-void Connection::set_ready(Status status) {
-  if (status.ok()) {
-    state_ = State::kReady;
-    failures_ = 0;
-    connect_timer_.cancel();
-    // Queued ahead of every caller's command; a failure here only means NOSCRIPT later.
-    const SteadyTime deadline = std::chrono::steady_clock::now() + options_.command_timeout;
-    for (const std::string& c : options_.on_connect) enqueue(c, [](Result<Reply>) {}, deadline);
-  }
-  for (auto& f : std::exchange(attempt_waiters_, {})) f(status);
-  if (status.ok() && listener_) listener_(true);
+void Connection::set_ready() {
+  state_ = State::kReady;
+  failures_ = 0;
+  connect_timer_.cancel();
+  // Queued ahead of every caller's command; a failure here only means NOSCRIPT later.
+  const SteadyTime deadline = std::chrono::steady_clock::now() + options_.command_timeout;
+  for (const std::string& c : options_.on_connect) enqueue(c, [](Result<Reply>) {}, deadline);
+  for (auto& f : std::exchange(attempt_waiters_, {})) f(Status{});
+  if (listener_) listener_(true);
 }
 
 void Connection::send(std::string_view command, Callback callback) {

@@ -79,7 +79,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_connect(std::uint64_t generation, const boost::system::error_code& ec,
                   const boost::asio::ip::tcp::endpoint& ep);
   void handshake();
-  void set_ready(Status status);
+  void set_ready();
   void enqueue(std::string_view command, Callback callback, SteadyTime deadline);
   void flush();
   void read();
