@@ -13,7 +13,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
 TEST_F(ClusterTest, DecisionsResumeAfterAMasterDiesAndItsReplicaTakesOver) {
-  auto store = open_store(cluster_->address());
+  auto store = open_store(cluster_->address(), {}, Timeouts::kProduction);
   ASSERT_NE(store, nullptr);
   const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
   const std::string key = "failover";

@@ -146,7 +146,7 @@ TEST(RedisFaults, ScriptFlushUnderLoadReachesNoCaller) {
 TEST(RedisFaults, ClientPauseTimesOutThenTheBreakerAnswersAtOnce) {
   auto server = RedisServer::start();
   ASSERT_TRUE(server.ok()) << server.error().message;
-  auto store = open_store((*server)->address());
+  auto store = open_store((*server)->address(), {}, Timeouts::kProduction);
   ASSERT_NE(store, nullptr);
   const Limit limit = plenty();
   ASSERT_TRUE(store->acquire("k", limit).ok());
@@ -174,7 +174,8 @@ TEST(RedisFaults, ClientPauseTimesOutThenTheBreakerAnswersAtOnce) {
 TEST(RedisFaults, BackOnRedisWithinASecondOfItAnsweringAgain) {
   auto server = RedisServer::start();
   ASSERT_TRUE(server.ok()) << server.error().message;
-  auto store = open_store((*server)->address(), {.on_store_failure = OnStoreFailure::kDeny});
+  auto store = open_store((*server)->address(), {.on_store_failure = OnStoreFailure::kDeny},
+                          Timeouts::kProduction);
   ASSERT_NE(store, nullptr);
   const Limit limit = plenty();
   ASSERT_FALSE(store->acquire("k", limit)->fallback);

@@ -194,7 +194,7 @@ TEST_F(RedisStoreTest, AuthenticatesAndSelectsTheDatabase) {
 
 TEST_F(RedisStoreTest, AsyncWithCallbacksOnTheCallersExecutor) {
   boost::asio::io_context io;
-  auto opened = RedisStore::open(io.get_executor(), {.address = server_->address()});
+  auto opened = RedisStore::open(io.get_executor(), {.address = server_->address(), .command_timeout = 2s});
   ASSERT_TRUE(opened.ok());
   std::unique_ptr<RedisStore> store = std::move(*opened);
   const Limit limit = make(Limit::fixed_window({.limit = 100, .period = 1h}));
@@ -217,7 +217,7 @@ TEST_F(RedisStoreTest, AsyncWithCallbacksOnTheCallersExecutor) {
 
 TEST_F(RedisStoreTest, AsyncWithCoroutines) {
   boost::asio::io_context io;
-  auto opened = RedisStore::open(io.get_executor(), {.address = server_->address()});
+  auto opened = RedisStore::open(io.get_executor(), {.address = server_->address(), .command_timeout = 2s});
   ASSERT_TRUE(opened.ok());
   std::unique_ptr<RedisStore> store = std::move(*opened);
   const Limit limit = make(Limit::sliding_window({.limit = 2, .period = 1h}));

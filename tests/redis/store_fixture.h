@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -17,10 +19,20 @@ inline Limit make(Result<Limit> r) {
   return std::move(r).value();
 }
 
+// Timeouts of a test's store. The production defaults (50 ms a command) are for the tests of
+// timing; the others give Redis room, since a loaded machine or a sanitizer build can take longer
+// than that to compile the scripts just after connecting, or to run thousands of them at once.
+enum class Timeouts { kRelaxed, kProduction };
+
 // Opens a store on `address` and waits until it is connected.
 inline std::unique_ptr<redis::RedisStore> open_store(const std::string& address,
-                                                     redis::RedisStoreOptions options = {}) {
+                                                     redis::RedisStoreOptions options = {},
+                                                     Timeouts timeouts = Timeouts::kRelaxed) {
   options.address = address;
+  if (timeouts == Timeouts::kRelaxed) {
+    options.command_timeout = std::max(options.command_timeout, std::chrono::milliseconds(2000));
+    options.connect_timeout = std::max(options.connect_timeout, std::chrono::milliseconds(2000));
+  }
   auto store = redis::RedisStore::open(std::move(options));
   EXPECT_TRUE(store.ok()) << (store.ok() ? "" : store.error().message);
   if (!store.ok()) return nullptr;
