@@ -36,6 +36,7 @@ bench: build
 	scripts/bootstrap --bench
 	$(BUILD)/bench/sluice_core_bench
 	bench/core_vs_go.sh $(BUILD)
+	bench/loadtest_vs_wrk.sh $(BUILD)
 	BUILD=$(BUILD) bench/redis_compare.py
 
 clean:
