@@ -42,6 +42,7 @@ bench: build
 	bench/core_vs_go.sh $(BUILD)
 	bench/loadtest_vs_wrk.sh $(BUILD)
 	bench/gateway_vs_nginx.sh
+	BUILD=$(BUILD) bench/redis_compare.py
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan
