@@ -40,15 +40,18 @@ KeyHash::KeyHash() {
 KeyHash::KeyHash(std::uint64_t point1, std::uint64_t point2)
     : k1_(nonzero_point(point1)), k2_(nonzero_point(point2)) {}
 
-// Horner's rule over 7-byte chunks (each below 2^56 < p), then the length, so that keys of
-// different lengths are different polynomials. Both hashes share the chunks.
+// Horner's rule from 1 over 7-byte chunks (each below 2^56), the last chunk (1 to 7 bytes) carrying
+// its byte count in bits 56-58. The key is then the polynomial (1 + c1) k^m + c2 k^(m-1) + ... + cm k:
+// its leading coefficient is never 0, so keys with different numbers of chunks are polynomials of
+// different degrees, and keys with the same number differ in some chunk — in the last one when only
+// their lengths differ. The empty key is the constant 1. Both hashes share the chunks.
 Hash128 KeyHash::operator()(std::string_view key) const {
   const char* p = key.data();
   std::size_t n = key.size();
-  std::uint64_t h1 = 0;
-  std::uint64_t h2 = 0;
+  std::uint64_t h1 = 1;
+  std::uint64_t h2 = 1;
   auto absorb = [&](std::uint64_t chunk) {
-    h1 = mul_mod(h1 + chunk, k1_);  // h + chunk < 2^61 + 2^56: fits, and mul_mod reduces it
+    h1 = mul_mod(h1 + chunk, k1_);  // h + chunk < 2^61 + 2^59: fits, and mul_mod reduces it
     h2 = mul_mod(h2 + chunk, k2_);
   };
   constexpr std::uint64_t kLow56 = 0x00ffffffffffffffULL;
@@ -62,14 +65,18 @@ Hash128 KeyHash::operator()(std::string_view key) const {
     if (key.size() >= 8) {  // load the 8 bytes that end the key and drop those already absorbed
       std::memcpy(&chunk, p + n - 8, 8);
       chunk >>= 8 * (8 - n);
+    } else if (n >= 4) {  // two overlapping 4-byte loads
+      std::uint32_t first, last;
+      std::memcpy(&first, p, 4);
+      std::memcpy(&last, p + n - 4, 4);
+      chunk = first | (static_cast<std::uint64_t>(last) << (8 * (n - 4)));
     } else {
       for (std::size_t i = 0; i < n; ++i) {
         chunk |= static_cast<std::uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
       }
     }
-    absorb(chunk);
+    absorb(chunk | (static_cast<std::uint64_t>(n) << 56));
   }
-  absorb(key.size());
   // Odd multipliers are bijections on 64 bits: they spread the 61-bit values over the top bits
   // the tables and shards use, without creating collisions.
   return Hash128{h1 * 0x9e3779b97f4a7c15ULL, h2 * 0xc2b2ae3d27d4eb4fULL};

@@ -3,7 +3,7 @@
 // thread-safe.
 //
 // Two different keys of at most n seven-byte chunks collide with probability at most
-// ((n + 1) / (2^61 - 1))^2 over the choice of the points — below 2^-100 for keys up to 1 KiB —
+// (n / (2^61 - 1))^2 over the choice of the points — below 2^-100 for keys up to 1 KiB —
 // whatever the keys are, as long as they are chosen without knowledge of the points, which never
 // leave the process (hash values are not exposed).
 #pragma once

@@ -16,18 +16,19 @@ namespace {
 
 constexpr unsigned __int128 kP = (static_cast<unsigned __int128>(1) << 61) - 1;
 
-// The definition, evaluated the slow way: Horner over 7-byte little-endian chunks, then the length.
+// The definition, evaluated the slow way: Horner from 1 over 7-byte little-endian chunks, the last
+// one carrying its byte count in bits 56-58.
 std::uint64_t reference(std::string_view key, std::uint64_t k) {
-  unsigned __int128 h = 0;
-  auto absorb = [&](unsigned __int128 chunk) { h = (h + chunk) * k % kP; };
+  unsigned __int128 h = 1;
   for (std::size_t i = 0; i < key.size(); i += 7) {
     unsigned __int128 chunk = 0;
-    for (std::size_t j = 0; j < 7 && i + j < key.size(); ++j) {
+    std::size_t j = 0;
+    for (; j < 7 && i + j < key.size(); ++j) {
       chunk |= static_cast<unsigned __int128>(static_cast<unsigned char>(key[i + j])) << (8 * j);
     }
-    absorb(chunk);
+    if (i + j == key.size()) chunk |= static_cast<unsigned __int128>(j) << 56;
+    h = (h + chunk) * k % kP;
   }
-  absorb(key.size());
   return static_cast<std::uint64_t>(h);
 }
 
