@@ -38,7 +38,7 @@ struct Kind {
   const char* code;    // in acquire.lua's ARGV
   const char* suffix;  // key suffix: one state per key and kind, as in LocalStore
   bool two_keys;
-  std::size_t args;    // ARGV per limit, after the code
+  std::size_t args;    // ARGV per limit, after the code, the refund value last
   const Script* one;   // the script for a call with this one limit
 };
 
@@ -188,7 +188,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
 
   // EVALSHA of `script` over some of the requests: KEYS, then the pinned time, then for acquire.lua
   // and refund.lua the number of limits and each one's code and ARGV, for a one-limit script its
-  // ARGV alone.
+  // ARGV alone, without the refund value that only a refund reads.
   std::string script_call(const Script& script, const std::vector<Request>& requests,
                           const std::vector<std::size_t>& members) {
     const bool one = &script != &detail::kAcquireScript && &script != &detail::kRefundScript;
@@ -197,7 +197,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
     for (const std::size_t i : members) {
       const Kind kind = kind_of(requests[i].limit);
       keys += kind.two_keys ? 2 : 1;
-      args += kind.args + (one ? 0 : 1);
+      args += one ? kind.args - 1 : kind.args + 1;
     }
     Command c(3 + keys + args);
     c.arg("EVALSHA").arg(script.sha1).arg(static_cast<std::int64_t>(keys));
@@ -211,13 +211,14 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
       const Request& r = requests[i];
       const Kind kind = kind_of(r.limit);
       if (!one) c.arg(kind.code);
-      append_args(c, r);
+      append_args(c, r, !one);
     }
     return std::move(c).take();
   }
 
-  // One limit's ARGV, as its algorithm's *_params() in scripts/ reads it.
-  static void append_args(Command& c, const Request& r) {
+  // One limit's ARGV, as its algorithm's *_params() in scripts/ reads it, then the refund value
+  // (dispatch.lua's each_limit reads it) when `refund_value`.
+  static void append_args(Command& c, const Request& r, bool refund_value) {
     const sluice::detail::LimitParams& p = r.limit.params();
     c.arg(r.cost).arg(p.quota);
     switch (p.algorithm) {
@@ -247,7 +248,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
         c.arg(p.period_us).arg(r.lease == 0 ? std::string("0") : std::to_string(r.lease));
         break;
     }
-    c.arg(r.extra);
+    if (refund_value) c.arg(r.extra);
   }
 
   // Sends an EVALSHA. On NOSCRIPT (a restarted or flushed server) sends it once more as EVAL with
