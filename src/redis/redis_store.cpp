@@ -6,12 +6,14 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/container/small_vector.hpp>
 
 #include <atomic>
 #include <future>
 #include <map>
 #include <optional>
 #include <random>
+#include <span>
 #include <thread>
 
 #include "redis/client.h"
@@ -83,7 +85,8 @@ struct Request {
 // cluster.
 struct Batch {
   int slot = 0;
-  std::vector<std::size_t> members;
+  // Inline for the usual call of a few limits, so that a decision does not allocate for it.
+  boost::container::small_vector<std::size_t, 4> members;
   std::string command;
   bool admitted = false;  // answered, and every member admitted
 };
@@ -181,7 +184,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   // The script that decides these requests: the one-limit script of the algorithm for one, else
   // acquire.lua.
   static const Script& script_for(const std::vector<Request>& requests,
-                                  const std::vector<std::size_t>& members) {
+                                  std::span<const std::size_t> members) {
     if (members.size() == 1) return *kind_of(requests[members.front()].limit).one;
     return detail::kAcquireScript;
   }
@@ -190,7 +193,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   // and refund.lua the number of limits and each one's code and ARGV, for a one-limit script its
   // ARGV alone, without the refund value that only a refund reads.
   std::string script_call(const Script& script, const std::vector<Request>& requests,
-                          const std::vector<std::size_t>& members) {
+                          std::span<const std::size_t> members) {
     const bool one = &script != &detail::kAcquireScript && &script != &detail::kRefundScript;
     std::size_t keys = 0;
     std::size_t args = one ? 1 : 2;
@@ -254,8 +257,10 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   // Sends an EVALSHA. On NOSCRIPT (a restarted or flushed server) sends it once more as EVAL with
   // the script's source, which loads the script into the cache of the node that runs it (wherever
   // MOVED or ASK lead) and runs it. Never resends after a timeout or a lost connection: the script
-  // may have run.
-  void eval(int slot, const Script& script, std::string_view command, Callback callback,
+  // may have run. A template, so that the callback is held by value in the one that is sent and both
+  // fit in its inline storage (no allocation per call).
+  template <class F>
+  void eval(int slot, const Script& script, std::string_view command, F callback,
             detail::SteadyTime deadline) {
     client->send(slot, command, [self = shared_from_this(), slot, &script, command, deadline,
                                  callback = std::move(callback)](Result<Reply> r) mutable {
@@ -483,7 +488,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   std::shared_ptr<Impl> impl;
   std::vector<Request> requests;
   std::vector<Decision> decisions;
-  std::vector<Batch> batches;
+  boost::container::small_vector<Batch, 1> batches;  // inline on a single node
   std::size_t outstanding = 0;
   std::optional<Error> error;
   detail::SteadyTime deadline;
