@@ -94,40 +94,62 @@ CONF
 
 nginx -p "$work/upstream" -c "$work/upstream/nginx.conf" -g 'daemon off;' & pids+=($!)
 nginx -p "$work/proxy" -c "$work/proxy/nginx.conf" -g 'daemon off;' & pids+=($!)
+nginx_pid=$!
 build/sluice serve --config "$work/sluice.yaml" --threads "$threads" \
   --listen "127.0.0.1:$sluice_port" --admin-listen "127.0.0.1:$admin_port" 2>"$work/sluice.err" & pids+=($!)
+sluice_pid=$!
 for port in $upstream_port $nginx_port $sluice_port; do
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/api/x" -H 'X-System-Key: bench' && break; sleep 0.1; done
 done
 [[ $(curl -s -o /dev/null -w '%{http_code}' -H 'X-System-Key: bench' "http://127.0.0.1:$sluice_port/api/x") == 200 ]] \
   || { echo "sluice does not answer 200:"; cat "$work/sluice.err"; exit 1; }
 
-# One wrk run: prints "requests_per_second p50_ms p99_ms".
+# CPU ticks (user + system) used so far by a process and its children that are still running
+# (nginx's workers), from /proc.
+cpu_ticks() {
+  local total=0 pid
+  for pid in "$1" $(pgrep -P "$1" || true); do
+    total=$((total + $(awk '{sub(/.*\) /, ""); print $12 + $13}' "/proc/$pid/stat")))
+  done
+  echo "$total"
+}
+
+# One wrk run against a proxy whose processes start at pid $2 (0 for none): prints
+# "requests_per_second p50_ms p99_ms cpu_us_per_request".
 run_wrk() {
-  wrk -t"$wrk_threads" -c"$connections" -d"${duration}s" --latency -H 'X-System-Key: bench' "$1" | python3 -c '
+  local before=0
+  (($2)) && before=$(cpu_ticks "$2")
+  local text
+  text=$(wrk -t"$wrk_threads" -c"$connections" -d"${duration}s" --latency -H 'X-System-Key: bench' "$1")
+  local ticks=0
+  (($2)) && ticks=$(($(cpu_ticks "$2") - before))
+  python3 -c '
 import re, sys
 text = sys.stdin.read()
+ticks, hz = int(sys.argv[1]), int(sys.argv[2])
 def ms(v, unit):
     return float(v) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
 pct = {p: ms(v, u) for p, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)\s*$", text, re.M)}
 errors = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
 if errors: print("warning: %s non-2xx responses" % errors.group(1), file=sys.stderr)
-print(rps, pct["50"], pct["99"])'
+requests = int(re.search(r"(\d+) requests in", text).group(1))
+print(rps, pct["50"], pct["99"], ticks / hz * 1e6 / requests)' "$ticks" "$(getconf CLK_TCK)" <<<"$text"
 }
 
 declare -A results
 targets=(sluice nginx direct)
 declare -A urls=([sluice]="http://127.0.0.1:$sluice_port/api/x" [nginx]="http://127.0.0.1:$nginx_port/api/x"
                  [direct]="http://127.0.0.1:$upstream_port/api/x")
-run_wrk "${urls[sluice]}" >/dev/null  # warm-up
+declare -A procs=([sluice]=$sluice_pid [nginx]=$nginx_pid [direct]=0)
+run_wrk "${urls[sluice]}" 0 >/dev/null  # warm-up
 for ((r = 0; r < rounds; r++)); do
   # Alternate which target goes first, so that drift on a noisy machine does not favour one.
   order=("${targets[@]:r%3}" "${targets[@]:0:r%3}")
   for t in "${order[@]}"; do
-    line=$(run_wrk "${urls[$t]}")
+    line=$(run_wrk "${urls[$t]}" "${procs[$t]}")
     results[$t]+="$line;"
-    echo "round $((r + 1)) $t: $line (req/s p50_ms p99_ms)"
+    echo "round $((r + 1)) $t: $line (req/s p50_ms p99_ms proxy_cpu_us/request)"
   done
 done
 
@@ -140,12 +162,14 @@ sl, ng, di = (parse(a) for a in sys.argv[1:4])
 threads, conns, dur, rounds = sys.argv[4:8]
 print()
 print(f"threads/workers {threads}, {conns} connections, {dur}s x {rounds} rounds, medians")
-print(f"| | requests/s | p50 | p99 |")
-print(f"| --- | --- | --- | --- |")
+print(f"| | requests/s | p50 | p99 | proxy CPU per request |")
+print(f"| --- | --- | --- | --- | --- |")
 for name, v in (("sluice (limits active)", sl), ("nginx proxy (limit_req)", ng), ("upstream direct", di)):
-    print(f"| {name} | {v[0]:.0f} | {v[1]:.3f} ms | {v[2]:.3f} ms |")
+    cpu = f"{v[3]:.1f} µs" if v[3] > 0 else "–"
+    print(f"| {name} | {v[0]:.0f} | {v[1]:.3f} ms | {v[2]:.3f} ms | {cpu} |")
 print()
-print(f"sluice / nginx requests/s: {sl[0] / ng[0]:.2f}x; p99 sluice / nginx: {sl[2] / ng[2]:.2f}x")
+print(f"sluice / nginx requests/s: {sl[0] / ng[0]:.2f}x; p99 sluice / nginx: {sl[2] / ng[2]:.2f}x; "
+      f"CPU per request sluice / nginx: {sl[3] / ng[3]:.2f}x")
 print(f"latency sluice adds over direct: p50 +{sl[1] - di[1]:.3f} ms, p99 +{sl[2] - di[2]:.3f} ms")
 print(f"latency nginx adds over direct:  p50 +{ng[1] - di[1]:.3f} ms, p99 +{ng[2] - di[2]:.3f} ms")
 PY

@@ -13,6 +13,7 @@ Prints a Markdown table for docs/benchmarks.md and writes bench/results/redis.js
 import json
 import os
 import re
+import resource
 import shutil
 import socket
 import statistics
@@ -48,6 +49,28 @@ def commandstats(port):
         if m:
             stats[m.group(1)] = int(m.group(2))
     return stats
+
+
+def server_cpu(pid):
+    """CPU seconds (user + system) the process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def measured(server_pid, run, calls_of):
+    """Runs `run()`; returns its result and the CPU µs per call of the server and of the client
+    processes it started, `calls_of(result)` being the calls (decisions) the run made."""
+    server_before, client_before = server_cpu(server_pid), children_cpu()
+    result = run()
+    calls = calls_of(result)
+    return (result, (server_cpu(server_pid) - server_before) * 1e6 / calls,
+            (children_cpu() - client_before) * 1e6 / calls)
 
 
 def sluice(port, threads, algorithm):
@@ -91,13 +114,14 @@ def rate_limiter_flexible(port, processes):
     procs = [subprocess.Popen(["node", os.path.join(PEERS, "rate_limiter_flexible.js"), str(port),
                                str(DEPTH // processes), str(SECONDS)], stdout=subprocess.PIPE, text=True)
              for _ in range(processes)]
-    total = 0
+    total, decisions = 0, 0
     for p in procs:
         out, _ = p.communicate()
         if p.returncode != 0:
             raise RuntimeError("rate-limiter-flexible run failed")
         total += json.loads(out)["decisions_per_second"]
-    return total
+        decisions += json.loads(out)["decisions"]
+    return total, decisions
 
 
 def main():
@@ -124,20 +148,35 @@ def main():
                 # The peers take turns, round after round, so that a change in the machine's load
                 # falls on all of them; each figure is the median of its rounds.
                 sluices, benchmarks, peers, per_decision = [], [], [], []
+                cpu = {"sluice": [], "redis_benchmark": [], "rate_limiter_flexible": []}
                 for _ in range(ROUNDS):
                     cli(port, "CONFIG", "RESETSTAT")
-                    s = sluice(port, threads, algorithm)
+                    s, *c = measured(server.pid, lambda: sluice(port, threads, algorithm),
+                                     lambda r: r["decisions"])
+                    cpu["sluice"].append(c)
                     per_decision.append(commandstats(port).get("evalsha", 0) / s["decisions"])
                     sluices.append(s["decisions_per_second"])
                     requests = max(50000, int(s["decisions_per_second"] * SECONDS))
-                    benchmarks.append(redis_benchmark(port, threads, command, requests))
+                    b, *c = measured(server.pid,
+                                     lambda: redis_benchmark(port, threads, command, requests),
+                                     lambda r: requests)
+                    cpu["redis_benchmark"].append(c)
+                    benchmarks.append(b)
                     if algorithm == "fixed_window":
-                        peers.append(rate_limiter_flexible(port, threads))
+                        (rate, _), *c = measured(server.pid, lambda: rate_limiter_flexible(port, threads),
+                                                 lambda r: r[1])
+                        cpu["rate_limiter_flexible"].append(c)
+                        peers.append(rate)
                 run = {"algorithm": algorithm, "threads": threads,
                        "sluice": statistics.median(sluices), "sluice_rounds": sluices,
                        "redis_benchmark": statistics.median(benchmarks),
                        "redis_benchmark_rounds": benchmarks,
                        "evalsha_per_decision": max(per_decision)}
+                # Median CPU µs per decision of the redis-server and of the client processes.
+                for name, rows in cpu.items():
+                    if rows:
+                        run[name + "_server_cpu_us"] = statistics.median(r[0] for r in rows)
+                        run[name + "_client_cpu_us"] = statistics.median(r[1] for r in rows)
                 run["sluice_over_redis_benchmark"] = run["sluice"] / run["redis_benchmark"]
                 if peers:
                     run["rate_limiter_flexible"] = statistics.median(peers)
@@ -148,6 +187,15 @@ def main():
         os.makedirs(os.path.join(ROOT, "bench", "results"), exist_ok=True)
         with open(os.path.join(ROOT, "bench", "results", "redis.json"), "w") as f:
             json.dump(results, f, indent=2)
+        print("\n| algorithm | client threads | Redis CPU µs/decision: sluice | redis-benchmark | "
+              "rate-limiter-flexible | client CPU µs/decision: sluice | rate-limiter-flexible |")
+        print("|---|---|---|---|---|---|---|")
+        for r in results["runs"]:
+            def us(key):
+                return f"{r[key]:.1f}" if key in r else "–"
+            print(f"| {r['algorithm']} | {r['threads']} | {us('sluice_server_cpu_us')} | "
+                  f"{us('redis_benchmark_server_cpu_us')} | {us('rate_limiter_flexible_server_cpu_us')} | "
+                  f"{us('sluice_client_cpu_us')} | {us('rate_limiter_flexible_client_cpu_us')} |")
         print("\n| algorithm | client threads | sluice decisions/s | redis-benchmark EVALSHA/s | "
               "ratio | rate-limiter-flexible/s | ratio | EVALSHA per decision |")
         print("|---|---|---|---|---|---|---|---|")

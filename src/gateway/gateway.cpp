@@ -125,6 +125,12 @@ bool body_expected(http::verb method, unsigned status) {
   return method != http::verb::head && status / 100 != 1 && status != 204 && status != 304;
 }
 
+// The low `digits` hex digits of `v`, zero-padded, into `out`.
+void put_hex(char* out, std::uint64_t v, int digits) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (int i = digits - 1; i >= 0; --i, v >>= 4) out[i] = kHex[v & 0xf];
+}
+
 std::string json_string(std::string_view s) {
   std::string out = "\"";
   append_json_escaped(out, s);
@@ -515,10 +521,13 @@ Task<bool> Worker::serve(Exchange& x) {
   if (auto given = req["X-Request-Id"]; !given.empty() && given.size() <= 128) {
     x.request_id = std::string(given);
   } else {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%08x%02zx%014llx", gw.request_id_prefix, index & 0xff,
-                  static_cast<unsigned long long>(id & 0xffffffffffffffULL));
-    x.request_id = buf;
+    // "%08x%02zx%014llx" of the prefix, the worker and the counter, without snprintf (which was
+    // about 1.5% of a proxied request's CPU).
+    char buf[24];
+    put_hex(buf, gw.request_id_prefix, 8);
+    put_hex(buf + 8, index & 0xff, 2);
+    put_hex(buf + 10, id & 0xffffffffffffffULL, 14);
+    x.request_id.assign(buf, sizeof buf);
   }
   const std::string_view target = req.target();
   const std::size_t q = target.find('?');

@@ -1,8 +1,10 @@
 # Embeds the Lua scripts into the library: each script is the concatenation of scripts/*.lua files
 # listed below, written with its SHA1 (what EVALSHA names it by) into a C++ source. Run as
 # `cmake -P` with SCRIPTS (the scripts/ directory) and OUT.
-set(all_algorithms common.lua meter.lua interval.lua fixed.lua sliding.lua log.lua leases.lua
-    dispatch.lua)
+# Lua defines every function of a script anew on each call, so each script takes only the files it
+# uses: common.lua, then the helpers (muldiv.lua, batches.lua), the algorithms and an entry.
+set(all_algorithms common.lua muldiv.lua batches.lua meter.lua interval.lua fixed.lua sliding.lua
+    log.lua leases.lua dispatch.lua)
 
 set(body "// Generated from src/redis/scripts/*.lua by embed_scripts.cmake. Do not edit.\n")
 string(APPEND body "#include \"redis/scripts.h\"\n\nnamespace sluice::redis::detail {\n")
@@ -31,13 +33,13 @@ endfunction()
 
 add_script(kAcquireScript ${all_algorithms} acquire.lua)
 add_script(kRefundScript ${all_algorithms} refund.lua)
-add_script(kReleaseScript common.lua leases.lua release.lua)
-add_script(kAcquireMeterScript common.lua meter.lua ONE meter meter)
+add_script(kReleaseScript common.lua batches.lua leases.lua release.lua)
+add_script(kAcquireMeterScript common.lua muldiv.lua meter.lua ONE meter meter)
 add_script(kAcquireIntervalScript common.lua interval.lua ONE interval interval)
 add_script(kAcquireFixedScript common.lua fixed.lua ONE fixed window)
-add_script(kAcquireSlidingScript common.lua sliding.lua ONE sliding window)
-add_script(kAcquireLogScript common.lua log.lua ONE log window)
-add_script(kAcquireLeasesScript common.lua leases.lua ONE leases leases)
+add_script(kAcquireSlidingScript common.lua muldiv.lua sliding.lua ONE sliding window)
+add_script(kAcquireLogScript common.lua batches.lua log.lua ONE log window)
+add_script(kAcquireLeasesScript common.lua batches.lua leases.lua ONE leases leases)
 
 string(APPEND body "\n}  // namespace sluice::redis::detail\n")
 file(WRITE "${OUT}.tmp" "${body}")

@@ -6,12 +6,14 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/container/small_vector.hpp>
 
 #include <atomic>
 #include <future>
 #include <map>
 #include <optional>
 #include <random>
+#include <span>
 #include <thread>
 
 #include "redis/client.h"
@@ -38,7 +40,7 @@ struct Kind {
   const char* code;    // in acquire.lua's ARGV
   const char* suffix;  // key suffix: one state per key and kind, as in LocalStore
   bool two_keys;
-  std::size_t args;    // ARGV per limit, after the code
+  std::size_t args;    // ARGV per limit, after the code, the refund value last
   const Script* one;   // the script for a call with this one limit
 };
 
@@ -83,7 +85,8 @@ struct Request {
 // cluster.
 struct Batch {
   int slot = 0;
-  std::vector<std::size_t> members;
+  // Inline for the usual call of a few limits, so that a decision does not allocate for it.
+  boost::container::small_vector<std::size_t, 4> members;
   std::string command;
   bool admitted = false;  // answered, and every member admitted
 };
@@ -181,23 +184,23 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   // The script that decides these requests: the one-limit script of the algorithm for one, else
   // acquire.lua.
   static const Script& script_for(const std::vector<Request>& requests,
-                                  const std::vector<std::size_t>& members) {
+                                  std::span<const std::size_t> members) {
     if (members.size() == 1) return *kind_of(requests[members.front()].limit).one;
     return detail::kAcquireScript;
   }
 
   // EVALSHA of `script` over some of the requests: KEYS, then the pinned time, then for acquire.lua
   // and refund.lua the number of limits and each one's code and ARGV, for a one-limit script its
-  // ARGV alone.
+  // ARGV alone, without the refund value that only a refund reads.
   std::string script_call(const Script& script, const std::vector<Request>& requests,
-                          const std::vector<std::size_t>& members) {
+                          std::span<const std::size_t> members) {
     const bool one = &script != &detail::kAcquireScript && &script != &detail::kRefundScript;
     std::size_t keys = 0;
     std::size_t args = one ? 1 : 2;
     for (const std::size_t i : members) {
       const Kind kind = kind_of(requests[i].limit);
       keys += kind.two_keys ? 2 : 1;
-      args += kind.args + (one ? 0 : 1);
+      args += one ? kind.args - 1 : kind.args + 1;
     }
     Command c(3 + keys + args);
     c.arg("EVALSHA").arg(script.sha1).arg(static_cast<std::int64_t>(keys));
@@ -211,13 +214,14 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
       const Request& r = requests[i];
       const Kind kind = kind_of(r.limit);
       if (!one) c.arg(kind.code);
-      append_args(c, r);
+      append_args(c, r, !one);
     }
     return std::move(c).take();
   }
 
-  // One limit's ARGV, as its algorithm's *_params() in scripts/ reads it.
-  static void append_args(Command& c, const Request& r) {
+  // One limit's ARGV, as its algorithm's *_params() in scripts/ reads it, then the refund value
+  // (dispatch.lua's each_limit reads it) when `refund_value`.
+  static void append_args(Command& c, const Request& r, bool refund_value) {
     const sluice::detail::LimitParams& p = r.limit.params();
     c.arg(r.cost).arg(p.quota);
     switch (p.algorithm) {
@@ -247,14 +251,16 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
         c.arg(p.period_us).arg(r.lease == 0 ? std::string("0") : std::to_string(r.lease));
         break;
     }
-    c.arg(r.extra);
+    if (refund_value) c.arg(r.extra);
   }
 
   // Sends an EVALSHA. On NOSCRIPT (a restarted or flushed server) sends it once more as EVAL with
   // the script's source, which loads the script into the cache of the node that runs it (wherever
   // MOVED or ASK lead) and runs it. Never resends after a timeout or a lost connection: the script
-  // may have run.
-  void eval(int slot, const Script& script, std::string_view command, Callback callback,
+  // may have run. A template, so that the callback is held by value in the one that is sent and both
+  // fit in its inline storage (no allocation per call).
+  template <class F>
+  void eval(int slot, const Script& script, std::string_view command, F callback,
             detail::SteadyTime deadline) {
     client->send(slot, command, [self = shared_from_this(), slot, &script, command, deadline,
                                  callback = std::move(callback)](Result<Reply> r) mutable {
@@ -482,7 +488,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   std::shared_ptr<Impl> impl;
   std::vector<Request> requests;
   std::vector<Decision> decisions;
-  std::vector<Batch> batches;
+  boost::container::small_vector<Batch, 1> batches;  // inline on a single node
   std::size_t outstanding = 0;
   std::optional<Error> error;
   detail::SteadyTime deadline;

@@ -1,5 +1,6 @@
 #include "redis/resp.h"
 
+#include <algorithm>
 #include <array>
 #include <cassert>
 #include <charconv>
@@ -50,11 +51,21 @@ Command::Command(std::size_t args) : left_(args) {
 Command& Command::arg(std::string_view s) {
   assert(left_ > 0);
   --left_;
-  out_.push_back('$');
-  append_number(out_, static_cast<std::int64_t>(s.size()));
-  out_.append("\r\n");
-  out_.append(s);
-  out_.append("\r\n");
+  // "$<len>\r\n<s>\r\n": composed on the stack and appended once when short (the numbers and keys
+  // of a script call), which took a tenth of the client's instructions per decision as five appends.
+  char buf[96];
+  buf[0] = '$';
+  char* p = std::to_chars(buf + 1, buf + 24, s.size()).ptr;
+  *p++ = '\r';
+  *p++ = '\n';
+  if (s.size() + 2 <= static_cast<std::size_t>(buf + sizeof buf - p)) {
+    p = std::copy(s.begin(), s.end(), p);
+    *p++ = '\r';
+    *p++ = '\n';
+    out_.append(buf, p);
+  } else {
+    out_.append(buf, p).append(s).append("\r\n", 2);
+  }
   return *this;
 }
 

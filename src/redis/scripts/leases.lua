@@ -3,6 +3,11 @@
 -- fields n (permits in flight) and t (latest time seen). ARGV: cost, quota, lease timeout in us,
 -- the lease id (chosen by the client), refund value (unused).
 
+-- An integer as a decimal string (tostring would give "1.7e+15").
+local function fmt(n)
+  return string.format('%d', n)
+end
+
 local function leases_params(argv, i)
   return {cost = tonumber(argv[i]), quota = tonumber(argv[i + 1]), period = tonumber(argv[i + 2]),
           lease = argv[i + 3]}

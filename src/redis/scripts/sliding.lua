@@ -1,6 +1,10 @@
 ---------------------------------------------------------------------------------------------------
 -- Sliding window counter: "window:previous:current". ARGV: window_params.
 
+local function pair3(a, b, c)
+  return string.format('%d:%d:%d', a, b, c)
+end
+
 local function sliding_load(key)
   local v = redis.call('GET', key)
   if not v then return 0, 0, 0, false end
