@@ -35,5 +35,11 @@ test-tsan: bootstrap
 	$(CMAKE) --build $(BUILD)-tsan -j $(JOBS)
 	ctest --test-dir $(BUILD)-tsan --output-on-failure -j $(JOBS) -L concurrency
 
+# Benchmarks (see docs/benchmarks.md): the core's micro-benchmarks, then the peer comparisons.
+bench: build
+	scripts/bootstrap --bench
+	$(BUILD)/bench/sluice_core_bench
+	bench/core_vs_go.sh $(BUILD)
+
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan

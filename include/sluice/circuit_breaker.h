@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
-#include <mutex>
 #include <random>
 #include <type_traits>
 #include <utility>
@@ -15,6 +14,7 @@
 
 #include "sluice/clock.h"
 #include "sluice/result.h"
+#include "sluice/spin_lock.h"
 
 namespace sluice {
 
@@ -147,6 +147,7 @@ class CircuitBreaker {
   bool set_state(BreakerState to, Transition& t);
   void clear_window();
   void add_outcome(bool failed, bool slow, Nanos now);
+  void add_to_slices(bool failed, bool slow, Nanos now);
   bool should_open() const;
   void open(Nanos now, Transition& t);
   void notify(const Transition& t, bool changed) const;
@@ -165,7 +166,7 @@ class CircuitBreaker {
   // ignored. Written only under mu_.
   std::atomic<std::uint64_t> word_;
 
-  mutable std::mutex mu_;
+  mutable detail::SpinLock mu_;  // held for a few dozen instructions at a time
   // Guarded by mu_:
   std::vector<std::uint8_t> ring_;  // count window: bit 0 failed, bit 1 slow
   std::size_t ring_next_ = 0;

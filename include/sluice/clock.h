@@ -27,6 +27,33 @@ class SystemClock final : public Clock {
   static const SystemClock& instance();
 };
 
+// Wall-clock time like SystemClock at about half the cost: the CPU's time-stamp counter, scaled by
+// a rate measured against CLOCK_REALTIME and re-anchored to it every 100 ms (so it follows NTP).
+// Readings may differ from SystemClock's by a microsecond or so, and may step back by as much at a
+// re-anchor. Where the counter is not invariant (or on other CPUs) it is SystemClock.
+class FastClock final : public Clock {
+ public:
+  FastClock();
+  Nanos now() const noexcept override;
+  static const FastClock& instance();
+
+ private:
+  Nanos reanchor() const noexcept;
+  bool unchanged(std::uint32_t seq) const noexcept;
+  void begin_write(std::uint32_t seq) const noexcept;
+
+  const bool usable_;
+  const std::int64_t first_ns_;
+  const std::uint64_t first_tsc_;
+  // The published calibration, read under a sequence lock: seq_ is odd while a writer updates it.
+  mutable std::atomic<std::uint32_t> seq_{0};
+  mutable std::atomic<std::int64_t> base_ns_{0};
+  mutable std::atomic<std::uint64_t> base_tsc_{0};
+  mutable std::atomic<std::uint64_t> ns_per_tick_q32_{0};  // 0: not calibrated yet
+  mutable std::atomic<std::uint64_t> max_ticks_{0};        // re-anchor after this many ticks
+  mutable std::atomic<bool> writing_{false};               // one writer at a time
+};
+
 // Monotonic time since an arbitrary epoch (CLOCK_MONOTONIC): for measuring durations.
 class SteadyClock final : public Clock {
  public:

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "sluice/clock.h"
+#include "sluice/divider.h"
 #include "sluice/result.h"
 
 namespace sluice {
@@ -77,6 +78,11 @@ struct LimitParams {
   // their gcd), so every quantity is an exact integer.
   std::int64_t units_per_token = 0;
   std::int64_t units_per_us = 0;
+  // The divisions decisions make, precomputed.
+  Divider by_period;           // period_us
+  Divider by_rate;             // rate
+  Divider by_units_per_token;  // units_per_token (meter only)
+  Divider by_units_per_us;     // units_per_us (meter only)
 };
 
 }  // namespace detail
@@ -104,7 +110,7 @@ class Limit {
   friend bool operator==(const Limit& a, const Limit& b);
 
  private:
-  explicit Limit(const detail::LimitParams& p) : p_(p) {}
+  explicit Limit(const detail::LimitParams& p);
   detail::LimitParams p_;
 };
 

@@ -12,10 +12,15 @@
 #include "sluice/clock.h"
 #include "sluice/store.h"
 
+namespace sluice::detail {
+struct Hash128;
+class KeyHash;
+}  // namespace sluice::detail
+
 namespace sluice {
 
 struct LocalStoreOptions {
-  const Clock* clock = nullptr;  // nullptr: SystemClock
+  const Clock* clock = nullptr;  // nullptr: FastClock (the wall clock, read cheaply)
   // Number of independently locked shards, rounded up to a power of two; 0 picks 16 per core.
   std::size_t shards = 0;
   // The most keys held at once. A key whose state is back to full is dropped as soon as it is seen
@@ -55,13 +60,14 @@ class LocalStore final : public Store {
 
  private:
   struct Shard;
+  detail::Hash128 hash_of(std::string_view key) const;
   Shard& shard_for(std::uint64_t hash_hi) const;
 
   const Clock* clock_;
   std::size_t shard_bits_;
   std::size_t keys_per_shard_;
   std::unique_ptr<Shard[]> shards_;
-  std::uint64_t hash_key_[2];
+  std::unique_ptr<const detail::KeyHash> hash_;  // a key's identity; see src/core/key_hash.h
   std::atomic<std::uint64_t> next_lease_{1};
 };
 

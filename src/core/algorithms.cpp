@@ -13,16 +13,18 @@ std::int64_t to_us(Nanos now) { return now.count() > 0 ? now.count() / 1000 : 0;
 
 Nanos from_us(std::int64_t us) { return Nanos{us * 1000}; }
 
-// ceil(a / b) for a >= 0, b > 0; 64-bit division whenever a fits.
-std::int64_t ceil_div(i128 a, std::int64_t b) {
-  if (a <= static_cast<i128>(INT64_MAX)) {
-    const auto x = static_cast<std::int64_t>(a);
-    return x / b + (x % b != 0 ? 1 : 0);
+// ceil(a / d) for a >= 0, by the precomputed divider whenever a fits in 64 bits.
+std::int64_t ceil_div(i128 a, const detail::Divider& d) {
+  if (a <= static_cast<i128>(UINT64_MAX)) {
+    return static_cast<std::int64_t>(d.divide_up(static_cast<std::uint64_t>(a)));
   }
+  const auto b = static_cast<i128>(d.divisor());
   return static_cast<std::int64_t>((a + b - 1) / b);
 }
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
+std::int64_t floor_div(std::int64_t a, const detail::Divider& d) {
+  return static_cast<std::int64_t>(d.divide(static_cast<std::uint64_t>(a)));
+}
 
 i128 load(const GcraState& s) {
   return static_cast<i128>((static_cast<unsigned __int128>(static_cast<std::uint64_t>(s.tat_hi))
@@ -50,6 +52,22 @@ Decision decide(GcraState& state, const Limit& limit, Nanos now, std::int64_t co
   const detail::LimitParams& p = limit.params();
   const std::int64_t upu = p.units_per_us;
   const std::int64_t upt = p.units_per_token;
+  if (upu == 1 && cost <= p.quota) {
+    // The common case of whole microseconds per token: the TAT and the bucket's depth (the time to
+    // refill it, at most 100 years) fit in 64 bits. Only admissions are answered here.
+    const std::int64_t now_us = to_us(now);
+    const std::int64_t base = std::max(static_cast<std::int64_t>(load(state)), now_us);
+    const std::int64_t wait = base + cost * upt - now_us;
+    if (wait <= p.quota * upt) {
+      if (cost > 0) store(state, base + cost * upt);
+      Decision d = start(limit);
+      d.allowed = true;
+      d.remaining = p.quota - static_cast<std::int64_t>(
+                                  p.by_units_per_token.divide_up(static_cast<std::uint64_t>(wait)));
+      d.reset_after = from_us(wait);
+      return d;
+    }
+  }
   const i128 now_u = static_cast<i128>(to_us(now)) * upu;
   const i128 tat = load(state);
   const i128 base = tat > now_u ? tat : now_u;
@@ -60,16 +78,17 @@ Decision decide(GcraState& state, const Limit& limit, Nanos now, std::int64_t co
   if (cost <= p.quota && next - now_u <= capacity) {
     d.allowed = true;
     if (cost > 0) store(state, next);
-    d.remaining = p.quota - ceil_div(next - now_u, upt);
-    d.reset_after = from_us(ceil_div(next - now_u, upu));
+    d.remaining = p.quota - ceil_div(next - now_u, p.by_units_per_token);
+    d.reset_after = from_us(ceil_div(next - now_u, p.by_units_per_us));
     return d;
   }
-  d.remaining = p.quota - ceil_div(base - now_u, upt);
-  d.reset_after = from_us(ceil_div(base - now_u, upu));
+  // Never negative, even when an earlier `now` puts the TAT more than a full bucket ahead.
+  d.remaining = std::max<std::int64_t>(0, p.quota - ceil_div(base - now_u, p.by_units_per_token));
+  d.reset_after = from_us(ceil_div(base - now_u, p.by_units_per_us));
   if (cost > p.quota) {
     d.cost_exceeds_limit = true;
   } else {
-    d.retry_after = from_us(ceil_div(next - now_u - capacity, upu));
+    d.retry_after = from_us(ceil_div(next - now_u - capacity, p.by_units_per_us));
   }
   return d;
 }
@@ -79,16 +98,16 @@ Decision decide(IntervalBucketState& state, const Limit& limit, Nanos now, std::
   assert(cost >= 0 && cost <= kMaxLimit);
   const detail::LimitParams& p = limit.params();
   const std::int64_t now_us = to_us(now);
-  const std::int64_t tick = std::max(now_us / p.period_us, state.tick);
+  const std::int64_t tick = std::max(floor_div(now_us, p.by_period), state.tick);
   std::int64_t missing = state.missing;
   if (missing > 0 && tick > state.tick) {
     const std::int64_t ticks = tick - state.tick;
-    missing = ticks >= ceil_div(missing, p.rate) ? 0 : missing - ticks * p.rate;
+    missing = ticks >= ceil_div(missing, p.by_rate) ? 0 : missing - ticks * p.rate;
   }
   // The time at which `tokens` more than now are back, as an offset from now.
   auto after = [&](std::int64_t tokens) {
     return tokens <= 0 ? Nanos{0}
-                       : from_us((tick + ceil_div(tokens, p.rate)) * p.period_us - now_us);
+                       : from_us((tick + ceil_div(tokens, p.by_rate)) * p.period_us - now_us);
   };
 
   Decision d = start(limit);
@@ -117,7 +136,7 @@ Decision decide(FixedWindowState& state, const Limit& limit, Nanos now, std::int
   assert(cost >= 0 && cost <= kMaxLimit);
   const detail::LimitParams& p = limit.params();
   const std::int64_t now_us = to_us(now);
-  const std::int64_t window = std::max(now_us / p.period_us, state.window);
+  const std::int64_t window = std::max(floor_div(now_us, p.by_period), state.window);
   const std::int64_t count = window == state.window ? state.count : 0;
   const Nanos window_end = from_us((window + 1) * p.period_us - now_us);
 
@@ -156,7 +175,7 @@ Decision decide(SlidingWindowState& state, const Limit& limit, Nanos now, std::i
   const std::int64_t period = p.period_us;
   const std::int64_t quota = p.quota;
   const std::int64_t now_us = to_us(now);
-  std::int64_t window = now_us / period;
+  std::int64_t window = floor_div(now_us, p.by_period);
   std::int64_t elapsed = now_us - window * period;
   if (window < state.window()) {  // earlier than the state: as at the start of the state's window
     window = state.window();
@@ -171,7 +190,7 @@ Decision decide(SlidingWindowState& state, const Limit& limit, Nanos now, std::i
     previous = state.current();
   }
   const auto weighted = [&](std::int64_t count, std::int64_t at) {
-    return ceil_div(static_cast<i128>(count) * (period - at), period);
+    return ceil_div(static_cast<i128>(count) * (period - at), p.by_period);
   };
   const std::int64_t used = current + weighted(previous, elapsed);
   const std::int64_t start_us = window * period;  // may lie after now_us when time went backwards

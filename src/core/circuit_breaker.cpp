@@ -1,6 +1,7 @@
 #include "sluice/circuit_breaker.h"
 
 #include <algorithm>
+#include <mutex>
 #include <string>
 
 #include "core/duration.h"
@@ -274,36 +275,39 @@ void CircuitBreaker::clear_window() {
 
 void CircuitBreaker::add_outcome(bool failed, bool slow, Nanos now) {
   failures_in_a_row_ = failed ? failures_in_a_row_ + 1 : 0;
-  const std::uint8_t bits = static_cast<std::uint8_t>((failed ? 1 : 0) | (slow ? 2 : 0));
-  if (!ring_.empty()) {
+  if (ring_.empty()) {
+    add_to_slices(failed, slow, now);
+  } else {
     std::uint8_t& slot = ring_[ring_next_];
     if (calls_ == static_cast<std::int64_t>(ring_.size())) {  // full: the oldest slides out
       failures_ -= slot & 1;
-      slow_ -= (slot >> 1) & 1;
+      slow_ -= slot >> 1;
       --calls_;
     }
-    slot = bits;
-    ring_next_ = (ring_next_ + 1) % ring_.size();
-  } else {
-    const std::int64_t slice_len = options_.window_duration.count() / kSlices;
-    const std::int64_t slice = now.count() / slice_len;
-    for (Bucket& b : buckets_) {  // drop slices that slid out of the window
-      if (b.slice >= 0 && b.slice <= slice - kSlices) {
-        calls_ -= b.calls;
-        failures_ -= b.failures;
-        slow_ -= b.slow;
-        b = Bucket{};
-      }
-    }
-    Bucket& b = buckets_[static_cast<std::size_t>(slice % kSlices)];
-    b.slice = slice;
-    ++b.calls;
-    b.failures += failed ? 1 : 0;
-    b.slow += slow ? 1 : 0;
+    slot = static_cast<std::uint8_t>((failed ? 1 : 0) | (slow ? 2 : 0));
+    if (++ring_next_ == ring_.size()) ring_next_ = 0;
   }
   ++calls_;
   failures_ += failed ? 1 : 0;
   slow_ += slow ? 1 : 0;
+}
+
+void CircuitBreaker::add_to_slices(bool failed, bool slow, Nanos now) {
+  const std::int64_t slice_len = options_.window_duration.count() / kSlices;
+  const std::int64_t slice = now.count() / slice_len;
+  for (Bucket& b : buckets_) {  // drop slices that slid out of the window
+    if (b.slice >= 0 && b.slice <= slice - kSlices) {
+      calls_ -= b.calls;
+      failures_ -= b.failures;
+      slow_ -= b.slow;
+      b = Bucket{};
+    }
+  }
+  Bucket& b = buckets_[static_cast<std::size_t>(slice % kSlices)];
+  b.slice = slice;
+  ++b.calls;
+  b.failures += failed ? 1 : 0;
+  b.slow += slow ? 1 : 0;
 }
 
 bool CircuitBreaker::should_open() const {

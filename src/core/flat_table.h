@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/siphash.h"
+#include "core/key_hash.h"
 
 namespace sluice::detail {
 

@@ -156,6 +156,15 @@ Result<Limit> Limit::concurrency(const ConcurrencySpec& spec) {
   return Limit(p);
 }
 
+Limit::Limit(const detail::LimitParams& p) : p_(p) {
+  p_.by_period = detail::Divider(static_cast<std::uint64_t>(p_.period_us));
+  p_.by_rate = detail::Divider(static_cast<std::uint64_t>(p_.rate));
+  if (p_.units_per_token > 0) {
+    p_.by_units_per_token = detail::Divider(static_cast<std::uint64_t>(p_.units_per_token));
+    p_.by_units_per_us = detail::Divider(static_cast<std::uint64_t>(p_.units_per_us));
+  }
+}
+
 Nanos Limit::window() const {
   if (p_.algorithm == Algorithm::kGcra ||
       (p_.algorithm == Algorithm::kTokenBucket && p_.refill == Refill::kContinuous)) {

@@ -5,13 +5,13 @@
 #include <bit>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "core/flat_table.h"
-#include "core/siphash.h"
+#include "core/key_hash.h"
+#include "sluice/spin_lock.h"
 #include "sluice/algorithms.h"
 
 namespace sluice {
@@ -49,13 +49,12 @@ Decision run(P& payload, const Limit& limit, Nanos now, std::int64_t cost, std::
 
 std::int64_t to_us(Nanos t) { return t.count() > 0 ? t.count() / 1000 : 0; }
 
-Status check_cost(std::int64_t cost) {
-  if (cost < 1 || cost > kMaxLimit) {
-    return invalid_argument("cost must be between 1 and 2^40 (1099511627776), got " +
-                            std::to_string(cost));
-  }
-  return {};
+[[gnu::cold, gnu::noinline]] Error bad_cost(std::int64_t cost) {
+  return invalid_argument("cost must be between 1 and 2^40 (1099511627776), got " +
+                          std::to_string(cost));
 }
+
+bool valid_cost(std::int64_t cost) { return cost >= 1 && cost <= kMaxLimit; }
 
 std::size_t pow2_at_least(std::size_t n) { return std::bit_ceil(std::max<std::size_t>(n, 1)); }
 
@@ -67,13 +66,13 @@ Status validate(std::span<const LimitRequest> requests, std::span<Decision> deci
   }
   for (const LimitRequest& r : requests) {
     if (r.limit == nullptr) return invalid_argument("a limit request has no limit");
-    if (Status s = check_cost(r.cost); !s) return s;
+    if (!valid_cost(r.cost)) return bad_cost(r.cost);
   }
   return {};
 }
 
 struct alignas(64) LocalStore::Shard {
-  mutable std::mutex mu;
+  mutable detail::SpinLock mu;
   // The tables, one per kind of state; all guarded by mu.
   FlatTable<GcraState> gcra;
   FlatTable<IntervalBucketState> interval;
@@ -165,19 +164,21 @@ struct alignas(64) LocalStore::Shard {
 };
 
 LocalStore::LocalStore(LocalStoreOptions options)
-    : clock_(options.clock != nullptr ? options.clock : &SystemClock::instance()) {
+    : clock_(options.clock != nullptr ? options.clock : &FastClock::instance()) {
   std::size_t shards = options.shards;
   if (shards == 0) shards = 16 * std::max(1U, std::thread::hardware_concurrency());
   shards = pow2_at_least(shards);
   shard_bits_ = static_cast<std::size_t>(std::countr_zero(shards));
   keys_per_shard_ = std::max<std::size_t>(1, (options.max_keys + shards - 1) / shards);
   shards_ = std::make_unique<Shard[]>(shards);
-  std::random_device random;
-  hash_key_[0] = (static_cast<std::uint64_t>(random()) << 32) ^ random();
-  hash_key_[1] = (static_cast<std::uint64_t>(random()) << 32) ^ random();
+  hash_ = std::make_unique<const detail::KeyHash>();
 }
 
 LocalStore::~LocalStore() = default;
+
+detail::Hash128 LocalStore::hash_of(std::string_view key) const {
+  return FlatTable<GcraState>::usable((*hash_)(key));
+}
 
 LocalStore::Shard& LocalStore::shard_for(std::uint64_t hash_hi) const {
   // The high bits pick the shard; the table uses the other word, so the two stay independent.
@@ -185,22 +186,14 @@ LocalStore::Shard& LocalStore::shard_for(std::uint64_t hash_hi) const {
   return shards_[index];
 }
 
-namespace {
-
-Hash128 key_hash(const std::uint64_t key[2], std::string_view k) {
-  return FlatTable<GcraState>::usable(detail::siphash128(key, k));
-}
-
-}  // namespace
-
 Result<Decision> LocalStore::acquire(std::string_view key, const Limit& limit, std::int64_t cost) {
   return acquire_at(clock_->now(), key, limit, cost);
 }
 
 Result<Decision> LocalStore::acquire_at(Nanos now, std::string_view key, const Limit& limit,
                                         std::int64_t cost) {
-  if (Status s = check_cost(cost); !s) return s.error();
-  const Hash128 h = key_hash(hash_key_, key);
+  if (!valid_cost(cost)) [[unlikely]] return bad_cost(cost);
+  const Hash128 h = hash_of(key);
   const std::uint64_t lease =
       limit.algorithm() == Algorithm::kConcurrency ? next_lease_.fetch_add(1) : 0;
   Shard& shard = shard_for(h.hi);
@@ -232,7 +225,7 @@ Status LocalStore::acquire_all_at(Nanos now, std::span<const LimitRequest> reque
   std::vector<Shard*> locked;
   locked.reserve(requests.size());
   for (std::size_t i = 0; i < requests.size(); ++i) {
-    steps[i].h = key_hash(hash_key_, requests[i].key);
+    steps[i].h = hash_of(requests[i].key);
     steps[i].shard = &shard_for(steps[i].h.hi);
     locked.push_back(steps[i].shard);
   }
@@ -295,7 +288,7 @@ Status LocalStore::acquire_all_at(Nanos now, std::span<const LimitRequest> reque
 }
 
 Result<Decision> LocalStore::peek(std::string_view key, const Limit& limit) {
-  const Hash128 h = key_hash(hash_key_, key);
+  const Hash128 h = hash_of(key);
   const Nanos now = clock_->now();
   Shard& shard = shard_for(h.hi);
   std::lock_guard lock(shard.mu);
@@ -305,7 +298,7 @@ Result<Decision> LocalStore::peek(std::string_view key, const Limit& limit) {
 }
 
 Status LocalStore::reset(std::string_view key, const Limit& limit) {
-  const Hash128 h = key_hash(hash_key_, key);
+  const Hash128 h = hash_of(key);
   Shard& shard = shard_for(h.hi);
   std::lock_guard lock(shard.mu);
   shard.with_table(limit, [&](auto& table) {
@@ -319,7 +312,7 @@ Status LocalStore::release(std::string_view key, const Limit& limit, std::uint64
     return invalid_argument("release applies to concurrency limits only, not " +
                             std::string(to_string(limit.algorithm())));
   }
-  const Hash128 h = key_hash(hash_key_, key);
+  const Hash128 h = hash_of(key);
   const Nanos now = clock_->now();
   Shard& shard = shard_for(h.hi);
   std::lock_guard lock(shard.mu);

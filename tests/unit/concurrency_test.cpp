@@ -170,6 +170,29 @@ TEST_P(ThreadCount, ClosedBreakerCountsEveryOutcome) {
   EXPECT_EQ(s.failures, 1000 * GetParam());
 }
 
+TEST_P(ThreadCount, FastClockReadersWhileItReanchors) {
+  const FastClock clock;
+  const SystemClock& system = SystemClock::instance();
+  const Nanos start = system.now();
+  std::atomic<std::int64_t> worst{0};
+  // 250 ms of readers on every thread: calibration at 10 ms, re-anchors every 100 ms.
+  race(GetParam(), [&](int) {
+    std::int64_t local = 0;
+    while (system.now() - start < 250ms) {
+      const Nanos before = system.now();
+      const Nanos reading = clock.now();
+      const Nanos after = system.now();
+      const Nanos off = reading < before ? before - reading : (reading > after ? reading - after : 0ns);
+      local = std::max(local, off.count());
+    }
+    std::int64_t seen = worst.load();
+    while (local > seen && !worst.compare_exchange_weak(seen, local)) {
+    }
+  });
+  // Each reading is bracketed by two system-clock readings, so preemption cannot inflate this.
+  EXPECT_LT(worst.load(), Nanos{100us}.count());
+}
+
 INSTANTIATE_TEST_SUITE_P(Threads, ThreadCount, ::testing::Values(2, 4, 8));
 
 }  // namespace

@@ -66,6 +66,26 @@ TEST_F(LocalStoreTest, SweepDropsFullStatesNobodyAsksForAgain) {
   EXPECT_GE(store_.size(), 5000u);
 }
 
+TEST_F(LocalStoreTest, MemoryStaysBoundedUnderKeyChurn) {
+  // A new key for every request, 100 per millisecond, each full again 10 ms later: about 1,000
+  // states are live at any time, whatever the number of requests.
+  const Limit limit = make(Limit::fixed_window({.limit = 5, .period = 10ms}));
+  std::size_t most_keys = 0;
+  std::size_t most_bytes = 0;
+  for (int i = 0; i < 300'000; ++i) {
+    clock_.advance(10us);
+    ASSERT_TRUE(store_.acquire("client:" + std::to_string(i), limit)->allowed);
+    if (i % 1000 == 0) {
+      most_keys = std::max(most_keys, store_.size());
+      most_bytes = std::max(most_bytes, store_.memory_bytes());
+    }
+  }
+  EXPECT_LE(most_keys, 2000u) << most_keys;  // measured: about 1,560
+  EXPECT_GE(most_keys, 1000u) << most_keys;
+  EXPECT_LE(most_bytes, store_.memory_bytes() + 64 * 1024);  // it stopped growing early on
+  EXPECT_LT(store_.memory_bytes(), 2u << 20);
+}
+
 TEST_F(LocalStoreTest, PeekAndResetDoNotConsume) {
   const Limit limit = make(Limit::sliding_log({.limit = 3, .period = 1min}));
   ASSERT_TRUE(store_.acquire("k", limit, 2)->allowed);

@@ -1,0 +1,223 @@
+// Micro-benchmarks of the core: one decision with time passed in and with the clock read, the local
+// store on one hot key and on distinct keys from two threads, 100,000 Zipf-distributed keys (time
+// and measured bytes per key), and the circuit breaker's call() overhead.
+#include <benchmark/benchmark.h>
+#include <malloc.h>
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sluice/algorithms.h"
+#include "sluice/circuit_breaker.h"
+#include "sluice/clock.h"
+#include "sluice/local_store.h"
+
+namespace sluice {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A bucket that admits at the rate the loop asks: 1,000 tokens, a million per second.
+const Limit& bucket() {
+  static const Limit limit =
+      *Limit::token_bucket({.capacity = 1000, .refill_tokens = 1'000'000, .refill_period = 1s});
+  return limit;
+}
+
+const Limit& gcra() {
+  static const Limit limit = *Limit::gcra({.limit = 1'000'000, .period = 1s, .burst = 1000});
+  return limit;
+}
+
+// --- One key, one thread, time passed in (advancing 1 us per decision) -------------------------
+
+void BM_TokenBucket_TimePassedIn(benchmark::State& state) {
+  GcraState s;
+  Nanos now = SystemClock::instance().now();
+  for (auto _ : state) {
+    now += 1us;
+    benchmark::DoNotOptimize(decide(s, bucket(), now, 1));
+  }
+}
+BENCHMARK(BM_TokenBucket_TimePassedIn);
+
+void BM_Gcra_TimePassedIn(benchmark::State& state) {
+  GcraState s;
+  Nanos now = SystemClock::instance().now();
+  for (auto _ : state) {
+    now += 1us;
+    benchmark::DoNotOptimize(decide(s, gcra(), now, 1));
+  }
+}
+BENCHMARK(BM_Gcra_TimePassedIn);
+
+// A rate that does not divide the period (3 per second): the meter's units are not microseconds.
+void BM_Gcra_RationalRate_TimePassedIn(benchmark::State& state) {
+  static const Limit limit = *Limit::gcra({.limit = 3'000'007, .period = 3s, .burst = 1000});
+  GcraState s;
+  Nanos now = SystemClock::instance().now();
+  for (auto _ : state) {
+    now += 1us;
+    benchmark::DoNotOptimize(decide(s, limit, now, 1));
+  }
+}
+BENCHMARK(BM_Gcra_RationalRate_TimePassedIn);
+
+void BM_IntervalBucket_TimePassedIn(benchmark::State& state) {
+  static const Limit limit = *Limit::token_bucket(
+      {.capacity = 1000, .refill_tokens = 1000, .refill_period = 1ms, .refill = Refill::kInterval});
+  IntervalBucketState s;
+  Nanos now = SystemClock::instance().now();
+  for (auto _ : state) {
+    now += 1us;
+    benchmark::DoNotOptimize(decide(s, limit, now, 1));
+  }
+}
+BENCHMARK(BM_IntervalBucket_TimePassedIn);
+
+void BM_SlidingWindow_TimePassedIn(benchmark::State& state) {
+  static const Limit limit = *Limit::sliding_window({.limit = 1'000'000, .period = 1s});
+  SlidingWindowState s;
+  Nanos now = SystemClock::instance().now();
+  for (auto _ : state) {
+    now += 1us;
+    benchmark::DoNotOptimize(decide(s, limit, now, 1));
+  }
+}
+BENCHMARK(BM_SlidingWindow_TimePassedIn);
+
+// --- One key, one thread, the clock read for every decision ------------------------------------
+// A bucket large and fast enough that every decision admits, whatever the loop's speed.
+
+const Limit& open_bucket() {
+  static const Limit limit =
+      *Limit::token_bucket({.capacity = kMaxLimit, .refill_tokens = 1000, .refill_period = 1ms});
+  return limit;
+}
+
+template <class ClockT>
+void BM_TokenBucket_ClockRead(benchmark::State& state) {
+  const ClockT& clock = ClockT::instance();
+  GcraState s;
+  for (auto _ : state) benchmark::DoNotOptimize(decide(s, open_bucket(), clock.now(), 1));
+}
+BENCHMARK(BM_TokenBucket_ClockRead<FastClock>)->Name("BM_TokenBucket_ClockRead/FastClock");
+BENCHMARK(BM_TokenBucket_ClockRead<SystemClock>)->Name("BM_TokenBucket_ClockRead/SystemClock");
+
+template <class ClockT>
+void BM_Gcra_ClockRead(benchmark::State& state) {
+  static const Limit limit = *Limit::gcra({.limit = 1000, .period = 1ms, .burst = kMaxLimit});
+  const ClockT& clock = ClockT::instance();
+  GcraState s;
+  for (auto _ : state) benchmark::DoNotOptimize(decide(s, limit, clock.now(), 1));
+}
+BENCHMARK(BM_Gcra_ClockRead<FastClock>)->Name("BM_Gcra_ClockRead/FastClock");
+BENCHMARK(BM_Gcra_ClockRead<SystemClock>)->Name("BM_Gcra_ClockRead/SystemClock");
+
+// The clocks alone, for reading the two above.
+void BM_FastClock_Now(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(FastClock::instance().now());
+}
+BENCHMARK(BM_FastClock_Now);
+void BM_SystemClock_Now(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(SystemClock::instance().now());
+}
+BENCHMARK(BM_SystemClock_Now);
+
+// --- The local store from two threads: one hot key, and a key per thread -----------------------
+
+LocalStore& shared_store() {
+  static LocalStore store;
+  return store;
+}
+
+void BM_LocalStore_HotKey(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(shared_store().acquire("hot", bucket()));
+}
+BENCHMARK(BM_LocalStore_HotKey)->Threads(1)->Threads(2)->UseRealTime();
+
+void BM_LocalStore_DistinctKeys(benchmark::State& state) {
+  const std::string key = "thread:" + std::to_string(state.thread_index());
+  for (auto _ : state) benchmark::DoNotOptimize(shared_store().acquire(key, bucket()));
+}
+BENCHMARK(BM_LocalStore_DistinctKeys)->Threads(1)->Threads(2)->UseRealTime();
+
+// --- 100,000 keys, Zipf-distributed (s = 1), through the local store ---------------------------
+
+void BM_LocalStore_Zipf100k(benchmark::State& state) {
+  constexpr int kKeys = 100'000;
+  std::vector<std::string> keys;
+  keys.reserve(kKeys);
+  for (int i = 0; i < kKeys; ++i) keys.push_back("user:" + std::to_string(1'000'000 + i));
+  std::vector<double> weights(kKeys);
+  for (int i = 0; i < kKeys; ++i) weights[i] = 1.0 / (i + 1);
+  std::discrete_distribution<int> zipf(weights.begin(), weights.end());
+  std::mt19937_64 rng(1);
+  std::vector<int> order(1 << 20);
+  for (int& k : order) k = zipf(rng);
+
+  // A slow refill keeps every touched key's state in the store for the whole run.
+  const Limit limit = *Limit::token_bucket({.capacity = 1000, .refill_tokens = 1, .refill_period = 1h});
+  ManualClock clock(SystemClock::instance().now());
+  const std::size_t heap_before = mallinfo2().uordblks;
+  auto store = std::make_unique<LocalStore>(LocalStoreOptions{.clock = &clock});
+  for (const std::string& k : keys) (void)store->acquire(k, limit);
+  const std::size_t heap_after = mallinfo2().uordblks;
+
+  std::size_t i = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(store->acquire(keys[static_cast<std::size_t>(order[i])], limit));
+    i = (i + 1) & (order.size() - 1);
+  }
+  state.counters["keys"] = static_cast<double>(store->size());
+  state.counters["heap_bytes_per_key"] =
+      static_cast<double>(heap_after - heap_before) / static_cast<double>(store->size());
+  state.counters["table_bytes_per_key"] =
+      static_cast<double>(store->memory_bytes()) / static_cast<double>(store->size());
+}
+BENCHMARK(BM_LocalStore_Zipf100k);
+
+// --- The circuit breaker's call() against calling the function directly ------------------------
+
+int work(int x) { return x + 1; }
+
+void BM_DirectCall(benchmark::State& state) {
+  int x = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(x = work(x));
+  }
+}
+BENCHMARK(BM_DirectCall);
+
+void BM_BreakerCall(benchmark::State& state) {
+  CircuitBreaker breaker;  // count window, failure rate: no clock read on the closed path
+  int x = 0;
+  for (auto _ : state) {
+    auto r = breaker.call([&] { return x = work(x); });
+    benchmark::DoNotOptimize(r);
+  }
+}
+BENCHMARK(BM_BreakerCall);
+
+void BM_BreakerCall_Timed(benchmark::State& state) {
+  CircuitBreakerOptions o;  // slow-call detection: two clock reads per call
+  o.slow_call_rate = 100;
+  o.slow_call = 1s;
+  o.clock = &FastClock::instance();
+  CircuitBreaker breaker(o);
+  int x = 0;
+  for (auto _ : state) {
+    auto r = breaker.call([&] { return x = work(x); });
+    benchmark::DoNotOptimize(r);
+  }
+}
+BENCHMARK(BM_BreakerCall_Timed);
+
+}  // namespace
+}  // namespace sluice
+
+BENCHMARK_MAIN();
