@@ -1,0 +1,36 @@
+// `sluice serve` with its configuration in a database (--db, the default) or pulled from a primary
+// (--config-from): the gateway, the admin API, and the watcher or follower that keeps the
+// configuration current. Not thread-safe (each runs once, from main).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "config/crypto.h"
+
+namespace sluice::cli {
+
+struct ServeSettings {
+  std::string listen;
+  std::string admin_listen;
+  int threads = 1;
+  std::string store;       // --store: where limits are counted
+  std::string access_log;
+  bool check = false;
+  bool print_config = false;
+  std::string db;          // --db
+  std::string primary;     // --config-from
+  std::string token;       // --token
+};
+
+int serve_database(const ServeSettings& settings);
+int serve_follower(const ServeSettings& settings);
+
+// SLUICE_SECRET_KEY into out (left empty when unset); false, having said why on stderr, when it is set
+// to something that is not a key.
+bool secret_key_from_environment(std::optional<config::SecretKey>& out);
+
+// Who is at the keyboard, for the audit log: "cli:" and the user's name.
+std::string cli_actor();
+
+}  // namespace sluice::cli
