@@ -134,8 +134,8 @@ struct Worker;
 struct Gateway::Impl {
   GatewayOptions options;
   std::vector<std::unique_ptr<Worker>> workers;
-  // The admin listener runs on an event loop and thread of its own (declared before its acceptor,
-  // which must go first).
+  // Routes added with add_admin_route run on an event loop and thread of their own, so that a slow
+  // one (a database write waiting for a lock) delays no proxied request.
   std::unique_ptr<asio::io_context> admin_ioc;
   std::thread admin_thread;
   std::unique_ptr<tcp::acceptor> acceptor;
@@ -914,14 +914,15 @@ awaitable<void> Gateway::Impl::admin_session(tcp::socket socket) {
         }
       }
       if (handler) {
-        out = handler(request);
+        auto call = [&]() -> awaitable<AdminResponse> { co_return handler(request); };
+        out = co_await asio::co_spawn(*admin_ioc, call, asio::use_awaitable);
         // A long poll: asked again until it has news or its time is up.
         const auto until = Clock::now() + out.hold;
         while (out.hold > Nanos{0} && Clock::now() < until && !stopped.load()) {
           hold_timer.expires_after(std::chrono::milliseconds(50));
           auto [tec] = co_await hold_timer.async_wait(kTok);
           if (tec) break;
-          out = handler(request);
+          out = co_await asio::co_spawn(*admin_ioc, call, asio::use_awaitable);
         }
       }
     }
@@ -1179,8 +1180,7 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
   g.acceptor = std::move(*acceptor);
   g.port = g.acceptor->local_endpoint().port();
   if (admin != "off") {
-    g.admin_ioc = std::make_unique<asio::io_context>(1);
-    auto admin_acceptor = listen_on(*g.admin_ioc, admin, "admin_listen");
+    auto admin_acceptor = listen_on(g.workers[0]->ioc, admin, "admin_listen");
     if (!admin_acceptor.ok()) return admin_acceptor.error();
     g.admin_acceptor = std::move(*admin_acceptor);
     g.admin_port = g.admin_acceptor->local_endpoint().port();
@@ -1190,13 +1190,12 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
 
   asio::io_context& main = g.workers[0]->ioc;
   asio::co_spawn(main, g.accept_loop(), asio::detached);
-  if (g.admin_acceptor) {
-    asio::co_spawn(*g.admin_ioc, g.admin_loop(), asio::detached);
-    g.admin_thread = std::thread([self] {
-      auto guard = asio::make_work_guard(*self->admin_ioc);
-      self->admin_ioc->run();
-    });
-  }
+  if (g.admin_acceptor) asio::co_spawn(main, g.admin_loop(), asio::detached);
+  g.admin_ioc = std::make_unique<asio::io_context>(1);
+  g.admin_thread = std::thread([self] {
+    auto guard = asio::make_work_guard(*self->admin_ioc);
+    self->admin_ioc->run();
+  });
   asio::co_spawn(main, g.housekeeping(), asio::detached);
   if (g.options.handle_signals) {
     g.signals = std::make_unique<asio::signal_set>(main, SIGHUP, SIGTERM, SIGINT);

@@ -1,6 +1,6 @@
 // Gateway: `sluice serve` — the data-plane listener (caller authentication, policy, proxy,
-// /_sluice/v1/decide, healthz), the admin listener (/metrics, /config and routes later layers add, on
-// a thread of its own), reload and drain.
+// /_sluice/v1/decide, healthz), the admin listener (/metrics, /config and routes later layers add,
+// which run on a thread of their own), reload and drain.
 // Thread-safe: every public member may be called from any thread.
 #pragma once
 
