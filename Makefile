@@ -40,6 +40,7 @@ bench: build
 	scripts/bootstrap --bench
 	$(BUILD)/bench/sluice_core_bench
 	bench/core_vs_go.sh $(BUILD)
+	bench/gateway_vs_nginx.sh
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan

@@ -42,12 +42,22 @@ namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
-using asio::awaitable;
 using error_code = boost::system::error_code;
 
 namespace {
 
-constexpr auto kTok = asio::as_tuple(asio::use_awaitable);
+// Everything runs on io_context executors; naming the type (rather than any_io_executor) spares
+// each operation the type-erased executor's copies.
+using Executor = asio::io_context::executor_type;
+template <class T>
+using Task = asio::awaitable<T, Executor>;
+using Stream = beast::basic_stream<tcp, Executor, beast::unlimited_rate_policy>;
+using Socket = asio::basic_stream_socket<tcp, Executor>;
+using Acceptor = asio::basic_socket_acceptor<tcp, Executor>;
+using Timer = asio::basic_waitable_timer<std::chrono::steady_clock,
+                                         asio::wait_traits<std::chrono::steady_clock>, Executor>;
+using Resolver = asio::ip::basic_resolver<tcp, Executor>;
+constexpr auto kTok = asio::as_tuple(asio::use_awaitable_t<Executor>{});
 constexpr std::size_t kHeaderLimit = 8 * 1024;
 constexpr std::size_t kDecideBodyLimit = 64 * 1024;
 constexpr std::size_t kRelayChunk = 16 * 1024;
@@ -123,7 +133,7 @@ std::string json_string(std::string_view s) {
 }
 
 // An upstream connection (Beast streams move, but do not move-assign).
-using UpConn = std::unique_ptr<beast::tcp_stream>;
+using UpConn = std::unique_ptr<Stream>;
 
 }  // namespace
 
@@ -138,8 +148,8 @@ struct Gateway::Impl {
   // one (a database write waiting for a lock) delays no proxied request.
   std::unique_ptr<asio::io_context> admin_ioc;
   std::thread admin_thread;
-  std::unique_ptr<tcp::acceptor> acceptor;
-  std::unique_ptr<tcp::acceptor> admin_acceptor;
+  std::unique_ptr<Acceptor> acceptor;
+  std::unique_ptr<Acceptor> admin_acceptor;
   std::uint16_t port = 0;
   std::uint16_t admin_port = 0;
 
@@ -203,11 +213,11 @@ struct Gateway::Impl {
   FileStamp stat_config() const;
   void begin_drain();
   void stop_all();
-  awaitable<void> accept_loop();
-  awaitable<void> admin_loop();
-  awaitable<void> admin_session(tcp::socket socket);
-  awaitable<void> housekeeping();
-  awaitable<void> drain_watch();
+  Task<void> accept_loop();
+  Task<void> admin_loop();
+  Task<void> admin_session(Socket socket);
+  Task<void> housekeeping();
+  Task<void> drain_watch();
   void wait_signal();
 };
 
@@ -226,7 +236,7 @@ struct Worker {
   std::uint64_t cached_generation = ~std::uint64_t{0};
 
   struct Conn {
-    beast::tcp_stream* stream;
+    Stream* stream;
     bool busy = false;
   };
   std::unordered_set<Conn*> conns;  // touched on this worker's thread only
@@ -251,25 +261,25 @@ struct Worker {
     }
   }
 
-  awaitable<void> session(tcp::socket socket);
+  Task<void> session(Socket socket);
 
   struct Exchange;
-  awaitable<bool> serve(Exchange& x);
-  awaitable<bool> proxy(Exchange& x);
-  awaitable<bool> decide_endpoint(Exchange& x);
-  awaitable<Reason> authenticate(Exchange& x, Request& r, std::string_view target, const std::string* body_sha256_hex);
-  awaitable<bool> respond(Exchange& x, Reason reason, const Verdict* verdict, bool close);
-  awaitable<bool> respond_json(Exchange& x, unsigned status, std::string body, const HeaderList& extra,
+  Task<bool> serve(Exchange& x);
+  Task<bool> proxy(Exchange& x);
+  Task<bool> decide_endpoint(Exchange& x);
+  Task<Reason> authenticate(Exchange& x, Request& r, std::string_view target, const std::string* body_sha256_hex);
+  Task<bool> respond(Exchange& x, Reason reason, const Verdict* verdict, bool close);
+  Task<bool> respond_json(Exchange& x, unsigned status, std::string body, const HeaderList& extra,
                                bool close);
-  awaitable<std::optional<std::string>> read_body(Exchange& x, std::size_t limit);
-  awaitable<std::pair<bool, UpConn>> connect(const config::Target& target, Nanos timeout);
+  Task<std::optional<std::string>> read_body(Exchange& x, std::size_t limit);
+  Task<std::pair<bool, UpConn>> connect(const config::Target& target, Nanos timeout);
   void finish(Exchange& x, int status, Reason reason, std::optional<Nanos> upstream_latency);
   void release_leases(Exchange& x);
 };
 
 // One request on a client connection.
 struct Worker::Exchange {
-  beast::tcp_stream& client;
+  Stream& client;
   beast::flat_buffer& buffer;
   RequestParser& parser;
   Context& ctx;
@@ -279,6 +289,10 @@ struct Worker::Exchange {
   std::string request_id;
   std::string_view path;
   std::string_view query;
+  // Session-long scratch space, so that a request allocates neither: the relay buffer and the
+  // upstream read buffer.
+  char* chunk = nullptr;
+  beast::flat_buffer* up_buffer = nullptr;
   bool leases_held = false;
   bool decided = false;
   std::string body{};  // read before proxying when a signature covers it
@@ -286,21 +300,29 @@ struct Worker::Exchange {
   bool continue_sent = false;  // "100 Continue" already written
 };
 
-awaitable<void> Worker::session(tcp::socket socket) {
+Task<void> Worker::session(Socket socket) {
   error_code ec;
   const std::string client_ip = socket.remote_endpoint(ec).address().to_string();
-  beast::tcp_stream stream(std::move(socket));
+  Stream stream(std::move(socket));
   Conn conn{&stream};
   conns.insert(&conn);
   gw.sessions.fetch_add(1);
   beast::flat_buffer buffer;
+  beast::flat_buffer up_buffer;
+  const auto chunk = std::make_unique<char[]>(kRelayChunk);
   Context ctx;
   std::optional<RequestParser> parser;
   // The header deadline is a timer of its own rather than the stream's expiry, which would close
   // the socket: a client too slow to send its header is still told 408.
-  asio::steady_timer header_timer(ioc);
-  std::uint64_t header_round = 0;
-  bool header_timed_out = false;
+  // Its handler may run after this frame is gone, so what it touches is shared.
+  struct HeaderDeadline {
+    std::uint64_t round = 0;
+    bool timed_out = false;
+    Stream* stream = nullptr;  // null once the session has ended
+  };
+  Timer header_timer(ioc);
+  const auto deadline = std::make_shared<HeaderDeadline>();
+  deadline->stream = &stream;
   while (!gw.draining.load(std::memory_order_acquire)) {
     parser.emplace();
     parser->header_limit(kHeaderLimit);
@@ -310,17 +332,18 @@ awaitable<void> Worker::session(tcp::socket socket) {
       stream.expires_never();
       header_timer.expires_after(cfg.header_timeout);
     }
-    header_timer.async_wait([&stream, &header_round, &header_timed_out, round = ++header_round](error_code wait_ec) {
-      if (wait_ec || round != header_round) return;  // cancelled, or a later request's deadline
-      header_timed_out = true;
+    header_timer.async_wait([deadline, round = ++deadline->round](error_code wait_ec) {
+      // Cancelled, a later request's deadline, or the session is over.
+      if (wait_ec || round != deadline->round || deadline->stream == nullptr) return;
+      deadline->timed_out = true;
       error_code ignored;
-      stream.socket().cancel(ignored);
+      deadline->stream->socket().cancel(ignored);
     });
     auto [read_ec, n] = co_await http::async_read_header(stream, buffer, *parser, kTok);
-    ++header_round;
+    ++deadline->round;
     header_timer.cancel();
     error_code rec = read_ec;
-    if (rec == asio::error::operation_aborted && header_timed_out) rec = beast::error::timeout;
+    if (rec == asio::error::operation_aborted && deadline->timed_out) rec = beast::error::timeout;
     const std::shared_ptr<const Snapshot> snap = snapshot();
     if (rec) {
       // A connection closed or timed out between requests just ends; anything else is answered.
@@ -336,12 +359,13 @@ awaitable<void> Worker::session(tcp::socket socket) {
       break;
     }
     conn.busy = true;
-    Exchange x{stream, buffer, *parser, ctx, client_ip, snap, Clock::now(), {}, "", ""};
+    Exchange x{stream, buffer, *parser, ctx, client_ip, snap, Clock::now(), {}, "", "", chunk.get(), &up_buffer};
     const bool keep = co_await serve(x);
     conn.busy = false;
     if (!keep) break;
   }
-  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  deadline->stream = nullptr;
+  stream.socket().shutdown(Socket::shutdown_both, ec);
   stream.close();
   conns.erase(&conn);
   gw.sessions.fetch_sub(1);
@@ -381,7 +405,7 @@ void Worker::finish(Exchange& x, int status, Reason reason, std::optional<Nanos>
   gw.access_log->write(r, log_line);
 }
 
-awaitable<bool> Worker::respond_json(Exchange& x, unsigned status, std::string body, const HeaderList& extra,
+Task<bool> Worker::respond_json(Exchange& x, unsigned status, std::string body, const HeaderList& extra,
                                      bool close) {
   http::response<http::string_body> res{static_cast<http::status>(status), 11};
   res.set(http::field::content_type, "application/json");
@@ -396,7 +420,7 @@ awaitable<bool> Worker::respond_json(Exchange& x, unsigned status, std::string b
   co_return !ec && res.keep_alive();
 }
 
-awaitable<bool> Worker::respond(Exchange& x, Reason reason, const Verdict* verdict, bool close) {
+Task<bool> Worker::respond(Exchange& x, Reason reason, const Verdict* verdict, bool close) {
   HeaderList headers;
   if (verdict != nullptr) append_headers(*verdict, x.snapshot->config().rate_limit_headers, headers);
   // A request whose body was not read cannot be followed by another on the same connection.
@@ -406,7 +430,7 @@ awaitable<bool> Worker::respond(Exchange& x, Reason reason, const Verdict* verdi
                                   close || unread_body);
 }
 
-awaitable<std::optional<std::string>> Worker::read_body(Exchange& x, std::size_t limit) {
+Task<std::optional<std::string>> Worker::read_body(Exchange& x, std::size_t limit) {
   std::string body;
   char chunk[4096];
   while (!x.parser.is_done()) {
@@ -421,7 +445,7 @@ awaitable<std::optional<std::string>> Worker::read_body(Exchange& x, std::size_t
   co_return body;
 }
 
-awaitable<bool> Worker::serve(Exchange& x) {
+Task<bool> Worker::serve(Exchange& x) {
   auto& req = x.parser.get();
   const std::uint64_t id = next_request++;
   if (auto given = req["X-Request-Id"]; !given.empty() && given.size() <= 128) {
@@ -467,7 +491,7 @@ awaitable<bool> Worker::serve(Exchange& x) {
 
 // Caller authentication, before the access checks and any limit key. A signed request's body is read
 // here (up to max_body_bytes) to check its hash, unless the hash is given (/decide).
-awaitable<Reason> Worker::authenticate(Exchange& x, Request& r, std::string_view target,
+Task<Reason> Worker::authenticate(Exchange& x, Request& r, std::string_view target,
                                        const std::string* body_sha256_hex) {
   const std::int64_t now = gw.now_seconds();
   const CallerCheck check = identify_caller(r, *x.snapshot, now);
@@ -487,7 +511,7 @@ awaitable<Reason> Worker::authenticate(Exchange& x, Request& r, std::string_view
   co_return verify_signature(r, target, config::sha256_hex(x.body), *x.snapshot, *gw.nonces, now);
 }
 
-awaitable<bool> Worker::decide_endpoint(Exchange& x) {
+Task<bool> Worker::decide_endpoint(Exchange& x) {
   const config::Config& cfg = x.snapshot->config();
   if (beast::iequals(x.parser.get()[http::field::expect], "100-continue")) {
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -591,8 +615,8 @@ awaitable<bool> Worker::decide_endpoint(Exchange& x) {
   co_return ok;
 }
 
-awaitable<std::pair<bool, UpConn>> Worker::connect(const config::Target& target, Nanos timeout) {
-  auto c = std::make_unique<beast::tcp_stream>(ioc);
+Task<std::pair<bool, UpConn>> Worker::connect(const config::Target& target, Nanos timeout) {
+  auto c = std::make_unique<Stream>(ioc);
   c->expires_after(timeout);
   error_code ec;
   const auto address = asio::ip::make_address(target.host, ec);
@@ -600,7 +624,7 @@ awaitable<std::pair<bool, UpConn>> Worker::connect(const config::Target& target,
     auto [cec] = co_await c->async_connect(tcp::endpoint(address, target.port), kTok);
     ec = cec;
   } else {
-    tcp::resolver resolver(ioc);
+    Resolver resolver(ioc.get_executor());
     auto [rec, results] = co_await resolver.async_resolve(target.host, std::to_string(target.port), kTok);
     ec = rec;
     if (!ec) {
@@ -613,7 +637,7 @@ awaitable<std::pair<bool, UpConn>> Worker::connect(const config::Target& target,
   co_return std::pair{false, std::move(c)};
 }
 
-awaitable<bool> Worker::proxy(Exchange& x) {
+Task<bool> Worker::proxy(Exchange& x) {
   auto& req = x.parser.get();
   const config::Config& cfg = x.snapshot->config();
   Context& ctx = x.ctx;
@@ -711,10 +735,11 @@ awaitable<bool> Worker::proxy(Exchange& x) {
   // pooled connection the upstream had closed is retried once on a fresh one when nothing of the
   // body was consumed.
   UpConn conn;
-  beast::flat_buffer up_buffer;
+  beast::flat_buffer& up_buffer = *x.up_buffer;
+  up_buffer.clear();
   std::optional<ResponseParser> rp;
   std::optional<http::request_serializer<http::buffer_body>> sr;
-  char chunk[kRelayChunk];
+  char* const chunk = x.chunk;
   Reason failure = Reason::kOk;
   bool body_failed = false;  // the client's body was bad (413/400/timeout) rather than the upstream
   for (int attempt = 0; attempt < 2 && !rp; ++attempt) {
@@ -735,27 +760,21 @@ awaitable<bool> Worker::proxy(Exchange& x) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       co_await asio::async_write(x.client, asio::buffer(kContinue), kTok);
     }
-    beast::tcp_stream& us = *conn;
+    Stream& us = *conn;
     us.expires_after(itf.timeout);
-    req.body().data = nullptr;
-    req.body().size = 0;
-    req.body().more = has_body;
     sr.emplace(req);
-    auto [wec, wn] = co_await http::async_write_header(us, *sr, kTok);
-    error_code ec = wec;
-    if (!ec && has_body && x.body_read) {
-      // Read already (its signature covers it): all of it at once.
-      req.body().data = x.body.data();
-      req.body().size = x.body.size();
-      req.body().more = false;
-      auto [bec, bn] = co_await http::async_write(us, *sr, kTok);
-      ec = bec == http::error::need_buffer ? error_code() : bec;
-    }
-    // The body, piece by piece from the client to the upstream.
-    while (!ec && has_body && !x.body_read) {
-      if (!x.parser.is_done()) {
+    error_code ec;
+    // The header, then the body piece by piece from the client; the header goes out with the
+    // first piece, in one write.
+    do {
+      if (x.body_read) {
+        // Read already (its signature covers it): all of it, with the header.
+        req.body().data = x.body.data();
+        req.body().size = x.body.size();
+        req.body().more = false;
+      } else if (has_body && !x.parser.is_done()) {
         req.body().data = chunk;
-        req.body().size = sizeof chunk;
+        req.body().size = kRelayChunk;
         x.client.expires_after(cfg.header_timeout);
         auto [rec, rn] = co_await http::async_read(x.client, x.buffer, x.parser, kTok);
         if (rec && rec != http::error::need_buffer) {
@@ -763,7 +782,7 @@ awaitable<bool> Worker::proxy(Exchange& x) {
           body_failed = true;
           break;
         }
-        req.body().size = sizeof chunk - req.body().size;
+        req.body().size = kRelayChunk - req.body().size;
         req.body().data = chunk;
         req.body().more = !x.parser.is_done();
       } else {
@@ -771,10 +790,9 @@ awaitable<bool> Worker::proxy(Exchange& x) {
         req.body().size = 0;
         req.body().more = false;
       }
-      auto [bec, bn] = co_await http::async_write(us, *sr, kTok);
-      ec = bec == http::error::need_buffer ? error_code() : bec;
-      if (sr->is_done()) break;
-    }
+      auto [wec, wn] = co_await http::async_write(us, *sr, kTok);
+      ec = wec == http::error::need_buffer ? error_code() : wec;
+    } while (!ec && !sr->is_done());
     if (body_failed) break;
     if (!ec) {
       // The response header, skipping interim (1xx) responses.
@@ -830,24 +848,21 @@ awaitable<bool> Worker::proxy(Exchange& x) {
   res.keep_alive(keep_client);
   res.version(11);
   http::response_serializer<http::buffer_body> rs(res);
-  res.body().data = nullptr;
-  res.body().size = 0;
-  res.body().more = with_body && !rp->is_done();
-  x.client.expires_after(itf.timeout);
-  auto [hec, hn] = co_await http::async_write_header(x.client, rs, kTok);
-  error_code ec = hec;
+  error_code ec;
   bool upstream_ok = true;
-  while (!ec && !rs.is_done()) {
+  bool wrote = false;
+  // The header goes out with the first piece of the body, in one write.
+  do {
     if (!rp->is_done()) {
       res.body().data = chunk;
-      res.body().size = sizeof chunk;
+      res.body().size = kRelayChunk;
       conn->expires_after(itf.timeout);
       auto [rec, rn] = co_await http::async_read(*conn, up_buffer, *rp, kTok);
       if (rec && rec != http::error::need_buffer) {
         upstream_ok = false;
         break;
       }
-      res.body().size = sizeof chunk - res.body().size;
+      res.body().size = kRelayChunk - res.body().size;
       res.body().data = chunk;
       res.body().more = !rp->is_done();
     } else {
@@ -858,6 +873,14 @@ awaitable<bool> Worker::proxy(Exchange& x) {
     x.client.expires_after(itf.timeout);
     auto [wec, wn] = co_await http::async_write(x.client, rs, kTok);
     ec = wec == http::error::need_buffer ? error_code() : wec;
+    wrote = true;
+  } while (!ec && !rs.is_done());
+  if (!upstream_ok && !wrote) {
+    // The upstream broke off before the first piece of the body: nothing was sent yet.
+    const bool ok = co_await respond(x, Reason::kUpstreamConnectFailed, nullptr, true);
+    finish(x, 502, Reason::kUpstreamConnectFailed, upstream_latency);
+    (void)ok;
+    co_return false;
   }
   // The upstream connection goes back to the pool when the exchange ended cleanly.
   if (upstream_ok && !ec && rp->is_done() && upstream_keep_alive && (!has_body || x.parser.is_done())) {
@@ -873,15 +896,15 @@ awaitable<bool> Worker::proxy(Exchange& x) {
 
 // --- the admin listener ------------------------------------------------------------------------
 
-awaitable<void> Gateway::Impl::admin_session(tcp::socket socket) {
+Task<void> Gateway::Impl::admin_session(Socket socket) {
   error_code pec;
   const auto peer = socket.remote_endpoint(pec).address();
   const bool loopback = !pec && (peer.is_loopback() ||
                                  (peer.is_v6() && peer.to_v6().is_v4_mapped() &&
                                   asio::ip::make_address_v4(asio::ip::v4_mapped, peer.to_v6()).is_loopback()));
-  beast::tcp_stream stream(std::move(socket));
+  Stream stream(std::move(socket));
   beast::flat_buffer buffer;
-  asio::steady_timer hold_timer(stream.get_executor());
+  Timer hold_timer(stream.get_executor());
   while (true) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(kHeaderLimit);
@@ -914,15 +937,15 @@ awaitable<void> Gateway::Impl::admin_session(tcp::socket socket) {
         }
       }
       if (handler) {
-        auto call = [&]() -> awaitable<AdminResponse> { co_return handler(request); };
-        out = co_await asio::co_spawn(*admin_ioc, call, asio::use_awaitable);
+        auto call = [&]() -> Task<AdminResponse> { co_return handler(request); };
+        out = co_await asio::co_spawn(admin_ioc->get_executor(), call, asio::use_awaitable_t<Executor>{});
         // A long poll: asked again until it has news or its time is up.
         const auto until = Clock::now() + out.hold;
         while (out.hold > Nanos{0} && Clock::now() < until && !stopped.load()) {
           hold_timer.expires_after(std::chrono::milliseconds(50));
           auto [tec] = co_await hold_timer.async_wait(kTok);
           if (tec) break;
-          out = co_await asio::co_spawn(*admin_ioc, call, asio::use_awaitable);
+          out = co_await asio::co_spawn(admin_ioc->get_executor(), call, asio::use_awaitable_t<Executor>{});
         }
       }
     }
@@ -937,10 +960,10 @@ awaitable<void> Gateway::Impl::admin_session(tcp::socket socket) {
     if (wec || !res.keep_alive()) break;
   }
   error_code ec;
-  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream.socket().shutdown(Socket::shutdown_both, ec);
 }
 
-awaitable<void> Gateway::Impl::admin_loop() {
+Task<void> Gateway::Impl::admin_loop() {
   while (true) {
     auto [ec, socket] = co_await admin_acceptor->async_accept(kTok);
     if (ec) {
@@ -951,8 +974,8 @@ awaitable<void> Gateway::Impl::admin_loop() {
   }
 }
 
-awaitable<void> Gateway::Impl::accept_loop() {
-  asio::steady_timer backoff(acceptor->get_executor());
+Task<void> Gateway::Impl::accept_loop() {
+  Timer backoff(acceptor->get_executor());
   while (true) {
     Worker& w = *workers[next_worker++ % workers.size()];
     auto [ec, socket] = co_await acceptor->async_accept(w.ioc, kTok);
@@ -1026,8 +1049,8 @@ Status Gateway::Impl::reload_from_file() {
   return s;
 }
 
-awaitable<void> Gateway::Impl::housekeeping() {
-  asio::steady_timer timer(workers[0]->ioc);
+Task<void> Gateway::Impl::housekeeping() {
+  Timer timer(workers[0]->ioc);
   auto next_watch = Clock::now() + options.watch_interval;
   while (!stopped.load()) {
     timer.expires_after(std::chrono::milliseconds(100));
@@ -1058,9 +1081,9 @@ void Gateway::Impl::begin_drain() {
   for (auto& w : workers) asio::post(w->ioc, [wp = w.get()] { wp->close_idle_conns(); });
 }
 
-awaitable<void> Gateway::Impl::drain_watch() {
+Task<void> Gateway::Impl::drain_watch() {
   const auto deadline = Clock::now() + snapshot()->config().drain_timeout;
-  asio::steady_timer timer(workers[0]->ioc);
+  Timer timer(workers[0]->ioc);
   while (sessions.load() > 0 && Clock::now() < deadline) {
     // Sessions that were between requests when the drain began close as they notice it.
     for (auto& w : workers) asio::post(w->ioc, [wp = w.get()] { wp->close_idle_conns(); });
@@ -1121,11 +1144,11 @@ Result<tcp::endpoint> endpoint_of(const std::string& address) {
   return tcp::endpoint(ip, t->port);
 }
 
-Result<std::unique_ptr<tcp::acceptor>> listen_on(asio::io_context& ioc, const std::string& address,
+Result<std::unique_ptr<Acceptor>> listen_on(asio::io_context& ioc, const std::string& address,
                                                  const char* what) {
   auto ep = endpoint_of(address);
   if (!ep.ok()) return invalid_argument(std::string("cannot listen (") + what + "): " + ep.error().message);
-  auto a = std::make_unique<tcp::acceptor>(ioc);
+  auto a = std::make_unique<Acceptor>(ioc);
   error_code ec;
   a->open(ep->protocol(), ec);
   if (!ec) a->set_option(asio::socket_base::reuse_address(true), ec);

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Benchmarks `sluice serve` against nginx as the same kind of proxy, in one run (docs/benchmarks.md,
+# "Gateway"). Both proxy to one nginx `return 200` upstream over keep-alive connections, with the same
+# number of workers and the same wrk connections; sluice has limits active that never reject (system,
+# interface and grant limits plus an in-flight limit), nginx a `limit_req` that never rejects. wrk
+# also calls the upstream directly, to measure the latency a proxy adds. Rounds alternate the three
+# targets; the figures are each target's medians.
+#
+#   bench/gateway_vs_nginx.sh [--threads N] [--connections C] [--duration S] [--rounds R]
+#
+# Needs build/sluice (make build) and nginx and wrk (scripts/bootstrap --bench).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+threads=1 connections=32 duration=10 rounds=3 wrk_threads=1
+while (($#)); do
+  case "$1" in
+    --threads) threads=$2; shift 2 ;;
+    --connections) connections=$2; shift 2 ;;
+    --duration) duration=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    *) echo "usage: $0 [--threads N] [--connections C] [--duration S] [--rounds R]" >&2; exit 2 ;;
+  esac
+done
+
+for tool in nginx wrk; do
+  command -v "$tool" >/dev/null || { echo "$tool is missing: run scripts/bootstrap --bench" >&2; exit 1; }
+done
+[[ -x build/sluice ]] || { echo "build/sluice is missing: run make build" >&2; exit 1; }
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+upstream_port=$(free_port) nginx_port=$(free_port) sluice_port=$(free_port) admin_port=$(free_port)
+
+mkdir -p "$work/upstream" "$work/proxy"
+cat >"$work/upstream/nginx.conf" <<CONF
+worker_processes 1;
+pid $work/upstream/nginx.pid;
+error_log $work/upstream/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  server { listen 127.0.0.1:$upstream_port; location / { return 200 "ok\n"; } }
+}
+CONF
+cat >"$work/proxy/nginx.conf" <<CONF
+worker_processes $threads;
+pid $work/proxy/nginx.pid;
+error_log $work/proxy/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  limit_req_zone \$binary_remote_addr zone=bench:10m rate=10000000r/s;
+  upstream app { server 127.0.0.1:$upstream_port; keepalive 64; }
+  server {
+    listen 127.0.0.1:$nginx_port;
+    location / {
+      limit_req zone=bench burst=10000000 nodelay;
+      proxy_pass http://app;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+    }
+  }
+}
+CONF
+cat >"$work/sluice.yaml" <<CONF
+access_log: "off"
+upstreams:
+  - {name: app, targets: [127.0.0.1:$upstream_port], timeout: 5s}
+systems:
+  - key: bench
+    interfaces: [api]
+    limits: [{algorithm: sliding_window, limit: 100000000, period: 1s}]
+interfaces:
+  - id: api
+    path: /api/*
+    upstream: app
+    concurrency: 100000
+    limits: [{algorithm: token_bucket, capacity: 100000000, rate: 100000000, per: 1s}]
+grants:
+  - {system: bench, interface: api, limits: [{algorithm: fixed_window, limit: 1000000000, period: 1h}]}
+CONF
+
+nginx -p "$work/upstream" -c "$work/upstream/nginx.conf" -g 'daemon off;' & pids+=($!)
+nginx -p "$work/proxy" -c "$work/proxy/nginx.conf" -g 'daemon off;' & pids+=($!)
+build/sluice serve --config "$work/sluice.yaml" --threads "$threads" \
+  --listen "127.0.0.1:$sluice_port" --admin-listen "127.0.0.1:$admin_port" 2>"$work/sluice.err" & pids+=($!)
+for port in $upstream_port $nginx_port $sluice_port; do
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/api/x" -H 'X-System-Key: bench' && break; sleep 0.1; done
+done
+[[ $(curl -s -o /dev/null -w '%{http_code}' -H 'X-System-Key: bench' "http://127.0.0.1:$sluice_port/api/x") == 200 ]] \
+  || { echo "sluice does not answer 200:"; cat "$work/sluice.err"; exit 1; }
+
+# One wrk run: prints "requests_per_second p50_ms p99_ms".
+run_wrk() {
+  wrk -t"$wrk_threads" -c"$connections" -d"${duration}s" --latency -H 'X-System-Key: bench' "$1" | python3 -c '
+import re, sys
+text = sys.stdin.read()
+def ms(v, unit):
+    return float(v) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+pct = {p: ms(v, u) for p, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)\s*$", text, re.M)}
+errors = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+if errors: print("warning: %s non-2xx responses" % errors.group(1), file=sys.stderr)
+print(rps, pct["50"], pct["99"])'
+}
+
+declare -A results
+targets=(sluice nginx direct)
+declare -A urls=([sluice]="http://127.0.0.1:$sluice_port/api/x" [nginx]="http://127.0.0.1:$nginx_port/api/x"
+                 [direct]="http://127.0.0.1:$upstream_port/api/x")
+run_wrk "${urls[sluice]}" >/dev/null  # warm-up
+for ((r = 0; r < rounds; r++)); do
+  # Alternate which target goes first, so that drift on a noisy machine does not favour one.
+  order=("${targets[@]:r%3}" "${targets[@]:0:r%3}")
+  for t in "${order[@]}"; do
+    line=$(run_wrk "${urls[$t]}")
+    results[$t]+="$line;"
+    echo "round $((r + 1)) $t: $line (req/s p50_ms p99_ms)"
+  done
+done
+
+python3 - "${results[sluice]}" "${results[nginx]}" "${results[direct]}" "$threads" "$connections" "$duration" "$rounds" <<'PY'
+import statistics, sys
+def parse(s):
+    rows = [list(map(float, x.split())) for x in s.strip(";").split(";")]
+    return [statistics.median(col) for col in zip(*rows)]
+sl, ng, di = (parse(a) for a in sys.argv[1:4])
+threads, conns, dur, rounds = sys.argv[4:8]
+print()
+print(f"threads/workers {threads}, {conns} connections, {dur}s x {rounds} rounds, medians")
+print(f"| | requests/s | p50 | p99 |")
+print(f"| --- | --- | --- | --- |")
+for name, v in (("sluice (limits active)", sl), ("nginx proxy (limit_req)", ng), ("upstream direct", di)):
+    print(f"| {name} | {v[0]:.0f} | {v[1]:.3f} ms | {v[2]:.3f} ms |")
+print()
+print(f"sluice / nginx requests/s: {sl[0] / ng[0]:.2f}x; p99 sluice / nginx: {sl[2] / ng[2]:.2f}x")
+print(f"latency sluice adds over direct: p50 +{sl[1] - di[1]:.3f} ms, p99 +{sl[2] - di[2]:.3f} ms")
+print(f"latency nginx adds over direct:  p50 +{ng[1] - di[1]:.3f} ms, p99 +{ng[2] - di[2]:.3f} ms")
+PY
