@@ -496,6 +496,11 @@ Status ConfigStore::add_audit(std::string_view actor, const ChangeRecord& record
 }
 
 WriteResult ConfigStore::update(std::string_view actor, const Change& change, std::optional<std::int64_t> if_revision) {
+  return write(actor, change, if_revision, true);
+}
+
+WriteResult ConfigStore::write(std::string_view actor, const Change& change, std::optional<std::int64_t> if_revision,
+                               bool needs_current) {
   std::lock_guard lock(mu_);
   Transaction tx(db_, true);
   if (!tx.ok()) return refused(Refusal::Kind::kFailed, db_error(db_, "cannot write " + options_.path).message, 0);
@@ -507,9 +512,10 @@ WriteResult ConfigStore::update(std::string_view actor, const Change& change, st
                        std::to_string(*revision) + "): read it again and redo the change",
                    *revision);
   }
+  // A replacement does not need what it replaces: it is how rows broken by hand get fixed.
   auto current = read_config();
-  if (!current.ok()) return refused(Refusal::Kind::kFailed, current.error().message, *revision);
-  Config next = *current->config;
+  if (!current.ok() && needs_current) return refused(Refusal::Kind::kFailed, current.error().message, *revision);
+  Config next = current.ok() ? *current->config : Config{};
   ChangeRecord record;
   if (std::optional<Refusal> r = change(next, record)) return WriteResult{std::move(r), *revision};
   if (std::vector<Problem> problems = validate(next); !problems.empty()) {
@@ -517,7 +523,9 @@ WriteResult ConfigStore::update(std::string_view actor, const Change& change, st
                                std::move(problems)},
                        *revision};
   }
-  if (text_of(to_json(next)) == text_of(to_json(*current->config))) return WriteResult{std::nullopt, *revision};
+  if (current.ok() && text_of(to_json(next)) == text_of(to_json(*current->config))) {
+    return WriteResult{std::nullopt, *revision};
+  }
   Status s = exec("UPDATE meta SET value = 1 WHERE name = 'writing'");
   if (s) s = write_config(next);
   Result<std::int64_t> committed = s ? bump_revision() : Result<std::int64_t>(s.error());
@@ -531,7 +539,7 @@ WriteResult ConfigStore::update(std::string_view actor, const Change& change, st
 
 WriteResult ConfigStore::replace(std::string_view actor, std::string_view action, const Config& config,
                                  std::optional<std::int64_t> if_revision) {
-  return update(
+  return write(
       actor,
       [&](Config& c, ChangeRecord& record) -> std::optional<Refusal> {
         record.action = std::string(action);
@@ -548,7 +556,7 @@ WriteResult ConfigStore::replace(std::string_view actor, std::string_view action
         record.after = text_of(to_json(c));
         return std::nullopt;
       },
-      if_revision);
+      if_revision, false);
 }
 
 Result<std::pair<TokenInfo, std::string>> ConfigStore::create_token(std::string_view actor, Role role,

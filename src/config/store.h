@@ -110,8 +110,9 @@ class ConfigStore {
   // does not validate (kInvalid, with every problem); committed with an audit row otherwise.
   WriteResult update(std::string_view actor, const Change& change,
                      std::optional<std::int64_t> if_revision = std::nullopt);
-  // Replaces the whole configuration (import, PUT /admin/v1/config). A system listed without
-  // credentials keeps those it has: a file kept in version control holds none.
+  // Replaces the whole configuration (import, PUT /admin/v1/config), also when the stored one is
+  // not valid (rows edited by hand). A system listed without credentials keeps those it has: a file
+  // kept in version control holds none.
   WriteResult replace(std::string_view actor, std::string_view action, const Config& config,
                       std::optional<std::int64_t> if_revision = std::nullopt);
 
@@ -129,6 +130,8 @@ class ConfigStore {
 
  private:
   explicit ConfigStore(StoreOptions options);
+  WriteResult write(std::string_view actor, const Change& change, std::optional<std::int64_t> if_revision,
+                    bool needs_current);
   Status migrate();
   Status exec(const char* sql);
   Result<std::int64_t> read_revision();
