@@ -5,7 +5,6 @@
 #include <cctype>
 #include <charconv>
 #include <map>
-#include <set>
 
 #include "config/json.h"
 #include "config/yaml.h"
@@ -863,38 +862,28 @@ AdminResponse AdminApi::stats_route(Call& call) const {
   json::object o;
   o["now"] = config::format_time(view.now);
   o["seconds"] = Stats::kSeconds;
-  auto series_of = [](const std::map<std::string, Stats::Series>& all, const std::string& name) {
-    auto it = all.find(name);
-    return series_json(it == all.end() ? Stats::Series{} : it->second);
+  // Every configured one in configuration order, then those seen lately but since removed.
+  auto listing = [](const char* name_field, const std::vector<std::string>& configured,
+                    const std::map<std::string, Stats::Series>& seen) {
+    std::vector<std::string> names = configured;
+    for (const auto& kv : seen) {
+      if (std::find(configured.begin(), configured.end(), kv.first) == configured.end()) names.push_back(kv.first);
+    }
+    json::array out;
+    for (const std::string& name : names) {
+      auto it = seen.find(name);
+      json::object e{{name_field, name}};
+      for (auto& kv : series_json(it == seen.end() ? Stats::Series{} : it->second)) e.insert(kv);
+      out.push_back(std::move(e));
+    }
+    return out;
   };
-  json::array systems;
-  std::set<std::string> listed;
-  for (const config::System& s : snapshot->config().systems) {
-    json::object e = series_of(view.systems, s.key);
-    e.emplace("key", s.key);
-    systems.push_back(std::move(e));
-    listed.insert(s.key);
-  }
-  for (const auto& [key, series] : view.systems) {  // systems since removed from the configuration
-    if (listed.count(key) != 0) continue;
-    json::object e = series_json(series);
-    e.emplace("key", key);
-    systems.push_back(std::move(e));
-  }
-  json::array interfaces;
-  listed.clear();
-  for (const config::Interface& f : snapshot->config().interfaces) {
-    json::object e = series_of(view.interfaces, f.id);
-    e.emplace("id", f.id);
-    interfaces.push_back(std::move(e));
-    listed.insert(f.id);
-  }
-  for (const auto& [id, series] : view.interfaces) {
-    if (listed.count(id) != 0) continue;
-    json::object e = series_json(series);
-    e.emplace("id", id);
-    interfaces.push_back(std::move(e));
-  }
+  std::vector<std::string> system_keys;
+  for (const config::System& s : snapshot->config().systems) system_keys.push_back(s.key);
+  std::vector<std::string> interface_ids;
+  for (const config::Interface& f : snapshot->config().interfaces) interface_ids.push_back(f.id);
+  json::array systems = listing("key", system_keys, view.systems);
+  json::array interfaces = listing("id", interface_ids, view.interfaces);
   o["systems"] = std::move(systems);
   o["interfaces"] = std::move(interfaces);
   json::array breakers;

@@ -495,8 +495,15 @@ Task<Reason> Worker::authenticate(Exchange& x, Request& r, std::string_view targ
                                        const std::string* body_sha256_hex) {
   const std::int64_t now = gw.now_seconds();
   const CallerCheck check = identify_caller(r, *x.snapshot, now);
+  // A refused caller is counted against the interface it asked for (its system is not proven).
+  if (check.reason != Reason::kOk) x.ctx.interface = x.snapshot->route(r.method, r.path);
   if (check.reason != Reason::kOk || !check.needs_signature) co_return check.reason;
-  if (body_sha256_hex != nullptr) co_return verify_signature(r, target, *body_sha256_hex, *x.snapshot, *gw.nonces, now);
+  Reason reason = Reason::kOk;
+  if (body_sha256_hex != nullptr) {
+    reason = verify_signature(r, target, *body_sha256_hex, *x.snapshot, *gw.nonces, now);
+    if (reason != Reason::kOk) x.ctx.interface = x.snapshot->route(r.method, r.path);
+    co_return reason;
+  }
   const auto max = static_cast<std::uint64_t>(x.snapshot->config().max_body_bytes);
   if (x.parser.content_length().value_or(0) > max) co_return Reason::kBodyTooLarge;
   if (beast::iequals(x.parser.get()[http::field::expect], "100-continue")) {
@@ -508,7 +515,9 @@ Task<Reason> Worker::authenticate(Exchange& x, Request& r, std::string_view targ
   if (!body) co_return Reason::kBadRequest;
   x.body = std::move(*body);
   x.body_read = true;
-  co_return verify_signature(r, target, config::sha256_hex(x.body), *x.snapshot, *gw.nonces, now);
+  reason = verify_signature(r, target, config::sha256_hex(x.body), *x.snapshot, *gw.nonces, now);
+  if (reason != Reason::kOk) x.ctx.interface = x.snapshot->route(r.method, r.path);
+  co_return reason;
 }
 
 Task<bool> Worker::decide_endpoint(Exchange& x) {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <boost/json.hpp>
+#include <numeric>
 
 #include "config/crypto.h"
 #include "control_test.h"
@@ -160,6 +161,15 @@ TEST_F(ServerAuthTest, CallersThatFailAuthenticationCreateNoLimitState) {
     EXPECT_EQ(c.request("POST", "/echo/x", forged).status, 401);
   }
   EXPECT_EQ(store_.size(), 0u);
+  // They count against the interface they asked for, by reason (once each answer's bookkeeping, which
+  // follows the answer, is done).
+  auto rejected = [&](const char* reason) {
+    const Stats::View view = gw_->stats().view();
+    const auto& counts = view.interfaces.at("echo").rejected;
+    return counts.count(reason) == 0 ? 0 : std::accumulate(counts.at(reason).begin(), counts.at(reason).end(), 0);
+  };
+  EXPECT_TRUE(testing::eventually([&] { return rejected("api_key_invalid") == 25 && rejected("signature_invalid") == 25; }))
+      << rejected("api_key_invalid") << " " << rejected("signature_invalid");
   EXPECT_EQ(c.request("GET", "/echo/x", {{"X-Api-Key", kApiKey}, {"X-User", "real"}}).status, 200);
   EXPECT_EQ(store_.size(), 2u);  // its client address and its X-User
 }
