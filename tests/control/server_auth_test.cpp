@@ -165,8 +165,10 @@ TEST_F(ServerAuthTest, CallersThatFailAuthenticationCreateNoLimitState) {
   // follows the answer, is done).
   auto rejected = [&](const char* reason) {
     const Stats::View view = gw_->stats().view();
-    const auto& counts = view.interfaces.at("echo").rejected;
-    return counts.count(reason) == 0 ? 0 : std::accumulate(counts.at(reason).begin(), counts.at(reason).end(), 0);
+    const auto echo = view.interfaces.find("echo");
+    if (echo == view.interfaces.end() || echo->second.rejected.count(reason) == 0) return 0;
+    const auto& counts = echo->second.rejected.at(reason);
+    return std::accumulate(counts.begin(), counts.end(), 0);
   };
   EXPECT_TRUE(testing::eventually([&] { return rejected("api_key_invalid") == 25 && rejected("signature_invalid") == 25; }))
       << rejected("api_key_invalid") << " " << rejected("signature_invalid");
