@@ -88,14 +88,7 @@ int run(const ServeOptions& o) {
     std::printf("%s: ok\n", o.config_path.c_str());
     return 0;
   }
-  const std::string store = o.store.empty() ? cfg->store : o.store;
-  if (store != "local") {
-    std::fprintf(stderr,
-                 "sluice serve: store %s: this build has the local store only (the Redis store is a "
-                 "separate part of sluice)\n",
-                 store.c_str());
-    return 1;
-  }
+  if (!limit_store_supported(o.store.empty() ? cfg->store : o.store)) return 1;
 
   // A file brings no admin tokens: the admin listener stays on loopback.
   if (Status ok = gateway::check_admin_listen(o.admin_listen.empty() ? cfg->admin_listen : o.admin_listen, false);

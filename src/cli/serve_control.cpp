@@ -55,14 +55,7 @@ struct Running {
 bool start(const ServeSettings& s, const std::shared_ptr<const config::Config>& cfg,
            const std::shared_ptr<gateway::AdminAuth>& auth, std::optional<config::SecretKey> secret_key,
            Running& out) {
-  const std::string store = s.store.empty() ? cfg->store : s.store;
-  if (store != "local") {
-    std::fprintf(stderr,
-                 "sluice serve: store %s: this build has the local store only (the Redis store is a "
-                 "separate part of sluice)\n",
-                 store.c_str());
-    return false;
-  }
+  if (!limit_store_supported(s.store.empty() ? cfg->store : s.store)) return false;
   const std::string admin = s.admin_listen.empty() ? cfg->admin_listen : s.admin_listen;
   if (Status ok = gateway::check_admin_listen(admin, !auth->empty()); !ok) {
     std::fprintf(stderr, "sluice serve: %s\n", ok.error().message.c_str());
@@ -101,6 +94,19 @@ void serve_admin_api(Running& r, gateway::AdminApiOptions options) {
   });
 }
 
+// --check and --print-config: the exit code when one of them was asked for.
+std::optional<int> check_or_print(const ServeSettings& s, const config::StoredConfig& c, const std::string& source) {
+  if (s.print_config) {
+    std::fputs(config::to_yaml(*c.config).c_str(), stdout);
+    return 0;
+  }
+  if (s.check) {
+    std::printf("%s: ok (revision %lld)\n", source.c_str(), static_cast<long long>(c.revision));
+    return 0;
+  }
+  return std::nullopt;
+}
+
 void add_health(boost::json::object& o, const gateway::SourceHealth& h) {
   o["revision"] = h.revision;
   o["ok"] = h.ok;
@@ -109,6 +115,15 @@ void add_health(boost::json::object& o, const gateway::SourceHealth& h) {
 }
 
 }  // namespace
+
+bool limit_store_supported(const std::string& store) {
+  if (store == "local") return true;
+  std::fprintf(stderr,
+               "sluice serve: store %s: this build has the local store only (the Redis store is a separate part "
+               "of sluice)\n",
+               store.c_str());
+  return false;
+}
 
 bool secret_key_from_environment(std::optional<config::SecretKey>& out) {
   auto key = config::SecretKey::from_environment();
@@ -137,14 +152,7 @@ int serve_database(const ServeSettings& s) {
     std::fprintf(stderr, "sluice serve: %s\nnot started\n", loaded.error().message.c_str());
     return 1;
   }
-  if (s.print_config) {
-    std::fputs(config::to_yaml(*loaded->config).c_str(), stdout);
-    return 0;
-  }
-  if (s.check) {
-    std::printf("%s: ok (revision %lld)\n", s.db.c_str(), static_cast<long long>(loaded->revision));
-    return 0;
-  }
+  if (auto done = check_or_print(s, *loaded, s.db)) return *done;
   std::optional<config::SecretKey> secret_key;
   if (!secret_key_from_environment(secret_key)) return 1;
   auto auth = std::make_shared<gateway::AdminAuth>();
@@ -221,14 +229,7 @@ int serve_follower(const ServeSettings& s) {
     std::fprintf(stderr, "sluice serve: %s\n", role.error().message.c_str());
     return 1;
   }
-  if (s.print_config) {
-    std::fputs(config::to_yaml(*first->config).c_str(), stdout);
-    return 0;
-  }
-  if (s.check) {
-    std::printf("%s: ok (revision %lld)\n", primary.c_str(), static_cast<long long>(first->revision));
-    return 0;
-  }
+  if (auto done = check_or_print(s, *first, primary)) return *done;
   std::optional<config::SecretKey> secret_key;
   if (!secret_key_from_environment(secret_key)) return 1;
   // Here the admin API knows one token: the one this instance follows with, in the role it has there.

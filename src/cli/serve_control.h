@@ -26,6 +26,10 @@ struct ServeSettings {
 int serve_database(const ServeSettings& settings);
 int serve_follower(const ServeSettings& settings);
 
+// Whether this build can count limits in `store` (a configuration's store, or --store); false,
+// having said why on stderr, when it cannot.
+bool limit_store_supported(const std::string& store);
+
 // SLUICE_SECRET_KEY into out (left empty when unset); false, having said why on stderr, when it is set
 // to something that is not a key.
 bool secret_key_from_environment(std::optional<config::SecretKey>& out);
