@@ -41,6 +41,7 @@ bench: build
 	$(BUILD)/bench/sluice_core_bench
 	bench/core_vs_go.sh $(BUILD)
 	bench/gateway_vs_nginx.sh
+	bench/loadtest_vs_wrk.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan

@@ -1,16 +1,34 @@
-// The sluice binary: one CLI11 app, each subcommand registered from its own file.
+// sluice: one binary, one subcommand per part (serve, config, token, bench), each registered from its
+// own file. main() only parses and dispatches: a subcommand runs from its callback and reports a
+// non-zero exit status by throwing CLI::RuntimeError(status).
 #include <CLI/CLI.hpp>
 
+#include "cli/bench_command.h"
 #include "cli/config_command.h"
 #include "cli/serve_command.h"
 #include "cli/token_command.h"
 
+namespace {
+
+constexpr int kUsageError = 2;
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  CLI::App app{"sluice: rate limiting and circuit breaking in front of an HTTP service", "sluice"};
+  CLI::App app{"sluice: rate limiting and circuit breaking for HTTP APIs", "sluice"};
+  app.set_version_flag("--version", "sluice " SLUICE_VERSION);
   app.require_subcommand(1);
+  app.footer("Run 'sluice COMMAND --help' for a command's flags and examples.");
   sluice::cli::add_serve_command(app);
   sluice::cli::add_config_command(app);
   sluice::cli::add_token_command(app);
-  CLI11_PARSE(app, argc, argv);
+  sluice::cli::add_bench_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int status = app.exit(e);  // prints help, the version, or what was wrong with the flags
+    if (status == 0 || e.get_name() == "RuntimeError") return status;
+    return kUsageError;
+  }
   return 0;
 }

@@ -80,7 +80,9 @@ TEST_F(LocalStoreTest, MemoryStaysBoundedUnderKeyChurn) {
       most_bytes = std::max(most_bytes, store_.memory_bytes());
     }
   }
-  EXPECT_LE(most_keys, 2000u) << most_keys;  // measured: about 1,560
+  // Measured 1,560 to 2,150 (the layout, and so how soon the sweep finds a state, varies with
+  // the store's secret hash points).
+  EXPECT_LE(most_keys, 3000u) << most_keys;
   EXPECT_GE(most_keys, 1000u) << most_keys;
   EXPECT_LE(most_bytes, store_.memory_bytes() + 64 * 1024);  // it stopped growing early on
   EXPECT_LT(store_.memory_bytes(), 2u << 20);

@@ -1,0 +1,374 @@
+#include "bench/plan.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string_view>
+
+#include <boost/url/parse.hpp>
+#include <boost/url/url_view.hpp>
+
+#include "core/duration.h"
+
+namespace sluice::bench {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::uint64_t kMaxBurst = 100'000;
+constexpr int kMaxConnections = 100'000;
+constexpr double kMaxRate = 10'000'000;
+
+Error bad(std::string message) { return invalid_argument(std::move(message)); }
+
+bool is_token(std::string_view s) {
+  if (s.empty()) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+  });
+}
+
+bool has_line_break(std::string_view s) {
+  return s.find_first_of("\r\n") != std::string_view::npos;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::optional<double> parse_rate(std::string_view s) {
+  s = trim(s);
+  double value = 0;
+  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec != std::errc() || ptr != s.data() + s.size() || s.empty() || !std::isfinite(value)) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+Result<Nanos> parse_positive_duration(std::string_view flag, const std::string& text) {
+  const std::optional<Nanos> d = parse_duration(text);
+  if (!d) {
+    return bad(std::string(flag) + ": '" + text +
+               "' is not a duration; write a whole number and a unit, e.g. 500ms, 10s, 2m");
+  }
+  if (d->count() <= 0) return bad(std::string(flag) + " must be longer than 0");
+  return *d;
+}
+
+Result<Target> parse_target(const std::string& text) {
+  // "localhost:8080/x" is taken as http://localhost:8080/x.
+  const std::string url = text.find("://") == std::string::npos ? "http://" + text : text;
+  const auto parsed = boost::urls::parse_uri(url);
+  if (!parsed) return bad("'" + text + "' is not a URL (" + parsed.error().message() + ")");
+  const boost::urls::url_view& u = *parsed;
+  if (u.scheme() == "https") {
+    return bad("'" + text + "': sluice bench speaks plain HTTP/1.1 only; use an http:// URL");
+  }
+  if (u.scheme() != "http") return bad("'" + text + "': the URL must start with http://");
+  if (u.has_userinfo()) {
+    return bad("'" + text +
+               "': user:password@ in the URL is not supported; "
+               "send --header 'Authorization: ...' instead");
+  }
+  Target t;
+  t.host = u.host_address();
+  if (t.host.empty()) return bad("'" + text + "' has no host");
+  if (u.has_port()) {
+    if (u.port().empty() || u.port_number() == 0) return bad("'" + text + "' has a bad port");
+    t.port = std::string(u.port());
+  } else {
+    t.port = "80";
+  }
+  t.host_header = std::string(u.encoded_host());
+  if (u.has_port()) t.host_header += ":" + t.port;
+  t.path = std::string(u.encoded_target());
+  if (t.path.empty() || t.path.front() != '/') t.path.insert(0, "/");
+  return t;
+}
+
+struct HeaderLine {
+  std::string name;
+  std::string value;
+};
+
+Result<HeaderLine> parse_header(const std::string& text) {
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) {
+    return bad("--header '" + text + "': write it as 'Name: value'");
+  }
+  HeaderLine h{std::string(trim(std::string_view(text).substr(0, colon))),
+               std::string(trim(std::string_view(text).substr(colon + 1)))};
+  if (!is_token(h.name))
+    return bad("--header '" + text + "': '" + h.name + "' is not a header name");
+  if (has_line_break(h.value)) return bad("--header '" + h.name + "': the value has a line break");
+  if (iequals(h.name, "Content-Length") || iequals(h.name, "Transfer-Encoding")) {
+    return bad("--header " + h.name + ": sluice bench sets the body's length itself");
+  }
+  return h;
+}
+
+std::string join(const std::vector<std::string>& parts, std::string_view sep) {
+  std::string out;
+  for (const std::string& p : parts) {
+    if (!out.empty()) out += sep;
+    out += p;
+  }
+  return out;
+}
+
+// Which of the load flags were given, for messages.
+std::vector<std::string> load_flags(const Options& o) {
+  std::vector<std::string> given;
+  if (o.burst) given.emplace_back("--burst");
+  if (o.requests) given.emplace_back("--requests");
+  if (o.duration) given.emplace_back("--duration");
+  if (o.rate) given.emplace_back("--rate");
+  if (o.ramp) given.emplace_back("--ramp");
+  return given;
+}
+
+Status plan_load(const Options& o, Plan& plan) {
+  const std::vector<std::string> given = load_flags(o);
+  Nanos duration{0};
+  if (o.duration) {
+    Result<Nanos> d = parse_positive_duration("--duration", *o.duration);
+    if (!d) return d.error();
+    duration = *d;
+  }
+  if (o.burst) {
+    if (given.size() > 1) {
+      return bad("--burst sends its requests all at once; it cannot be combined with " +
+                 join({given.begin() + 1, given.end()}, ", "));
+    }
+    if (o.connections) {
+      return bad("--burst opens one connection per request; leave out --connections");
+    }
+    if (*o.burst < 1 || *o.burst > kMaxBurst) {
+      return bad("--burst must be between 1 and " + std::to_string(kMaxBurst));
+    }
+    plan.mode = Mode::kBurst;
+    plan.requests = *o.burst;
+    plan.connections = static_cast<int>(*o.burst);
+    plan.bucket = 100ms;
+    return {};
+  }
+  plan.bucket = 1s;
+  if (o.requests && *o.requests < 1) return bad("--requests must be at least 1");
+  if (o.ramp) {
+    if (o.rate) return bad("--ramp FROM:TO already gives the rate; leave out --rate");
+    if (o.requests) return bad("--ramp runs for --duration; leave out --requests");
+    if (!o.duration)
+      return bad("--ramp needs --duration, the time the rate takes to go from FROM to TO");
+    const auto colon = o.ramp->find(':');
+    const std::optional<double> from =
+        colon == std::string::npos ? std::nullopt : parse_rate(o.ramp->substr(0, colon));
+    const std::optional<double> to =
+        colon == std::string::npos ? std::nullopt : parse_rate(o.ramp->substr(colon + 1));
+    if (!from || !to) {
+      return bad("--ramp '" + *o.ramp + "': write FROM:TO in requests per second, e.g. 10:500");
+    }
+    if (*from < 0 || *to < 0 || (*from == 0 && *to == 0) || *from > kMaxRate || *to > kMaxRate) {
+      return bad("--ramp rates must be between 0 and 10000000 per second, not both 0");
+    }
+    plan.mode = Mode::kRate;
+    plan.duration = duration;
+    plan.schedule = Schedule::ramp(*from, *to, duration);
+  } else if (o.rate) {
+    if (!(*o.rate > 0) || *o.rate > kMaxRate) {
+      return bad("--rate must be more than 0 and at most 10000000 per second");
+    }
+    if (o.requests && o.duration) {
+      return bad("--rate runs for --requests or for --duration, not both");
+    }
+    plan.mode = Mode::kRate;
+    if (o.requests) {
+      plan.schedule = Schedule::constant(*o.rate, *o.requests);
+    } else {
+      plan.duration = o.duration ? duration : Nanos{10s};
+      plan.schedule = Schedule::constant_for(*o.rate, plan.duration);
+    }
+  } else if (o.requests) {
+    if (o.duration) return bad("give --requests or --duration, not both");
+    plan.mode = Mode::kRequests;
+    plan.requests = *o.requests;
+  } else {
+    plan.mode = Mode::kDuration;
+    plan.duration = o.duration ? duration : Nanos{10s};
+  }
+  if (plan.schedule) {
+    plan.requests = plan.schedule->count();
+    if (plan.requests == 0) return bad("the rate and duration given leave no request to send");
+  }
+  return {};
+}
+
+Status plan_requests(const Options& o, Plan& plan) {
+  std::string method = o.method;
+  std::transform(method.begin(), method.end(), method.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  if (!is_token(method)) return bad("--method '" + o.method + "' is not an HTTP method");
+  plan.head = method == "HEAD";
+
+  std::vector<HeaderLine> headers;
+  for (const std::string& text : o.headers) {
+    Result<HeaderLine> h = parse_header(text);
+    if (!h) return h.error();
+    headers.push_back(std::move(h).value());
+  }
+
+  if (o.body && o.body_file) return bad("give --body or --body-file, not both");
+  std::string body = o.body.value_or("");
+  if (o.body_file) {
+    std::ifstream in(*o.body_file, std::ios::binary);
+    if (!in) return bad("--body-file: cannot read '" + *o.body_file + "'");
+    body.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (in.bad()) return bad("--body-file: error while reading '" + *o.body_file + "'");
+  }
+
+  if (o.vary_header) {
+    const auto eq = o.vary_header->find('=');
+    const std::string name =
+        eq == std::string::npos ? "" : std::string(trim(o.vary_header->substr(0, eq)));
+    if (!is_token(name)) {
+      return bad("--vary-header '" + *o.vary_header + "': write it as 'Name=value1,value2,...'");
+    }
+    std::stringstream values(o.vary_header->substr(eq + 1));
+    for (std::string v; std::getline(values, v, ',');) {
+      const std::string value(trim(v));
+      if (value.empty() || has_line_break(value)) {
+        return bad("--vary-header " + name + ": every value must be non-empty, on one line");
+      }
+      plan.vary_values.push_back(value);
+    }
+    if (plan.vary_values.empty()) return bad("--vary-header " + name + " has no values");
+    plan.vary_name = name;
+  }
+
+  auto given = [&](std::string_view name) {
+    return std::any_of(headers.begin(), headers.end(),
+                       [&](const HeaderLine& h) { return iequals(h.name, name); }) ||
+           (!plan.vary_name.empty() && iequals(plan.vary_name, name));
+  };
+  std::string head = method + " " + plan.target.path + " HTTP/1.1\r\n";
+  if (!given("Host")) head += "Host: " + plan.target.host_header + "\r\n";
+  if (!given("User-Agent")) head += "User-Agent: sluice-bench\r\n";
+  for (const HeaderLine& h : headers) head += h.name + ": " + h.value + "\r\n";
+  const bool sends_body = !body.empty() || method == "POST" || method == "PUT" || method == "PATCH";
+  std::string tail;
+  if (sends_body) tail += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  tail += "\r\n";
+  tail += body;
+
+  if (plan.vary_values.empty()) {
+    plan.wire.push_back(head + tail);
+  } else {
+    for (const std::string& value : plan.vary_values) {
+      plan.wire.push_back(head + plan.vary_name + ": " + value + "\r\n" + tail);
+    }
+  }
+  return {};
+}
+
+Status plan_expectations(const Options& o, Plan& plan) {
+  if (o.expect_status) {
+    std::stringstream list(*o.expect_status);
+    for (std::string item; std::getline(list, item, ',');) {
+      const std::string_view code = trim(item);
+      int value = 0;
+      const auto [ptr, ec] = std::from_chars(code.data(), code.data() + code.size(), value);
+      if (ec != std::errc() || ptr != code.data() + code.size() || value < 100 || value > 599) {
+        return bad("--expect-status '" + *o.expect_status +
+                   "': write status codes between 100 and 599, separated by commas");
+      }
+      plan.expect.status.push_back(value);
+    }
+    if (plan.expect.status.empty()) return bad("--expect-status needs at least one status code");
+  }
+  plan.expect.admitted = o.expect_admitted;
+  plan.expect.admitted_max = o.expect_admitted_max;
+  return {};
+}
+
+std::string format_rate(double rate) {
+  std::ostringstream out;
+  out << rate;
+  return out.str();
+}
+
+}  // namespace
+
+Result<Plan> make_plan(const Options& o, int cores) {
+  Plan plan;
+  plan.url = o.url;
+  if (o.url.empty()) return bad("give the URL to load, e.g. http://127.0.0.1:8080/api/orders");
+  Result<Target> target = parse_target(o.url);
+  if (!target) return target.error();
+  plan.target = std::move(target).value();
+
+  if (Status s = plan_load(o, plan); !s) return s.error();
+
+  if (plan.mode != Mode::kBurst) {
+    const int connections = o.connections.value_or(Options::kDefaultConnections);
+    if (connections < 1 || connections > kMaxConnections) {
+      return bad("--connections must be between 1 and " + std::to_string(kMaxConnections));
+    }
+    plan.connections = connections;
+    // No more connections than requests: the rest would only open and close.
+    if (plan.requests > 0 && plan.requests < static_cast<std::uint64_t>(connections)) {
+      plan.connections = static_cast<int>(plan.requests);
+    }
+  }
+  if (o.threads && (*o.threads < 1 || *o.threads > 1024)) {
+    return bad("--threads must be between 1 and 1024");
+  }
+  plan.threads = std::min(o.threads.value_or(std::max(cores, 1)), plan.connections);
+
+  Result<Nanos> timeout = parse_positive_duration("--timeout", o.timeout);
+  if (!timeout) return timeout.error();
+  plan.timeout = *timeout;
+
+  if (Status s = plan_requests(o, plan); !s) return s.error();
+  if (Status s = plan_expectations(o, plan); !s) return s.error();
+  return plan;
+}
+
+std::string Plan::describe() const {
+  const std::string on = " on " + std::to_string(connections) +
+                         (connections == 1 ? " connection" : " connections") + ", " +
+                         std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+  switch (mode) {
+    case Mode::kBurst:
+      return "burst of " + std::to_string(requests) + " requests written at one instant" + on;
+    case Mode::kRequests:
+      return std::to_string(requests) + " requests, closed loop" + on;
+    case Mode::kDuration:
+      return "closed loop for " + format_duration(duration) + on;
+    case Mode::kRate:
+      if (schedule->rate_from() != schedule->rate_to()) {
+        return "open loop ramping from " + format_rate(schedule->rate_from()) + " to " +
+               format_rate(schedule->rate_to()) + " req/s over " + format_duration(duration) +
+               " (" + std::to_string(requests) + " requests)" + on;
+      }
+      return "open loop at " + format_rate(schedule->rate_from()) + " req/s, " +
+             std::to_string(requests) + " requests" +
+             (duration.count() > 0 ? " in " + format_duration(duration) : "") + on;
+  }
+  return {};
+}
+
+}  // namespace sluice::bench

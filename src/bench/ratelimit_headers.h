@@ -1,0 +1,86 @@
+// Reading responses' rate-limit headers (RateLimit, X-RateLimit-*, Retry-After), and checking that
+// `remaining` only falls within a window. Pure functions and values; not synchronised.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/clock.h"
+
+namespace sluice::bench {
+
+// One quota as a response reports it: `"name";r=remaining;t=reset` in the IETF RateLimit field, or
+// the separate RateLimit-Remaining / RateLimit-Reset fields (name "").
+struct QuotaSeen {
+  std::string name;
+  std::optional<std::int64_t> remaining;
+  std::optional<std::int64_t> reset_s;  // seconds until the quota resets
+};
+
+// Appends the quotas of a RateLimit field value to `out`. Understands the structured list of the
+// current IETF draft (`"a";r=1;t=3, "b";r=5;t=10`) and the older `limit=100, remaining=50,
+// reset=30`. Ignores what it does not understand.
+void parse_ratelimit_field(std::string_view value, std::vector<QuotaSeen>& out);
+
+// A non-negative whole number of seconds (delta-seconds, as in Retry-After), or nothing.
+std::optional<std::int64_t> parse_seconds(std::string_view value);
+
+// A reset given as a Unix time (X-RateLimit-Reset: 1700000000, as some services send it) becomes
+// the seconds left from `now_unix_s`; a small value is already a delta and stays as it is.
+std::int64_t reset_delta(std::int64_t value, std::int64_t now_unix_s);
+
+// The smallest and the largest of some values, and how many there were.
+struct Spread {
+  std::uint64_t count = 0;
+  std::int64_t min = 0;
+  std::int64_t max = 0;
+
+  void add(std::int64_t value);
+  void merge(const Spread& other);
+};
+
+// What the rate-limit headers of a whole run showed.
+struct RateLimitSummary {
+  Spread remaining;      // of the responses that reported a remaining count
+  Spread reset_s;        // seconds until the quota resets
+  Spread retry_after_s;  // Retry-After, in seconds
+  std::uint64_t rejected_without_retry_after = 0;  // 429s without one
+  std::vector<std::string> policies;  // distinct RateLimit-Policy values, at most kMaxPolicies
+  // The window check: pairs of responses to the same caller and quota where the server must have
+  // decided the second after the first, inside the same window; and those where remaining rose.
+  std::uint64_t window_checks = 0;
+  std::uint64_t window_rises = 0;
+  std::string first_rise;  // what the first rise looked like, for the report
+
+  static constexpr std::size_t kMaxPolicies = 8;
+
+  void add_policy(std::string_view value);
+  void merge(const RateLimitSummary& other);
+};
+
+// Checks, on one connection, that remaining only falls within a window. Requests on a connection go
+// one at a time, so the server decided each after the one before: no reordering can make a rise
+// appear. A rise counts only when the earlier response's window cannot have reset yet: the later
+// response came back less than (reset - 1) seconds after the earlier request was sent (the second
+// allows for a reset rounded up). Meaningful for window limits; a token bucket refills between
+// requests, so its remaining may rise at any time.
+class WindowCheck {
+ public:
+  void observe(std::uint32_t caller, const QuotaSeen& quota, Nanos sent, Nanos received,
+               RateLimitSummary& summary);
+
+ private:
+  struct Last {
+    std::uint32_t caller = 0;
+    std::string name;
+    std::int64_t remaining = 0;
+    std::optional<std::int64_t> reset_s;
+    Nanos sent{0};
+  };
+  std::vector<Last> last_;  // one per caller and quota name seen on this connection
+};
+
+}  // namespace sluice::bench

@@ -1,0 +1,213 @@
+// The real `sluice bench` binary: exit status 0 / 1 / 2 for passing assertions, each failing one,
+// and bad flags or a target that cannot be reached, with a clear message and never a hang; its
+// JSON, chart, --quiet and --help.
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <boost/json/parse.hpp>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "test_server.h"
+
+namespace sluice::bench {
+namespace {
+
+using testing::TestServer;
+
+struct Outcome {
+  int status = -1;  // the exit status; -1 when it did not exit by itself
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs the binary with stdout and stderr in files. An alarm kills it if it hangs past 20 s.
+Outcome sluice(const std::vector<std::string>& args) {
+  const std::string dir = ::testing::TempDir();
+  const std::string out = dir + "sluice_cli_out.txt";
+  const std::string err = dir + "sluice_cli_err.txt";
+  std::vector<std::string> argv_strings{SLUICE_BINARY};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(o, STDOUT_FILENO);
+    dup2(e, STDERR_FILENO);
+    alarm(20);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int wstatus = 0;
+  waitpid(pid, &wstatus, 0);
+  Outcome result;
+  result.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+  result.out = slurp(out);
+  result.err = slurp(err);
+  return result;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+int count_lines(const std::string& text) {
+  return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+}
+
+TEST(Cli, HelpExitsZeroAndShowsExamples) {
+  const Outcome o = sluice({"bench", "--help"});
+  EXPECT_EQ(o.status, 0);
+  EXPECT_TRUE(contains(o.out, "--burst N")) << o.out;
+  EXPECT_TRUE(contains(o.out, "Examples:")) << o.out;
+  EXPECT_TRUE(contains(o.out, "--burst 1000 --expect-admitted 50 --expect-status 200,429"))
+      << o.out;
+}
+
+TEST(Cli, PassingAssertionsExitZeroAndWriteJsonAndChart) {
+  TestServer server;
+  const std::string json = ::testing::TempDir() + "sluice_cli.json";
+  const std::string chart = ::testing::TempDir() + "sluice_cli.svg";
+  const Outcome o =
+      sluice({"bench", "--burst", "100", "--expect-admitted", "50", "--expect-admitted-max", "50",
+              "--expect-status", "200,429", "--json", json, "--chart", chart, server.url()});
+  EXPECT_EQ(o.status, 0) << o.out << o.err;
+  EXPECT_EQ(o.err, "");
+  EXPECT_TRUE(contains(o.out, "Admitted     50 (2xx)")) << o.out;
+  EXPECT_FALSE(contains(o.out, "\r")) << "no progress line when stdout is not a terminal";
+  const auto report = boost::json::parse(slurp(json)).as_object();
+  EXPECT_EQ(report.at("requests").to_number<int>(), 100);
+  EXPECT_EQ(report.at("admitted").to_number<int>(), 50);
+  EXPECT_EQ(report.at("rejected").to_number<int>(), 50);
+  EXPECT_TRUE(report.at("passed").as_bool());
+  EXPECT_EQ(slurp(chart).rfind("<svg", 0), 0u);
+}
+
+TEST(Cli, EachFailingAssertionExitsOneWithItsReasonOnOneLine) {
+  struct Case {
+    std::vector<std::string> flags;
+    std::string err;
+  };
+  const std::vector<Case> cases{
+      {{"--burst", "100", "--expect-admitted", "49"},
+       "sluice bench: FAILED --expect-admitted 49: 50 admitted (2xx), expected exactly 49\n"},
+      {{"--burst", "100", "--expect-admitted-max", "40"},
+       "sluice bench: FAILED --expect-admitted-max 40: 50 admitted (2xx), more than the 40 "
+       "allowed\n"},
+      {{"-n", "60", "--expect-status", "200"},
+       "sluice bench: FAILED --expect-status 200: 10 responses had another status: 10 × 429\n"},
+  };
+  for (const Case& c : cases) {
+    TestServer server;
+    std::vector<std::string> args{"bench"};
+    args.insert(args.end(), c.flags.begin(), c.flags.end());
+    args.push_back(server.url());
+    const Outcome o = sluice(args);
+    EXPECT_EQ(o.status, 1) << c.flags[2];
+    EXPECT_EQ(o.err, c.err);
+  }
+}
+
+TEST(Cli, EveryFailedAssertionGetsItsOwnLine) {
+  TestServer server;
+  const Outcome o = sluice({"bench", "--burst", "60", "--expect-status", "200", "--expect-admitted",
+                            "60", server.url()});
+  EXPECT_EQ(o.status, 1);
+  EXPECT_EQ(count_lines(o.err), 2) << o.err;
+}
+
+TEST(Cli, BadFlagsExitTwoWithAMessage) {
+  const std::vector<std::vector<std::string>> cases{
+      {"bench"},
+      {"frobnicate"},
+      {"bench", "--bogus", "http://127.0.0.1:1/"},
+      {"bench", "--burst", "10", "--rate", "5", "http://127.0.0.1:1/"},
+      {"bench", "--rate", "abc", "http://127.0.0.1:1/"},
+      {"bench", "--burst", "-5", "http://127.0.0.1:1/"},
+      {"bench", "--duration", "10", "http://127.0.0.1:1/"},
+      {"bench", "--ramp", "10:100", "http://127.0.0.1:1/"},
+      {"bench", "https://127.0.0.1:1/"},
+      {"bench", "--header", "broken", "http://127.0.0.1:1/"},
+      {"bench", "--expect-status", "2xx", "http://127.0.0.1:1/"},
+  };
+  for (const auto& args : cases) {
+    const Outcome o = sluice(args);
+    EXPECT_EQ(o.status, 2) << args.back();
+    EXPECT_FALSE(o.err.empty()) << args.back();
+  }
+}
+
+// A TCP socket bound to 127.0.0.1 on a free port, and its address.
+std::pair<int, sockaddr_in> bound_socket() {
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(s, reinterpret_cast<sockaddr*>(&addr), &len);
+  return {s, addr};
+}
+
+TEST(Cli, ARefusedConnectionExitsTwoWithAClearMessage) {
+  const auto [s, addr] = bound_socket();
+  ASSERT_NE(addr.sin_port, 0);
+  close(s);  // bound, never listened: connecting is refused
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  const Outcome o = sluice({"bench", "-n", "5", "http://127.0.0.1:" + port + "/"});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err, "sluice bench: cannot connect to 127.0.0.1:" + port + ": Connection refused\n");
+}
+
+TEST(Cli, AHostThatNeverAnswersExitsTwoAfterTheTimeout) {
+  // A listener that never accepts, its queue filled: connections to it are not answered.
+  const auto [s, addr] = bound_socket();
+  ASSERT_EQ(listen(s, 0), 0);
+  std::vector<int> fillers;
+  for (int i = 0; i < 4; ++i) {
+    const int f = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    connect(f, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+    fillers.push_back(f);
+  }
+  const std::string url = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) + "/";
+  const auto started = std::chrono::steady_clock::now();
+  const Outcome o = sluice({"bench", "-n", "3", "-c", "3", "--timeout", "300ms", url});
+  const auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_EQ(o.status, 2);
+  EXPECT_TRUE(contains(o.err, "within 300ms")) << o.err;
+  EXPECT_LT(took, std::chrono::seconds(3));
+  for (int f : fillers) close(f);
+  close(s);
+}
+
+TEST(Cli, QuietPrintsNothingWhenAllIsWell) {
+  TestServer server;
+  const Outcome o = sluice({"bench", "-q", "-n", "10", "--expect-admitted", "10", server.url()});
+  EXPECT_EQ(o.status, 0);
+  EXPECT_EQ(o.out, "");
+  EXPECT_EQ(o.err, "");
+}
+
+}  // namespace
+}  // namespace sluice::bench

@@ -1,0 +1,189 @@
+// make_plan: the load modes and their defaults, the serialised requests, and a clear message for
+// every kind of bad input.
+#include "bench/plan.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+namespace sluice::bench {
+namespace {
+
+using namespace std::chrono_literals;
+
+Options with_url(std::string url = "http://127.0.0.1:8080/api/orders?x=1") {
+  Options o;
+  o.url = std::move(url);
+  return o;
+}
+
+Plan ok(const Options& o) {
+  Result<Plan> plan = make_plan(o, 2);
+  EXPECT_TRUE(plan.ok()) << (plan.ok() ? "" : plan.error().message);
+  return plan.ok() ? std::move(plan).value() : Plan{};
+}
+
+// The message of a plan that must fail.
+std::string error_of(const Options& o) {
+  Result<Plan> plan = make_plan(o, 2);
+  EXPECT_FALSE(plan.ok());
+  return plan.ok() ? "" : plan.error().message;
+}
+
+TEST(Plan, DefaultsToTenSecondsOfClosedLoopOnTenConnections) {
+  const Plan p = ok(with_url());
+  EXPECT_EQ(p.mode, Mode::kDuration);
+  EXPECT_EQ(p.duration, 10s);
+  EXPECT_EQ(p.connections, 10);
+  EXPECT_EQ(p.threads, 2);
+  EXPECT_EQ(p.bucket, 1s);
+}
+
+TEST(Plan, ABurstOpensOneConnectionPerRequestAndCountsPerTenthOfASecond) {
+  Options o = with_url();
+  o.burst = 1000;
+  const Plan p = ok(o);
+  EXPECT_EQ(p.mode, Mode::kBurst);
+  EXPECT_EQ(p.connections, 1000);
+  EXPECT_EQ(p.requests, 1000u);
+  EXPECT_EQ(p.bucket, 100ms);
+}
+
+TEST(Plan, ARateWithRequestsSendsThatMany) {
+  Options o = with_url();
+  o.rate = 200;
+  o.requests = 50;
+  const Plan p = ok(o);
+  EXPECT_EQ(p.mode, Mode::kRate);
+  EXPECT_EQ(p.requests, 50u);
+  EXPECT_EQ(p.schedule->at(1), 5ms);
+}
+
+TEST(Plan, NoMoreConnectionsThanRequests) {
+  Options o = with_url();
+  o.requests = 3;
+  o.connections = 50;
+  EXPECT_EQ(ok(o).connections, 3);
+  EXPECT_EQ(ok(o).threads, 2);
+}
+
+TEST(Plan, SerialisesTheRequestOncePerVariedValue) {
+  Options o = with_url();
+  o.method = "post";
+  o.headers = {"Content-Type: application/json", "X-Trace:  abc "};
+  o.body = R"({"a":1})";
+  o.vary_header = "X-System-Key=crm, erp,oa";
+  const Plan p = ok(o);
+  ASSERT_EQ(p.wire.size(), 3u);
+  EXPECT_EQ(p.wire[1],
+            "POST /api/orders?x=1 HTTP/1.1\r\n"
+            "Host: 127.0.0.1:8080\r\n"
+            "User-Agent: sluice-bench\r\n"
+            "Content-Type: application/json\r\n"
+            "X-Trace: abc\r\n"
+            "X-System-Key: erp\r\n"
+            "Content-Length: 7\r\n"
+            "\r\n"
+            R"({"a":1})");
+  EXPECT_EQ(p.vary_values, (std::vector<std::string>{"crm", "erp", "oa"}));
+}
+
+TEST(Plan, AUrlWithoutSchemeOrPathMeansHttpAndSlash) {
+  Options o = with_url("localhost:9000");
+  const Plan p = ok(o);
+  EXPECT_EQ(p.target.host, "localhost");
+  EXPECT_EQ(p.target.port, "9000");
+  EXPECT_EQ(p.target.path, "/");
+  EXPECT_EQ(with_url("http://[::1]/x").url, "http://[::1]/x");
+  EXPECT_EQ(ok(with_url("http://[::1]/x")).target.host, "::1");
+  EXPECT_EQ(ok(with_url("http://[::1]/x")).target.host_header, "[::1]");
+  EXPECT_EQ(ok(with_url("http://example.test/x")).target.port, "80");
+}
+
+TEST(Plan, ReadsTheBodyFromAFile) {
+  const std::string path = ::testing::TempDir() + "plan_body.json";
+  std::ofstream(path) << "{\"from\":\"file\"}";
+  Options o = with_url();
+  o.method = "PUT";
+  o.body_file = path;
+  const Plan p = ok(o);
+  EXPECT_NE(p.wire[0].find("Content-Length: 15\r\n\r\n{\"from\":\"file\"}"), std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST(Plan, RejectsConflictingLoads) {
+  Options o = with_url();
+  o.burst = 10;
+  o.rate = 5;
+  EXPECT_NE(error_of(o).find("--burst"), std::string::npos);
+  Options both = with_url();
+  both.requests = 10;
+  both.duration = "5s";
+  EXPECT_NE(error_of(both).find("not both"), std::string::npos);
+  Options burst_conns = with_url();
+  burst_conns.burst = 10;
+  burst_conns.connections = 5;
+  EXPECT_NE(error_of(burst_conns).find("--connections"), std::string::npos);
+}
+
+TEST(Plan, RejectsARampWithoutDurationOrWithBadRates) {
+  Options o = with_url();
+  o.ramp = "10:100";
+  EXPECT_NE(error_of(o).find("needs --duration"), std::string::npos);
+  o.duration = "10s";
+  o.ramp = "10-100";
+  EXPECT_NE(error_of(o).find("FROM:TO"), std::string::npos);
+  o.ramp = "0:0";
+  EXPECT_NE(error_of(o).find("not both 0"), std::string::npos);
+}
+
+TEST(Plan, RejectsBadNumbersAndDurations) {
+  Options o = with_url();
+  o.duration = "10";
+  EXPECT_NE(error_of(o).find("not a duration"), std::string::npos);
+  Options rate = with_url();
+  rate.rate = -5;
+  EXPECT_NE(error_of(rate).find("--rate"), std::string::npos);
+  Options conns = with_url();
+  conns.connections = 0;
+  EXPECT_NE(error_of(conns).find("--connections"), std::string::npos);
+  Options timeout = with_url();
+  timeout.timeout = "0s";
+  EXPECT_NE(error_of(timeout).find("--timeout"), std::string::npos);
+}
+
+TEST(Plan, RejectsBadUrls) {
+  EXPECT_NE(error_of(with_url("")).find("give the URL"), std::string::npos);
+  EXPECT_NE(error_of(with_url("https://example.test/")).find("plain HTTP"), std::string::npos);
+  EXPECT_NE(error_of(with_url("ftp://example.test/")).find("http://"), std::string::npos);
+  EXPECT_NE(error_of(with_url("http://u:p@example.test/")).find("Authorization"),
+            std::string::npos);
+  EXPECT_NE(error_of(with_url("http://exa mple/")).find("not a URL"), std::string::npos);
+}
+
+TEST(Plan, RejectsBadHeadersBodiesAndStatuses) {
+  Options header = with_url();
+  header.headers = {"NoColon"};
+  EXPECT_NE(error_of(header).find("'Name: value'"), std::string::npos);
+  header.headers = {"Content-Length: 5"};
+  EXPECT_NE(error_of(header).find("length itself"), std::string::npos);
+  Options vary = with_url();
+  vary.vary_header = "X-Key";
+  EXPECT_NE(error_of(vary).find("Name=value1"), std::string::npos);
+  vary.vary_header = "X-Key=a,,b";
+  EXPECT_NE(error_of(vary).find("non-empty"), std::string::npos);
+  Options body = with_url();
+  body.body_file = "/nonexistent/body.json";
+  EXPECT_NE(error_of(body).find("cannot read"), std::string::npos);
+  Options status = with_url();
+  status.expect_status = "200,4xx";
+  EXPECT_NE(error_of(status).find("--expect-status"), std::string::npos);
+  Options method = with_url();
+  method.method = "GE T";
+  EXPECT_NE(error_of(method).find("--method"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sluice::bench

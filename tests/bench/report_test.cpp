@@ -1,0 +1,131 @@
+// The report made from a run's stats: counts by outcome, each assertion's verdict and reason, the
+// JSON fields scripts rely on, the text and the SVG chart.
+#include "bench/report.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/json/parse.hpp>
+
+#include <chrono>
+
+namespace sluice::bench {
+namespace {
+
+using namespace std::chrono_literals;
+
+Plan burst_plan() {
+  Options o;
+  o.url = "http://127.0.0.1:8080/api";
+  o.burst = 100;
+  o.expect_status = "200,429";
+  o.expect_admitted = 50;
+  o.expect_admitted_max = 50;
+  Result<Plan> plan = make_plan(o, 2);
+  EXPECT_TRUE(plan.ok());
+  return std::move(plan).value();
+}
+
+// 50 admitted and 50 rejected in the first 100 ms, latencies 1..100 ms.
+RunResult fifty_fifty() {
+  RunResult run;
+  Stats& s = run.stats;
+  s.status[200] = 50;
+  s.status[429] = 50;
+  s.timeline.push_back(Counts{50, 50, 0, 0});
+  for (int ms = 1; ms <= 100; ++ms) s.latency.record(static_cast<std::uint64_t>(ms) * 1'000'000);
+  s.first_write = 10us;
+  s.last_write = 310us;
+  s.rate_limit.add_policy("\"test\";q=50;w=60");
+  run.elapsed = 100ms;
+  return run;
+}
+
+TEST(Report, CountsResponsesByOutcome) {
+  const Report r = make_report(burst_plan(), fifty_fifty());
+  EXPECT_EQ(r.requests, 100u);
+  EXPECT_EQ(r.admitted, 50u);
+  EXPECT_EQ(r.rejected, 50u);
+  EXPECT_EQ(r.errors, 0u);
+  EXPECT_DOUBLE_EQ(r.throughput_rps, 1000.0);
+  EXPECT_NEAR(r.latency.p50_us, 50'000, 500);
+  EXPECT_EQ(r.burst_spread, 300us);
+  EXPECT_TRUE(r.passed());
+}
+
+TEST(Report, EachAssertionFailsWithItsOwnReason) {
+  RunResult run = fifty_fifty();
+  run.stats.status[200] = 53;
+  run.stats.status[503] = 2;
+  run.stats.errors["connect: Connection refused"] = 1;
+  const Report r = make_report(burst_plan(), run);
+  ASSERT_EQ(r.expectations.size(), 3u);
+  EXPECT_FALSE(r.expectations[0].passed);
+  EXPECT_EQ(r.expectations[0].detail,
+            "2 responses had another status: 2 × 503; 1 requests got no response "
+            "(connect: Connection refused)");
+  EXPECT_FALSE(r.expectations[1].passed);
+  EXPECT_EQ(r.expectations[1].detail, "53 admitted (2xx), expected exactly 50");
+  EXPECT_FALSE(r.expectations[2].passed);
+  EXPECT_EQ(r.expectations[2].detail, "53 admitted (2xx), more than the 50 allowed");
+  EXPECT_FALSE(r.passed());
+}
+
+TEST(Report, NamesTheMostCommonErrorNotTheFirstInOrder) {
+  RunResult run = fifty_fifty();
+  run.stats.errors["connect: Connection refused"] = 1;
+  run.stats.errors["timeout: no response within 10s"] = 5;
+  EXPECT_EQ(make_report(burst_plan(), run).most_common_error(), "timeout: no response within 10s");
+  EXPECT_EQ(make_report(burst_plan(), fifty_fifty()).most_common_error(), "");
+}
+
+TEST(Report, JsonHasTheFieldsScriptsReadAtTheTop) {
+  const auto json = boost::json::parse(to_json(make_report(burst_plan(), fifty_fifty())));
+  const auto& o = json.as_object();
+  EXPECT_EQ(o.at("requests").to_number<int>(), 100);
+  EXPECT_EQ(o.at("admitted").to_number<int>(), 50);
+  EXPECT_EQ(o.at("rejected").to_number<int>(), 50);
+  EXPECT_EQ(o.at("errors").to_number<int>(), 0);
+  EXPECT_EQ(o.at("status_counts").at("429").to_number<int>(), 50);
+  EXPECT_EQ(o.at("throughput_rps").to_number<double>(), 1000.0);
+  for (const char* p : {"p50", "p90", "p99", "p999", "max"}) {
+    EXPECT_GT(o.at("latency_us").at(p).to_number<double>(), 0.0) << p;
+  }
+  const auto& buckets = o.at("latency_buckets_us").as_array();
+  ASSERT_EQ(buckets.size(), 100u);  // 1..100 ms: one value in each bucket
+  EXPECT_EQ(buckets[0].as_array()[1].to_number<int>(), 1);
+  EXPECT_NEAR(buckets[0].as_array()[0].to_number<double>(), 1000.0, 10.0);
+  EXPECT_EQ(o.at("timeline").at("step_ms").to_number<int>(), 100);
+  EXPECT_EQ(o.at("timeline").at("steps").as_array().size(), 1u);
+  EXPECT_EQ(o.at("mode").as_string(), "burst");
+  EXPECT_TRUE(o.at("passed").as_bool());
+}
+
+TEST(Report, TextShowsCountsLatencyTimelineAndVerdicts) {
+  const std::string text = format_report(make_report(burst_plan(), fifty_fifty()));
+  EXPECT_NE(text.find("Admitted     50 (2xx)"), std::string::npos) << text;
+  EXPECT_NE(text.find("Rejected     50 (429)"), std::string::npos) << text;
+  EXPECT_NE(text.find("p99.9"), std::string::npos) << text;
+  EXPECT_NE(text.find("Per 100ms"), std::string::npos) << text;
+  EXPECT_NE(text.find("all written within 300us"), std::string::npos) << text;
+  EXPECT_NE(text.find("ok    --expect-admitted 50"), std::string::npos) << text;
+}
+
+TEST(Report, ChartIsOneSvgWithBarsAndPercentiles) {
+  const std::string svg = to_svg(make_report(burst_plan(), fifty_fifty()));
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  EXPECT_NE(svg.find("#2e7d32"), std::string::npos);  // admitted bars
+  EXPECT_NE(svg.find("#ef6c00"), std::string::npos);  // rejected bars
+  EXPECT_NE(svg.find(">p99.9<"), std::string::npos);
+  EXPECT_EQ(svg.find("&&"), std::string::npos);
+}
+
+TEST(Report, FormatsLatencyInTheUnitThatReadsBest) {
+  EXPECT_EQ(format_latency_us(8.5), "8.50us");
+  EXPECT_EQ(format_latency_us(850), "850us");
+  EXPECT_EQ(format_latency_us(12'345), "12.3ms");
+  EXPECT_EQ(format_latency_us(1'500'000), "1.50s");
+}
+
+}  // namespace
+}  // namespace sluice::bench

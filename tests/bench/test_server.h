@@ -1,0 +1,55 @@
+// TestServer: an HTTP/1.1 server that admits `admit` requests, then answers 429, and records when
+// each request arrived (kernel receive time). Own thread, 127.0.0.1 port 0; accessors thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/clock.h"
+
+namespace sluice::bench::testing {
+
+struct TestServerOptions {
+  std::int64_t admit = 50;
+  // Count separately per value of this header (e.g. X-System-Key); "" counts all requests together.
+  std::string key_header{};
+  // Requests go to this many independent counters, unevenly (with two, the first takes two of every
+  // three), like servers behind a load balancer that each count alone: together they admit more
+  // than `admit`, and `remaining` jumps back up within a window.
+  int counters = 1;
+  // Hold the first response this long before sending it.
+  Nanos stall_first{0};
+  // Close the connection instead of answering every n-th request (0: never).
+  int drop_every = 0;
+  std::int64_t window_s = 60;  // the `t` of the RateLimit header and the Retry-After
+};
+
+struct Arrival {
+  // When the request's last bytes reached the server's socket, by the kernel's receive timestamp
+  // (CLOCK_REALTIME): only differences between arrivals mean anything.
+  Nanos at{0};
+  std::string method;
+  std::string target;
+  std::string key;  // the key header's value
+  std::string body;
+};
+
+class TestServer {
+ public:
+  explicit TestServer(TestServerOptions options = {});
+  ~TestServer();
+  TestServer(const TestServer&) = delete;
+  TestServer& operator=(const TestServer&) = delete;
+
+  std::uint16_t port() const;
+  std::string url(const std::string& path = "/") const;
+  std::vector<Arrival> arrivals() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::bench::testing
