@@ -298,6 +298,8 @@ class Reader {
     list(owner, at, "limits", [&](const YAML::Node& n, const std::string& path) {
       if (!is_map(n, path)) return;
       LimitFields f;
+      // The rule around the limit; its limit is a placeholder until the fields are read (Limit has
+      // no empty state).
       LimitRule extra{.limit = *Limit::fixed_window({.limit = 1, .period = std::chrono::seconds(1)})};
       bool ok = true;
       for (const auto& kv : n) {

@@ -9,6 +9,7 @@
 
 #include <sys/stat.h>
 
+#include <array>
 #include <atomic>
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -135,6 +136,85 @@ std::string json_string(std::string_view s) {
 // An upstream connection (Beast streams move, but do not move-assign).
 using UpConn = std::unique_ptr<Stream>;
 
+// The header fields and the blank line that ends them, as HTTP/1.1 puts them on the wire.
+void append_fields(std::string& out, const http::fields& f) {
+  for (const auto& field : f) {
+    out.append(field.name_string());
+    out += ": ";
+    out.append(field.value());
+    out += "\r\n";
+  }
+  out += "\r\n";
+}
+
+void append_head(std::string& out, const http::request_header<>& h) {
+  out.append(h.method_string());
+  out += ' ';
+  out.append(h.target());
+  out += " HTTP/1.1\r\n";
+  append_fields(out, h);
+}
+
+void append_head(std::string& out, const http::response_header<>& h) {
+  out += "HTTP/1.1 ";
+  out += std::to_string(h.result_int());
+  out += ' ';
+  out.append(h.reason());
+  out += "\r\n";
+  append_fields(out, h);
+}
+
+struct RelayResult {
+  error_code read;   // reading the body from `from` failed
+  error_code write;  // writing to `to` failed
+  bool started = false;  // something was written
+};
+
+// Sends a message already parsed up to its body: `head`, then the body piece by piece as the parser
+// reads it from `from`, chunk-framed when `chunked`. The head goes out with the first piece, in one
+// write, and each piece in one write with its framing.
+template <bool isRequest>
+Task<RelayResult> relay(Stream& from, beast::flat_buffer& buffer,
+                                              http::parser<isRequest, http::buffer_body>& parser,
+                                              Stream& to, const std::string& head, bool chunked,
+                                              char* chunk, Nanos read_timeout, Nanos write_timeout) {
+  static constexpr std::string_view kCrlf = "\r\n";
+  static constexpr std::string_view kCrlfLast = "\r\n0\r\n\r\n";
+  static constexpr std::string_view kLast = "0\r\n\r\n";
+  bool head_sent = false;
+  while (true) {
+    std::size_t n = 0;
+    if (!parser.is_done()) {
+      parser.get().body().data = chunk;
+      parser.get().body().size = kRelayChunk;
+      from.expires_after(read_timeout);
+      auto [rec, rn] = co_await http::async_read(from, buffer, parser, kTok);
+      if (rec && rec != http::error::need_buffer) co_return RelayResult{rec, {}, head_sent};
+      n = kRelayChunk - parser.get().body().size;
+    }
+    const bool last = parser.is_done();
+    char size_line[24];
+    std::size_t size_len = 0;
+    std::string_view tail;
+    if (chunked && n > 0) {
+      size_len = static_cast<std::size_t>(std::snprintf(size_line, sizeof size_line, "%zx\r\n", n));
+      tail = last ? kCrlfLast : kCrlf;
+    } else if (chunked && last) {
+      tail = kLast;
+    }
+    const std::array<asio::const_buffer, 4> pieces{
+        head_sent ? asio::const_buffer() : asio::buffer(head), asio::buffer(size_line, size_len),
+        asio::buffer(chunk, n), asio::buffer(tail.data(), tail.size())};
+    if (asio::buffer_size(pieces) > 0) {
+      to.expires_after(write_timeout);
+      auto [wec, wn] = co_await asio::async_write(to, pieces, kTok);
+      if (wec) co_return RelayResult{{}, wec, true};
+    }
+    head_sent = true;
+    if (last) co_return RelayResult{{}, {}, true};
+  }
+}
+
 }  // namespace
 
 // --- the shared state ---------------------------------------------------------------------------
@@ -257,7 +337,8 @@ struct Worker {
 
   void close_idle_conns() {
     for (Conn* c : conns) {
-      if (!c->busy) c->stream->socket().close();
+      error_code ignored;
+      if (!c->busy) c->stream->socket().close(ignored);
     }
   }
 
@@ -293,6 +374,7 @@ struct Worker::Exchange {
   // upstream read buffer.
   char* chunk = nullptr;
   beast::flat_buffer* up_buffer = nullptr;
+  std::string* head = nullptr;  // the serialized header of the message being relayed
   bool leases_held = false;
   bool decided = false;
   std::string body{};  // read before proxying when a signature covers it
@@ -310,6 +392,7 @@ Task<void> Worker::session(Socket socket) {
   beast::flat_buffer buffer;
   beast::flat_buffer up_buffer;
   const auto chunk = std::make_unique<char[]>(kRelayChunk);
+  std::string head;
   Context ctx;
   std::optional<RequestParser> parser;
   // The header deadline is a timer of its own rather than the stream's expiry, which would close
@@ -359,7 +442,7 @@ Task<void> Worker::session(Socket socket) {
       break;
     }
     conn.busy = true;
-    Exchange x{stream, buffer, *parser, ctx, client_ip, snap, Clock::now(), {}, "", "", chunk.get(), &up_buffer};
+    Exchange x{stream, buffer, *parser, ctx, client_ip, snap, Clock::now(), {}, "", "", chunk.get(), &up_buffer, &head};
     const bool keep = co_await serve(x);
     conn.busy = false;
     if (!keep) break;
@@ -747,7 +830,7 @@ Task<bool> Worker::proxy(Exchange& x) {
   beast::flat_buffer& up_buffer = *x.up_buffer;
   up_buffer.clear();
   std::optional<ResponseParser> rp;
-  std::optional<http::request_serializer<http::buffer_body>> sr;
+  std::string& wire = *x.head;
   char* const chunk = x.chunk;
   Reason failure = Reason::kOk;
   bool body_failed = false;  // the client's body was bad (413/400/timeout) rather than the upstream
@@ -771,37 +854,31 @@ Task<bool> Worker::proxy(Exchange& x) {
     }
     Stream& us = *conn;
     us.expires_after(itf.timeout);
-    sr.emplace(req);
+    wire.clear();
+    append_head(wire, req);
     error_code ec;
-    // The header, then the body piece by piece from the client; the header goes out with the
-    // first piece, in one write.
-    do {
-      if (x.body_read) {
-        // Read already (its signature covers it): all of it, with the header.
-        req.body().data = x.body.data();
-        req.body().size = x.body.size();
-        req.body().more = false;
-      } else if (has_body && !x.parser.is_done()) {
-        req.body().data = chunk;
-        req.body().size = kRelayChunk;
-        x.client.expires_after(cfg.header_timeout);
-        auto [rec, rn] = co_await http::async_read(x.client, x.buffer, x.parser, kTok);
-        if (rec && rec != http::error::need_buffer) {
-          failure = reason_of_read_error(rec);
-          body_failed = true;
-          break;
-        }
-        req.body().size = kRelayChunk - req.body().size;
-        req.body().data = chunk;
-        req.body().more = !x.parser.is_done();
-      } else {
-        req.body().data = nullptr;
-        req.body().size = 0;
-        req.body().more = false;
+    if (x.body_read) {
+      // Read already (its signature covers it): the header and all of it in one write.
+      char size_line[24];
+      std::size_t size_len = 0;
+      std::string_view tail;
+      if (x.parser.chunked()) {
+        if (!x.body.empty()) size_len = static_cast<std::size_t>(std::snprintf(size_line, sizeof size_line, "%zx\r\n", x.body.size()));
+        tail = x.body.empty() ? "0\r\n\r\n" : "\r\n0\r\n\r\n";
       }
-      auto [wec, wn] = co_await http::async_write(us, *sr, kTok);
-      ec = wec == http::error::need_buffer ? error_code() : wec;
-    } while (!ec && !sr->is_done());
+      const std::array<asio::const_buffer, 4> pieces{asio::buffer(wire), asio::buffer(size_line, size_len),
+                                                     asio::buffer(x.body), asio::buffer(tail.data(), tail.size())};
+      auto [wec, wn] = co_await asio::async_write(us, pieces, kTok);
+      ec = wec;
+    } else {
+      const RelayResult sent = co_await relay(x.client, x.buffer, x.parser, us, wire, x.parser.chunked(), chunk,
+                                              cfg.header_timeout, itf.timeout);
+      if (sent.read) {
+        failure = reason_of_read_error(sent.read);
+        body_failed = true;
+      }
+      ec = sent.write;
+    }
     if (body_failed) break;
     if (!ec) {
       // The response header, skipping interim (1xx) responses.
@@ -856,35 +933,13 @@ Task<bool> Worker::proxy(Exchange& x) {
   const bool keep_client = client_keep_alive && !gw.draining.load(std::memory_order_acquire);
   res.keep_alive(keep_client);
   res.version(11);
-  http::response_serializer<http::buffer_body> rs(res);
-  error_code ec;
-  bool upstream_ok = true;
-  bool wrote = false;
-  // The header goes out with the first piece of the body, in one write.
-  do {
-    if (!rp->is_done()) {
-      res.body().data = chunk;
-      res.body().size = kRelayChunk;
-      conn->expires_after(itf.timeout);
-      auto [rec, rn] = co_await http::async_read(*conn, up_buffer, *rp, kTok);
-      if (rec && rec != http::error::need_buffer) {
-        upstream_ok = false;
-        break;
-      }
-      res.body().size = kRelayChunk - res.body().size;
-      res.body().data = chunk;
-      res.body().more = !rp->is_done();
-    } else {
-      res.body().data = nullptr;
-      res.body().size = 0;
-      res.body().more = false;
-    }
-    x.client.expires_after(itf.timeout);
-    auto [wec, wn] = co_await http::async_write(x.client, rs, kTok);
-    ec = wec == http::error::need_buffer ? error_code() : wec;
-    wrote = true;
-  } while (!ec && !rs.is_done());
-  if (!upstream_ok && !wrote) {
+  wire.clear();
+  append_head(wire, res);
+  const RelayResult sent = co_await relay(*conn, up_buffer, *rp, x.client, wire, with_body && res.chunked(),
+                                          chunk, itf.timeout, itf.timeout);
+  const bool upstream_ok = !sent.read;
+  const error_code ec = sent.write;
+  if (!upstream_ok && !sent.started) {
     // The upstream broke off before the first piece of the body: nothing was sent yet.
     const bool ok = co_await respond(x, Reason::kUpstreamConnectFailed, nullptr, true);
     finish(x, 502, Reason::kUpstreamConnectFailed, upstream_latency);

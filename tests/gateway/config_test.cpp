@@ -7,6 +7,7 @@
 
 #include "config/path_pattern.h"
 #include "config/yaml.h"
+#include "load_config.h"
 
 namespace sluice::config {
 namespace {
@@ -20,16 +21,7 @@ std::string fixture(const std::string& name) {
   return s.str();
 }
 
-std::shared_ptr<const Config> load_ok(const std::string& text) {
-  auto r = load_yaml(text, "test.yaml");
-  if (auto* problems = std::get_if<std::vector<Problem>>(&r)) {
-    std::string all;
-    for (const auto& p : *problems) all += p.to_string() + "\n";
-    ADD_FAILURE() << all;
-    return nullptr;
-  }
-  return std::get<std::shared_ptr<const Config>>(r);
-}
+std::shared_ptr<const Config> load_ok(const std::string& text) { return testing::load_config(text); }
 
 std::vector<std::string> problems_of(const std::string& text) {
   auto r = load_yaml(text, "test.yaml");

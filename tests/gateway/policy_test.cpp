@@ -5,6 +5,7 @@
 #include <map>
 
 #include "config/yaml.h"
+#include "load_config.h"
 #include "gateway/policy.h"
 #include "sluice/local_store.h"
 
@@ -50,14 +51,7 @@ grants:
   - {system: crm, interface: users, limits: [{algorithm: fixed_window, limit: 2, period: 1m}]}
 )";
 
-std::shared_ptr<const config::Config> parse(const std::string& text) {
-  auto r = config::load_yaml(text, "policy.yaml");
-  if (auto* problems = std::get_if<std::vector<config::Problem>>(&r)) {
-    for (const auto& p : *problems) ADD_FAILURE() << p.to_string();
-    return nullptr;
-  }
-  return std::get<std::shared_ptr<const config::Config>>(r);
-}
+std::shared_ptr<const config::Config> parse(const std::string& text) { return testing::load_config(text); }
 
 class MapHeaders final : public HeaderLookup {
  public:

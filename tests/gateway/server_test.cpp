@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "config/yaml.h"
+#include "load_config.h"
 #include "gateway/demo.h"
 #include "gateway/gateway.h"
 #include "http_client.h"
@@ -55,14 +56,7 @@ interfaces:
   - {id: public, path: /public, upstream: app, public: true}
 )";
 
-std::shared_ptr<const config::Config> parse(const std::string& text) {
-  auto r = config::load_yaml(text, "server.yaml");
-  if (auto* problems = std::get_if<std::vector<config::Problem>>(&r)) {
-    for (const auto& p : *problems) ADD_FAILURE() << p.to_string();
-    return nullptr;
-  }
-  return std::get<std::shared_ptr<const config::Config>>(r);
-}
+std::shared_ptr<const config::Config> parse(const std::string& text) { return testing::load_config(text); }
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   for (std::size_t i = 0; (i = s.find(from, i)) != std::string::npos; i += to.size()) s.replace(i, from.size(), to);
@@ -328,7 +322,13 @@ TEST_F(GatewayTest, MetricsCountRequestsBySystemInterfaceReasonAndStatus) {
   get("/limited");
   get("/limited");
   get("/echo/x", "nobody");
-  const std::string m = metrics();
+  // A request is counted just after its response is written: wait for the last one.
+  std::string m;
+  ASSERT_TRUE(testing::eventually([&] {
+    m = metrics();
+    return m.find("reason=\"system_unknown\",status=\"401\"} 1") != std::string::npos &&
+           m.find("sluice_in_flight_requests 0") != std::string::npos;
+  }));
   EXPECT_NE(m.find("sluice_requests_total{system=\"crm\",interface=\"limited\",reason=\"ok\",status=\"200\"} 2"),
             std::string::npos) << m;
   EXPECT_NE(m.find("sluice_requests_total{system=\"crm\",interface=\"limited\",reason=\"interface_rate_limited\",status=\"429\"} 1"),
@@ -467,7 +467,7 @@ TEST_F(GatewayTest, DrainFinishesRequestsInFlightAndRefusesNewConnections) {
   std::string connection;
   std::thread slow([&] {
     HttpClient c(gw_->port());
-    const HttpResponse r = c.get("/echo/x?delay_ms=200", "crm");
+    const HttpResponse r = c.get("/slow?delay_ms=1000", "crm");
     connection = r.header("connection");
     status = r.status;
   });
