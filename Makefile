@@ -40,8 +40,9 @@ bench: build
 	scripts/bootstrap --bench
 	$(BUILD)/bench/sluice_core_bench
 	bench/core_vs_go.sh $(BUILD)
-	bench/gateway_vs_nginx.sh
 	bench/loadtest_vs_wrk.sh $(BUILD)
+	bench/gateway_vs_nginx.sh
+	BUILD=$(BUILD) bench/redis_compare.py
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan

@@ -19,6 +19,8 @@ struct Decision {
                                // meanwhile (0 when allowed)
   Nanos reset_after{0};        // until the state is back to full (nothing consumed)
   std::uint64_t lease = 0;     // concurrency limits: the lease to release (0 otherwise)
+  bool fallback = false;       // decided by the request's on_store_failure policy, because the
+                               // shared store could not be reached
 
   friend bool operator==(const Decision&, const Decision&) = default;
 };

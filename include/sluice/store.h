@@ -12,12 +12,22 @@
 
 namespace sluice {
 
+// What a shared store (RedisStore) answers for a request when it cannot reach its backend. Each
+// request carries its own; the local store never fails that way and ignores it.
+enum class OnStoreFailure : std::uint8_t {
+  kError,  // report the error (kStoreUnavailable, kTimeout)
+  kAllow,  // fail open: admit
+  kDeny,   // fail closed: reject
+  kLocal,  // decide in this process, with the limit divided by the store's fleet size
+};
+
 // One limit a request must pass: the state `key` names, the rule it follows, what the request takes.
 // A key names one state: use each key with one limit.
 struct LimitRequest {
   std::string_view key;
   const Limit* limit = nullptr;
   std::int64_t cost = 1;
+  OnStoreFailure on_store_failure = OnStoreFailure::kError;
 };
 
 class Store {

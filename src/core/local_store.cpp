@@ -109,7 +109,7 @@ struct alignas(64) LocalStore::Shard {
   // Makes room for one more key: sweeps a little on every insert, and evicts at the cap.
   template <class P>
   void make_room(FlatTable<P>& table, std::int64_t now_us, std::size_t cap) {
-    table.sweep(now_us, 2);
+    table.sweep(now_us, 4);
     if (size() < cap) return;
     gcra.sweep(now_us, 64);
     interval.sweep(now_us, 64);

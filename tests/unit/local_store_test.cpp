@@ -80,9 +80,10 @@ TEST_F(LocalStoreTest, MemoryStaysBoundedUnderKeyChurn) {
       most_bytes = std::max(most_bytes, store_.memory_bytes());
     }
   }
-  // Measured 1,560 to 2,150 (the layout, and so how soon the sweep finds a state, varies with
-  // the store's secret hash points).
-  EXPECT_LE(most_keys, 3000u) << most_keys;
+  // A table holds its live states plus at most a quarter of its capacity in expired ones (the sweep
+  // looks at four slots per insert): about twice the live states at worst. Measured over 40 runs
+  // (the layout varies with the store's secret hash points): 1,001 to 1,897.
+  EXPECT_LE(most_keys, 2500u) << most_keys;
   EXPECT_GE(most_keys, 1000u) << most_keys;
   EXPECT_LE(most_bytes, store_.memory_bytes() + 64 * 1024);  // it stopped growing early on
   EXPECT_LT(store_.memory_bytes(), 2u << 20);

@@ -1,0 +1,186 @@
+// RedisStore: limiter state shared by a fleet through Redis or Redis Cluster, one atomic Lua script
+// per decision, on a pipelined Asio client. Thread-safe: any method may be called from any thread,
+// except that the synchronous ones (the Store interface) must not be called from a thread that
+// runs the store's executor, since they wait for it.
+#pragma once
+
+#include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/async_result.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/circuit_breaker.h"
+#include "sluice/clock.h"
+#include "sluice/store.h"
+
+namespace sluice::redis {
+
+struct RedisStoreOptions {
+  // redis://[[user]:password@]host:port[/db] or redis-cluster://host:port,host:port,...
+  std::string address = "redis://127.0.0.1:6379";
+  // Put before every key. A prefix with a hash tag ("app{rl}:") puts every key in one cluster slot.
+  std::string prefix = "sluice:";
+  std::chrono::milliseconds connect_timeout{200};
+  std::chrono::milliseconds command_timeout{50};
+  // Reconnecting after a lost connection: at once, then after reconnect_min, doubling up to
+  // reconnect_max.
+  std::chrono::milliseconds reconnect_min{10};
+  std::chrono::milliseconds reconnect_max{250};
+  // The policy of the calls that take no LimitRequest (acquire(key, limit, cost) and peek).
+  OnStoreFailure on_store_failure = OnStoreFailure::kError;
+  // OnStoreFailure::kLocal divides every limit by this: the number of instances sharing the store.
+  int fleet_size = 1;
+  // What a decision of OnStoreFailure::kDeny tells the caller to wait.
+  std::chrono::milliseconds deny_retry_after{1000};
+  // Wraps every call to Redis (timeouts and unreachable nodes count as failures; rejections do
+  // not). While open, calls fail at once with kCircuitOpen and the failure policies decide; after
+  // open_for one call probes Redis, and its success closes the breaker. The default opens after 5
+  // failures in a row or half of the last 20 calls failing, and probes every 250ms, so that
+  // decisions are back on Redis well within a second of it answering again.
+  CircuitBreakerOptions breaker = default_breaker();
+
+  static CircuitBreakerOptions default_breaker() {
+    CircuitBreakerOptions b;
+    b.window_size = 20;
+    b.minimum_calls = 10;
+    b.failure_rate = 50;
+    b.consecutive_failures = 5;
+    b.open_for = std::chrono::milliseconds(250);
+    b.max_open_for = std::chrono::milliseconds(250);
+    return b;
+  }
+  // Tests only: the time the scripts decide at, instead of Redis TIME.
+  const Clock* pinned_clock = nullptr;
+};
+
+class RedisStore final : public Store {
+ public:
+  using DecisionHandler = boost::asio::any_completion_handler<void(Result<Decision>)>;
+  using DecisionsHandler =
+      boost::asio::any_completion_handler<void(Result<std::vector<Decision>>)>;
+  using StatusHandler = boost::asio::any_completion_handler<void(Status)>;
+  using ReleaseHandler = boost::asio::any_completion_handler<void(Result<bool>)>;
+
+  // A store with a thread of its own, for synchronous use: no Asio needed.
+  static Result<std::unique_ptr<RedisStore>> open(RedisStoreOptions options);
+  // A store whose I/O runs on the caller's executor (e.g. an io_context's); completions run on each
+  // handler's associated executor, by default this one. Destroy the store before that executor's
+  // execution context; pending calls then complete with kStoreUnavailable.
+  static Result<std::unique_ptr<RedisStore>> open(boost::asio::any_io_executor executor,
+                                                  RedisStoreOptions options);
+  ~RedisStore() override;
+  RedisStore(const RedisStore&) = delete;
+  RedisStore& operator=(const RedisStore&) = delete;
+
+  // Connecting starts with open(). This waits until connected, or returns the error of the first
+  // failed attempt; a cluster is connected once its slot map is loaded and every master connected,
+  // and gives up waiting after 5 connect timeouts. Either way the store keeps reconnecting in the
+  // background.
+  Status connect();
+
+  // The Store interface, synchronously.
+  Result<Decision> acquire(std::string_view key, const Limit& limit,
+                           std::int64_t cost = 1) override;
+  Status acquire_all(std::span<const LimitRequest> requests,
+                     std::span<Decision> decisions) override;
+  Result<Decision> peek(std::string_view key, const Limit& limit) override;
+  Status reset(std::string_view key, const Limit& limit) override;
+  Status release(std::string_view key, const Limit& limit, std::uint64_t lease) override;
+
+  // One request with its own failure policy.
+  Result<Decision> acquire(const LimitRequest& request);
+
+  // The same, asynchronously, with any Asio completion token (a callback, use_awaitable, ...).
+  // Keys and limits are copied when the operation starts.
+  template <class Token>
+  auto async_connect(Token&& token) {
+    return boost::asio::async_initiate<Token, void(Status)>(
+        [this](auto handler) { start_connect(StatusHandler(std::move(handler))); }, token);
+  }
+
+  template <class Token>
+  auto async_acquire(const LimitRequest& request, Token&& token) {
+    return boost::asio::async_initiate<Token, void(Result<Decision>)>(
+        [this](auto handler, const LimitRequest& r) {
+          start_acquire(r, DecisionHandler(std::move(handler)));
+        },
+        token, request);
+  }
+
+  template <class Token>
+  auto async_acquire(std::string_view key, const Limit& limit, std::int64_t cost, Token&& token) {
+    return async_acquire(LimitRequest{key, &limit, cost, options_.on_store_failure},
+                         std::forward<Token>(token));
+  }
+
+  // All or nothing; completes with one decision per request.
+  template <class Token>
+  auto async_acquire_all(std::span<const LimitRequest> requests, Token&& token) {
+    return boost::asio::async_initiate<Token, void(Result<std::vector<Decision>>)>(
+        [this](auto handler, std::span<const LimitRequest> r) {
+          start_acquire_all(r, DecisionsHandler(std::move(handler)));
+        },
+        token, requests);
+  }
+
+  template <class Token>
+  auto async_peek(std::string_view key, const Limit& limit, Token&& token) {
+    return boost::asio::async_initiate<Token, void(Result<Decision>)>(
+        [this](auto handler, std::string_view k, const Limit* l) {
+          start_peek(k, *l, DecisionHandler(std::move(handler)));
+        },
+        token, key, &limit);
+  }
+
+  template <class Token>
+  auto async_reset(std::string_view key, const Limit& limit, Token&& token) {
+    return boost::asio::async_initiate<Token, void(Status)>(
+        [this](auto handler, std::string_view k, const Limit* l) {
+          start_reset(k, *l, StatusHandler(std::move(handler)));
+        },
+        token, key, &limit);
+  }
+
+  // Completes with whether the lease was held (false: released already, or timed out).
+  template <class Token>
+  auto async_release(std::string_view key, const Limit& limit, std::uint64_t lease, Token&& token) {
+    return boost::asio::async_initiate<Token, void(Result<bool>)>(
+        [this](auto handler, std::string_view k, const Limit* l, std::uint64_t id) {
+          start_release(k, *l, id, ReleaseHandler(std::move(handler)));
+        },
+        token, key, &limit, lease);
+  }
+
+  const RedisStoreOptions& options() const { return options_; }
+  // The breaker around Redis, for metrics and operators (force_open, reset, ...).
+  CircuitBreaker& breaker();
+
+  struct Impl;
+  struct OwnThread;
+
+ private:
+  RedisStore(RedisStoreOptions options, std::shared_ptr<Impl> impl,
+             std::unique_ptr<OwnThread> own);
+
+  void start_connect(StatusHandler handler);
+  void start_acquire(const LimitRequest& request, DecisionHandler handler);
+  void start_peek(std::string_view key, const Limit& limit, DecisionHandler handler);
+  void start_decide(const LimitRequest& request, DecisionHandler handler);
+  void start_acquire_all(std::span<const LimitRequest> requests, DecisionsHandler handler);
+  void start_reset(std::string_view key, const Limit& limit, StatusHandler handler);
+  void start_release(std::string_view key, const Limit& limit, std::uint64_t lease,
+                     ReleaseHandler handler);
+
+  RedisStoreOptions options_;
+  std::unique_ptr<OwnThread> own_;  // the thread of a store made for synchronous use
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::redis

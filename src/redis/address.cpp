@@ -1,0 +1,100 @@
+#include "sluice/redis/address.h"
+
+#include <charconv>
+
+namespace sluice::redis {
+
+std::string Endpoint::to_string() const {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+namespace {
+
+Result<int> parse_int(std::string_view s, int lo, int hi, const char* what) {
+  int v = 0;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || r.ec != std::errc() || r.ptr != s.data() + s.size() || v < lo || v > hi) {
+    return invalid_argument(std::string("redis address: bad ") + what + " '" + std::string(s) + "'");
+  }
+  return v;
+}
+
+Result<Endpoint> parse_endpoint(std::string_view s) {
+  Endpoint e;
+  std::string_view port;
+  if (!s.empty() && s.front() == '[') {  // [IPv6]:port
+    const auto close = s.find(']');
+    if (close == std::string_view::npos) return invalid_argument("redis address: unclosed '['");
+    e.host = std::string(s.substr(1, close - 1));
+    s.remove_prefix(close + 1);
+    if (!s.empty()) {
+      if (s.front() != ':') return invalid_argument("redis address: expected ':' after ']'");
+      port = s.substr(1);
+    }
+  } else {
+    const auto colon = s.rfind(':');
+    e.host = std::string(s.substr(0, colon));
+    if (colon != std::string_view::npos) port = s.substr(colon + 1);
+  }
+  if (e.host.empty()) return invalid_argument("redis address: missing host");
+  if (!port.empty()) {
+    auto p = parse_int(port, 1, 65535, "port");
+    if (!p) return p.error();
+    e.port = static_cast<std::uint16_t>(*p);
+  }
+  return e;
+}
+
+}  // namespace
+
+Result<Address> parse_address(std::string_view text) {
+  Address a;
+  constexpr std::string_view kSingle = "redis://";
+  constexpr std::string_view kCluster = "redis-cluster://";
+  if (text.starts_with(kSingle)) {
+    text.remove_prefix(kSingle.size());
+  } else if (text.starts_with(kCluster)) {
+    text.remove_prefix(kCluster.size());
+    a.cluster = true;
+  } else {
+    return invalid_argument("redis address must start with redis:// or redis-cluster://, got '" +
+                            std::string(text) + "'");
+  }
+  if (const auto at = text.rfind('@'); at != std::string_view::npos) {
+    const std::string_view credentials = text.substr(0, at);
+    const auto colon = credentials.find(':');
+    if (colon == std::string_view::npos) {
+      a.password = std::string(credentials);
+    } else {
+      a.user = std::string(credentials.substr(0, colon));
+      a.password = std::string(credentials.substr(colon + 1));
+    }
+    text.remove_prefix(at + 1);
+  }
+  if (const auto slash = text.find('/'); slash != std::string_view::npos) {
+    const std::string_view db = text.substr(slash + 1);
+    text = text.substr(0, slash);
+    if (!db.empty()) {
+      if (a.cluster) return invalid_argument("redis address: a cluster has no database number");
+      auto n = parse_int(db, 0, 1 << 20, "database");
+      if (!n) return n.error();
+      a.db = *n;
+    }
+  }
+  while (!text.empty()) {
+    const auto comma = text.find(',');
+    auto e = parse_endpoint(text.substr(0, comma));
+    if (!e) return e.error();
+    a.nodes.push_back(std::move(*e));
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  if (a.nodes.empty()) return invalid_argument("redis address: no host");
+  if (!a.cluster && a.nodes.size() > 1) {
+    return invalid_argument("redis address: several hosts need redis-cluster://");
+  }
+  return a;
+}
+
+}  // namespace sluice::redis

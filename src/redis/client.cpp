@@ -1,0 +1,307 @@
+#include "redis/client.h"
+
+#include <boost/asio/steady_timer.hpp>
+
+#include <cstdlib>
+#include <map>
+#include <sstream>
+#include <set>
+#include <vector>
+
+namespace sluice::redis::detail {
+
+namespace asio = boost::asio;
+
+namespace {
+
+ConnectionOptions connection_options(const ClientOptions& o, const Endpoint& endpoint) {
+  ConnectionOptions c;
+  c.endpoint = endpoint;
+  c.user = o.address.user;
+  c.password = o.address.password;
+  c.db = o.address.db;
+  c.connect_timeout = o.connect_timeout;
+  c.command_timeout = o.command_timeout;
+  c.reconnect_min = o.reconnect_min;
+  c.reconnect_max = o.reconnect_max;
+  c.on_connect = o.on_connect;
+  return c;
+}
+
+// One node: every slot is there.
+class SingleClient final : public Client {
+ public:
+  SingleClient(Strand strand, const ClientOptions& options)
+      : connection_(std::make_shared<Connection>(
+            std::move(strand), connection_options(options, options.address.nodes.front()))) {}
+
+  void start() override { connection_->start(); }
+  void stop() override { connection_->stop(); }
+  void when_connected(UniqueFunction<void(Status)> f) override {
+    connection_->when_attempted(std::move(f));
+  }
+  void send(int, std::string_view command, Callback callback, SteadyTime deadline) override {
+    connection_->send(command, std::move(callback), deadline);
+  }
+  bool cluster() const override { return false; }
+
+ private:
+  std::shared_ptr<Connection> connection_;
+};
+
+constexpr auto kRefreshInterval = std::chrono::milliseconds(100);
+constexpr int kMaxRedirects = 5;
+
+// A Redis Cluster: the slot map from CLUSTER NODES, one connection per node (replicas too, so that
+// a promoted replica is ready at once). MOVED updates the slot and refreshes the map; ASK is
+// followed for that one command. While any slot has no connected master the map is refreshed
+// every 100ms, which is how decisions resume after a failover.
+class ClusterClient final : public Client, public std::enable_shared_from_this<ClusterClient> {
+ public:
+  ClusterClient(Strand strand, const ClientOptions& options)
+      : strand_(std::move(strand)),
+        options_(options),
+        refresh_timer_(strand_),
+        connect_timer_(strand_),
+        slots_(kSlots, nullptr) {}
+
+  void start() override {
+    for (const Endpoint& seed : options_.address.nodes) node(seed);
+    connect_timer_.expires_after(options_.connect_timeout * 5);
+    connect_timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+      auto self = weak.lock();
+      if (ec || !self) return;
+      self->finish_connect(Error{ErrorCode::kStoreUnavailable,
+                                 "redis cluster: not connected to every master in time"});
+    });
+  }
+
+  void stop() override {
+    stopped_ = true;
+    refresh_timer_.cancel();
+    connect_timer_.cancel();
+    std::fill(slots_.begin(), slots_.end(), nullptr);
+    for (auto& [name, c] : std::exchange(nodes_, {})) c->stop();
+    finish_connect(Error{ErrorCode::kStoreUnavailable, "redis cluster: closed"});
+  }
+
+  void when_connected(UniqueFunction<void(Status)> f) override {
+    if (connected()) return f(Status{});
+    if (stopped_) return f(Error{ErrorCode::kStoreUnavailable, "redis cluster: closed"});
+    connect_waiters_.push_back(std::move(f));
+  }
+
+  void send(int slot, std::string_view command, Callback callback, SteadyTime deadline) override {
+    Connection* c = slots_[static_cast<std::size_t>(slot)];
+    if (c == nullptr || !c->ready()) {
+      refresh_soon();
+      return callback(Error{ErrorCode::kStoreUnavailable,
+                            "redis cluster: no connected master serves slot " + std::to_string(slot)});
+    }
+    send_to(c->shared_from_this(), slot, command, std::move(callback), deadline, 0, false);
+  }
+
+  bool cluster() const override { return true; }
+
+ private:
+  std::shared_ptr<Connection> node(const Endpoint& endpoint) {
+    const std::string name = endpoint.to_string();
+    auto it = nodes_.find(name);
+    if (it != nodes_.end()) return it->second;
+    auto c = std::make_shared<Connection>(
+        strand_, connection_options(options_, endpoint),
+        [weak = weak_from_this()](bool) {
+          if (auto self = weak.lock()) {
+            self->refresh_soon();
+            self->check_connected();
+          }
+        });
+    nodes_.emplace(name, c);
+    c->start();
+    return c;
+  }
+
+  void send_to(std::shared_ptr<Connection> c, int slot, std::string_view command, Callback callback,
+               SteadyTime deadline, int hops, bool asking) {
+    if (asking) c->send(encode({"ASKING"}), [](Result<Reply>) {}, deadline);
+    c->send(command, [self = shared_from_this(), slot, command, callback = std::move(callback),
+                      deadline, hops](Result<Reply> r) mutable {
+      self->on_reply(slot, command, std::move(callback), deadline, hops, std::move(r));
+    }, deadline);
+  }
+
+  void on_reply(int slot, std::string_view command, Callback callback, SteadyTime deadline,
+                int hops, Result<Reply> r) {
+    if (!r.ok()) {
+      if (r.error().code == ErrorCode::kStoreUnavailable) refresh_soon();
+      return callback(std::move(r));
+    }
+    if (!is_error(*r)) return callback(std::move(r));
+    const std::string_view message = text(r->get());
+    const bool moved = message.starts_with("MOVED ");
+    if ((moved || message.starts_with("ASK ")) && hops < kMaxRedirects && !stopped_) {
+      // "MOVED 3999 127.0.0.1:6381"
+      const std::string_view target = message.substr(message.rfind(' ') + 1);
+      auto endpoint = parse_address("redis://" + std::string(target));
+      if (endpoint.ok()) {
+        std::shared_ptr<Connection> c = node(endpoint->nodes.front());
+        if (moved) {
+          slots_[static_cast<std::size_t>(slot)] = c.get();
+          refresh_soon();
+        }
+        if (!c->ready()) {
+          return callback(Error{ErrorCode::kStoreUnavailable,
+                                "redis cluster: slot " + std::to_string(slot) + " moved to " +
+                                    std::string(target) + ", not connected yet"});
+        }
+        return send_to(std::move(c), slot, command, std::move(callback), deadline, hops + 1, !moved);
+      }
+    }
+    if (message.starts_with("CLUSTERDOWN") || message.starts_with("TRYAGAIN") ||
+        message.starts_with("MASTERDOWN")) {
+      refresh_soon();
+      return callback(Error{ErrorCode::kStoreUnavailable, "redis cluster: " + std::string(message)});
+    }
+    callback(std::move(r));
+  }
+
+  // Refreshes the slot map now, or as soon as 100ms have passed since the last refresh.
+  void refresh_soon() {
+    if (stopped_) return;
+    if (refreshing_) {
+      again_ = true;
+      return;
+    }
+    if (refresh_scheduled_) return;
+    refresh_scheduled_ = true;
+    refresh_timer_.expires_at(last_refresh_ + kRefreshInterval);
+    refresh_timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+      auto self = weak.lock();
+      if (ec || !self) return;
+      self->refresh_scheduled_ = false;
+      self->refresh();
+    });
+  }
+
+  void refresh() {
+    if (stopped_) return;
+    std::shared_ptr<Connection> c;
+    for (auto& [name, n] : nodes_) {
+      if (n->ready()) {
+        c = n;
+        break;
+      }
+    }
+    if (!c) return;  // a connection that becomes ready asks again
+    refreshing_ = true;
+    last_refresh_ = std::chrono::steady_clock::now();
+    c->send(encode({"CLUSTER", "NODES"}), [self = shared_from_this(), host = c->endpoint().host](
+                                               Result<Reply> r) {
+      self->refreshing_ = false;
+      if (r.ok() && !is_error(*r)) self->apply(r->get(), host);
+      if (self->again_ || !self->complete()) {
+        self->again_ = false;
+        self->refresh_soon();
+      }
+    });
+  }
+
+  // Applies a CLUSTER NODES reply, one line per node (CLUSTER SLOTS leaves out replicas that have
+  // no data yet, and we want a connection to each before it is promoted):
+  // "<id> <ip:port@bus> <flags> <master> <ping> <pong> <epoch> <link> <slot ranges>..."
+  void apply(const redisReply* r, const std::string& asked_host) {
+    if (stopped_ || r->type != REDIS_REPLY_STRING) return;
+    std::vector<std::string> owner(kSlots);
+    std::map<std::string, Endpoint> listed;
+    std::istringstream lines{std::string(text(r))};
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream fields(line);
+      std::string id, address, flags, master, ping, pong, epoch, link;
+      if (!(fields >> id >> address >> flags >> master >> ping >> pong >> epoch >> link)) continue;
+      if (flags.find("noaddr") != std::string::npos || flags.find("handshake") != std::string::npos) {
+        continue;
+      }
+      const auto colon = address.rfind(':', address.find('@'));
+      if (colon == std::string::npos) continue;
+      auto endpoint = parse_address("redis://" + (colon == 0 ? asked_host : "") +
+                                    address.substr(0, address.find('@')));
+      if (!endpoint.ok()) continue;
+      const std::string name = endpoint->nodes.front().to_string();
+      listed.emplace(name, endpoint->nodes.front());
+      if (flags.find("master") == std::string::npos) continue;
+      for (std::string range; fields >> range;) {
+        if (range.front() == '[') continue;  // a slot being migrated or imported
+        const auto dash = range.find('-');
+        const int first = std::atoi(range.c_str());
+        const int last = dash == std::string::npos ? first : std::atoi(range.c_str() + dash + 1);
+        for (int slot = std::max(0, first); slot <= last && slot < kSlots; ++slot) {
+          owner[static_cast<std::size_t>(slot)] = name;
+        }
+      }
+    }
+    if (listed.empty()) return;
+    for (const auto& [name, endpoint] : listed) node(endpoint);
+    for (auto it = nodes_.begin(); it != nodes_.end();) {
+      if (listed.count(it->first) == 0) {
+        it->second->stop();
+        it = nodes_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (std::size_t slot = 0; slot < kSlots; ++slot) {
+      const auto it = owner[slot].empty() ? nodes_.end() : nodes_.find(owner[slot]);
+      slots_[slot] = it == nodes_.end() ? nullptr : it->second.get();
+    }
+    loaded_ = true;
+    check_connected();
+  }
+
+  // Every slot has a master, and every master is connected.
+  bool complete() const {
+    if (!loaded_) return false;
+    return std::all_of(slots_.begin(), slots_.end(),
+                       [](const Connection* c) { return c != nullptr && c->ready(); });
+  }
+
+  bool connected() const { return connected_once_; }
+
+  void check_connected() {
+    if (!connected_once_ && complete()) {
+      connected_once_ = true;
+      connect_timer_.cancel();
+      finish_connect(Status{});
+    }
+  }
+
+  void finish_connect(Status status) {
+    for (auto& f : std::exchange(connect_waiters_, {})) f(status);
+  }
+
+  Strand strand_;
+  ClientOptions options_;
+  asio::steady_timer refresh_timer_;
+  asio::steady_timer connect_timer_;
+  std::map<std::string, std::shared_ptr<Connection>> nodes_;  // by host:port
+  std::vector<Connection*> slots_;  // the master of each slot (owned by nodes_), or nullptr
+  std::vector<UniqueFunction<void(Status)>> connect_waiters_;
+  SteadyTime last_refresh_{};
+  bool loaded_ = false;
+  bool connected_once_ = false;
+  bool refreshing_ = false;
+  bool refresh_scheduled_ = false;
+  bool again_ = false;
+  bool stopped_ = false;
+};
+
+}  // namespace
+
+std::shared_ptr<Client> make_client(Strand strand, const ClientOptions& options) {
+  if (options.address.cluster) {
+    auto c = std::make_shared<ClusterClient>(std::move(strand), options);
+    return c;
+  }
+  return std::make_shared<SingleClient>(std::move(strand), options);
+}
+
+}  // namespace sluice::redis::detail

@@ -1,0 +1,41 @@
+// Client: sends commands to the node that holds a slot — one node, or a Redis Cluster's slot map.
+// Not thread-safe: every call and every callback runs on the strand the client was made with.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "redis/connection.h"
+#include "sluice/redis/address.h"
+
+namespace sluice::redis::detail {
+
+class Client {
+ public:
+  virtual ~Client() = default;
+  // Connects (and keeps reconnecting until stop()).
+  virtual void start() = 0;
+  virtual void stop() = 0;
+  // Calls `f` once connected (a cluster: its slot map known and every master connected), or with
+  // the error of the first attempt that failed.
+  virtual void when_connected(UniqueFunction<void(Status)> f) = 0;
+  // Sends a command about keys of `slot` to the node that serves it; the callback runs by the
+  // deadline at the latest (see Connection::send). `command` must stay valid until the callback
+  // has run (a cluster may send it again, to where MOVED or ASK points, within the same deadline).
+  virtual void send(int slot, std::string_view command, Callback callback, SteadyTime deadline) = 0;
+  // Whether every command of a call must stay within one slot.
+  virtual bool cluster() const = 0;
+};
+
+struct ClientOptions {
+  Address address;
+  std::chrono::milliseconds connect_timeout{200};
+  std::chrono::milliseconds command_timeout{50};
+  std::chrono::milliseconds reconnect_min{10};
+  std::chrono::milliseconds reconnect_max{500};
+  std::vector<std::string> on_connect;  // see ConnectionOptions
+};
+
+std::shared_ptr<Client> make_client(Strand strand, const ClientOptions& options);
+
+}  // namespace sluice::redis::detail

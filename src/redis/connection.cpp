@@ -1,0 +1,304 @@
+#include "redis/connection.h"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+
+#include <algorithm>
+
+namespace sluice::redis::detail {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+constexpr std::size_t kReadChunk = 64 * 1024;
+
+}  // namespace
+
+Connection::Connection(Strand strand, ConnectionOptions options, Listener listener)
+    : strand_(std::move(strand)),
+      options_(std::move(options)),
+      listener_(std::move(listener)),
+      resolver_(strand_),
+      socket_(strand_),
+      connect_timer_(strand_),
+      command_timer_(strand_),
+      retry_timer_(strand_),
+      in_(kReadChunk),
+      reader_(redisReaderCreate()) {}
+
+Connection::~Connection() { redisReaderFree(reader_); }
+
+Error Connection::unavailable(std::string what) const {
+  return Error{ErrorCode::kStoreUnavailable,
+               "redis " + options_.endpoint.to_string() + ": " + std::move(what)};
+}
+
+void Connection::start() {
+  if (state_ != State::kIdle) return;
+  connect();
+}
+
+void Connection::stop() {
+  if (state_ == State::kStopped) return;
+  stopping_ = true;
+  disconnect(unavailable("connection closed"));
+  state_ = State::kStopped;
+  retry_timer_.cancel();
+  for (auto& f : std::exchange(attempt_waiters_, {})) f(unavailable("connection closed"));
+}
+
+void Connection::when_attempted(UniqueFunction<void(Status)> f) {
+  if (state_ == State::kReady) {
+    f(Status{});
+  } else if (state_ == State::kStopped) {
+    f(unavailable("connection closed"));
+  } else {
+    attempt_waiters_.push_back(std::move(f));
+  }
+}
+
+void Connection::connect() {
+  state_ = State::kConnecting;
+  const std::uint64_t generation = ++generation_;
+  auto self = shared_from_this();
+  connect_timer_.expires_after(options_.connect_timeout);
+  connect_timer_.async_wait([this, self, generation](const boost::system::error_code& ec) {
+    if (ec || generation != generation_ || state_ == State::kReady) return;
+    disconnect(unavailable("connect timed out after " +
+                           std::to_string(options_.connect_timeout.count()) + "ms"));
+  });
+  resolver_.async_resolve(
+      options_.endpoint.host, std::to_string(options_.endpoint.port),
+      [this, self, generation](const boost::system::error_code& ec,
+                               const tcp::resolver::results_type& results) {
+        if (generation != generation_) return;
+        if (ec) return disconnect(unavailable("cannot resolve: " + ec.message()));
+        asio::async_connect(socket_, results,
+                            [this, self, generation](const boost::system::error_code& e,
+                                                     const tcp::endpoint& ep) {
+                              on_connect(generation, e, ep);
+                            });
+      });
+}
+
+void Connection::on_connect(std::uint64_t generation, const boost::system::error_code& ec,
+                            const tcp::endpoint&) {
+  if (generation != generation_) return;
+  if (ec) return disconnect(unavailable("cannot connect: " + ec.message()));
+  boost::system::error_code ignored;
+  socket_.set_option(tcp::no_delay(true), ignored);
+  state_ = State::kHandshake;
+  read();
+  handshake();
+}
+
+// AUTH and SELECT, pipelined; the connection is ready once both have answered OK.
+void Connection::handshake() {
+  std::vector<std::string> commands;
+  if (!options_.password.empty()) {
+    commands.push_back(options_.user.empty() ? encode({"AUTH", options_.password})
+                                             : encode({"AUTH", options_.user, options_.password}));
+  }
+  if (options_.db != 0) commands.push_back(encode({"SELECT", std::to_string(options_.db)}));
+  if (commands.empty()) return set_ready();
+  auto left = std::make_shared<std::size_t>(commands.size());
+  const std::uint64_t generation = generation_;
+  const SteadyTime deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
+  for (const std::string& c : commands) {
+    enqueue(c, [this, left, generation](Result<Reply> r) {
+      if (generation != generation_) return;
+      if (!r.ok()) return disconnect(r.error());
+      if (is_error(*r)) {
+        return disconnect(Error{ErrorCode::kStoreUnavailable,
+                                "redis " + options_.endpoint.to_string() +
+                                    " refused the handshake: " + std::string(text(r->get()))});
+      }
+      if (--*left == 0) set_ready();
+    }, deadline);
+  }
+}
+
+void Connection::set_ready() {
+  state_ = State::kReady;
+  failures_ = 0;
+  connect_timer_.cancel();
+  // Queued ahead of every caller's command; a failure here only means NOSCRIPT later.
+  const SteadyTime deadline = std::chrono::steady_clock::now() + options_.command_timeout;
+  for (const std::string& c : options_.on_connect) enqueue(c, [](Result<Reply>) {}, deadline);
+  for (auto& f : std::exchange(attempt_waiters_, {})) f(Status{});
+  if (listener_) listener_(true);
+}
+
+void Connection::send(std::string_view command, Callback callback) {
+  send(command, std::move(callback), std::chrono::steady_clock::now() + options_.command_timeout);
+}
+
+void Connection::send(std::string_view command, Callback callback, SteadyTime deadline) {
+  if (state_ != State::kReady) {
+    callback(unavailable(state_ == State::kStopped ? "connection closed" : "not connected"));
+    return;
+  }
+  enqueue(command, std::move(callback), deadline);
+}
+
+void Connection::enqueue(std::string_view command, Callback callback, SteadyTime deadline) {
+  // Deadlines must not decrease along the queue (see on_timer); one set a little earlier than the
+  // one before it, by a caller that started first but got here second, waits as long as that one.
+  if (!pending_.empty()) deadline = std::max(deadline, pending_.back().deadline);
+  pending_.push_back({std::move(callback), deadline});
+  out_.append(command);
+  // The timer may still wait for a later deadline of a command that has been answered since.
+  if (!timer_armed_ || deadline < timer_expiry_) arm_timer();
+  // Writes wait until the handlers that are running now have queued their commands too, so that one
+  // write carries them all.
+  if (!writing_now_ && !flush_posted_) {
+    flush_posted_ = true;
+    asio::post(strand_, [self = shared_from_this(), generation = generation_] {
+      self->flush_posted_ = false;
+      if (generation == self->generation_) self->flush();
+    });
+  }
+}
+
+void Connection::flush() {
+  if (writing_now_ || out_.empty()) return;
+  writing_now_ = true;
+  writing_.swap(out_);
+  out_.clear();
+  asio::async_write(socket_, asio::buffer(writing_),
+                    [this, self = shared_from_this(), generation = generation_](
+                        const boost::system::error_code& ec, std::size_t) {
+                      if (generation != generation_) return;
+                      writing_now_ = false;
+                      writing_.clear();
+                      if (ec) return disconnect(unavailable("write failed: " + ec.message()));
+                      flush();
+                    });
+}
+
+void Connection::read() {
+  socket_.async_read_some(asio::buffer(in_),
+                          [this, self = shared_from_this(), generation = generation_](
+                              const boost::system::error_code& ec, std::size_t n) {
+                            if (generation != generation_) return;
+                            if (ec) {
+                              return disconnect(unavailable(
+                                  ec == asio::error::eof ? "connection closed by the server"
+                                                         : "read failed: " + ec.message()));
+                            }
+                            on_read(generation, n);
+                          });
+}
+
+void Connection::on_read(std::uint64_t generation, std::size_t n) {
+  if (redisReaderFeed(reader_, in_.data(), n) != REDIS_OK) {
+    return disconnect(Error{ErrorCode::kProtocol, "redis: unreadable reply"});
+  }
+  for (;;) {
+    void* raw = nullptr;
+    if (redisReaderGetReply(reader_, &raw) != REDIS_OK) {
+      return disconnect(Error{ErrorCode::kProtocol,
+                              std::string("redis: unreadable reply: ") + reader_->errstr});
+    }
+    if (raw == nullptr) break;
+    Reply reply(static_cast<redisReply*>(raw));
+    if (pending_.empty()) {
+      return disconnect(Error{ErrorCode::kProtocol, "redis: a reply nobody asked for"});
+    }
+    Callback callback = std::move(pending_.front().callback);
+    pending_.pop_front();
+    if (dead_ > 0) {
+      --dead_;  // a reply that came after its deadline: its caller was told of the timeout
+      continue;
+    }
+    callback(std::move(reply));
+    if (generation != generation_) return;  // the callback closed the connection
+  }
+  read();
+}
+
+void Connection::arm_timer() {
+  if (dead_ >= pending_.size()) {
+    timer_armed_ = false;
+    return;
+  }
+  timer_armed_ = true;
+  timer_expiry_ = pending_[dead_].deadline;
+  command_timer_.expires_at(timer_expiry_);
+  command_timer_.async_wait([this, self = shared_from_this(), generation = generation_](
+                                const boost::system::error_code& ec) {
+    if (ec || generation != generation_) return;
+    on_timer(generation);
+  });
+}
+
+// Fails the commands whose deadline has passed. Deadlines never decrease along the queue, so the
+// timed-out commands are always its first entries.
+void Connection::on_timer(std::uint64_t generation) {
+  const auto now = std::chrono::steady_clock::now();
+  while (dead_ < pending_.size() && pending_[dead_].deadline <= now) {
+    Callback callback = std::move(pending_[dead_].callback);
+    ++dead_;
+    callback(Error{ErrorCode::kTimeout,
+                   "redis " + options_.endpoint.to_string() + " did not answer within " +
+                       std::to_string(options_.command_timeout.count()) +
+                       "ms; the command may have run"});
+    if (generation != generation_) return;
+  }
+  arm_timer();
+}
+
+void Connection::disconnect(Error why) {
+  if (state_ == State::kStopped || state_ == State::kIdle) return;
+  const bool was_ready = state_ == State::kReady;
+  ++generation_;
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  resolver_.cancel();
+  connect_timer_.cancel();
+  command_timer_.cancel();
+  timer_armed_ = false;
+  writing_now_ = false;
+  out_.clear();
+  writing_.clear();
+  redisReaderFree(reader_);
+  reader_ = redisReaderCreate();
+  std::deque<Pending> pending = std::exchange(pending_, {});
+  const std::size_t dead = std::exchange(dead_, 0);
+  state_ = State::kIdle;
+  if (was_ready) {
+    why.message += why.code == ErrorCode::kStoreUnavailable ? "; the command may have run" : "";
+  } else {
+    ++failures_;
+    for (auto& f : std::exchange(attempt_waiters_, {})) f(why);
+  }
+  const std::uint64_t generation = generation_;
+  for (std::size_t i = dead; i < pending.size(); ++i) {
+    pending[i].callback(why);
+    if (generation != generation_) return;
+  }
+  if (was_ready && listener_) listener_(false);
+  if (!stopping_ && state_ == State::kIdle) retry_later();
+}
+
+void Connection::retry_later() {
+  // 10ms, 20ms, 40ms ... up to reconnect_max; the first retry after losing a working connection is
+  // immediate.
+  auto delay = std::chrono::milliseconds(0);
+  if (failures_ > 0) {
+    const int shift = std::min(failures_ - 1, 16);
+    delay = std::min(options_.reconnect_max, options_.reconnect_min * (std::int64_t{1} << shift));
+  }
+  state_ = State::kConnecting;
+  retry_timer_.expires_after(delay);
+  retry_timer_.async_wait([this, self = shared_from_this()](const boost::system::error_code& ec) {
+    if (ec || state_ == State::kStopped) return;
+    connect();
+  });
+}
+
+}  // namespace sluice::redis::detail

@@ -1,0 +1,119 @@
+// Connection: one pipelined TCP connection to one Redis node. Commands are written as they come,
+// coalesced into as few writes as possible; replies are matched to them in order. Each command has
+// a deadline; a lost connection is re-established with backoff, and while it is down commands fail
+// at once (no offline queue). Not thread-safe: every call and every callback runs on its strand.
+#pragma once
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/any_io_executor.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "redis/resp.h"
+#include "sluice/redis/address.h"
+
+struct redisReader;
+
+namespace sluice::redis::detail {
+
+using Strand = boost::asio::strand<boost::asio::any_io_executor>;
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+struct ConnectionOptions {
+  Endpoint endpoint;
+  std::string user;
+  std::string password;
+  int db = 0;
+  std::chrono::milliseconds connect_timeout{200};
+  std::chrono::milliseconds command_timeout{50};
+  std::chrono::milliseconds reconnect_min{10};
+  std::chrono::milliseconds reconnect_max{500};
+  // Encoded commands sent on every new connection once it is ready, ahead of any other (the
+  // scripts' SCRIPT LOAD); their replies are not waited for.
+  std::vector<std::string> on_connect;
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  // Told when the connection becomes ready (true) or is lost (false).
+  using Listener = std::function<void(bool ready)>;
+
+  Connection(Strand strand, ConnectionOptions options, Listener listener = {});
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Connects, and reconnects whenever the connection is lost, until stop().
+  void start();
+  // Closes the connection for good; what is pending fails.
+  void stop();
+
+  bool ready() const { return state_ == State::kReady; }
+  const Endpoint& endpoint() const { return options_.endpoint; }
+
+  // Sends one encoded command. The callback gets the reply (an error reply too), or kTimeout at the
+  // deadline (by default the command timeout from now), or kStoreUnavailable at once when not
+  // connected or when the connection is lost first.
+  void send(std::string_view command, Callback callback, SteadyTime deadline);
+  void send(std::string_view command, Callback callback);
+
+  // Calls `f` once the current or next connection attempt has ended: ok when connected.
+  void when_attempted(UniqueFunction<void(Status)> f);
+
+ private:
+  enum class State { kIdle, kConnecting, kHandshake, kReady, kStopped };
+  struct Pending {
+    Callback callback;  // empty once completed by a timeout: its reply is discarded
+    SteadyTime deadline;
+  };
+
+  void connect();
+  void on_connect(std::uint64_t generation, const boost::system::error_code& ec,
+                  const boost::asio::ip::tcp::endpoint& ep);
+  void handshake();
+  void set_ready();
+  void enqueue(std::string_view command, Callback callback, SteadyTime deadline);
+  void flush();
+  void read();
+  void on_read(std::uint64_t generation, std::size_t n);
+  void arm_timer();
+  void on_timer(std::uint64_t generation);
+  void disconnect(Error why);
+  void retry_later();
+  Error unavailable(std::string what) const;
+
+  Strand strand_;
+  ConnectionOptions options_;
+  Listener listener_;
+  boost::asio::ip::tcp::resolver resolver_;
+  boost::asio::ip::tcp::socket socket_;
+  boost::asio::steady_timer connect_timer_;
+  boost::asio::steady_timer command_timer_;
+  boost::asio::steady_timer retry_timer_;
+  State state_ = State::kIdle;
+  bool stopping_ = false;
+  std::uint64_t generation_ = 0;  // one per socket; completions of an older socket are ignored
+  int failures_ = 0;              // consecutive failed attempts, for the backoff
+  std::vector<UniqueFunction<void(Status)>> attempt_waiters_;
+
+  std::deque<Pending> pending_;  // in the order the replies will come
+  std::size_t dead_ = 0;         // how many of pending_'s first entries timed out
+  bool timer_armed_ = false;
+  SteadyTime timer_expiry_{};    // when command_timer_ fires, while armed
+  std::string out_;              // what is yet to be written
+  std::string writing_;          // what is being written
+  bool writing_now_ = false;
+  bool flush_posted_ = false;
+  std::vector<char> in_;
+  redisReader* reader_ = nullptr;
+};
+
+}  // namespace sluice::redis::detail

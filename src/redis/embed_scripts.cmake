@@ -1,0 +1,44 @@
+# Embeds the Lua scripts into the library: each script is the concatenation of scripts/*.lua files
+# listed below, written with its SHA1 (what EVALSHA names it by) into a C++ source. Run as
+# `cmake -P` with SCRIPTS (the scripts/ directory) and OUT.
+set(all_algorithms common.lua meter.lua interval.lua fixed.lua sliding.lua log.lua leases.lua
+    dispatch.lua)
+
+set(body "// Generated from src/redis/scripts/*.lua by embed_scripts.cmake. Do not edit.\n")
+string(APPEND body "#include \"redis/scripts.h\"\n\nnamespace sluice::redis::detail {\n")
+
+# add_script(<C++ name> <files...> [ONE <algorithm> <params>]): ONE appends one.lua with its
+# @ALG@ and @PARAMS@ filled in.
+function(add_script name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "ONE")
+  set(source "")
+  foreach(file IN LISTS arg_UNPARSED_ARGUMENTS)
+    file(READ "${SCRIPTS}/${file}" text)
+    string(APPEND source "${text}")
+  endforeach()
+  if(arg_ONE)
+    list(GET arg_ONE 0 algorithm)
+    list(GET arg_ONE 1 params)
+    file(READ "${SCRIPTS}/one.lua" text)
+    string(REPLACE "@ALG@" "${algorithm}" text "${text}")
+    string(REPLACE "@PARAMS@" "${params}" text "${text}")
+    string(APPEND source "${text}")
+  endif()
+  string(SHA1 sha "${source}")
+  string(APPEND body "\nconst Script ${name}{\"${sha}\", R\"sluice_lua(${source})sluice_lua\"};\n")
+  set(body "${body}" PARENT_SCOPE)
+endfunction()
+
+add_script(kAcquireScript ${all_algorithms} acquire.lua)
+add_script(kRefundScript ${all_algorithms} refund.lua)
+add_script(kReleaseScript common.lua leases.lua release.lua)
+add_script(kAcquireMeterScript common.lua meter.lua ONE meter meter)
+add_script(kAcquireIntervalScript common.lua interval.lua ONE interval interval)
+add_script(kAcquireFixedScript common.lua fixed.lua ONE fixed window)
+add_script(kAcquireSlidingScript common.lua sliding.lua ONE sliding window)
+add_script(kAcquireLogScript common.lua log.lua ONE log window)
+add_script(kAcquireLeasesScript common.lua leases.lua ONE leases leases)
+
+string(APPEND body "\n}  // namespace sluice::redis::detail\n")
+file(WRITE "${OUT}.tmp" "${body}")
+file(COPY_FILE "${OUT}.tmp" "${OUT}" ONLY_IF_DIFFERENT)

@@ -1,0 +1,740 @@
+#include "sluice/redis/redis_store.h"
+
+#include <boost/asio/append.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+
+#include <atomic>
+#include <future>
+#include <map>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "redis/client.h"
+#include "redis/scripts.h"
+#include "sluice/local_store.h"
+
+namespace sluice::redis {
+
+namespace asio = boost::asio;
+using detail::Callback;
+using detail::Client;
+using detail::Command;
+using detail::Reply;
+using detail::Script;
+
+namespace {
+
+std::int64_t to_us(Nanos t) { return t.count() > 0 ? t.count() / 1000 : 0; }
+
+Nanos from_us(std::int64_t us) { return Nanos{us * 1000}; }
+
+// How the scripts know each algorithm: its code, its keys, its ARGV and its one-limit script.
+struct Kind {
+  const char* code;    // in acquire.lua's ARGV
+  const char* suffix;  // key suffix: one state per key and kind, as in LocalStore
+  bool two_keys;
+  std::size_t args;    // ARGV per limit, after the code
+  const Script* one;   // the script for a call with this one limit
+};
+
+Kind kind_of(const Limit& limit) {
+  switch (limit.algorithm()) {
+    case Algorithm::kTokenBucket:
+      if (limit.params().refill == Refill::kInterval) {
+        return {"tbi", "tbi", false, 5, &detail::kAcquireIntervalScript};
+      }
+      // The continuous bucket shares GCRA's meter, and so its state, as in LocalStore.
+      return {"tb", "gcra", false, 9, &detail::kAcquireMeterScript};
+    case Algorithm::kGcra: return {"gcra", "gcra", false, 9, &detail::kAcquireMeterScript};
+    case Algorithm::kFixedWindow: return {"fw", "fw", false, 4, &detail::kAcquireFixedScript};
+    case Algorithm::kSlidingWindow: return {"sw", "sw", false, 4, &detail::kAcquireSlidingScript};
+    case Algorithm::kSlidingLog: return {"sl", "sl", true, 4, &detail::kAcquireLogScript};
+    case Algorithm::kConcurrency: return {"cc", "cc", true, 5, &detail::kAcquireLeasesScript};
+  }
+  return {"gcra", "gcra", false, 9, &detail::kAcquireMeterScript};
+}
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// One limit of a call, copied so that the call owns everything it needs.
+struct Request {
+  std::string key;      // the caller's
+  std::string state;    // the Redis key of the state
+  std::string state2;   // the second key of a sliding log or concurrency state
+  int slot = 0;
+  Limit limit;
+  std::int64_t cost = 1;
+  std::uint64_t lease = 0;
+  OnStoreFailure policy = OnStoreFailure::kError;
+  std::int64_t extra = 0;  // what the admitting decision returned for a refund
+};
+
+// The limits of a call that one script call decides: all of them on one node, one slot's on a
+// cluster.
+struct Batch {
+  int slot = 0;
+  std::vector<std::size_t> members;
+  std::string command;
+  bool admitted = false;  // answered, and every member admitted
+};
+
+Error protocol_error(std::string what) { return Error{ErrorCode::kProtocol, "redis: " + what}; }
+
+// Errors a script reply can carry that mean "Redis cannot serve now", not "we sent nonsense".
+bool unavailable_reply(std::string_view m) {
+  return m.starts_with("BUSY") || m.starts_with("LOADING") || m.starts_with("READONLY") ||
+         m.starts_with("OOM") || m.starts_with("MASTERDOWN") || m.starts_with("NOREPLICAS");
+}
+
+Error reply_error(std::string_view message) {
+  return Error{unavailable_reply(message) ? ErrorCode::kStoreUnavailable : ErrorCode::kProtocol,
+               "redis: " + std::string(message)};
+}
+
+// The limit divided among the fleet, for OnStoreFailure::kLocal.
+Limit divided(const Limit& limit, int fleet) {
+  if (fleet <= 1) return limit;
+  const sluice::detail::LimitParams& p = limit.params();
+  auto div = [fleet](std::int64_t v) { return std::max<std::int64_t>(1, v / fleet); };
+  const Nanos period = from_us(p.period_us);
+  Result<Limit> r = limit;
+  switch (p.algorithm) {
+    case Algorithm::kTokenBucket:
+      r = Limit::token_bucket({div(p.quota), div(p.rate), period, p.refill});
+      break;
+    case Algorithm::kGcra: r = Limit::gcra({div(p.rate), period, div(p.quota)}); break;
+    case Algorithm::kSlidingLog: r = Limit::sliding_log({div(p.quota), period}); break;
+    case Algorithm::kSlidingWindow: r = Limit::sliding_window({div(p.quota), period}); break;
+    case Algorithm::kFixedWindow: r = Limit::fixed_window({div(p.quota), period}); break;
+    case Algorithm::kConcurrency: r = Limit::concurrency({div(p.quota), period}); break;
+  }
+  return r.ok() ? *r : limit;
+}
+
+template <class Handler, class Value>
+void complete(Handler handler, const asio::any_io_executor& fallback, Value value) {
+  // Always posted, so that a call that fails at once does not run its handler inside the initiating
+  // call; asio then runs it on the handler's associated executor, if it has one.
+  asio::post(fallback, asio::append(std::move(handler), std::move(value)));
+}
+
+}  // namespace
+
+struct RedisStore::OwnThread {
+  asio::io_context io{1};
+  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
+  std::thread thread;
+
+  OwnThread() : thread([this] { io.run(); }) {}
+  void join() {
+    work.reset();
+    if (thread.joinable()) thread.join();
+  }
+};
+
+struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
+  struct Acquire;
+
+  Impl(asio::any_io_executor ex, RedisStoreOptions o, detail::ClientOptions co)
+      : options(std::move(o)),
+        executor(std::move(ex)),
+        strand(asio::make_strand(executor)),
+        client(detail::make_client(strand, co)),
+        breaker(options.breaker) {
+    std::random_device random;
+    lease_seed = (static_cast<std::uint64_t>(random()) << 32) ^ random();
+  }
+
+  std::string pinned() const {
+    return options.pinned_clock == nullptr ? std::string()
+                                           : std::to_string(to_us(options.pinned_clock->now()));
+  }
+
+  std::uint64_t next_lease() {
+    for (;;) {
+      const std::uint64_t id = splitmix64(lease_seed + lease_counter.fetch_add(1));
+      if (id != 0) return id;
+    }
+  }
+
+  Request make_request(const LimitRequest& r) {
+    const Kind kind = kind_of(*r.limit);
+    Request q{std::string(r.key), {}, {}, 0, *r.limit, r.cost, 0, r.on_store_failure, 0};
+    q.state.reserve(options.prefix.size() + r.key.size() + 8);
+    q.state.append(options.prefix).append("{").append(r.key).append("}:").append(kind.suffix);
+    if (kind.two_keys) q.state2 = q.state + ":meta";
+    q.slot = detail::key_slot(q.state);
+    if (r.limit->algorithm() == Algorithm::kConcurrency && r.cost > 0) q.lease = next_lease();
+    return q;
+  }
+
+  // The script that decides these requests: the one-limit script of the algorithm for one, else
+  // acquire.lua.
+  static const Script& script_for(const std::vector<Request>& requests,
+                                  const std::vector<std::size_t>& members) {
+    if (members.size() == 1) return *kind_of(requests[members.front()].limit).one;
+    return detail::kAcquireScript;
+  }
+
+  // EVALSHA of `script` over some of the requests: KEYS, then the pinned time, then for acquire.lua
+  // and refund.lua the number of limits and each one's code and ARGV, for a one-limit script its
+  // ARGV alone.
+  std::string script_call(const Script& script, const std::vector<Request>& requests,
+                          const std::vector<std::size_t>& members) {
+    const bool one = &script != &detail::kAcquireScript && &script != &detail::kRefundScript;
+    std::size_t keys = 0;
+    std::size_t args = one ? 1 : 2;
+    for (const std::size_t i : members) {
+      const Kind kind = kind_of(requests[i].limit);
+      keys += kind.two_keys ? 2 : 1;
+      args += kind.args + (one ? 0 : 1);
+    }
+    Command c(3 + keys + args);
+    c.arg("EVALSHA").arg(script.sha1).arg(static_cast<std::int64_t>(keys));
+    for (const std::size_t i : members) {
+      c.arg(requests[i].state);
+      if (!requests[i].state2.empty()) c.arg(requests[i].state2);
+    }
+    c.arg(pinned());
+    if (!one) c.arg(static_cast<std::int64_t>(members.size()));
+    for (const std::size_t i : members) {
+      const Request& r = requests[i];
+      const Kind kind = kind_of(r.limit);
+      if (!one) c.arg(kind.code);
+      append_args(c, r);
+    }
+    return std::move(c).take();
+  }
+
+  // One limit's ARGV, as its algorithm's *_params() in scripts/ reads it.
+  static void append_args(Command& c, const Request& r) {
+    const sluice::detail::LimitParams& p = r.limit.params();
+    c.arg(r.cost).arg(p.quota);
+    switch (p.algorithm) {
+      case Algorithm::kTokenBucket:
+        if (p.refill == Refill::kInterval) {
+          c.arg(p.rate).arg(p.period_us);
+          break;
+        }
+        [[fallthrough]];
+      case Algorithm::kGcra: {
+        // The capacity and the cost as whole microseconds plus a fraction in units: exact here in
+        // 128 bits, so that the script needs no product beyond 2^53 for them.
+        using i128 = __int128;
+        const i128 cap = static_cast<i128>(p.quota) * p.units_per_token;
+        const i128 cost = r.cost <= p.quota ? static_cast<i128>(r.cost) * p.units_per_token : 0;
+        c.arg(p.units_per_us).arg(p.units_per_token);
+        c.arg(static_cast<std::int64_t>(cap / p.units_per_us));
+        c.arg(static_cast<std::int64_t>(cap % p.units_per_us));
+        c.arg(static_cast<std::int64_t>(cost / p.units_per_us));
+        c.arg(static_cast<std::int64_t>(cost % p.units_per_us));
+        break;
+      }
+      case Algorithm::kFixedWindow:
+      case Algorithm::kSlidingWindow:
+      case Algorithm::kSlidingLog: c.arg(p.period_us); break;
+      case Algorithm::kConcurrency:
+        c.arg(p.period_us).arg(r.lease == 0 ? std::string("0") : std::to_string(r.lease));
+        break;
+    }
+    c.arg(r.extra);
+  }
+
+  // Sends an EVALSHA. On NOSCRIPT (a restarted or flushed server) sends it once more as EVAL with
+  // the script's source, which loads the script into the cache of the node that runs it (wherever
+  // MOVED or ASK lead) and runs it. Never resends after a timeout or a lost connection: the script
+  // may have run.
+  void eval(int slot, const Script& script, std::string_view command, Callback callback,
+            detail::SteadyTime deadline) {
+    client->send(slot, command, [self = shared_from_this(), slot, &script, command, deadline,
+                                 callback = std::move(callback)](Result<Reply> r) mutable {
+      if (r.ok() && detail::is_error(*r) && detail::text(r->get()).starts_with("NOSCRIPT")) {
+        auto with_source = std::make_unique<std::string>(as_eval(command, script));
+        const std::string_view view = *with_source;
+        return self->client->send(slot, view, [with_source = std::move(with_source),
+                                               callback = std::move(callback)](
+                                                  Result<Reply> again) mutable {
+          callback(std::move(again));
+        }, deadline);
+      }
+      callback(std::move(r));
+    }, deadline);
+  }
+
+  // When a call that starts now must have been answered.
+  detail::SteadyTime deadline() const {
+    return std::chrono::steady_clock::now() + options.command_timeout;
+  }
+
+  // "*N $7 EVALSHA $40 <sha> rest" -> "*N $4 EVAL $len <source> rest": the same call, by source.
+  static std::string as_eval(std::string_view evalsha, const Script& script) {
+    const std::size_t header = evalsha.find("\r\n") + 2;
+    const std::string_view name_and_sha = "$7\r\nEVALSHA\r\n$40\r\n";
+    const std::size_t rest = header + name_and_sha.size() + 40 + 2;
+    const std::string_view source = script.source;
+    std::string out(evalsha.substr(0, header));
+    out.append("$4\r\nEVAL\r\n$").append(std::to_string(source.size())).append("\r\n");
+    out.append(source).append("\r\n").append(evalsha.substr(rest));
+    return out;
+  }
+
+  // The decision a failure policy gives, or nothing for kLocal (decided by the caller).
+  Decision policy_decision(const Request& r) const {
+    Decision d;
+    d.limit = r.limit.quota();
+    d.fallback = true;
+    if (r.policy == OnStoreFailure::kAllow) {
+      d.allowed = true;
+      d.remaining = std::max<std::int64_t>(0, r.limit.quota() - r.cost);
+    } else {
+      d.retry_after = options.deny_retry_after;
+    }
+    return d;
+  }
+
+  // Decides the requests by their failure policies, since the store could not: kError anywhere
+  // reports the error; otherwise kAllow admits, kDeny rejects and kLocal asks the local store (all
+  // or nothing among them, and only when nothing else rejects).
+  Result<std::vector<Decision>> on_failure(const std::vector<Request>& requests, const Error& error) {
+    std::vector<Decision> decisions(requests.size());
+    std::vector<std::size_t> local_members;
+    bool denied = false;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const Request& r = requests[i];
+      switch (r.policy) {
+        case OnStoreFailure::kError: return error;
+        case OnStoreFailure::kLocal: local_members.push_back(i); break;
+        case OnStoreFailure::kAllow:
+        case OnStoreFailure::kDeny:
+          decisions[i] = policy_decision(r);
+          denied = denied || !decisions[i].allowed;
+          break;
+      }
+    }
+    if (local_members.empty()) return decisions;
+    std::vector<Limit> limits;
+    limits.reserve(local_members.size());
+    for (const std::size_t i : local_members) {
+      limits.push_back(divided(requests[i].limit, options.fleet_size));
+    }
+    std::vector<LimitRequest> local_requests;
+    for (std::size_t j = 0; j < local_members.size(); ++j) {
+      const Request& r = requests[local_members[j]];
+      local_requests.push_back({r.key, &limits[j], r.cost == 0 ? 1 : r.cost});
+    }
+    std::vector<Decision> local_decisions(local_members.size());
+    for (std::size_t j = 0; j < local_members.size(); ++j) {
+      const Request& r = requests[local_members[j]];
+      if (denied || r.cost == 0) {
+        auto d = local.peek(r.key, limits[j]);
+        if (d.ok()) local_decisions[j] = *d;
+      }
+    }
+    bool any_peek = denied;
+    for (const std::size_t i : local_members) any_peek = any_peek || requests[i].cost == 0;
+    if (!any_peek) {
+      if (Status s = local.acquire_all(local_requests, local_decisions); !s) return s.error();
+    }
+    for (std::size_t j = 0; j < local_members.size(); ++j) {
+      local_decisions[j].fallback = true;
+      decisions[local_members[j]] = local_decisions[j];
+    }
+    return decisions;
+  }
+
+  // Asks the breaker whether to call Redis; the error to report when not.
+  std::optional<Error> admit(BreakerPermit& permit) {
+    permit = breaker.try_acquire();
+    if (permit.admitted()) return std::nullopt;
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(permit.retry_after());
+    return Error{ErrorCode::kCircuitOpen,
+                 "redis: circuit breaker open (next try in " + std::to_string(ms.count()) + "ms)"};
+  }
+
+  // Tells the breaker how a call went: only a Redis that cannot answer is a failure.
+  void record(const BreakerPermit& permit, const std::optional<Error>& error) {
+    const bool failed = error && (error->code == ErrorCode::kStoreUnavailable ||
+                                  error->code == ErrorCode::kTimeout);
+    breaker.record(permit, failed);
+  }
+
+  RedisStoreOptions options;
+  asio::any_io_executor executor;
+  detail::Strand strand;
+  std::shared_ptr<Client> client;
+  CircuitBreaker breaker;
+  LocalStore local;
+  std::uint64_t lease_seed = 0;
+  std::atomic<std::uint64_t> lease_counter{0};
+};
+
+// One acquire or acquire_all: its requests grouped into batches (one per slot on a cluster), sent at
+// once; when every batch has answered, refunds what admitted batches took if another rejected.
+// Runs on the strand.
+struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
+  using Done = detail::UniqueFunction<void(Result<std::vector<Decision>>)>;
+
+  // The deadline counts from here, when the caller asked.
+  Acquire(std::shared_ptr<Impl> i, std::vector<Request> r, Done d)
+      : impl(std::move(i)),
+        requests(std::move(r)),
+        decisions(requests.size()),
+        deadline(impl->deadline()),
+        done(std::move(d)) {}
+
+  void start() {
+    if ((error = impl->admit(permit))) return deliver();
+    if (!impl->client->cluster()) {
+      batches.resize(1);
+      for (std::size_t i = 0; i < requests.size(); ++i) batches[0].members.push_back(i);
+    } else {
+      std::map<int, std::size_t> by_slot;
+      for (std::size_t i = 0; i < requests.size(); ++i) {
+        const auto [it, added] = by_slot.emplace(requests[i].slot, batches.size());
+        if (added) batches.push_back(Batch{requests[i].slot, {}, {}, false});
+        batches[it->second].members.push_back(i);
+      }
+    }
+    outstanding = batches.size();
+    for (std::size_t b = 0; b < batches.size(); ++b) {
+      const Script& script = Impl::script_for(requests, batches[b].members);
+      batches[b].command = impl->script_call(script, requests, batches[b].members);
+      impl->eval(batches[b].slot, script, batches[b].command,
+                 [self = shared_from_this(), b](Result<Reply> r) { self->on_reply(b, std::move(r)); },
+                 deadline);
+    }
+  }
+
+  void on_reply(std::size_t b, Result<Reply> r) {
+    Batch& batch = batches[b];
+    if (!r.ok()) {
+      error = r.error();
+    } else if (detail::is_error(*r)) {
+      error = reply_error(detail::text(r->get()));
+    } else if (!parse(batch, r->get())) {
+      error = protocol_error("unexpected reply to the acquire script");
+    }
+    if (--outstanding == 0) finish();
+  }
+
+  // Six integers per member: allowed, cost_exceeds_limit, remaining, retry_after_us,
+  // reset_after_us, and what a refund needs.
+  bool parse(Batch& batch, const redisReply* r) {
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 6 * batch.members.size()) return false;
+    for (std::size_t i = 0; i < r->elements; ++i) {
+      if (r->element[i]->type != REDIS_REPLY_INTEGER) return false;
+    }
+    batch.admitted = true;
+    for (std::size_t j = 0; j < batch.members.size(); ++j) {
+      Request& q = requests[batch.members[j]];
+      redisReply* const* e = r->element + 6 * j;
+      Decision& d = decisions[batch.members[j]];
+      d.allowed = e[0]->integer == 1;
+      d.cost_exceeds_limit = e[1]->integer == 1;
+      d.limit = q.limit.quota();
+      d.remaining = e[2]->integer;
+      d.retry_after = from_us(e[3]->integer);
+      d.reset_after = from_us(e[4]->integer);
+      d.lease = d.allowed ? q.lease : 0;
+      q.extra = e[5]->integer;
+      batch.admitted = batch.admitted && d.allowed;
+    }
+    return true;
+  }
+
+  void finish() {
+    impl->record(permit, error);
+    const bool all = !error && std::all_of(decisions.begin(), decisions.end(),
+                                           [](const Decision& d) { return d.allowed; });
+    if (!all && batches.size() > 1) {
+      // A cluster: other slots admitted what this call as a whole rejects. Give it back, then
+      // answer (so that the caller's next call sees it given back).
+      for (Batch& batch : batches) {
+        if (!batch.admitted) continue;
+        ++outstanding;
+        batch.command = impl->script_call(detail::kRefundScript, requests, batch.members);
+        impl->eval(batch.slot, detail::kRefundScript, batch.command,
+                   [self = shared_from_this()](Result<Reply>) {
+                     if (--self->outstanding == 0) self->deliver();
+                   },
+                   impl->deadline());
+      }
+      if (outstanding > 0) return;
+    }
+    deliver();
+  }
+
+  void deliver() {
+    if (error) return done(impl->on_failure(requests, *error));
+    done(std::move(decisions));
+  }
+
+  std::shared_ptr<Impl> impl;
+  std::vector<Request> requests;
+  std::vector<Decision> decisions;
+  std::vector<Batch> batches;
+  std::size_t outstanding = 0;
+  std::optional<Error> error;
+  detail::SteadyTime deadline;
+  BreakerPermit permit;
+  Done done;
+};
+
+Result<std::unique_ptr<RedisStore>> RedisStore::open(RedisStoreOptions options) {
+  auto own = std::make_unique<OwnThread>();
+  auto executor = own->io.get_executor();
+  auto store = open(executor, std::move(options));
+  if (!store) {
+    own->join();
+    return store;
+  }
+  (*store)->own_ = std::move(own);
+  return store;
+}
+
+Result<std::unique_ptr<RedisStore>> RedisStore::open(asio::any_io_executor executor,
+                                                     RedisStoreOptions options) {
+  auto address = parse_address(options.address);
+  if (!address) return address.error();
+  if (options.fleet_size < 1) return invalid_argument("fleet_size must be at least 1");
+  if (options.command_timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
+    return invalid_argument("timeouts must be positive");
+  }
+  if (Status s = options.breaker.validate(); !s) return s.error();
+  detail::ClientOptions co;
+  co.address = std::move(*address);
+  co.connect_timeout = options.connect_timeout;
+  co.command_timeout = options.command_timeout;
+  co.reconnect_min = options.reconnect_min;
+  co.reconnect_max = options.reconnect_max;
+  // Every node, replicas too, knows the scripts from the start, so EVALSHA seldom meets NOSCRIPT.
+  for (const Script* script :
+       {&detail::kAcquireScript, &detail::kRefundScript, &detail::kReleaseScript,
+        &detail::kAcquireMeterScript, &detail::kAcquireIntervalScript, &detail::kAcquireFixedScript,
+        &detail::kAcquireSlidingScript, &detail::kAcquireLogScript, &detail::kAcquireLeasesScript}) {
+    co.on_connect.push_back(detail::encode({"SCRIPT", "LOAD", script->source}));
+  }
+  auto impl = std::make_shared<Impl>(std::move(executor), options, std::move(co));
+  asio::dispatch(impl->strand, [impl] { impl->client->start(); });
+  return std::unique_ptr<RedisStore>(new RedisStore(std::move(options), std::move(impl), nullptr));
+}
+
+RedisStore::RedisStore(RedisStoreOptions options, std::shared_ptr<Impl> impl,
+                       std::unique_ptr<OwnThread> own)
+    : options_(std::move(options)), own_(std::move(own)), impl_(std::move(impl)) {}
+
+RedisStore::~RedisStore() {
+  // Closing fails what is pending; its handlers still run, on their executors.
+  asio::dispatch(impl_->strand, [impl = impl_] { impl->client->stop(); });
+  if (own_) own_->join();
+  impl_.reset();
+}
+
+CircuitBreaker& RedisStore::breaker() { return impl_->breaker; }
+
+void RedisStore::start_connect(StatusHandler handler) {
+  asio::dispatch(impl_->strand, [impl = impl_, handler = std::move(handler)]() mutable {
+    impl->client->when_connected(
+        [ex = impl->executor, handler = std::move(handler)](Status s) mutable {
+          complete(std::move(handler), ex, std::move(s));
+        });
+  });
+}
+
+namespace {
+
+Status check_cost(std::int64_t cost) {
+  if (cost < 1 || cost > kMaxLimit) {
+    return invalid_argument("cost must be between 1 and 2^40 (1099511627776), got " +
+                            std::to_string(cost));
+  }
+  return {};
+}
+
+}  // namespace
+
+void RedisStore::start_decide(const LimitRequest& request, DecisionHandler handler) {
+  std::vector<Request> requests;
+  requests.push_back(impl_->make_request(request));
+  auto op = std::make_shared<Impl::Acquire>(
+      impl_, std::move(requests),
+      [ex = impl_->executor, handler = std::move(handler)](
+          Result<std::vector<Decision>> r) mutable {
+        if (!r) return complete(std::move(handler), ex, Result<Decision>(r.error()));
+        complete(std::move(handler), ex, Result<Decision>(std::move(r->front())));
+      });
+  asio::dispatch(impl_->strand, [op] { op->start(); });
+}
+
+void RedisStore::start_acquire(const LimitRequest& request, DecisionHandler handler) {
+  if (request.limit == nullptr) {
+    return complete(std::move(handler), impl_->executor,
+                    Result<Decision>(invalid_argument("a limit request has no limit")));
+  }
+  if (Status s = check_cost(request.cost); !s) {
+    return complete(std::move(handler), impl_->executor, Result<Decision>(s.error()));
+  }
+  start_decide(request, std::move(handler));
+}
+
+void RedisStore::start_peek(std::string_view key, const Limit& limit, DecisionHandler handler) {
+  start_decide(LimitRequest{key, &limit, 0, options_.on_store_failure}, std::move(handler));
+}
+
+void RedisStore::start_acquire_all(std::span<const LimitRequest> requests,
+                                   DecisionsHandler handler) {
+  std::vector<Decision> slots(requests.size());
+  if (Status s = validate(requests, slots); !s) {
+    return complete(std::move(handler), impl_->executor,
+                    Result<std::vector<Decision>>(s.error()));
+  }
+  if (requests.empty()) {
+    return complete(std::move(handler), impl_->executor,
+                    Result<std::vector<Decision>>(std::vector<Decision>{}));
+  }
+  std::vector<Request> copies;
+  copies.reserve(requests.size());
+  for (const LimitRequest& r : requests) copies.push_back(impl_->make_request(r));
+  auto op = std::make_shared<Impl::Acquire>(
+      impl_, std::move(copies),
+      [ex = impl_->executor, handler = std::move(handler)](
+          Result<std::vector<Decision>> r) mutable { complete(std::move(handler), ex, std::move(r)); });
+  asio::dispatch(impl_->strand, [op] { op->start(); });
+}
+
+void RedisStore::start_reset(std::string_view key, const Limit& limit, StatusHandler handler) {
+  Request r = impl_->make_request(LimitRequest{key, &limit, 0});
+  std::string command = r.state2.empty() ? detail::encode({"DEL", r.state})
+                                         : detail::encode({"DEL", r.state, r.state2});
+  auto owned = std::make_shared<std::string>(std::move(command));
+  asio::dispatch(impl_->strand, [impl = impl_, slot = r.slot, owned, deadline = impl_->deadline(),
+                                 handler = std::move(handler)]() mutable {
+    BreakerPermit permit;
+    if (auto refused = impl->admit(permit)) {
+      return complete(std::move(handler), impl->executor, Status(*refused));
+    }
+    impl->client->send(slot, *owned, [impl, permit, owned,
+                                      handler = std::move(handler)](Result<Reply> reply) mutable {
+      std::optional<Error> error;
+      if (!reply.ok()) error = reply.error();
+      else if (detail::is_error(*reply)) error = reply_error(detail::text(reply->get()));
+      impl->record(permit, error);
+      complete(std::move(handler), impl->executor, error ? Status(*error) : Status());
+    }, deadline);
+  });
+}
+
+void RedisStore::start_release(std::string_view key, const Limit& limit, std::uint64_t lease,
+                               ReleaseHandler handler) {
+  if (limit.algorithm() != Algorithm::kConcurrency) {
+    return complete(std::move(handler), impl_->executor,
+                    Result<bool>(invalid_argument(
+                        "release applies to concurrency limits only, not " +
+                        std::string(to_string(limit.algorithm())))));
+  }
+  Request r = impl_->make_request(LimitRequest{key, &limit, 0});
+  Command c(7);
+  c.arg("EVALSHA").arg(detail::kReleaseScript.sha1).arg(2).arg(r.state).arg(r.state2)
+      .arg(impl_->pinned()).arg(std::to_string(lease));
+  auto owned = std::make_shared<std::string>(std::move(c).take());
+  asio::dispatch(impl_->strand, [impl = impl_, slot = r.slot, owned, deadline = impl_->deadline(),
+                                 handler = std::move(handler)]() mutable {
+    BreakerPermit permit;
+    if (auto refused = impl->admit(permit)) {
+      return complete(std::move(handler), impl->executor, Result<bool>(*refused));
+    }
+    impl->eval(slot, detail::kReleaseScript, *owned,
+               [impl, permit, owned, handler = std::move(handler)](Result<Reply> reply) mutable {
+                 std::optional<Error> error;
+                 bool held = false;
+                 if (!reply.ok()) {
+                   error = reply.error();
+                 } else if (detail::is_error(*reply)) {
+                   error = reply_error(detail::text(reply->get()));
+                 } else if ((*reply)->type != REDIS_REPLY_INTEGER) {
+                   error = protocol_error("unexpected reply to the release script");
+                 } else {
+                   held = (*reply)->integer == 1;
+                 }
+                 impl->record(permit, error);
+                 complete(std::move(handler), impl->executor,
+                          error ? Result<bool>(*error) : Result<bool>(held));
+               },
+               deadline);
+  });
+}
+
+// The synchronous calls: the asynchronous ones, waited for.
+namespace {
+
+template <class T>
+struct Waiter {
+  std::promise<T> promise;
+  auto handler() {
+    return [this](T value) { promise.set_value(std::move(value)); };
+  }
+  T get() { return promise.get_future().get(); }
+};
+
+}  // namespace
+
+Status RedisStore::connect() {
+  Waiter<Status> w;
+  start_connect(StatusHandler(w.handler()));
+  return w.get();
+}
+
+Result<Decision> RedisStore::acquire(std::string_view key, const Limit& limit, std::int64_t cost) {
+  return acquire(LimitRequest{key, &limit, cost, options_.on_store_failure});
+}
+
+Result<Decision> RedisStore::acquire(const LimitRequest& request) {
+  Waiter<Result<Decision>> w;
+  start_acquire(request, DecisionHandler(w.handler()));
+  return w.get();
+}
+
+Status RedisStore::acquire_all(std::span<const LimitRequest> requests,
+                               std::span<Decision> decisions) {
+  if (requests.size() != decisions.size()) {
+    return invalid_argument("acquire_all needs one decision slot per request");
+  }
+  Waiter<Result<std::vector<Decision>>> w;
+  start_acquire_all(requests, DecisionsHandler(w.handler()));
+  auto r = w.get();
+  if (!r) return r.error();
+  std::copy(r->begin(), r->end(), decisions.begin());
+  return {};
+}
+
+Result<Decision> RedisStore::peek(std::string_view key, const Limit& limit) {
+  Waiter<Result<Decision>> w;
+  start_peek(key, limit, DecisionHandler(w.handler()));
+  return w.get();
+}
+
+Status RedisStore::reset(std::string_view key, const Limit& limit) {
+  Waiter<Status> w;
+  start_reset(key, limit, StatusHandler(w.handler()));
+  return w.get();
+}
+
+Status RedisStore::release(std::string_view key, const Limit& limit, std::uint64_t lease) {
+  Waiter<Result<bool>> w;
+  start_release(key, limit, lease, ReleaseHandler(w.handler()));
+  auto r = w.get();
+  if (!r) return r.error();
+  return {};
+}
+
+}  // namespace sluice::redis

@@ -1,0 +1,106 @@
+---------------------------------------------------------------------------------------------------
+-- Sliding log: a list of "at:count" runs, oldest first, and a meta key "total:latest". ARGV:
+-- window_params, the refund value being the time the request was logged at.
+
+
+local function log_entry(v)
+  local at, n = string.match(v, '^(%d+):(%d+)$')
+  return tonumber(at), tonumber(n)
+end
+
+-- Saves total and latest with the TTL of the newest entry, or forgets the state when it is empty.
+local function log_settle(keys, p, now, total, latest)
+  if total == 0 then
+    redis.call('DEL', keys[1], keys[2])
+    return 0
+  end
+  local newest = log_entry(redis.call('LINDEX', keys[1], -1))
+  local reset = newest + p.period - now
+  local ttl = ttl_ms(reset)
+  redis.call('SET', keys[2], pair(total, latest), 'PX', ttl)
+  redis.call('PEXPIRE', keys[1], ttl)
+  return reset
+end
+
+local function log_decide(keys, p, now)
+  local list = keys[1]
+  local total, latest = pair_load(keys[2])
+  total, latest = total or 0, latest or 0
+  local t = max(now, latest)
+  -- Drop the entries that have left the window (at + period <= t).
+  local batch = FIRST_BATCH
+  while total > 0 do
+    local entries = redis.call('LRANGE', list, 0, batch - 1)
+    local drop = 0
+    for _, v in ipairs(entries) do
+      local at, n = log_entry(v)
+      if at + p.period > t then break end
+      drop = drop + 1
+      total = total - n
+    end
+    if drop > 0 then redis.call('LTRIM', list, drop, -1) end
+    if drop < #entries or #entries < batch then break end
+    batch = BATCH
+  end
+  local d
+  if p.cost <= p.quota - total then
+    if p.cost > 0 then
+      local last = redis.call('LINDEX', list, -1)
+      local at, n = 0, 0
+      if last then at, n = log_entry(last) end
+      if last and at == t then
+        redis.call('LSET', list, -1, pair(t, n + p.cost))
+      else
+        redis.call('RPUSH', list, pair(t, p.cost))
+      end
+      total = total + p.cost
+    end
+    d = decision(true, p.quota - total, 0, 0, t)
+  else
+    d = decision(false, p.quota - total, 0, 0)
+    if p.cost > p.quota then
+      d[2] = 1
+    else
+      -- Once the oldest entries holding `need` have left the window.
+      local gone = when_freed(total + p.cost - p.quota, function(from, n)
+        local times, counts = {}, {}
+        for i, v in ipairs(redis.call('LRANGE', list, from, from + n - 1)) do
+          local at, count = log_entry(v)
+          times[i], counts[i] = at + p.period, count
+        end
+        return times, counts
+      end)
+      d[4] = gone - now
+    end
+  end
+  d[5] = log_settle(keys, p, now, total, t)
+  return d
+end
+
+-- Takes the cost back off the run at `at` (the time the request was logged at).
+local function log_refund(keys, p, now)
+  local at = p.extra
+  local total, latest = pair_load(keys[2])
+  if not total then return end
+  local list = keys[1]
+  local cost = p.cost
+  local len = redis.call('LLEN', list)
+  local i = len - 1
+  while cost > 0 and i >= 0 do
+    local e_at, n = log_entry(redis.call('LINDEX', list, i))
+    if e_at < at then break end
+    if e_at == at then
+      local take = math.min(cost, n)
+      cost = cost - take
+      total = total - take
+      if take == n then
+        redis.call('LSET', list, i, 'x')
+        redis.call('LREM', list, 1, 'x')
+      else
+        redis.call('LSET', list, i, pair(e_at, n - take))
+      end
+    end
+    i = i - 1
+  end
+  log_settle(keys, p, now, total, latest)
+end

@@ -1,0 +1,57 @@
+// Address parsing: the forms docs/redis.md lists, and what is refused.
+#include "sluice/redis/address.h"
+
+#include <gtest/gtest.h>
+
+namespace sluice::redis {
+namespace {
+
+TEST(Address, SingleNodeWithPortAndDatabase) {
+  auto a = parse_address("redis://10.0.0.5:6380/3");
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_FALSE(a->cluster);
+  ASSERT_EQ(a->nodes.size(), 1u);
+  EXPECT_EQ(a->nodes[0], (Endpoint{"10.0.0.5", 6380}));
+  EXPECT_EQ(a->db, 3);
+  EXPECT_TRUE(a->password.empty());
+}
+
+TEST(Address, DefaultsPortAndDatabase) {
+  auto a = parse_address("redis://cache");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->nodes[0], (Endpoint{"cache", 6379}));
+  EXPECT_EQ(a->db, 0);
+}
+
+TEST(Address, PasswordAndUser) {
+  auto a = parse_address("redis://:s3cr:et@host:1");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->user, "");
+  EXPECT_EQ(a->password, "s3cr:et");
+  auto b = parse_address("redis://app:pw@host:1");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->user, "app");
+  EXPECT_EQ(b->password, "pw");
+}
+
+TEST(Address, ClusterSeeds) {
+  auto a = parse_address("redis-cluster://127.0.0.1:7000,127.0.0.1:7001,[::1]:7002");
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_TRUE(a->cluster);
+  ASSERT_EQ(a->nodes.size(), 3u);
+  EXPECT_EQ(a->nodes[2], (Endpoint{"::1", 7002}));
+  EXPECT_EQ(a->nodes[2].to_string(), "[::1]:7002");
+}
+
+TEST(Address, RefusesWhatItCannotUse) {
+  EXPECT_FALSE(parse_address("http://host:1").ok());
+  EXPECT_FALSE(parse_address("redis://host:0").ok());
+  EXPECT_FALSE(parse_address("redis://host:70000").ok());
+  EXPECT_FALSE(parse_address("redis://host:1/x").ok());
+  EXPECT_FALSE(parse_address("redis://a:1,b:2").ok());
+  EXPECT_FALSE(parse_address("redis-cluster://a:1/2").ok());
+  EXPECT_FALSE(parse_address("redis://").ok());
+}
+
+}  // namespace
+}  // namespace sluice::redis

@@ -1,0 +1,94 @@
+// RedisStore on a Redis Cluster of 3 masters and 3 replicas: exact totals for a fleet, acquire_all
+// across slots (one call per slot, refunds when one rejects), hash tags, and a slot migrating
+// under load (ASK, then MOVED).
+#include <gtest/gtest.h>
+
+#include "cluster_fixture.h"
+#include "fleet.h"
+#include "redis/resp.h"
+
+namespace sluice::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using redis::detail::key_slot;
+
+TEST_F(ClusterTest, FourInstancesAdmitExactlyTheLimitForEveryAlgorithm) {
+  expect_exactly_500_admitted(cluster_->address());
+}
+
+TEST_F(ClusterTest, AcquireAllMakesOneCallPerSlotAndRefundsWhenOneRejects) {
+  auto store = open_store(cluster_->address());
+  ASSERT_NE(store, nullptr);
+  const Limit wide = make(Limit::sliding_log({.limit = 10, .period = 1h}));
+  const Limit narrow = make(Limit::gcra({.limit = 1, .period = 1h, .burst = 1}));
+  const Limit jobs = make(Limit::concurrency({.limit = 10, .lease_timeout = 1h}));
+  // Three keys in three slots (and the narrow one with a second limit in its own slot).
+  ASSERT_NE(key_slot("a"), key_slot("b"));
+  ASSERT_NE(key_slot("b"), key_slot("c"));
+  ASSERT_NE(key_slot("a"), key_slot("c"));
+  const LimitRequest requests[] = {{"a", &wide, 3}, {"b", &jobs, 2}, {"c", &narrow, 1}};
+  Decision d[3];
+  ASSERT_TRUE(store->acquire_all(requests, d).ok());
+  ASSERT_TRUE(d[0].allowed && d[1].allowed && d[2].allowed);
+  EXPECT_EQ(calls("evalsha"), 3);
+  // Now "c" rejects: what "a" and "b" took is given back before the call returns.
+  const Status again = store->acquire_all(requests, d);
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_FALSE(d[2].allowed);
+  EXPECT_EQ(calls("evalsha"), 3 + 3 + 2);  // three decisions, two refunds
+  EXPECT_EQ(store->peek("a", wide)->remaining, 7);
+  EXPECT_EQ(store->peek("b", jobs)->remaining, 8);
+}
+
+TEST_F(ClusterTest, APrefixWithAHashTagPutsEveryKeyInOneSlot) {
+  auto store = open_store(cluster_->address(), {.prefix = "app{rl}:"});
+  ASSERT_NE(store, nullptr);
+  const Limit limit = make(Limit::fixed_window({.limit = 1, .period = 1h}));
+  const LimitRequest requests[] = {{"a", &limit, 1}, {"b", &limit, 1}, {"c", &limit, 1}};
+  Decision d[3];
+  ASSERT_TRUE(store->acquire_all(requests, d).ok());
+  EXPECT_TRUE(d[0].allowed && d[1].allowed && d[2].allowed);
+  EXPECT_EQ(calls("evalsha"), 1);
+}
+
+TEST_F(ClusterTest, FollowsAskAndMovedWhileASlotMigrates) {
+  auto store = open_store(cluster_->address());
+  ASSERT_NE(store, nullptr);
+  const std::string key = "migrating";
+  const int slot = key_slot(key);
+  RedisServer* from = cluster_->master_of(slot);
+  RedisServer* to = cluster_->master_of((slot + 8192) % 16384);
+  if (to == from) to = cluster_->master_of((slot + 12000) % 16384);
+  ASSERT_NE(from, nullptr);
+  ASSERT_NE(to, nullptr);
+  ASSERT_NE(from, to);
+  const std::string from_id = from->cli({"CLUSTER", "MYID"});
+  const std::string to_id = to->cli({"CLUSTER", "MYID"});
+  const Limit fixed = make(Limit::fixed_window({.limit = 10, .period = 1h}));
+  const Limit sliding = make(Limit::sliding_window({.limit = 10, .period = 1h}));
+  ASSERT_EQ(store->acquire(key, fixed)->remaining, 9);
+
+  // Migrating: a key the old master no longer has is answered with ASK, followed to the new one.
+  ASSERT_EQ(to->cli({"CLUSTER", "SETSLOT", std::to_string(slot), "IMPORTING", from_id}), "OK");
+  ASSERT_EQ(from->cli({"CLUSTER", "SETSLOT", std::to_string(slot), "MIGRATING", to_id}), "OK");
+  auto d = store->acquire(key, sliding);
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ(d->remaining, 9);
+  EXPECT_EQ(to->cli({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}), "1");
+
+  // Migrated: the old master answers MOVED; the state came along.
+  ASSERT_EQ(from->cli({"MIGRATE", "127.0.0.1", std::to_string(to->port()), "", "0", "5000", "KEYS",
+                       "sluice:{migrating}:fw"}),
+            "OK");
+  for (std::size_t i = 0; i < cluster_->size(); ++i) {
+    cluster_->node(i).cli({"CLUSTER", "SETSLOT", std::to_string(slot), "NODE", to_id});
+  }
+  d = store->acquire(key, fixed);
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ(d->remaining, 8);
+  EXPECT_EQ(store->acquire(key, fixed)->remaining, 7);
+}
+
+}  // namespace
+}  // namespace sluice::testing

@@ -1,0 +1,199 @@
+// RedisStore when Redis fails, each against a real server: killed under load (every call answered
+// by its failure policy within the timeout + 5 ms, no crash), SCRIPT FLUSH under load (no error
+// reaches the caller), CLIENT PAUSE (timeouts honoured, then the breaker answers at once), and
+// back on Redis within a second of it answering again.
+#include <gtest/gtest.h>
+
+#include <boost/asio/io_context.hpp>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include "store_fixture.h"
+
+namespace sluice::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using redis::RedisStore;
+
+// A closed loop of `depth` asynchronous acquisitions on an io_context of its own thread, cycling
+// through the failure policies, recording how each call ended and how long it took.
+class Load {
+ public:
+  struct Outcome {
+    int calls = 0;
+    int errors = 0;
+    int fallbacks = 0;
+    int policy_violations = 0;  // a fallback that contradicts the request's policy
+    Nanos slowest{0};
+    std::string first_error;
+  };
+
+  Load(const std::string& address, const Limit& limit, int depth,
+       std::chrono::milliseconds timeout = std::chrono::milliseconds(50))
+      : limit_(limit) {
+    auto store = RedisStore::open(io_.get_executor(),
+                                  {.address = address, .command_timeout = timeout, .fleet_size = 4});
+    EXPECT_TRUE(store.ok());
+    store_ = std::move(*store);
+    thread_ = std::thread([this, depth] {
+      store_->async_connect([this, depth](Status s) {
+        EXPECT_TRUE(s.ok());
+        for (int i = 0; i < depth; ++i) next();
+      });
+      io_.run();
+    });
+  }
+
+  ~Load() { stop(); }
+
+  int calls() const { return calls_.load(); }
+
+  Outcome stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    return outcome_;
+  }
+
+ private:
+  void next() {
+    static constexpr OnStoreFailure kPolicies[] = {OnStoreFailure::kAllow, OnStoreFailure::kDeny,
+                                                    OnStoreFailure::kLocal};
+    const OnStoreFailure policy = kPolicies[n_++ % 3];
+    const auto start = Clock::now();
+    ++in_flight_;
+    store_->async_acquire(LimitRequest{"k", &limit_, 1, policy}, [this, start, policy](Result<Decision> d) {
+      --in_flight_;
+      outcome_.slowest = std::max<Nanos>(outcome_.slowest, Clock::now() - start);
+      ++outcome_.calls;
+      ++calls_;
+      if (!d.ok()) {
+        if (outcome_.errors++ == 0) outcome_.first_error = d.error().message;
+      } else if (d->fallback) {
+        ++outcome_.fallbacks;
+        if ((policy == OnStoreFailure::kAllow && !d->allowed) ||
+            (policy == OnStoreFailure::kDeny && d->allowed)) {
+          ++outcome_.policy_violations;
+        }
+      }
+      if (!stop_) next();
+      else if (in_flight_ == 0) store_.reset();
+    });
+  }
+
+  boost::asio::io_context io_{1};
+  Limit limit_;
+  std::unique_ptr<RedisStore> store_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> calls_{0};
+  int in_flight_ = 0;
+  unsigned n_ = 0;
+  Outcome outcome_;
+};
+
+Limit plenty() { return make(Limit::fixed_window({.limit = 1'000'000'000, .period = 1h})); }
+
+// One acquisition, and how long until its handler ran (not counting the wait of this thread for
+// the handler's thread).
+struct Timed {
+  Result<Decision> decision;
+  Nanos took;
+};
+
+Timed timed_acquire(RedisStore& store, const Limit& limit) {
+  std::promise<Timed> done;
+  const auto start = Clock::now();
+  store.async_acquire("k", limit, 1, [&](Result<Decision> d) {
+    done.set_value({std::move(d), Clock::now() - start});
+  });
+  return done.get_future().get();
+}
+
+TEST(RedisFaults, KillUnderLoadEveryCallIsAnsweredByItsPolicyInTime) {
+  auto server = RedisServer::start();
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  Load load((*server)->address(), plenty(), 64);
+  ASSERT_TRUE(eventually([&] { return load.calls() > 2000; }, 10s));
+  (*server)->kill();
+  const int at_kill = load.calls();
+  ASSERT_TRUE(eventually([&] { return load.calls() > at_kill + 5000; }, 10s));
+  const Load::Outcome o = load.stop();
+  EXPECT_EQ(o.errors, 0) << o.first_error;
+  EXPECT_GT(o.fallbacks, 4000);
+  EXPECT_EQ(o.policy_violations, 0);
+  EXPECT_LE(o.slowest, 50ms + kLateness);
+}
+
+TEST(RedisFaults, ScriptFlushUnderLoadReachesNoCaller) {
+  auto server = RedisServer::start();
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  // A timeout is not what this test is about: give Redis time to compile the scripts again.
+  Load load((*server)->address(), plenty(), 64, 2s);
+  for (int i = 0; i < 10; ++i) {
+    const int before = load.calls();
+    ASSERT_TRUE(eventually([&] { return load.calls() > before + 300; }, 10s));
+    ASSERT_EQ((*server)->cli({"SCRIPT", "FLUSH"}), "OK");
+  }
+  const Load::Outcome o = load.stop();
+  EXPECT_EQ(o.errors, 0) << o.first_error;
+  EXPECT_EQ(o.fallbacks, 0);
+}
+
+TEST(RedisFaults, ClientPauseTimesOutThenTheBreakerAnswersAtOnce) {
+  auto server = RedisServer::start();
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  auto store = open_store((*server)->address(), {}, Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  const Limit limit = plenty();
+  ASSERT_TRUE(store->acquire("k", limit).ok());
+  ASSERT_EQ((*server)->cli({"CLIENT", "PAUSE", "1500", "ALL"}), "OK");
+  const auto paused = Clock::now();
+  int timeouts = 0;
+  int open = 0;
+  Nanos slowest{0};
+  while (Clock::now() - paused < 1s) {
+    const Timed t = timed_acquire(*store, limit);
+    slowest = std::max(slowest, t.took);
+    ASSERT_FALSE(t.decision.ok());
+    if (t.decision.error().code == ErrorCode::kTimeout) ++timeouts;
+    if (t.decision.error().code == ErrorCode::kCircuitOpen) ++open;
+  }
+  EXPECT_LE(slowest, store->options().command_timeout + kLateness);
+  EXPECT_GE(timeouts, 5);  // the breaker opens after 5 failures in a row
+  EXPECT_GT(open, 10 * timeouts);
+  // Once the pause ends, decisions come from Redis again within a second.
+  const auto deadline = paused + 1500ms + 1s;
+  EXPECT_TRUE(eventually([&] { return store->acquire("k", limit).ok(); }, 2500ms));
+  EXPECT_LE(Clock::now(), deadline);
+}
+
+TEST(RedisFaults, BackOnRedisWithinASecondOfItAnsweringAgain) {
+  auto server = RedisServer::start();
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  auto store = open_store((*server)->address(), {.on_store_failure = OnStoreFailure::kDeny},
+                          Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  const Limit limit = plenty();
+  ASSERT_FALSE(store->acquire("k", limit)->fallback);
+  (*server)->kill();
+  // Down: every call is denied by policy, at once.
+  for (int i = 0; i < 50; ++i) {
+    const Timed t = timed_acquire(*store, limit);
+    ASSERT_TRUE(t.decision.ok());
+    EXPECT_TRUE(t.decision->fallback);
+    EXPECT_FALSE(t.decision->allowed);
+    EXPECT_LE(t.took, kLateness);
+  }
+  EXPECT_EQ(store->breaker().state(), BreakerState::kOpen);
+  ASSERT_TRUE((*server)->restart().ok());
+  const auto answering = Clock::now();
+  ASSERT_TRUE(eventually([&] { return !store->acquire("k", limit)->fallback; }, 5s));
+  EXPECT_LT(Clock::now() - answering, 1s);
+}
+
+}  // namespace
+}  // namespace sluice::testing

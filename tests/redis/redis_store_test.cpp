@@ -1,0 +1,246 @@
+// RedisStore on one node: decisions, peek / reset / release, all-or-nothing acquire_all in one
+// script call, the TTL rule, NOSCRIPT recovery, async use from callbacks and coroutines.
+#include "sluice/redis/redis_store.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <chrono>
+#include <sstream>
+
+#include "store_fixture.h"
+
+namespace sluice::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using redis::RedisStore;
+using redis::RedisStoreOptions;
+
+// How many times Redis ran `command` (INFO commandstats).
+long long calls(RedisServer& server, const std::string& command) {
+  std::istringstream lines(server.cli({"INFO", "commandstats"}));
+  const std::string prefix = "cmdstat_" + command + ":calls=";
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(prefix, 0) == 0) return std::stoll(line.substr(prefix.size()));
+  }
+  return 0;
+}
+
+class RedisStoreTest : public RedisTest {};
+
+TEST_F(RedisStoreTest, AdmitsUpToTheLimitThenTellsWhenToRetry) {
+  auto store = open_store(server_->address());
+  ASSERT_NE(store, nullptr);
+  const Limit limit = make(Limit::fixed_window({.limit = 3, .period = 1h}));
+  for (int i = 0; i < 3; ++i) {
+    auto d = store->acquire("user:1", limit);
+    ASSERT_TRUE(d.ok()) << d.error().message;
+    EXPECT_TRUE(d->allowed);
+    EXPECT_EQ(d->remaining, 2 - i);
+    EXPECT_EQ(d->limit, 3);
+  }
+  auto d = store->acquire("user:1", limit);
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->allowed);
+  EXPECT_GT(d->retry_after, 0ns);
+  EXPECT_LE(d->retry_after, 1h);
+  EXPECT_TRUE(store->acquire("user:2", limit)->allowed);
+}
+
+TEST_F(RedisStoreTest, OneScriptCallPerDecision) {
+  auto store = open_store(server_->address());
+  ASSERT_NE(store, nullptr);
+  const Limit limit = make(Limit::gcra({.limit = 100, .period = 1s, .burst = 10}));
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(store->acquire("k", limit).ok());
+  EXPECT_EQ(calls(*server_, "evalsha"), 50);
+}
+
+TEST_F(RedisStoreTest, PeekConsumesNothingAndResetForgets) {
+  auto store = open_store(server_->address());
+  ASSERT_NE(store, nullptr);
+  const Limit limit = make(Limit::sliding_log({.limit = 3, .period = 1min}));
+  ASSERT_TRUE(store->acquire("k", limit, 2)->allowed);
+  EXPECT_EQ(store->peek("k", limit)->remaining, 1);
+  EXPECT_EQ(store->peek("k", limit)->remaining, 1);
+  ASSERT_TRUE(store->reset("k", limit).ok());
+  EXPECT_EQ(store->peek("k", limit)->remaining, 3);
+  EXPECT_EQ(server_->cli({"DBSIZE"}), "0");
+}
+
+TEST_F(RedisStoreTest, ReleaseGivesALeaseBack) {
+  auto store = open_store(server_->address());
+  ASSERT_NE(store, nullptr);
+  const Limit limit = make(Limit::concurrency({.limit = 2, .lease_timeout = 1min}));
+  auto a = store->acquire("jobs", limit);
+  auto b = store->acquire("jobs", limit);
+  ASSERT_TRUE(a->allowed && b->allowed);
+  EXPECT_NE(a->lease, 0u);
+  EXPECT_NE(a->lease, b->lease);
+  EXPECT_FALSE(store->acquire("jobs", limit)->allowed);
+  ASSERT_TRUE(store->release("jobs", limit, a->lease).ok());
+  EXPECT_TRUE(store->acquire("jobs", limit)->allowed);
+  // Releasing twice is no error, and gives nothing more back.
+  ASSERT_TRUE(store->release("jobs", limit, a->lease).ok());
+  EXPECT_FALSE(store->acquire("jobs", limit)->allowed);
+}
+
+TEST_F(RedisStoreTest, RefusesBadArguments) {
+  auto store = open_store(server_->address());
+  ASSERT_NE(store, nullptr);
+  const Limit limit = make(Limit::fixed_window({.limit = 3, .period = 1s}));
+  EXPECT_EQ(store->acquire("k", limit, 0).error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(store->acquire("k", limit, kMaxLimit + 1).error().code, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(store->release("k", limit, 1).error().code, ErrorCode::kInvalidArgument);
+  EXPECT_FALSE(RedisStore::open({.address = "http://x"}).ok());
+}
+
+TEST_F(RedisStoreTest, AcquireAllIsOneCallAndAllOrNothing) {
+  auto store = open_store(server_->address());
+  ASSERT_NE(store, nullptr);
+  const Limit wide = make(Limit::token_bucket({.capacity = 10, .refill_tokens = 1, .refill_period = 1h}));
+  const Limit narrow = make(Limit::fixed_window({.limit = 1, .period = 1h}));
+  const Limit log = make(Limit::sliding_log({.limit = 10, .period = 1h}));
+  const Limit jobs = make(Limit::concurrency({.limit = 10, .lease_timeout = 1h}));
+  const LimitRequest requests[] = {
+      {"system:a", &wide, 2}, {"api:x", &log, 3}, {"jobs", &jobs, 4}, {"interface:b", &narrow, 1}};
+  Decision d[4];
+  ASSERT_TRUE(store->acquire_all(requests, d).ok());
+  EXPECT_TRUE(d[0].allowed && d[1].allowed && d[2].allowed && d[3].allowed);
+  EXPECT_EQ(calls(*server_, "evalsha"), 1);
+  // The narrow limit now rejects: nothing else may be consumed.
+  ASSERT_TRUE(store->acquire_all(requests, d).ok());
+  EXPECT_FALSE(d[3].allowed);
+  EXPECT_EQ(store->peek("system:a", wide)->remaining, 8);
+  EXPECT_EQ(store->peek("api:x", log)->remaining, 7);
+  EXPECT_EQ(store->peek("jobs", jobs)->remaining, 6);
+}
+
+// Every key carries a TTL no longer than the time until its state is full (rounded up to Redis's
+// millisecond), for every algorithm.
+TEST_F(RedisStoreTest, EveryKeyHasATtlUntilFull) {
+  auto store = open_store(server_->address());
+  ASSERT_NE(store, nullptr);
+  // Long enough that nothing is full again before the test has looked (epoch-aligned windows and
+  // ticks end at any moment, so theirs are a year).
+  const Nanos year = std::chrono::hours(24 * 365);
+  const Limit limits[] = {
+      make(Limit::token_bucket({.capacity = 10, .refill_tokens = 1, .refill_period = 1min})),
+      make(Limit::token_bucket({.capacity = 10, .refill_tokens = 3, .refill_period = year, .refill = Refill::kInterval})),
+      make(Limit::gcra({.limit = 5, .period = 1min, .burst = 2})),
+      make(Limit::fixed_window({.limit = 5, .period = year})),
+      make(Limit::sliding_window({.limit = 5, .period = 1min})),
+      make(Limit::sliding_log({.limit = 5, .period = 1min})),
+      make(Limit::concurrency({.limit = 5, .lease_timeout = 1min})),
+  };
+  for (const Limit& limit : limits) {
+    auto d = store->acquire("k", limit, 2);
+    ASSERT_TRUE(d.ok() && d->allowed) << limit.to_string();
+    const auto reset_ms = (d->reset_after.count() + 999'999) / 1'000'000;
+    std::istringstream keys(server_->cli({"KEYS", "*"}));
+    int n = 0;
+    for (std::string key; std::getline(keys, key); ++n) {
+      const long long ttl = std::stoll(server_->cli({"PTTL", key}));
+      EXPECT_GT(ttl, 0) << key;
+      EXPECT_LE(ttl, reset_ms) << key << " " << limit.to_string();
+    }
+    EXPECT_GE(n, 1) << limit.to_string();
+    server_->cli({"FLUSHALL"});
+  }
+}
+
+TEST_F(RedisStoreTest, ReloadsScriptsAfterScriptFlush) {
+  auto store = open_store(server_->address());
+  ASSERT_NE(store, nullptr);
+  const Limit limit = make(Limit::fixed_window({.limit = 5, .period = 1h}));
+  ASSERT_TRUE(store->acquire("k", limit).ok());
+  server_->cli({"SCRIPT", "FLUSH"});
+  auto d = store->acquire("k", limit);
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ(d->remaining, 3);
+  // Sent once more as EVAL, which loads it again; then EVALSHA finds it.
+  EXPECT_EQ(calls(*server_, "eval"), 1);
+  ASSERT_TRUE(store->acquire("k", limit).ok());
+  EXPECT_EQ(calls(*server_, "eval"), 1);
+  EXPECT_EQ(calls(*server_, "evalsha"), 3);
+}
+
+TEST_F(RedisStoreTest, KeysUseThePrefixAndAHashTag) {
+  auto store = open_store(server_->address(), {.prefix = "app:"});
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->acquire("user:7", make(Limit::sliding_log({.limit = 5, .period = 1min})))->allowed);
+  const std::string keys = server_->cli({"KEYS", "*"});
+  EXPECT_NE(keys.find("app:{user:7}:sl"), std::string::npos) << keys;
+  EXPECT_NE(keys.find("app:{user:7}:sl:meta"), std::string::npos) << keys;
+}
+
+TEST_F(RedisStoreTest, AuthenticatesAndSelectsTheDatabase) {
+  auto secured = RedisServer::start({.password = "pw"});
+  ASSERT_TRUE(secured.ok()) << secured.error().message;
+  const int port = (*secured)->port();
+  const Limit limit = make(Limit::fixed_window({.limit = 5, .period = 1h}));
+  auto store = open_store("redis://:pw@127.0.0.1:" + std::to_string(port) + "/2");
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->acquire("k", limit)->allowed);
+  EXPECT_EQ((*secured)->cli({"-n", "2", "DBSIZE"}), "1");
+  auto refused = RedisStore::open({.address = "redis://:wrong@127.0.0.1:" + std::to_string(port)});
+  ASSERT_TRUE(refused.ok());
+  EXPECT_FALSE((*refused)->connect().ok());
+}
+
+TEST_F(RedisStoreTest, AsyncWithCallbacksOnTheCallersExecutor) {
+  boost::asio::io_context io;
+  auto opened = RedisStore::open(io.get_executor(), {.address = server_->address(), .command_timeout = 2s});
+  ASSERT_TRUE(opened.ok());
+  std::unique_ptr<RedisStore> store = std::move(*opened);
+  const Limit limit = make(Limit::fixed_window({.limit = 100, .period = 1h}));
+  int admitted = 0;
+  int answered = 0;
+  store->async_connect([&](Status s) {
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    for (int i = 0; i < 150; ++i) {
+      store->async_acquire("k", limit, 1, [&](Result<Decision> d) {
+        ++answered;
+        if (d.ok() && d->allowed) ++admitted;
+        if (answered == 150) store.reset();  // closes the connection, so io.run() returns
+      });
+    }
+  });
+  io.run();
+  EXPECT_EQ(answered, 150);
+  EXPECT_EQ(admitted, 100);
+}
+
+TEST_F(RedisStoreTest, AsyncWithCoroutines) {
+  boost::asio::io_context io;
+  auto opened = RedisStore::open(io.get_executor(), {.address = server_->address(), .command_timeout = 2s});
+  ASSERT_TRUE(opened.ok());
+  std::unique_ptr<RedisStore> store = std::move(*opened);
+  const Limit limit = make(Limit::sliding_window({.limit = 2, .period = 1h}));
+  std::vector<bool> allowed;
+  boost::asio::co_spawn(
+      io,
+      [&]() -> boost::asio::awaitable<void> {
+        const Status s = co_await store->async_connect(boost::asio::use_awaitable);
+        EXPECT_TRUE(s.ok());
+        for (int i = 0; i < 3; ++i) {
+          Result<Decision> d = co_await store->async_acquire("k", limit, 1, boost::asio::use_awaitable);
+          allowed.push_back(d.ok() && d->allowed);
+        }
+        const LimitRequest both[] = {{"k", &limit, 1}, {"other", &limit, 1}};
+        auto all = co_await store->async_acquire_all(both, boost::asio::use_awaitable);
+        EXPECT_TRUE(all.ok());
+        if (all.ok()) allowed.push_back((*all)[1].allowed);
+        store.reset();
+      },
+      boost::asio::detached);
+  io.run();
+  EXPECT_EQ(allowed, (std::vector<bool>{true, true, false, true}));
+}
+
+}  // namespace
+}  // namespace sluice::testing

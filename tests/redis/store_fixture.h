@@ -1,0 +1,70 @@
+// Helpers for RedisStore tests: a server per test suite, stores connected to it, limits.
+// Not thread-safe; for tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "redis_server.h"
+#include "sluice/redis/redis_store.h"
+
+namespace sluice::testing {
+
+inline Limit make(Result<Limit> r) {
+  EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
+  return std::move(r).value();
+}
+
+// Timeouts of a test's store. The production defaults (50 ms a command) are for the tests of
+// timing; the others give Redis room, since a loaded machine or a sanitizer build can take longer
+// than that to compile the scripts just after connecting, or to run thousands of them at once.
+enum class Timeouts { kRelaxed, kProduction };
+
+// Opens a store on `address` and waits until it is connected.
+inline std::unique_ptr<redis::RedisStore> open_store(const std::string& address,
+                                                     redis::RedisStoreOptions options = {},
+                                                     Timeouts timeouts = Timeouts::kRelaxed) {
+  options.address = address;
+  if (timeouts == Timeouts::kRelaxed) {
+    options.command_timeout = std::max(options.command_timeout, std::chrono::milliseconds(2000));
+    options.connect_timeout = std::max(options.connect_timeout, std::chrono::milliseconds(2000));
+  }
+  auto store = redis::RedisStore::open(std::move(options));
+  EXPECT_TRUE(store.ok()) << (store.ok() ? "" : store.error().message);
+  if (!store.ok()) return nullptr;
+  const Status s = (*store)->connect();
+  EXPECT_TRUE(s.ok()) << (s.ok() ? "" : s.error().message);
+  return std::move(*store);
+}
+
+// One redis-server for every test of the suite, emptied before each test.
+class RedisTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto s = RedisServer::start();
+    if (s.ok()) {
+      server_ = std::move(*s);
+    } else {
+      start_error_ = s.error().message;
+    }
+  }
+  static void TearDownTestSuite() { server_.reset(); }
+
+  void SetUp() override {
+    ASSERT_NE(server_, nullptr) << start_error_;
+    server_->cli({"FLUSHALL"});
+    server_->cli({"CONFIG", "RESETSTAT"});
+  }
+
+  static std::unique_ptr<RedisServer> server_;
+  static std::string start_error_;
+};
+
+inline std::unique_ptr<RedisServer> RedisTest::server_;
+inline std::string RedisTest::start_error_;
+
+}  // namespace sluice::testing
