@@ -452,19 +452,18 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
       rest.remove_prefix(amp + 1);
     }
   }
-  if (call.segments.empty() ||
-      std::any_of(call.segments.begin(), call.segments.end(), [](const std::string& s) { return s.empty(); })) {
-    return not_found("No such admin API route.");
-  }
-
   auto principal = options_.auth ? options_.auth->authenticate(request.header("Authorization")) : std::nullopt;
   if (!principal) {
     return error(401, "unauthorized", "This needs an admin token: Authorization: Bearer <token>.",
                  {{"WWW-Authenticate", "Bearer realm=\"sluice\""}});
   }
+  if (call.segments.empty() ||
+      std::any_of(call.segments.begin(), call.segments.end(), [](const std::string& s) { return s.empty(); })) {
+    return not_found("No such admin API route.");
+  }
   call.principal = *principal;
   call.actor = "token:" + principal->name + " (" + principal->id + ")";
-  const bool reads = call.method == "GET" || call.method == "HEAD";
+  const bool reads = call.method == "GET";
   const std::string& what = call.segments[0];
   if ((!reads || what == "tokens") && principal->role != config::Role::kAdmin) {
     return error(403, "forbidden", "This token has the read role; this needs the admin role.");
@@ -590,7 +589,7 @@ AdminResponse AdminApi::entity_route(Call& call) const {
   const Precondition none_match(req.header("If-None-Match"));
   std::string prefix;
   bool created = false;
-  json::object after;  // the entity as stored, for the answer
+  json::object after;  // the entity as stored (or as it was, when the write changed nothing)
 
   if (call.method == "DELETE") {
     const std::vector<std::string> id(seg.begin() + 1, seg.end());
@@ -681,12 +680,6 @@ AdminResponse AdminApi::entity_route(Call& call) const {
       },
       match.revision);
   if (!w.ok()) return refusal_response(*w.refusal, prefix);
-  if (after.empty()) {  // nothing changed: the entity as it is
-    const config::StoredConfig stored = current();
-    config::Config c = *stored.config;
-    const auto at = find(E::list(c), id);
-    if (at >= 0) after = config::to_json(E::list(c)[static_cast<std::size_t>(at)]);
-  }
   Headers headers{{"ETag", entity_tag(after)}, {"X-Sluice-Revision", std::to_string(w.revision)}};
   if (created) headers.emplace_back("Location", std::string(kPrefix) + path_of<T>(id));
   return json_response(created ? 201 : 200, redacted(after), std::move(headers));

@@ -137,6 +137,7 @@ TEST_F(AdminApiTest, WithoutAValidTokenEveryRouteIs401WithTheProjectsErrorShape)
     EXPECT_EQ(r.header("WWW-Authenticate"), "Bearer realm=\"sluice\"");
   }
   EXPECT_EQ(call("PUT", "/admin/v1/config", "{}", {}, &none).status, 401);
+  EXPECT_EQ(call("GET", "/admin/v1/no/such/route", "", {}, &none).status, 401);
 }
 
 TEST_F(AdminApiTest, AReadTokenReadsButChangesNothing) {
