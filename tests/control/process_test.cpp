@@ -109,6 +109,8 @@ TEST_F(ControlProcessTest, ASecondGatewayOnTheDatabaseServesAChangeWithinASecond
 
   EXPECT_EQ(status(b, "/users/3", "crm"), 200);  // crm's limit did not change: its count carried over
   EXPECT_EQ(status(b, "/users/4", "crm"), 429);
+  b.child->signal(SIGTERM);
+  EXPECT_EQ(b.child->wait_exit(10s), 0) << b.child->stderr_text();
 }
 
 TEST_F(ControlProcessTest, AFollowerPullsFromItsPrimaryAndKeepsServingWhenThePrimaryIsKilled) {
@@ -125,6 +127,14 @@ TEST_F(ControlProcessTest, AFollowerPullsFromItsPrimaryAndKeepsServingWhenThePri
       << follower.child->stderr_text();
   const HttpResponse read_only = admin(follower, follower_token, "PUT", "/admin/v1/systems/erp", "{}");
   EXPECT_EQ(read_only.status, 403);  // a read token; an admin one would get 409 read_only
+
+  // A follower stops at once on SIGTERM, though its long poll would wait 30 s for news.
+  Server second = serve({"--config-from", "http://127.0.0.1:" + std::to_string(primary.admin), "--token",
+                         follower_token});
+  const auto asked = std::chrono::steady_clock::now();
+  second.child->signal(SIGTERM);
+  EXPECT_EQ(second.child->wait_exit(10s), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, 5s);
 
   primary.child->signal(SIGKILL);
   EXPECT_EQ(primary.child->wait_exit(5s), -1);  // killed by the signal
