@@ -165,6 +165,7 @@ SourceHealth Follower::health() const {
 
 void Follower::failed(const std::string& error) {
   std::unique_lock lock(mu_);
+  if (stop_) return;  // the request was cancelled to stop
   if (health_.ok || health_.error != error) {
     options_.log("following " + options_.primary + ": " + error + "; still serving revision " +
                  std::to_string(revision_.load()));
@@ -194,17 +195,14 @@ void Follower::run() {
       failed(answer_error(*r));
       continue;
     }
-    std::optional<config::StoredConfig> next;
     if (r->status == 200) {
       auto parsed = parse_answer(*r, options_.primary);
       if (!parsed.ok()) {
         failed(parsed.error().message);
         continue;
       }
-      next = std::move(*parsed);
-      options_.install(*next);
-      revision_.store(next->revision);
-      options_.log("configuration revision " + std::to_string(next->revision) + " from " + options_.primary);
+      options_.install(*parsed);
+      revision_.store(parsed->revision);
     }
     std::lock_guard lock(mu_);
     if (!health_.ok) options_.log("following " + options_.primary + ": reached it again");
