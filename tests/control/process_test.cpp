@@ -99,14 +99,16 @@ TEST_F(ControlProcessTest, ASecondGatewayOnTheDatabaseServesAChangeWithinASecond
   Server b = serve({"--db", db_});
   EXPECT_EQ(status(b, "/users/1", "crm"), 200);
   EXPECT_EQ(status(b, "/users/2", "crm"), 200);  // 2 of crm's 3 this hour, counted by b
-  EXPECT_EQ(status(b, "/users/1", "erp"), 403);
+  HttpClient kept(b.port);                        // one keep-alive connection across the change
+  EXPECT_EQ(kept.get("/users/1", "erp").status, 403);
 
   const HttpResponse put = admin(a, t, "PUT", "/admin/v1/systems/erp", R"({"interfaces":["orders","users"]})");
   ASSERT_EQ(put.status, 200) << put.body;
   const auto committed = std::chrono::steady_clock::now();
-  ASSERT_TRUE(testing::eventually([&] { return status(b, "/users/1", "erp") == 200; }, 5s));
+  ASSERT_TRUE(testing::eventually([&] { return kept.get("/users/1", "erp").status == 200; }, 5s));
   const auto took = std::chrono::steady_clock::now() - committed;
   EXPECT_LT(took, 1s) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+  EXPECT_EQ(kept.connections(), 1);  // the swap dropped no connection
 
   EXPECT_EQ(status(b, "/users/3", "crm"), 200);  // crm's limit did not change: its count carried over
   EXPECT_EQ(status(b, "/users/4", "crm"), 429);
