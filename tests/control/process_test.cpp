@@ -282,6 +282,10 @@ TEST_F(ControlProcessTest, ConfigApplyReplacesAPrimarysConfigurationOrShowsItsPr
   EXPECT_NE(err.find(bad + ":2:23: systems[0].enabled"), std::string::npos) << err;
   EXPECT_EQ(sluice({"config", "apply", next, "--admin", url, "--token", t, "--if-match", "3"}, &out, &err), 1);
   EXPECT_NE(err.find("412: the configuration changed since revision 3"), std::string::npos) << err;
+  EXPECT_EQ(sluice({"config", "apply", next, "--admin", url, "--token", t, "--if-match", "\"r3\""}, &out, &err), 1);
+  EXPECT_NE(err.find("412: the configuration changed since revision 3"), std::string::npos) << err;
+  EXPECT_EQ(sluice({"config", "apply", next, "--admin", url, "--token", t, "--if-match", "latest"}, &out, &err), 1);
+  EXPECT_NE(err.find("--if-match must be a revision"), std::string::npos) << err;
   EXPECT_EQ(sluice({"config", "apply", next, "--admin", url, "--token", "sluice_at_wrong"}, &out, &err), 1);
   EXPECT_NE(err.find("401"), std::string::npos) << err;
 }
