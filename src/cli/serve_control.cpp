@@ -178,11 +178,8 @@ int serve_database(const ServeSettings& s) {
   // A change committed by any process (this one's admin API, `sluice config import`, another
   // gateway, a hand edit) is served within interval plus the time to load it.
   gateway::DatabaseWatcher watcher({.store = &store,
-                                    .install =
-                                        [&r, &refresh_tokens](const config::StoredConfig& c) {
-                                          refresh_tokens();
-                                          r.install(c);
-                                        },
+                                    .install = [&r](const config::StoredConfig& c) { r.install(c); },
+                                    .changed = refresh_tokens,
                                     .log = log_line},
                                    loaded->revision);
   const std::string path = s.db;
