@@ -1,6 +1,6 @@
 // build/sluice as child processes: two gateways on one database (a change served by the other within
-// a second, counters carried over), a follower that keeps serving when its primary is killed, kill -9
-// in the middle of writes, and the config and token commands.
+// a second, counters carried over), a follower that keeps serving when its primary is killed and
+// catches up when it is back, kill -9 in the middle of writes, and the config and token commands.
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -64,10 +64,11 @@ class ControlProcessTest : public ::testing::Test {
     std::uint16_t admin = 0;
   };
 
-  Server serve(const std::vector<std::string>& source) {
+  // On free ports, or on the ones given (a restart where the last one was).
+  Server serve(const std::vector<std::string>& source, std::uint16_t port = 0, std::uint16_t admin_port = 0) {
     Server s;
-    s.port = testing::free_port();
-    s.admin = testing::free_port();
+    s.port = port != 0 ? port : testing::free_port();
+    s.admin = admin_port != 0 ? admin_port : testing::free_port();
     std::vector<std::string> argv{SLUICE_BINARY, "serve", "--listen", "127.0.0.1:" + std::to_string(s.port),
                                   "--admin-listen", "127.0.0.1:" + std::to_string(s.admin), "--access-log", "off"};
     argv.insert(argv.end(), source.begin(), source.end());
@@ -149,6 +150,16 @@ TEST_F(ControlProcessTest, AFollowerPullsFromItsPrimaryAndKeepsServingWhenThePri
   EXPECT_NE(follower.child->stderr_text().find("still serving revision"), std::string::npos)
       << follower.child->stderr_text();
   EXPECT_EQ(status(follower, "/users/9", "erp"), 200);
+
+  // The primary back where it was: the follower reaches it again and takes the next change.
+  Server back = serve({"--db", db_}, primary.port, primary.admin);
+  ASSERT_EQ(admin(back, t, "PUT", "/admin/v1/systems/erp", R"({"interfaces":["orders"]})").status, 200);
+  EXPECT_TRUE(testing::eventually([&] { return status(follower, "/users/1", "erp") == 403; }, 10s))
+      << follower.child->stderr_text();
+  // Said once the answer that brought the change is installed.
+  EXPECT_TRUE(testing::eventually(
+      [&] { return follower.child->stderr_text().find("reached it again") != std::string::npos; }, 5s))
+      << follower.child->stderr_text();
 }
 
 TEST_F(ControlProcessTest, KillingAWriterMidCommitLeavesAValidDatabaseWithEveryCommit) {
