@@ -5,10 +5,13 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <atomic>
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "config/yaml.h"
 #include "control_test.h"
@@ -115,6 +118,41 @@ TEST_F(ControlProcessTest, ASecondGatewayOnTheDatabaseServesAChangeWithinASecond
   EXPECT_EQ(status(b, "/users/4", "crm"), 429);
   b.child->signal(SIGTERM);
   EXPECT_EQ(b.child->wait_exit(10s), 0) << b.child->stderr_text();
+}
+
+TEST_F(ControlProcessTest, OfWritersInTwoProcessesHoldingOneETagExactlyOneWinsAndTheRestGet412) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  const std::string t = token("admin");
+  Server a = serve({"--db", db_});
+  Server b = serve({"--db", db_});
+  const HttpResponse read = admin(a, t, "GET", "/admin/v1/systems/crm");
+  const std::string etag = read.header("etag");
+  ASSERT_FALSE(etag.empty()) << read.body;
+  constexpr int kWriters = 8;
+  std::atomic<int> ok{0};
+  std::atomic<int> stale{0};
+  std::atomic<int> other{0};
+  std::vector<std::thread> writers;
+  for (int i = 0; i < kWriters; ++i) {
+    writers.emplace_back([&, i] {
+      const Server& to = i % 2 == 0 ? a : b;  // half through each process, so SQLite's locks decide
+      const HttpResponse r = HttpClient(to.admin).request(
+          "PUT", "/admin/v1/systems/crm", {{"Authorization", "Bearer " + t}, {"If-Match", etag}},
+          R"({"interfaces":["orders","users"],"description":"writer )" + std::to_string(i) + "\"}");
+      (r.status == 200 ? ok : r.status == 412 ? stale : other).fetch_add(1);
+    });
+  }
+  for (auto& w : writers) w.join();
+  EXPECT_EQ(ok.load(), 1);
+  EXPECT_EQ(stale.load(), kWriters - 1);
+  EXPECT_EQ(other.load(), 0);
+  auto store = control_test::open_store(db_);
+  EXPECT_EQ(*store->revision(), 4);  // import, token, and the one write
+  EXPECT_TRUE(store->load()->config->systems.at(0).description.starts_with("writer "));
+  auto audit = store->audit(10);
+  ASSERT_TRUE(audit.ok());
+  EXPECT_EQ(std::count_if(audit->begin(), audit->end(), [](const config::AuditEntry& e) { return e.action == "system.update"; }),
+            1);
 }
 
 TEST_F(ControlProcessTest, AFollowerPullsFromItsPrimaryAndKeepsServingWhenThePrimaryIsKilled) {
