@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -13,8 +14,10 @@
 #include <sstream>
 #include <thread>
 
+#include "config/crypto.h"
 #include "config/yaml.h"
 #include "control_test.h"
+#include "gateway/caller_auth.h"
 #include "gateway/demo.h"
 
 namespace sluice {
@@ -198,6 +201,83 @@ TEST_F(ControlProcessTest, AFollowerPullsFromItsPrimaryAndKeepsServingWhenThePri
   EXPECT_TRUE(testing::eventually(
       [&] { return follower.child->stderr_text().find("reached it again") != std::string::npos; }, 5s))
       << follower.child->stderr_text();
+}
+
+// SLUICE_SECRET_KEY for the children started while it lives.
+class SecretKeyEnv {
+ public:
+  explicit SecretKeyEnv(const std::string& value) { ::setenv("SLUICE_SECRET_KEY", value.c_str(), 1); }
+  ~SecretKeyEnv() { ::unsetenv("SLUICE_SECRET_KEY"); }
+  SecretKeyEnv(const SecretKeyEnv&) = delete;
+  SecretKeyEnv& operator=(const SecretKeyEnv&) = delete;
+};
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST_F(ControlProcessTest, ASigningSecretIsSealedOnDiskAndOpensOnlyWhereSluiceSecretKeyIsTheSame) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  const std::string t = token("admin");
+  const std::string key = config::to_hex(config::random_bytes(32));
+  std::string secret;
+  {
+    SecretKeyEnv env(key);
+    Server a = serve({"--db", db_});
+    const HttpResponse made = admin(a, t, "POST", "/admin/v1/systems/erp/credentials", R"({"kind":"hmac"})");
+    ASSERT_EQ(made.status, 201) << made.body;
+    secret = std::string(boost::json::parse(made.body).as_object().at("secret").as_string());
+    ASSERT_EQ(admin(a, t, "PUT", "/admin/v1/systems/erp", R"({"auth":"hmac","interfaces":["orders"]})").status, 200);
+    a.child->signal(SIGTERM);
+    EXPECT_EQ(a.child->wait_exit(10s), 0);
+  }
+  // Neither the database nor its write-ahead log holds the secret as text.
+  for (const std::string& file : {db_, db_ + "-wal"}) {
+    EXPECT_EQ(file_bytes(file).find(secret), std::string::npos) << file;
+  }
+
+  auto signed_post = [&](const Server& s, const std::string& nonce, const std::string& with) {
+    const std::string body = R"({"amount":1})";
+    const std::string ts = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                              std::chrono::system_clock::now().time_since_epoch()).count());
+    return HttpClient(s.port).request(
+        "POST", "/orders/1",
+        {{"X-System-Key", "erp"}, {"X-Sluice-Timestamp", ts}, {"X-Sluice-Nonce", nonce},
+         {"X-Sluice-Signature", gateway::sign_request(with, "POST", "/orders/1", ts, nonce, body)}},
+        body);
+  };
+  auto reason = [](const HttpResponse& r) {
+    boost::system::error_code ec;
+    const auto v = boost::json::parse(r.body, ec);
+    return !ec && v.is_object() && v.as_object().contains("reason") ? std::string(v.as_object().at("reason").as_string())
+                                                                    : std::string();
+  };
+  {
+    SecretKeyEnv env(key);  // another process with the same key checks the signatures
+    Server b = serve({"--db", db_});
+    EXPECT_EQ(signed_post(b, "n-1", secret).status, 200);
+    EXPECT_EQ(reason(signed_post(b, "n-1", secret)), "signature_replayed");
+    EXPECT_EQ(reason(signed_post(b, "n-2", "sluice_hs_guess")), "signature_invalid");
+    EXPECT_EQ(reason(HttpClient(b.port).request("POST", "/orders/1", {{"X-System-Key", "erp"}}, "{}")),
+              "signature_invalid");
+  }
+  {
+    SecretKeyEnv env(config::to_hex(config::random_bytes(32)));  // another key: the secret does not open
+    Server c = serve({"--db", db_});
+    EXPECT_EQ(reason(signed_post(c, "n-3", secret)), "signature_invalid");
+    EXPECT_TRUE(testing::eventually(
+        [&] { return c.child->stderr_text().find("caller authentication: system erp") != std::string::npos; }, 5s))
+        << c.child->stderr_text();
+  }
+  {
+    SecretKeyEnv env("not-a-key");
+    std::string err;
+    EXPECT_EQ(sluice({"serve", "--db", db_, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, nullptr, &err), 1);
+    EXPECT_NE(err.find("SLUICE_SECRET_KEY"), std::string::npos) << err;
+  }
 }
 
 TEST_F(ControlProcessTest, KillingAWriterMidCommitLeavesAValidDatabaseWithEveryCommit) {
