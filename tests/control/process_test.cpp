@@ -249,25 +249,19 @@ TEST_F(ControlProcessTest, ASigningSecretIsSealedOnDiskAndOpensOnlyWhereSluiceSe
          {"X-Sluice-Signature", gateway::sign_request(with, "POST", "/orders/1", ts, nonce, body)}},
         body);
   };
-  auto reason = [](const HttpResponse& r) {
-    boost::system::error_code ec;
-    const auto v = boost::json::parse(r.body, ec);
-    return !ec && v.is_object() && v.as_object().contains("reason") ? std::string(v.as_object().at("reason").as_string())
-                                                                    : std::string();
-  };
   {
     SecretKeyEnv env(key);  // another process with the same key checks the signatures
     Server b = serve({"--db", db_});
     EXPECT_EQ(signed_post(b, "n-1", secret).status, 200);
-    EXPECT_EQ(reason(signed_post(b, "n-1", secret)), "signature_replayed");
-    EXPECT_EQ(reason(signed_post(b, "n-2", "sluice_hs_guess")), "signature_invalid");
-    EXPECT_EQ(reason(HttpClient(b.port).request("POST", "/orders/1", {{"X-System-Key", "erp"}}, "{}")),
+    EXPECT_EQ(control_test::reason_of(signed_post(b, "n-1", secret)), "signature_replayed");
+    EXPECT_EQ(control_test::reason_of(signed_post(b, "n-2", "sluice_hs_guess")), "signature_invalid");
+    EXPECT_EQ(control_test::reason_of(HttpClient(b.port).request("POST", "/orders/1", {{"X-System-Key", "erp"}}, "{}")),
               "signature_invalid");
   }
   {
     SecretKeyEnv env(config::to_hex(config::random_bytes(32)));  // another key: the secret does not open
     Server c = serve({"--db", db_});
-    EXPECT_EQ(reason(signed_post(c, "n-3", secret)), "signature_invalid");
+    EXPECT_EQ(control_test::reason_of(signed_post(c, "n-3", secret)), "signature_invalid");
     EXPECT_TRUE(testing::eventually(
         [&] { return c.child->stderr_text().find("caller authentication: system erp") != std::string::npos; }, 5s))
         << c.child->stderr_text();
