@@ -192,14 +192,15 @@ TEST_F(ControlProcessTest, AFollowerPullsFromItsPrimaryAndKeepsServingWhenThePri
       << follower.child->stderr_text();
   EXPECT_EQ(status(follower, "/users/9", "erp"), 200);
 
-  // The primary back where it was: the follower reaches it again and takes the next change.
+  // The primary back where it was: the follower says so before any change (its first poll after a
+  // failure does not wait for news), then takes the next change.
   Server back = serve({"--db", db_}, primary.port, primary.admin);
-  ASSERT_EQ(admin(back, t, "PUT", "/admin/v1/systems/erp", R"({"interfaces":["orders"]})").status, 200);
-  EXPECT_TRUE(testing::eventually([&] { return status(follower, "/users/1", "erp") == 403; }, 10s))
-      << follower.child->stderr_text();
-  // Said once the answer that brought the change is installed.
   EXPECT_TRUE(testing::eventually(
-      [&] { return follower.child->stderr_text().find("reached it again") != std::string::npos; }, 5s))
+      [&] { return follower.child->stderr_text().find("reached it again") != std::string::npos; }, 10s))
+      << follower.child->stderr_text();
+  EXPECT_NE(admin(follower, follower_token, "GET", "/admin/v1/stats").body.find("\"ok\":true"), std::string::npos);
+  ASSERT_EQ(admin(back, t, "PUT", "/admin/v1/systems/erp", R"({"interfaces":["orders"]})").status, 200);
+  EXPECT_TRUE(testing::eventually([&] { return status(follower, "/users/1", "erp") == 403; }, 5s))
       << follower.child->stderr_text();
 }
 
