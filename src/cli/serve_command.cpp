@@ -4,7 +4,9 @@
 #include <memory>
 #include <string>
 
+#include "cli/serve_control.h"
 #include "config/yaml.h"
+#include "gateway/admin_api.h"
 #include "gateway/demo.h"
 #include "gateway/gateway.h"
 
@@ -21,6 +23,9 @@ struct ServeOptions {
   std::string access_log;
   bool check = false;
   bool print_config = false;
+  std::string db;
+  std::string config_from;
+  std::string token;
 };
 
 void print_demo_help(std::uint16_t port, std::uint16_t admin_port) {
@@ -45,9 +50,15 @@ void print_demo_help(std::uint16_t port, std::uint16_t admin_port) {
 }
 
 int run(const ServeOptions& o) {
-  if (o.demo == !o.config_path.empty()) {
-    std::fprintf(stderr, "sluice serve: give --config FILE or --demo (one of them)\n");
+  const int sources = int{!o.config_path.empty()} + int{o.demo} + int{!o.db.empty()} + int{!o.config_from.empty()};
+  if (sources > 1) {
+    std::fprintf(stderr, "sluice serve: give one of --db FILE, --config FILE, --config-from URL or --demo\n");
     return 2;
+  }
+  if (o.config_path.empty() && !o.demo) {
+    const ServeSettings settings{o.listen, o.admin_listen, o.threads, o.store, o.access_log, o.check,
+                                 o.print_config, o.db.empty() ? "./sluice.db" : o.db, o.config_from, o.token};
+    return o.config_from.empty() ? serve_database(settings) : serve_follower(settings);
   }
   std::shared_ptr<const config::Config> cfg;
   std::unique_ptr<gateway::DemoUpstream> upstream;
@@ -77,16 +88,16 @@ int run(const ServeOptions& o) {
     std::printf("%s: ok\n", o.config_path.c_str());
     return 0;
   }
-  const std::string store = o.store.empty() ? cfg->store : o.store;
-  if (store != "local") {
-    std::fprintf(stderr,
-                 "sluice serve: store %s: this build has the local store only (the Redis store is a "
-                 "separate part of sluice)\n",
-                 store.c_str());
+  if (!limit_store_supported(o.store.empty() ? cfg->store : o.store)) return 1;
+
+  // A file brings no admin tokens: the admin listener stays on loopback.
+  if (Status ok = gateway::check_admin_listen(o.admin_listen.empty() ? cfg->admin_listen : o.admin_listen, false);
+      !ok) {
+    std::fprintf(stderr, "sluice serve: %s\n", ok.error().message.c_str());
     return 1;
   }
-
   gateway::GatewayOptions options;
+  if (!secret_key_from_environment(options.secret_key)) return 1;
   options.listen = o.listen;
   options.admin_listen = o.admin_listen;
   options.threads = o.threads;
@@ -115,18 +126,38 @@ void add_serve_command(CLI::App& app) {
   CLI::App* serve = app.add_subcommand(
       "serve",
       "Run the gateway: identify the calling system, check its permissions and limits, then proxy "
-      "to the upstream.\nSIGHUP (or a change to the file) reloads the configuration; SIGTERM drains "
-      "and exits 0.");
+      "to the upstream.\nThe configuration comes from a database (--db, the default ./sluice.db; "
+      "changes are served within a second), a YAML file (--config; SIGHUP or a change to the file "
+      "reloads it) or a primary (--config-from). SIGTERM drains and exits 0.");
+  serve->add_option("--db", o->db, "The configuration database (SQLite; default ./sluice.db), edited with "
+                                   "the admin API or sluice config import");
   serve->add_option("-c,--config", o->config_path, "The YAML configuration (see docs/configuration.md)");
+  serve->add_option("--config-from", o->config_from,
+                    "Follow a primary: http://host:port of its admin listener (needs --token)");
+  serve->add_option("--token", o->token, "With --config-from: an admin token of the primary (read role suffices)");
   serve->add_flag("--demo", o->demo, "Run the built-in demo configuration in front of a built-in echo upstream");
-  serve->add_option("--listen", o->listen, "host:port for requests (default: the file's listen, 127.0.0.1:8080)");
+  serve->add_option("--listen", o->listen,
+                    "host:port for requests (default: the configuration's listen, 127.0.0.1:8080)");
   serve->add_option("--admin-listen", o->admin_listen,
-                    "host:port for /metrics and /config, or off (default: the file's admin_listen, 127.0.0.1:9090)");
+                    "host:port for the admin API, /metrics and /config, or off (default: the configuration's "
+                    "admin_listen, 127.0.0.1:9090)");
   serve->add_option("-t,--threads", o->threads, "Worker threads (default 1)")->check(CLI::Range(1, 256));
-  serve->add_option("--store", o->store, "Where limits are counted: local (default: the file's store)");
-  serve->add_option("--access-log", o->access_log, "stdout, off or a file path (default: the file's access_log)");
+  serve->add_option("--store", o->store, "Where limits are counted: local (default: the configuration's store)");
+  serve->add_option("--access-log", o->access_log,
+                    "stdout, off or a file path (default: the configuration's access_log)");
   serve->add_flag("--check", o->check, "Validate the configuration and exit");
   serve->add_flag("--print-config", o->print_config, "Print the configuration as YAML (defaults filled in) and exit");
+  serve->footer(
+      "Examples:\n"
+      "  sluice token create --role admin --db ./sluice.db    # first: a token for the admin API (printed once)\n"
+      "  sluice serve --db ./sluice.db                        # then edit it: docs/admin-api.md\n"
+      "  sluice serve --config-from http://primary:9090 --token T    # a follower of that instance\n"
+      "  sluice serve --config sluice.yaml --check            # validate a file and exit\n"
+      "  sluice serve --demo                                  # a built-in demo, with curl lines to try\n"
+      "Environment: SLUICE_SECRET_KEY (32 bytes as 64 hex digits or base64, e.g. openssl rand -hex 32) seals\n"
+      "and opens the signing secrets of systems whose auth is hmac.\n"
+      "The admin listener refuses an address off loopback until an admin token exists.\n"
+      "Docs: docs/gateway.md, docs/configuration.md, docs/admin-api.md");
   serve->callback([o] {
     if (const int rc = run(*o); rc != 0) throw CLI::RuntimeError(rc);
   });

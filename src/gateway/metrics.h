@@ -34,6 +34,7 @@ class Metrics {
   void observe_decision(std::size_t shard, Nanos duration);
   void count_shadow_rejection(std::size_t shard, const CompiledLimit& limit);
   void count_store_error() { store_errors_.fetch_add(1, std::memory_order_relaxed); }
+  std::uint64_t store_errors() const { return store_errors_.load(std::memory_order_relaxed); }
   void count_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_).fetch_add(1, std::memory_order_relaxed); }
   void count_breaker_transition(const std::string& upstream, BreakerState to);
 
