@@ -31,7 +31,7 @@ export function lineChart({ series, label, labels }) {
   for (const f of [0, 0.5, 1]) {
     const y = height - f * height + 4;
     svg.append(s('line', { x1: pad, x2: width - 6, y1: y, y2: y, class: 'grid' }));
-    svg.append(s('text', { x: pad - 6, y: y + 4, class: 'tick', 'text-anchor': 'end' }, String(Math.round(max * f))));
+    svg.append(s('text', { x: pad - 6, y: y + 4, class: 'tick', 'text-anchor': 'end' }, String(Number((max * f).toFixed(1)))));
   }
   svg.append(s('text', { x: pad, y: height + 22, class: 'tick' }, labels.start));
   svg.append(s('text', { x: width - 6, y: height + 22, class: 'tick', 'text-anchor': 'end' }, labels.end));

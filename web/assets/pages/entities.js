@@ -314,7 +314,7 @@ async function edit(view, ctx, spec) {
   });
   remove?.addEventListener('click', async () => {
     // eslint-disable-next-line no-alert
-    if (!window.confirm(t('edit.confirmDelete', { name: name() }))) return;
+    if (!window.confirm(t(spec.toggles ? 'edit.confirmDeleteGrants' : 'edit.confirmDelete', { name: name() }))) return;
     msg.clear();
     try {
       await api('DELETE', `${ctx.page}/${path(...ctx.params)}`, { ifMatch: etag });
