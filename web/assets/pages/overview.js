@@ -45,13 +45,14 @@ function tile(label, value, detail, cls = '') {
 }
 
 function entityTable(caption) {
-  const tbl = table([t('field.name'), t('overview.lastMinute'), { label: t('overview.admitted'), num: true },
-    { label: t('overview.rejected'), num: true }, t('overview.reasons')], { 'aria-label': caption });
-  const create = () => h('tr', {}, h('th', { scope: 'row' }), h('td'), h('td', { class: 'num' }),
-    h('td', { class: 'num rejected-total' }), h('td', { class: 'reasons' }));
+  // The totals come before the chart, so a phone shows them without scrolling the table.
+  const tbl = table([t('field.name'), { label: t('overview.admitted'), num: true }, { label: t('overview.rejected'), num: true },
+    t('overview.lastMinute'), t('overview.reasons')], { 'aria-label': caption });
+  const create = () => h('tr', {}, h('th', { scope: 'row' }), h('td', { class: 'num' }), h('td', { class: 'num rejected-total' }),
+    h('td'), h('td', { class: 'reasons' }));
   const update = (row, x) => {
     const name = x.key ?? x.id;
-    const [head, spark, admitted, rejected, reasons] = row.children;
+    const [head, admitted, rejected, spark, reasons] = row.children;
     row.dataset.name = name;
     row.classList.toggle('has-rejections', x.rejected_total > 0);
     head.textContent = name;
