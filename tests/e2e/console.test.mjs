@@ -125,6 +125,8 @@ before(async () => {
     '  - {id: orders, methods: [GET, POST], path: /api/orders/*, upstream: app}',
     '  - {id: users, methods: [GET], path: "/api/users/{id}", upstream: app,',
     '     limits: [{algorithm: token_bucket, capacity: 20, rate: 10, per: 1s}]}',
+    'grants:',
+    '  - {system: crm, interface: orders, limits: [{algorithm: gcra, limit: 100, period: 1m, burst: 10}]}',
     '',
   ].join('\n'));
   sluice('config', 'import', 'seed.yaml', '--db', db);
@@ -345,16 +347,37 @@ test('the console speaks Chinese, every string of it', async () => {
   await closePage(page);
 });
 
-test('on a phone the pages fit the screen', async () => {
-  const page = await newPage({ viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, deviceScaleFactor: 2 });
-  await signIn(page, env.adminToken);
-  await page.locator('tr[data-name="shop"]').first().waitFor();
-  const fits = () => page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth);
-  assert.ok(await fits(), 'the overview is no wider than the screen');
-  await shot(page, '15-phone-overview');
-  await page.goto(`${env.base}#/systems/shop`);
-  await page.getByLabel('Period').waitFor();
-  assert.ok(await fits(), 'the form is no wider than the screen');
-  await shot(page, '16-phone-system');
-  await closePage(page);
-});
+// Every page once: the lists, a form of each kind, the inspector, breakers and the audit log.
+const EVERY_PAGE = ['overview', 'systems', 'systems/shop', 'interfaces', 'interfaces/orders', 'upstreams', 'upstreams/app',
+  'grants', 'grants/crm/orders', 'limits?key=grant:crm/orders', 'breakers', 'audit'];
+
+// The controls on the page with no accessible name (no label, aria-label or text).
+function unlabelled(page) {
+  return page.evaluate(() => [...document.querySelectorAll('input, select, textarea, button, a[href]')]
+    .filter((el) => !el.closest('[hidden]'))
+    .filter((el) => !(el.labels?.length || el.getAttribute('aria-label') || el.getAttribute('aria-labelledby') || el.textContent.trim()))
+    .map((el) => el.outerHTML.slice(0, 80)));
+}
+
+for (const [device, options] of [
+  ['laptop', { viewport: { width: 1280, height: 800 } }],
+  ['phone', { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, deviceScaleFactor: 2 }],
+]) {
+  test(`on a ${device}, every page fits the screen and labels every control`, async () => {
+    const page = await newPage(options);
+    await signIn(page, env.adminToken);
+    for (const [i, at] of EVERY_PAGE.entries()) {
+      await page.goto(`${env.base}#/${at}`);
+      // Drawn: its heading, nothing still loading, and its first table row or form field.
+      await page.waitForFunction(() => {
+        const main = document.getElementById('main');
+        return main.querySelector('h1') && !main.innerText.includes('Loading…') && main.querySelector('tbody tr, form input');
+      });
+      assert.deepEqual(await unlabelled(page), [], `unlabelled controls on #/${at}`);
+      const fits = await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth);
+      assert.ok(fits, `#/${at} is no wider than the screen`);
+      await shot(page, `${device}-${String(i + 1).padStart(2, '0')}-${at.replace(/[/?:=]+/g, '-')}`);
+    }
+    await closePage(page);
+  });
+}
