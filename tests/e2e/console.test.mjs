@@ -56,8 +56,8 @@ async function eventually(what, condition, timeout = 10000) {
   throw new Error(`timed out waiting for ${what} (last: ${JSON.stringify(last)})`);
 }
 
-async function gateway(pathname, system) {
-  const res = await fetch(`http://127.0.0.1:${env.port}${pathname}`, { headers: system ? { 'X-System-Key': system } : {} });
+async function gateway(pathname, system, headers = {}) {
+  const res = await fetch(`http://127.0.0.1:${env.port}${pathname}`, { headers: { ...(system ? { 'X-System-Key': system } : {}), ...headers } });
   const body = await res.text();
   return { status: res.status, reason: res.status >= 400 ? JSON.parse(body).reason : '' };
 }
@@ -75,6 +75,7 @@ async function admin(method, route, body, headers = {}) {
 // Content-Security-Policy violation.
 async function newPage(options = {}) {
   const context = await env.browser.newContext({ locale: 'en-US', ...options });
+  context.setDefaultTimeout(10000); // a failure says so in seconds, not half a minute
   const page = await context.newPage();
   page.errors = [];
   page.on('pageerror', (e) => page.errors.push(e.message));
@@ -278,6 +279,24 @@ test('a stale edit is reported, not saved over the other change', async () => {
   await closePage(page);
 });
 
+test('an admin makes an API key (shown once) and switches the system to it; the gateway then wants it', async () => {
+  assert.equal((await admin('POST', 'systems', { key: 'billing', interfaces: ['users'] })).status, 201);
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.goto(`${env.base}#/systems/billing`);
+  await page.getByRole('button', { name: 'New API key' }).click();
+  const secret = await page.locator('code.secret').innerText();
+  assert.match(secret, /^sluice_ak_/);
+  await page.locator('section[aria-labelledby="cred-title"] tbody tr').waitFor();
+  await page.getByLabel('Caller authentication').selectOption('api_key');
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.getByText('billing was saved.').waitFor();
+  await shot(page, '10-credentials');
+  await eventually('billing to want its key', async () => (await gateway('/api/users/1', 'billing')).reason === 'api_key_invalid');
+  assert.equal((await gateway('/api/users/1', null, { 'X-Api-Key': secret })).status, 200);
+  await closePage(page);
+});
+
 test('breakers can be forced open and back to automatic', async () => {
   const page = await newPage();
   await signIn(page, env.adminToken);
@@ -286,7 +305,7 @@ test('breakers can be forced open and back to automatic', async () => {
   await textMatches(row.locator('.state'), /^closed$/);
   await row.getByRole('button', { name: 'Force open app' }).click();
   await textMatches(row.locator('.state'), /^forced open$/);
-  await shot(page, '10-breakers');
+  await shot(page, '11-breakers');
   await eventually('requests to get 503', async () => (await gateway('/api/users/1', 'crm')).reason === 'upstream_unavailable');
   await row.getByRole('button', { name: 'Automatic app' }).click();
   await textMatches(row.locator('.state'), /^closed$/);
@@ -302,7 +321,7 @@ test('the audit log lists the changes with who made them', async () => {
   await textMatches(created, /e2e-admin/);
   await created.getByRole('button', { name: /Before and after/ }).click();
   await textMatches(page.locator('tr.detail:not([hidden])').first(), /shop-hour/);
-  await shot(page, '11-audit');
+  await shot(page, '12-audit');
   await closePage(page);
 });
 
@@ -318,7 +337,7 @@ test('a read-only token sees everything and can change nothing', async () => {
   await page.getByText('read-only token').waitFor();
   assert.ok(await page.getByLabel('Description').isDisabled());
   assert.equal(await page.getByRole('button', { name: /Save|Delete|Add a limit/ }).count(), 0);
-  await shot(page, '12-read-only');
+  await shot(page, '13-read-only');
   await page.getByRole('link', { name: 'Breakers' }).click();
   await page.locator('tr[data-upstream="app"]').waitFor();
   assert.equal(await page.getByRole('button', { name: /Force/ }).count(), 0);
@@ -333,7 +352,7 @@ test('the console speaks Chinese, every string of it', async () => {
   assert.equal(await page.evaluate(() => document.documentElement.lang), 'zh-CN');
   await textMatches(page.locator('#nav'), /系统.*接口.*熔断器.*审计日志/s);
   await page.locator('tr[data-name="shop"]').first().waitFor();
-  await shot(page, '13-overview-zh');
+  await shot(page, '14-overview-zh');
   const missing = await page.evaluate(async () => {
     const { dictionaries } = await import('/assets/i18n.js');
     const en = Object.keys(dictionaries.en);
@@ -343,7 +362,7 @@ test('the console speaks Chinese, every string of it', async () => {
   assert.deepEqual(missing, { zh: [], en: [] });
   await page.goto(`${env.base}#/systems/shop`);
   await page.getByRole('button', { name: '保存' }).waitFor();
-  await shot(page, '14-system-zh');
+  await shot(page, '15-system-zh');
   await closePage(page);
 });
 

@@ -7,6 +7,7 @@ import {
   checkbox, checkGroup, clearProblems, field, input, limitsEditor, numberInput, numberOf, select, showProblems, textOf,
 } from '../forms.js';
 import { limitSummary, t } from '../i18n.js';
+import { credentials } from './credentials.js';
 import { flash, loading, messages, pageHead, table, takeFlash } from '../page.js';
 
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'];
@@ -279,6 +280,18 @@ async function edit(view, ctx, spec) {
     parts.el,
     ctx.admin ? h('div', { class: 'actions' }, save, remove) : null);
   replace(box, form);
+  if (spec.kind === 'system' && !isNew) box.append(credentials(entity.key, ctx.admin, adoptCredentials));
+
+  // A credential made or deleted here changes the system's ETag: take the new one when nothing but
+  // the credentials changed, so saving the form is not refused as stale; someone else's edit still is.
+  async function adoptCredentials() {
+    const fresh = await api('GET', `${ctx.page}/${path(...ctx.params)}`);
+    const rest = (x) => JSON.stringify({ ...x, credentials: undefined });
+    if (rest(fresh.data) === rest(entity)) {
+      entity = fresh.data;
+      etag = fresh.etag;
+    }
+  }
 
   if (!ctx.admin) {
     msg.say('info', t('edit.readOnly'));
