@@ -42,15 +42,6 @@ std::shared_ptr<const config::Config> load_or_exit(const std::string& file, cons
   return std::get<std::shared_ptr<const config::Config>>(std::move(loaded));
 }
 
-std::unique_ptr<config::ConfigStore> open_or_exit(const std::string& db, const char* what) {
-  auto store = config::ConfigStore::open({.path = db});
-  if (!store.ok()) {
-    std::fprintf(stderr, "sluice config %s: %s\n", what, store.error().message.c_str());
-    throw CLI::RuntimeError(1);
-  }
-  return std::move(*store);
-}
-
 void check(const ConfigOptions& o) {
   load_or_exit(o.file, "check");
   std::printf("%s: ok\n", o.file.c_str());
@@ -58,7 +49,7 @@ void check(const ConfigOptions& o) {
 
 void import(const ConfigOptions& o) {
   const auto cfg = load_or_exit(o.file, "import");
-  auto store = open_or_exit(o.db, "import");
+  auto store = open_store_or_exit(o.db, "config import", true);
   const config::WriteResult w = store->replace(cli_actor(), "config.import", *cfg);
   if (!w.ok()) {
     for (const config::Problem& p : w.refusal->problems) std::fprintf(stderr, "%s\n", p.to_string().c_str());
@@ -70,7 +61,7 @@ void import(const ConfigOptions& o) {
 
 void export_config(const ConfigOptions& o) {
   if (o.format != "yaml" && o.format != "json") fail(o, "export", "--format must be yaml or json");
-  auto store = open_or_exit(o.db, "export");
+  auto store = open_store_or_exit(o.db, "config export", false);
   auto loaded = store->load();
   if (!loaded.ok()) fail(o, "export", loaded.error().message);
   const std::string text = o.format == "yaml" ? config::to_yaml(*loaded->config)

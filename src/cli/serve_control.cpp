@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <boost/json/object.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -140,6 +141,16 @@ bool secret_key_from_environment(std::optional<config::SecretKey>& out) {
 std::string cli_actor() {
   const char* user = std::getenv("USER");
   return std::string("cli:") + (user != nullptr && *user != '\0' ? user : "unknown");
+}
+
+std::unique_ptr<config::ConfigStore> open_store_or_exit(const std::string& db, std::string_view command, bool create) {
+  auto store = config::ConfigStore::open({.path = db, .create = create});
+  if (!store.ok()) {
+    std::fprintf(stderr, "sluice %.*s: %s\n", static_cast<int>(command.size()), command.data(),
+                 store.error().message.c_str());
+    throw CLI::RuntimeError(1);
+  }
+  return std::move(*store);
 }
 
 int serve_database(const ServeSettings& s) {

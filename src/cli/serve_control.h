@@ -3,10 +3,13 @@
 // configuration current. Not thread-safe (each runs once, from main).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "config/crypto.h"
+#include "config/store.h"
 
 namespace sluice::cli {
 
@@ -36,5 +39,9 @@ bool secret_key_from_environment(std::optional<config::SecretKey>& out);
 
 // Who is at the keyboard, for the audit log: "cli:" and the user's name.
 std::string cli_actor();
+
+// For the config and token commands: the database at db, created when missing only if create. On
+// failure says why on stderr ("sluice <command>: ...") and exits 1 (throws CLI::RuntimeError).
+std::unique_ptr<config::ConfigStore> open_store_or_exit(const std::string& db, std::string_view command, bool create);
 
 }  // namespace sluice::cli

@@ -17,22 +17,13 @@ struct TokenOptions {
   std::string id;
 };
 
-std::unique_ptr<config::ConfigStore> open_or_exit(const std::string& db) {
-  auto store = config::ConfigStore::open({.path = db});
-  if (!store.ok()) {
-    std::fprintf(stderr, "sluice token: %s\n", store.error().message.c_str());
-    throw CLI::RuntimeError(1);
-  }
-  return std::move(*store);
-}
-
 void create(const TokenOptions& o) {
   const auto role = config::role_from_string(o.role);
   if (!role) {
     std::fprintf(stderr, "sluice token create: --role must be admin or read\n");
     throw CLI::RuntimeError(2);
   }
-  auto store = open_or_exit(o.db);
+  auto store = open_store_or_exit(o.db, "token create", true);
   auto created = store->create_token(cli_actor(), *role, o.name.empty() ? o.role : o.name);
   if (!created.ok()) {
     std::fprintf(stderr, "sluice token create: %s\n", created.error().message.c_str());
@@ -45,7 +36,7 @@ void create(const TokenOptions& o) {
 }
 
 void list(const TokenOptions& o) {
-  auto store = open_or_exit(o.db);
+  auto store = open_store_or_exit(o.db, "token list", false);
   auto tokens = store->tokens();
   if (!tokens.ok()) {
     std::fprintf(stderr, "sluice token list: %s\n", tokens.error().message.c_str());
@@ -58,7 +49,7 @@ void list(const TokenOptions& o) {
 }
 
 void revoke(const TokenOptions& o) {
-  auto store = open_or_exit(o.db);
+  auto store = open_store_or_exit(o.db, "token revoke", false);
   auto deleted = store->delete_token(cli_actor(), o.id);
   if (!deleted.ok() || !*deleted) {
     std::fprintf(stderr, "sluice token revoke: %s\n",

@@ -1,6 +1,7 @@
 #include "config/store.h"
 
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <boost/json.hpp>
 #include <map>
@@ -94,7 +95,10 @@ class Stmt {
     return *this;
   }
   // SQLITE_ROW, SQLITE_DONE or an error code.
-  int step() { return prepared() ? sqlite3_step(s_) : rc_; }
+  int step() { return last_ = prepared() ? sqlite3_step(s_) : rc_; }
+  // After a loop over the rows: whether it ended because there were no more (not on an error,
+  // which would otherwise pass for fewer rows).
+  bool finished() const { return last_ == SQLITE_DONE; }
   // Runs a statement that returns no rows, then readies it for new bindings.
   bool run() {
     const int rc = step();
@@ -112,6 +116,7 @@ class Stmt {
  private:
   sqlite3_stmt* s_ = nullptr;
   int rc_ = SQLITE_ERROR;
+  int last_ = SQLITE_OK;
 };
 
 Error db_error(sqlite3* db, std::string_view what) {
@@ -196,8 +201,11 @@ std::int64_t ConfigStore::now_seconds() const {
 Result<std::unique_ptr<ConfigStore>> ConfigStore::open(StoreOptions options) {
   std::unique_ptr<ConfigStore> store(new ConfigStore(std::move(options)));
   const std::string& path = store->options_.path;
-  if (sqlite3_open_v2(path.c_str(), &store->db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                      nullptr) != SQLITE_OK) {
+  if (!store->options_.create && ::access(path.c_str(), F_OK) != 0) {
+    return Error{ErrorCode::kInvalidArgument, "there is no database at " + path};
+  }
+  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (store->options_.create ? SQLITE_OPEN_CREATE : 0);
+  if (sqlite3_open_v2(path.c_str(), &store->db_, flags, nullptr) != SQLITE_OK) {
     return Error{ErrorCode::kStoreUnavailable,
                  "cannot open " + path + ": " + (store->db_ != nullptr ? sqlite3_errmsg(store->db_) : "out of memory")};
   }
@@ -271,6 +279,7 @@ Result<StoredConfig> ConfigStore::read_config() {
   {
     Stmt s(db_, "SELECT name, value FROM settings ORDER BY name");
     while (s.step() == SQLITE_ROW) doc[s.text(0)] = parse(s.text(1), s.text(0));
+    if (!s.finished()) return db_error(db_, "cannot read the settings of " + options_.path);
   }
   // Limits by (scope, system, interface), in order.
   std::map<std::tuple<std::string, std::string, std::string>, json::array> limits;
@@ -280,6 +289,7 @@ Result<StoredConfig> ConfigStore::read_config() {
       limits[{s.text(0), s.text(1), s.text(2)}].push_back(
           parse(s.text(3), s.text(0) + " limit of " + s.text(1) + s.text(2)));
     }
+    if (!s.finished()) return db_error(db_, "cannot read the limits of " + options_.path);
   }
   auto limits_of = [&](const char* scope, const std::string& system, const std::string& interface) {
     auto it = limits.find({scope, system, interface});
@@ -299,6 +309,7 @@ Result<StoredConfig> ConfigStore::read_config() {
       if (!s.null(6)) c["expires"] = s.text(6);
       credentials[s.text(0)].push_back(std::move(c));
     }
+    if (!s.finished()) return db_error(db_, "cannot read the credentials of " + options_.path);
   }
   json::array upstreams;
   {
@@ -316,6 +327,7 @@ Result<StoredConfig> ConfigStore::read_config() {
       u["breaker"] = parse(s.text(6), at + ".breaker");
       upstreams.push_back(std::move(u));
     }
+    if (!s.finished()) return db_error(db_, "cannot read the upstreams of " + options_.path);
   }
   json::array systems;
   {
@@ -332,6 +344,7 @@ Result<StoredConfig> ConfigStore::read_config() {
       o["limits"] = limits_of("system", key, "");
       systems.push_back(std::move(o));
     }
+    if (!s.finished()) return db_error(db_, "cannot read the systems of " + options_.path);
   }
   json::array interfaces;
   {
@@ -352,6 +365,7 @@ Result<StoredConfig> ConfigStore::read_config() {
       o["limits"] = limits_of("interface", "", id);
       interfaces.push_back(std::move(o));
     }
+    if (!s.finished()) return db_error(db_, "cannot read the interfaces of " + options_.path);
   }
   json::array grants;
   {
@@ -363,6 +377,7 @@ Result<StoredConfig> ConfigStore::read_config() {
       o["limits"] = limits_of("grant", s.text(0), s.text(1));
       grants.push_back(std::move(o));
     }
+    if (!s.finished()) return db_error(db_, "cannot read the grants of " + options_.path);
   }
   doc["upstreams"] = std::move(upstreams);
   doc["systems"] = std::move(systems);
@@ -512,9 +527,12 @@ WriteResult ConfigStore::write(std::string_view actor, const Change& change, std
                        std::to_string(*revision) + "): read it again and redo the change",
                    *revision);
   }
-  // A replacement does not need what it replaces: it is how rows broken by hand get fixed.
+  // A replacement does not need what it replaces to be valid: it is how rows broken by hand get
+  // fixed. It does need it read, though, to carry credentials over.
   auto current = read_config();
-  if (!current.ok() && needs_current) return refused(Refusal::Kind::kFailed, current.error().message, *revision);
+  if (!current.ok() && (needs_current || current.error().code != ErrorCode::kInvalidArgument)) {
+    return refused(Refusal::Kind::kFailed, current.error().message, *revision);
+  }
   Config next = current.ok() ? *current->config : Config{};
   ChangeRecord record;
   if (std::optional<Refusal> r = change(next, record)) return WriteResult{std::move(r), *revision};
@@ -613,7 +631,9 @@ Result<bool> ConfigStore::delete_token(std::string_view actor, std::string_view 
   {
     Stmt s(db_, "SELECT name, role FROM admin_tokens WHERE id = ?1");
     s.bind(1, id);
-    if (s.step() != SQLITE_ROW) return false;
+    const int rc = s.step();
+    if (rc == SQLITE_DONE) return false;
+    if (rc != SQLITE_ROW) return db_error(db_, "cannot read the tokens");
     before = text_of(json::object{{"id", id}, {"name", s.text(0)}, {"role", s.text(1)}});
   }
   Status s = exec("UPDATE meta SET value = 1 WHERE name = 'writing'");

@@ -28,6 +28,8 @@ struct StoreOptions {
   const Clock* clock = nullptr;
   // How long a write waits for another process's write to finish.
   Nanos busy_timeout = std::chrono::seconds(5);
+  // Whether a missing file is created (with the default configuration) or is an error.
+  bool create = true;
 };
 
 // The configuration as committed, and the revision it was committed at.

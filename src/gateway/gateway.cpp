@@ -815,6 +815,7 @@ Task<bool> Worker::proxy(Exchange& x) {
   req.set("X-Request-Id", x.request_id);
   req.erase("X-Sluice-System");
   if (ctx.system != nullptr) req.set("X-Sluice-System", ctx.system->system->key);
+  req.erase(kApiKeyHeader);  // a secret of the caller's: X-Sluice-System says whose it was
   const bool has_body = x.parser.chunked() || x.parser.content_length().value_or(0) > 0;
   const bool head = req.method() == http::verb::head;
 
@@ -960,6 +961,9 @@ Task<bool> Worker::proxy(Exchange& x) {
 
 // --- the admin listener ------------------------------------------------------------------------
 
+// The largest body the admin listener reads (PUT /admin/v1/config carries a whole configuration).
+constexpr std::uint64_t kAdminBodyLimit = std::uint64_t{16} << 20;
+
 Task<void> Gateway::Impl::admin_session(Socket socket) {
   error_code pec;
   const auto peer = socket.remote_endpoint(pec).address();
@@ -972,9 +976,20 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
   while (true) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(kHeaderLimit);
-    parser.body_limit(1 << 20);
+    parser.body_limit(kAdminBodyLimit);
     stream.expires_after(std::chrono::seconds(30));
     auto [ec, n] = co_await http::async_read(stream, buffer, parser, kTok);
+    if (ec == http::error::body_limit) {
+      // Said, not just hung up on: a whole configuration may be what is too big.
+      http::response<http::string_body> res{http::status::payload_too_large, 11};
+      res.set(http::field::content_type, "application/json");
+      res.body() = R"({"code":413,"reason":"body_too_large","msg":"The admin listener takes bodies up to 16 MiB."})";
+      res.keep_alive(false);
+      res.prepare_payload();
+      stream.expires_after(std::chrono::seconds(30));
+      co_await http::async_write(stream, res, kTok);
+      break;
+    }
     if (ec) break;
     auto& req = parser.get();
     const std::string_view target = req.target();

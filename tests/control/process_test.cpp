@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <boost/json.hpp>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -211,6 +212,22 @@ TEST_F(ControlProcessTest, ImportThenExportKeepsTheFilesMeaningInYamlAndJson) {
   ASSERT_EQ(sluice({"config", "export", "--format", "json", "--db", db_}, &out), 0);
   EXPECT_EQ(out.front(), '{');
   EXPECT_EQ(control_test::yaml_of(*control_test::parse(out)), expected);
+}
+
+TEST_F(ControlProcessTest, ReadingOrRevokingFromAMissingDatabaseFailsAndCreatesNone) {
+  const std::string missing = dir_ + "/typo.db";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"config", "export", "--db", missing}, {"token", "list", "--db", missing},
+        {"token", "revoke", "at_0", "--db", missing}}) {
+    SCOPED_TRACE(args[0] + " " + args[1]);
+    std::string err;
+    EXPECT_EQ(sluice(args, nullptr, &err), 1);
+    EXPECT_NE(err.find("there is no database at " + missing), std::string::npos) << err;
+    EXPECT_FALSE(std::filesystem::exists(missing));
+  }
+  std::string out;
+  EXPECT_EQ(sluice({"token", "create", "--role", "read", "--db", missing}, &out), 0);  // creating one may
+  EXPECT_TRUE(std::filesystem::exists(missing));
 }
 
 TEST_F(ControlProcessTest, AnImportThatDoesNotValidateChangesNothing) {

@@ -106,6 +106,7 @@ TEST_F(ServerAuthTest, AnApiKeyIdentifiesItsSystemAndAWrongOneIs401WithItsReason
   const HttpResponse ok = c.request("GET", "/echo/a", {{"X-Api-Key", kApiKey}});
   EXPECT_EQ(ok.status, 200) << ok.body;
   EXPECT_NE(ok.body.find("\"X-Sluice-System\":\"crm\""), std::string::npos) << ok.body;
+  EXPECT_EQ(ok.body.find(kApiKey), std::string::npos) << "the key reached the upstream: " << ok.body;
   const HttpResponse bad = c.request("GET", "/echo/a", {{"X-Api-Key", "sluice_ak_guess"}});
   EXPECT_EQ(bad.status, 401);
   EXPECT_EQ(reason_of(bad), "api_key_invalid");
@@ -240,6 +241,20 @@ TEST_F(ServerAuthTest, MetricsAndHealthNeedATokenOffLoopbackOnly) {
   EXPECT_EQ(status_from("127.0.0.1", gw_->admin_port(), plain), 200);
   EXPECT_EQ(status_from(address, gw_->admin_port(), plain), 401);
   EXPECT_EQ(status_from(address, gw_->admin_port(), with_token), 200);
+}
+
+TEST_F(ServerAuthTest, TheAdminListenerTakesAWholeConfigurationsBodyAndAnswers413PastItsLimit) {
+  gw_->add_admin_route("PUT", "/admin/v1/", [](const AdminRequest& r) {
+    return AdminResponse{200, "application/json", "{\"bytes\":" + std::to_string(r.body.size()) + "}"};
+  });
+  const std::string big(3 << 20, 'x');  // past the old 1 MiB limit
+  EXPECT_EQ(HttpClient(gw_->admin_port()).request("PUT", "/admin/v1/config", {}, big).body,
+            "{\"bytes\":" + std::to_string(big.size()) + "}");
+  const std::string too_big = "PUT /admin/v1/config HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                              std::to_string((16 << 20) + 1) + "\r\n\r\n";
+  const std::string answer = testing::raw_exchange(gw_->admin_port(), too_big);
+  EXPECT_EQ(testing::raw_status(answer), 413) << answer;
+  EXPECT_NE(answer.find("\"reason\":\"body_too_large\""), std::string::npos) << answer;
 }
 
 }  // namespace

@@ -146,6 +146,21 @@ TEST_F(StoreTest, AHandEditMovesTheRevisionAndAnInvalidOneIsReportedWithItsPath)
       << loaded.error().message;
 }
 
+TEST_F(StoreTest, ATableThatCannotBeReadIsAnErrorNotAShorterConfiguration) {
+  ASSERT_TRUE(store_->replace("test", "config.import", *parse(base_yaml())).ok());
+  hand_edit(path_, "DROP TABLE grants");
+  auto loaded = store_->load();
+  ASSERT_FALSE(loaded.ok()) << "loaded " << loaded->config->grants.size() << " grants";
+  EXPECT_EQ(loaded.error().code, ErrorCode::kStoreUnavailable);
+  EXPECT_NE(loaded.error().message.find("cannot read the grants"), std::string::npos) << loaded.error().message;
+  EXPECT_NE(loaded.error().message.find("no such table: grants"), std::string::npos) << loaded.error().message;
+  const std::int64_t revision = *store_->revision();
+  const WriteResult w = store_->replace("test", "config.replace", *parse(base_yaml()));
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.refusal->kind, Refusal::Kind::kFailed);
+  EXPECT_EQ(*store_->revision(), revision);
+}
+
 TEST_F(StoreTest, AuditRowsSayWhoDidWhatWhenWithBeforeAndAfterButNoSecrets) {
   ManualClock clock(std::chrono::seconds(1'800'000'000));
   auto store = open_store(path_, &clock);
