@@ -366,6 +366,33 @@ test('the console speaks Chinese, every string of it', async () => {
   await closePage(page);
 });
 
+test('the keyboard reaches everything: the skip link first, then every field of a form up to Save', async () => {
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.goto(`${env.base}#/interfaces/orders`);
+  await page.reload(); // the focus at the top of the page, as a person arriving there has it
+  await page.getByLabel('Path pattern').waitFor();
+  await page.keyboard.press('Tab');
+  assert.equal(await page.evaluate(() => document.activeElement.textContent), 'Skip to content');
+  await page.keyboard.press('Enter');
+  assert.equal(await page.evaluate(() => document.activeElement.id), 'main');
+  const visited = [];
+  for (let i = 0; i < 80; i += 1) {
+    await page.keyboard.press('Tab');
+    const at = await page.evaluate(() => {
+      const el = document.activeElement;
+      const r = el.getBoundingClientRect();
+      return { text: el.labels?.[0]?.textContent ?? el.textContent, visible: r.width > 0 && r.height > 0 };
+    });
+    assert.ok(at.visible, `the focus is on something visible (${at.text})`);
+    visited.push(at.text);
+    if (at.text === 'Save') break;
+  }
+  assert.equal(visited.at(-1), 'Save', `Tab reaches Save (went through: ${visited.join(', ')})`);
+  for (const label of ['Path pattern', 'Upstream', 'GET', 'Public', 'Timeout', 'Add a limit']) assert.ok(visited.includes(label), `Tab reaches ${label}`);
+  await closePage(page);
+});
+
 // Every page once: the lists, a form of each kind, the inspector, breakers and the audit log.
 const EVERY_PAGE = ['overview', 'systems', 'systems/shop', 'interfaces', 'interfaces/orders', 'upstreams', 'upstreams/app',
   'grants', 'grants/crm/orders', 'limits?key=grant:crm/orders', 'breakers', 'audit'];

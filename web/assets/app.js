@@ -108,6 +108,11 @@ function signOut(message = '') {
 
 onUnauthorized(() => signOut(t('signin.expired')));
 document.getElementById('sign-out').addEventListener('click', () => signOut());
+// The skip link moves the focus without touching the address, which the router owns.
+document.getElementById('skip-link').addEventListener('click', (e) => {
+  e.preventDefault();
+  main.focus();
+});
 document.getElementById('lang').addEventListener('change', (e) => {
   setLanguage(e.target.value);
   show();
