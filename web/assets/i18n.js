@@ -267,6 +267,11 @@ const en = {
   'audit.older': 'Older entries',
   'audit.empty': 'Nothing has been changed yet.',
 
+  'unit.ms': 'ms',
+  'unit.s': 's',
+  'unit.min': 'min',
+  'unit.h': 'h',
+
   'reason.system_rate_limited': 'system limit',
   'reason.interface_rate_limited': 'interface limit',
   'reason.grant_rate_limited': 'grant limit',
@@ -553,6 +558,11 @@ const zh = {
   'audit.older': '更早的记录',
   'audit.empty': '还没有任何修改。',
 
+  'unit.ms': '毫秒',
+  'unit.s': '秒',
+  'unit.min': '分',
+  'unit.h': '小时',
+
   'reason.system_rate_limited': '系统限流',
   'reason.interface_rate_limited': '接口限流',
   'reason.grant_rate_limited': '授权限流',
@@ -601,15 +611,16 @@ export function time(iso) {
   return new Date(iso).toLocaleString(language());
 }
 
-// Milliseconds as a person reads them: 850 ms, 12 s, 3 min 20 s, 2 h 5 min.
+// Milliseconds as a person reads them: 850 ms, 12 s, 3 min 20 s, 2 h 5 min (毫秒, 秒, 分, 小时).
 export function duration(ms) {
-  if (ms < 1000) return `${ms} ms`;
+  const u = (unit, n) => `${n} ${t(`unit.${unit}`)}`;
+  if (ms < 1000) return u('ms', ms);
   const s = Math.round(ms / 1000);
-  if (s < 60) return `${s} s`;
+  if (s < 60) return u('s', s);
   const m = Math.floor(s / 60);
-  if (m < 60) return s % 60 ? `${m} min ${s % 60} s` : `${m} min`;
+  if (m < 60) return s % 60 ? `${u('min', m)} ${u('s', s % 60)}` : u('min', m);
   const h = Math.floor(m / 60);
-  return m % 60 ? `${h} h ${m % 60} min` : `${h} h`;
+  return m % 60 ? `${u('h', h)} ${u('min', m % 60)}` : u('h', h);
 }
 
 export function reason(code) {
