@@ -9,6 +9,13 @@ import { messages, pageHead, table } from '../page.js';
 
 const KINDS = ['system', 'interface', 'grant'];
 
+// When the next request passes: now while some remain; else the wait the state gives, when it gives
+// one (a peek's retry_after is for a cost of 0, so it may not).
+function nextIn(s) {
+  if (s.remaining > 0) return t('overview.now');
+  return s.retry_after_ms > 0 ? duration(s.retry_after_ms) : '—';
+}
+
 export function render(view, ctx) {
   const msg = messages();
   const key = ctx.query.get('key') ?? '';
@@ -51,7 +58,7 @@ export function render(view, ctx) {
         h('td', {}, t(`scope.${item.scope}`)),
         h('td', { class: 'remaining' }, s ? t('inspector.remainingOf', { r: number(s.remaining), l: number(s.limit) }) : t('inspector.needValue')),
         h('td', {}, s ? duration(s.reset_after_ms) : ''),
-        h('td', {}, s ? duration(s.retry_after_ms) : ''));
+        h('td', {}, s ? nextIn(s) : ''));
       if (ctx.admin) {
         row.append(h('td', { class: 'actions-cell' }, h('button', {
           type: 'button',
