@@ -152,7 +152,13 @@ before(async () => {
 
 after(async () => {
   await env.browser?.close();
-  env.server?.kill('SIGTERM');
+  if (env.server && env.server.exitCode === null) {
+    // Its log is whole once it has exited (a sanitizer's report comes last).
+    const exited = new Promise((resolve) => { env.server.once('exit', resolve); });
+    env.server.kill('SIGTERM');
+    await Promise.race([exited, new Promise((resolve) => { setTimeout(resolve, 10000).unref(); })]);
+    env.server.kill('SIGKILL');
+  }
   env.upstream?.close();
   fs.writeFileSync(path.join(ARTIFACTS, 'sluice-serve.log'), env.serverLog ?? '');
   if (env.dir) fs.rmSync(env.dir, { recursive: true, force: true });
