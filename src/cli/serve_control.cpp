@@ -15,6 +15,7 @@
 #include "config/yaml.h"
 #include "gateway/admin_api.h"
 #include "gateway/config_source.h"
+#include "gateway/console.h"
 #include "gateway/gateway.h"
 #include "sluice/local_store.h"
 
@@ -94,6 +95,7 @@ void serve_admin_api(Running& r, gateway::AdminApiOptions options) {
   gw->add_admin_route("*", "/admin/v1/", [api = r.api.get()](const gateway::AdminRequest& req) {
     return api->handle(req);
   });
+  gw->add_admin_route("GET", "/", gateway::serve_console);  // the web console, on the admin API
 }
 
 // --check and --print-config: the exit code when one of them was asked for.

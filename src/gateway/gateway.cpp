@@ -1020,8 +1020,13 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
       AdminHandler handler;
       {
         std::lock_guard lock(admin_mu);
+        std::size_t longest = 0;  // the route with the longest matching prefix answers
         for (const auto& [method, prefix, h] : admin_routes) {
-          if ((method == "*" || req.method_string() == method) && path.starts_with(prefix)) handler = h;
+          if ((method == "*" || req.method_string() == method) && path.starts_with(prefix) &&
+              (!handler || prefix.size() >= longest)) {
+            handler = h;
+            longest = prefix.size();
+          }
         }
       }
       if (handler) {

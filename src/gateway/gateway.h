@@ -100,7 +100,7 @@ class Gateway {
 
   // Adds a route to the admin listener: requests whose path starts with prefix and whose method
   // matches ("*": any) go to handler, on the admin listener's own thread (a slow handler delays
-  // other admin requests, never proxied ones).
+  // other admin requests, never proxied ones). Where several match, the longest prefix wins.
   void add_admin_route(std::string method, std::string prefix, AdminHandler handler);
 
   std::shared_ptr<const Snapshot> snapshot() const;

@@ -1,0 +1,435 @@
+// The web console end to end: Debian's headless Chromium, driven by playwright-core, against a real
+// `sluice serve` on free ports with a database in a temporary directory and an upstream of our own.
+// One browser, pages as a person uses them; a screenshot of each page goes to SLUICE_E2E_ARTIFACTS.
+import assert from 'node:assert/strict';
+import { execFileSync, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const SLUICE = process.env.SLUICE_BINARY ?? path.join(here, '../../build/sluice');
+const ARTIFACTS = process.env.SLUICE_E2E_ARTIFACTS ?? path.join(here, '../../build/e2e-artifacts');
+const CHROMIUM = process.env.SLUICE_CHROMIUM ?? '/usr/bin/chromium';
+const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+
+let chromium;
+try {
+  ({ chromium } = await import('playwright-core'));
+} catch {
+  throw new Error(`playwright-core is not installed in ${here}: run scripts/bootstrap (npm ci there)`);
+}
+
+if (!fs.existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM}: run scripts/bootstrap (Debian's chromium)`);
+
+const env = {}; // what before() starts: dir, upstream, server, ports, tokens, browser
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+function sluice(...args) {
+  return execFileSync(SLUICE, args, { cwd: env.dir, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }).trim();
+}
+
+// Polls an async condition until it holds (true or a value), failing after timeout ms.
+async function eventually(what, condition, timeout = 10000) {
+  const deadline = Date.now() + timeout;
+  let last;
+  while (Date.now() < deadline) {
+    last = await condition();
+    if (last) return last;
+    await new Promise((r) => { setTimeout(r, 50); });
+  }
+  throw new Error(`timed out waiting for ${what} (last: ${JSON.stringify(last)})`);
+}
+
+async function gateway(pathname, system, headers = {}) {
+  const res = await fetch(`http://127.0.0.1:${env.port}${pathname}`, { headers: { ...(system ? { 'X-System-Key': system } : {}), ...headers } });
+  const body = await res.text();
+  return { status: res.status, reason: res.status >= 400 ? JSON.parse(body).reason : '' };
+}
+
+async function admin(method, route, body, headers = {}) {
+  const res = await fetch(`${env.base}admin/v1/${route}`, {
+    method,
+    headers: { Authorization: `Bearer ${env.adminToken}`, ...headers },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return { status: res.status, etag: res.headers.get('ETag'), data: res.status === 204 ? null : await res.json() };
+}
+
+// A page that fails the test on any error in the browser: a script error, a refused request, a
+// Content-Security-Policy violation.
+async function newPage(options = {}) {
+  const context = await env.browser.newContext({ locale: 'en-US', ...options });
+  context.setDefaultTimeout(10000); // a failure says so in seconds, not half a minute
+  const page = await context.newPage();
+  page.errors = [];
+  page.on('pageerror', (e) => page.errors.push(e.message));
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !/status of 4\d\d/.test(m.text())) page.errors.push(m.text());
+  });
+  page.on('dialog', (d) => d.accept());
+  return page;
+}
+
+async function closePage(page) {
+  assert.deepEqual(page.errors, [], 'errors in the browser');
+  await page.context().close();
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: true });
+}
+
+async function signIn(page, token) {
+  await page.goto(env.base);
+  await page.getByLabel('Token').fill(token);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('heading', { name: 'Overview', level: 1 }).waitFor();
+}
+
+// Waits until the element's text matches.
+async function textMatches(locator, pattern) {
+  await locator.waitFor();
+  await eventually(`${pattern} in ${locator}`, async () => pattern.test(await locator.innerText()));
+}
+
+before(async () => {
+  fs.mkdirSync(ARTIFACTS, { recursive: true });
+  env.dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sluice-e2e-'));
+  env.upstream = http.createServer((req, res) => {
+    res.setHeader('Content-Type', 'application/json');
+    res.end(JSON.stringify({ path: req.url }));
+  });
+  await new Promise((r) => { env.upstream.listen(0, '127.0.0.1', r); });
+  const db = path.join(env.dir, 'sluice.db');
+  fs.writeFileSync(path.join(env.dir, 'seed.yaml'), [
+    'upstreams:',
+    `  - {name: app, targets: [127.0.0.1:${env.upstream.address().port}], breaker: {window: 10, minimum_calls: 5}}`,
+    'systems:',
+    '  - {key: crm, description: Customer relations, interfaces: [orders, users]}',
+    'interfaces:',
+    '  - {id: orders, methods: [GET, POST], path: /api/orders/*, upstream: app}',
+    '  - {id: users, methods: [GET], path: "/api/users/{id}", upstream: app,',
+    '     limits: [{algorithm: token_bucket, capacity: 20, rate: 10, per: 1s}]}',
+    'grants:',
+    '  - {system: crm, interface: orders, limits: [{algorithm: gcra, limit: 100, period: 1m, burst: 10}]}',
+    '',
+  ].join('\n'));
+  sluice('config', 'import', 'seed.yaml', '--db', db);
+  env.adminToken = sluice('token', 'create', '--role', 'admin', '--name', 'e2e-admin', '--db', db);
+  env.readToken = sluice('token', 'create', '--role', 'read', '--name', 'e2e-read', '--db', db);
+  env.port = await freePort();
+  env.adminPort = await freePort();
+  env.base = `http://127.0.0.1:${env.adminPort}/`;
+  env.server = spawn(SLUICE, ['serve', '--db', db, '--listen', `127.0.0.1:${env.port}`,
+    '--admin-listen', `127.0.0.1:${env.adminPort}`, '--access-log', 'off'], { cwd: env.dir, stdio: ['ignore', 'ignore', 'pipe'] });
+  env.serverLog = '';
+  env.server.stderr.on('data', (d) => { env.serverLog += d; });
+  await eventually('sluice serve to answer', async () => {
+    try {
+      return (await fetch(`${env.base}healthz`)).status === 200;
+    } catch {
+      return false;
+    }
+  });
+  env.browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS });
+});
+
+after(async () => {
+  await env.browser?.close();
+  if (env.server && env.server.exitCode === null) {
+    // Its log is whole once it has exited (a sanitizer's report comes last).
+    const exited = new Promise((resolve) => { env.server.once('exit', resolve); });
+    env.server.kill('SIGTERM');
+    await Promise.race([exited, new Promise((resolve) => { setTimeout(resolve, 10000).unref(); })]);
+    env.server.kill('SIGKILL');
+  }
+  env.upstream?.close();
+  fs.writeFileSync(path.join(ARTIFACTS, 'sluice-serve.log'), env.serverLog ?? '');
+  if (env.dir) fs.rmSync(env.dir, { recursive: true, force: true });
+});
+
+test('sign-in refuses a wrong token and lets an admin in, from the keyboard', async () => {
+  const page = await newPage();
+  await page.goto(env.base);
+  await shot(page, '01-sign-in');
+  // The token field has the focus: type, then Enter.
+  await page.keyboard.type('not-a-token');
+  await page.keyboard.press('Enter');
+  await textMatches(page.getByRole('alert'), /not valid/);
+  await page.getByLabel('Token').fill(env.adminToken);
+  await page.keyboard.press('Enter');
+  await page.getByRole('heading', { name: 'Overview', level: 1 }).waitFor();
+  await textMatches(page.locator('.who'), /e2e-admin\s+admin/);
+  await page.locator('tr[data-name="crm"]').first().waitFor();
+  await shot(page, '02-overview');
+  await closePage(page);
+});
+
+test('an admin creates a system with a limit; the gateway serves it and rejects past the limit; the overview shows it', async () => {
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.getByRole('link', { name: 'Systems' }).click();
+  await page.getByRole('link', { name: 'New system' }).click();
+  await page.getByLabel('Key', { exact: true }).fill('shop');
+  await page.getByLabel('Description').fill('The web shop');
+  await page.getByLabel(/^orders/).check();
+  await page.getByRole('button', { name: 'Add a limit' }).click();
+  await page.getByLabel('Name', { exact: true }).fill('shop-hour');
+  await page.getByLabel('Algorithm').selectOption('fixed_window');
+  await page.getByLabel('Limit', { exact: true }).fill('3');
+  await page.getByLabel('Period').fill('1h');
+  await shot(page, '03-system-new');
+  await page.getByRole('button', { name: 'Create' }).click();
+  await page.getByText('shop was created.').waitFor();
+  await shot(page, '04-system-created');
+
+  const stored = await admin('GET', 'systems/shop');
+  assert.equal(stored.status, 200);
+  assert.deepEqual(stored.data.interfaces, ['orders']);
+  assert.equal(stored.data.limits[0].limit, 3);
+  assert.equal(stored.data.limits[0].period, '1h');
+
+  // Served within a second; then 3 pass and the 4th is refused by the system's limit.
+  await eventually('the gateway to know shop', async () => (await gateway('/api/orders/1', 'shop')).status === 200);
+  const statuses = [];
+  for (let i = 0; i < 10 && !statuses.includes(429); i += 1) statuses.push((await gateway('/api/orders/1', 'shop')).status);
+  assert.deepEqual(statuses, [200, 200, 429]);
+  assert.equal((await gateway('/api/orders/2', 'shop')).reason, 'system_rate_limited');
+
+  await page.getByRole('link', { name: 'Overview' }).click();
+  const row = page.locator('tr[data-name="shop"]').first();
+  await textMatches(row.locator('.rejected-total'), /^[1-9]/);
+  await textMatches(row.locator('.reasons'), /system limit/);
+  await textMatches(page.locator('#reasons'), /system limit/);
+  await shot(page, '05-overview-rejections');
+  await closePage(page);
+});
+
+test('the limit inspector shows what is left and resets it', async () => {
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.goto(`${env.base}#/limits?key=system:shop`);
+  const row = page.locator('tr[data-name="shop-hour"]');
+  await textMatches(row.locator('.remaining'), /0 of 3/);
+  await shot(page, '06-inspector');
+  await row.getByRole('button', { name: 'Reset shop-hour' }).click();
+  await textMatches(row.locator('.remaining'), /3 of 3/);
+  assert.equal((await gateway('/api/orders/3', 'shop')).status, 200);
+  await closePage(page);
+});
+
+test('a disabled system is refused by the gateway', async () => {
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.getByRole('link', { name: 'Systems' }).click();
+  await page.getByRole('button', { name: 'Disable shop' }).click();
+  await page.getByText('shop is disabled.').waitFor();
+  await page.locator('tr[data-id="shop"] .badge.off').waitFor();
+  await shot(page, '07-systems-disabled');
+  await eventually('shop to be refused', async () => (await gateway('/api/orders/1', 'shop')).reason === 'system_disabled');
+  await closePage(page);
+});
+
+test('a problem the API finds is shown at its field', async () => {
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.goto(`${env.base}#/systems?new=1`);
+  await page.getByLabel('Key', { exact: true }).fill('broken');
+  await page.getByRole('button', { name: 'Add a limit' }).click();
+  await page.getByLabel('Period').fill('1x');
+  await page.getByRole('button', { name: 'Create' }).click();
+  const error = page.locator('[data-error-for="limits[0].period"]');
+  await textMatches(error, /duration/);
+  assert.equal(await page.getByLabel('Period').getAttribute('aria-invalid'), 'true');
+  assert.ok(await page.getByLabel('Period').evaluate((el) => el === document.activeElement), 'the field has the focus');
+  await shot(page, '08-field-error');
+  assert.equal((await admin('GET', 'systems/broken')).status, 404);
+  await closePage(page);
+});
+
+test('a stale edit is reported, not saved over the other change', async () => {
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.goto(`${env.base}#/systems/crm`);
+  await page.getByLabel('Description').fill('Changed in the console');
+  // Meanwhile someone else changes crm.
+  const current = await admin('GET', 'systems/crm');
+  assert.equal((await admin('PUT', 'systems/crm', { ...current.data, description: 'Changed elsewhere' }, { 'If-Match': current.etag })).status, 200);
+  await page.getByRole('button', { name: 'Save' }).click();
+  await textMatches(page.getByRole('alert'), /Someone else changed this/);
+  await shot(page, '09-stale-edit');
+  assert.equal((await admin('GET', 'systems/crm')).data.description, 'Changed elsewhere');
+  // Reloading shows their change; saving again then works.
+  await page.getByRole('button', { name: 'Reload' }).click();
+  await eventually('the reloaded description', async () => (await page.getByLabel('Description').inputValue()) === 'Changed elsewhere');
+  await page.getByLabel('Description').fill('Changed in the console');
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.getByText('crm was saved.').waitFor();
+  assert.equal((await admin('GET', 'systems/crm')).data.description, 'Changed in the console');
+  await closePage(page);
+});
+
+test('an admin makes an API key (shown once) and switches the system to it; the gateway then wants it', async () => {
+  assert.equal((await admin('POST', 'systems', { key: 'billing', interfaces: ['users'] })).status, 201);
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.goto(`${env.base}#/systems/billing`);
+  await page.getByRole('button', { name: 'New API key' }).click();
+  const secret = await page.locator('code.secret').innerText();
+  assert.match(secret, /^sluice_ak_/);
+  await page.locator('section[aria-labelledby="cred-title"] tbody tr').waitFor();
+  await page.getByLabel('Caller authentication').selectOption('api_key');
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.getByText('billing was saved.').waitFor();
+  await shot(page, '10-credentials');
+  await eventually('billing to want its key', async () => (await gateway('/api/users/1', 'billing')).reason === 'api_key_invalid');
+  assert.equal((await gateway('/api/users/1', null, { 'X-Api-Key': secret })).status, 200);
+  await closePage(page);
+});
+
+test('breakers can be forced open and back to automatic', async () => {
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.getByRole('link', { name: 'Breakers' }).click();
+  const row = page.locator('tr[data-upstream="app"]');
+  await textMatches(row.locator('.state'), /^closed$/);
+  await row.getByRole('button', { name: 'Force open app' }).click();
+  await textMatches(row.locator('.state'), /^forced open$/);
+  await shot(page, '11-breakers');
+  await eventually('requests to get 503', async () => (await gateway('/api/users/1', 'crm')).reason === 'upstream_unavailable');
+  await row.getByRole('button', { name: 'Automatic app' }).click();
+  await textMatches(row.locator('.state'), /^closed$/);
+  await eventually('requests to pass again', async () => (await gateway('/api/users/1', 'crm')).status === 200);
+  await closePage(page);
+});
+
+test('the audit log lists the changes with who made them', async () => {
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.getByRole('link', { name: 'Audit log' }).click();
+  const created = page.locator('tr', { hasText: 'system.create' }).filter({ hasText: 'systems/shop' });
+  await textMatches(created, /e2e-admin/);
+  await created.getByRole('button', { name: /Before and after/ }).click();
+  await textMatches(page.locator('tr.detail:not([hidden])').first(), /shop-hour/);
+  await shot(page, '12-audit');
+  await closePage(page);
+});
+
+test('a read-only token sees everything and can change nothing', async () => {
+  const page = await newPage();
+  await signIn(page, env.readToken);
+  await textMatches(page.locator('.who'), /read-only/);
+  await page.getByRole('link', { name: 'Systems' }).click();
+  await page.locator('tr[data-id="crm"]').waitFor();
+  assert.equal(await page.getByRole('link', { name: 'New system' }).count(), 0);
+  assert.equal(await page.getByRole('button', { name: /^(Enable|Disable)/ }).count(), 0);
+  await page.getByRole('link', { name: 'crm' }).click();
+  await page.getByText('read-only token').waitFor();
+  assert.ok(await page.getByLabel('Description').isDisabled());
+  assert.equal(await page.getByRole('button', { name: /Save|Delete|Add a limit/ }).count(), 0);
+  await shot(page, '13-read-only');
+  await page.getByRole('link', { name: 'Breakers' }).click();
+  await page.locator('tr[data-upstream="app"]').waitFor();
+  assert.equal(await page.getByRole('button', { name: /Force/ }).count(), 0);
+  await closePage(page);
+});
+
+test('the console speaks Chinese, every string of it', async () => {
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.getByLabel('Language').selectOption('zh-CN');
+  await page.getByRole('heading', { name: '概览', level: 1 }).waitFor();
+  assert.equal(await page.evaluate(() => document.documentElement.lang), 'zh-CN');
+  await textMatches(page.locator('#nav'), /系统.*接口.*熔断器.*审计日志/s);
+  await page.locator('tr[data-name="shop"]').first().waitFor();
+  await shot(page, '14-overview-zh');
+  const missing = await page.evaluate(async () => {
+    const { dictionaries } = await import('/assets/i18n.js');
+    const en = Object.keys(dictionaries.en);
+    const zh = Object.keys(dictionaries['zh-CN']);
+    return { zh: en.filter((k) => !zh.includes(k)), en: zh.filter((k) => !en.includes(k)) };
+  });
+  assert.deepEqual(missing, { zh: [], en: [] });
+  await page.goto(`${env.base}#/systems/shop`);
+  await page.getByRole('button', { name: '保存' }).waitFor();
+  await shot(page, '15-system-zh');
+  await closePage(page);
+});
+
+test('the keyboard reaches everything: the skip link first, then every field of a form up to Save', async () => {
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.goto(`${env.base}#/interfaces/orders`);
+  await page.reload(); // the focus at the top of the page, as a person arriving there has it
+  await page.getByLabel('Path pattern').waitFor();
+  await page.keyboard.press('Tab');
+  assert.equal(await page.evaluate(() => document.activeElement.textContent), 'Skip to content');
+  await page.keyboard.press('Enter');
+  assert.equal(await page.evaluate(() => document.activeElement.id), 'main');
+  const visited = [];
+  for (let i = 0; i < 80; i += 1) {
+    await page.keyboard.press('Tab');
+    const at = await page.evaluate(() => {
+      const el = document.activeElement;
+      const r = el.getBoundingClientRect();
+      return { text: el.labels?.[0]?.textContent ?? el.textContent, visible: r.width > 0 && r.height > 0 };
+    });
+    assert.ok(at.visible, `the focus is on something visible (${at.text})`);
+    visited.push(at.text);
+    if (at.text === 'Save') break;
+  }
+  assert.equal(visited.at(-1), 'Save', `Tab reaches Save (went through: ${visited.join(', ')})`);
+  for (const label of ['Path pattern', 'Upstream', 'GET', 'Public', 'Timeout', 'Add a limit']) assert.ok(visited.includes(label), `Tab reaches ${label}`);
+  await closePage(page);
+});
+
+// Every page once: the lists, a form of each kind, the inspector, breakers and the audit log.
+const EVERY_PAGE = ['overview', 'systems', 'systems/shop', 'interfaces', 'interfaces/orders', 'upstreams', 'upstreams/app',
+  'grants', 'grants/crm/orders', 'limits?key=grant:crm/orders', 'breakers', 'audit'];
+
+// The controls on the page with no accessible name (no label, aria-label or text).
+function unlabelled(page) {
+  return page.evaluate(() => [...document.querySelectorAll('input, select, textarea, button, a[href]')]
+    .filter((el) => !el.closest('[hidden]'))
+    .filter((el) => !(el.labels?.length || el.getAttribute('aria-label') || el.getAttribute('aria-labelledby') || el.textContent.trim()))
+    .map((el) => el.outerHTML.slice(0, 80)));
+}
+
+for (const [device, options] of [
+  ['laptop', { viewport: { width: 1280, height: 800 } }],
+  ['phone', { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true, deviceScaleFactor: 2 }],
+]) {
+  test(`on a ${device}, every page fits the screen and labels every control`, async () => {
+    const page = await newPage(options);
+    await signIn(page, env.adminToken);
+    for (const [i, at] of EVERY_PAGE.entries()) {
+      await page.goto(`${env.base}#/${at}`);
+      // Drawn: its heading, nothing still loading, and its first table row or form field.
+      await page.waitForFunction(() => {
+        const main = document.getElementById('main');
+        return main.querySelector('h1') && !main.innerText.includes('Loading…') && main.querySelector('tbody tr, form input');
+      });
+      assert.deepEqual(await unlabelled(page), [], `unlabelled controls on #/${at}`);
+      const fits = await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth);
+      assert.ok(fits, `#/${at} is no wider than the screen`);
+      await shot(page, `${device}-${String(i + 1).padStart(2, '0')}-${at.replace(/[/?:=]+/g, '-')}`);
+    }
+    await closePage(page);
+  });
+}

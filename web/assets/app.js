@@ -1,0 +1,132 @@
+// The console's shell: sign-in state, the navigation, the language, and a hash router that gives each
+// page its own module. A page is render(main, ctx) → optional cleanup (stops its timers).
+import { api, onUnauthorized, setToken, token } from './api.js';
+import { h, replace } from './dom.js';
+import { language, setLanguage, t } from './i18n.js';
+import * as audit from './pages/audit.js';
+import * as breakers from './pages/breakers.js';
+import * as entities from './pages/entities.js';
+import * as inspector from './pages/inspector.js';
+import * as overview from './pages/overview.js';
+import * as signin from './pages/signin.js';
+
+const pages = [
+  { id: 'overview', render: overview.render },
+  { id: 'systems', render: entities.render },
+  { id: 'interfaces', render: entities.render },
+  { id: 'upstreams', render: entities.render },
+  { id: 'grants', render: entities.render },
+  { id: 'limits', render: inspector.render },
+  { id: 'breakers', render: breakers.render },
+  { id: 'audit', render: audit.render },
+];
+
+const main = document.getElementById('main');
+let principal = null; // {id, name, role} from /whoami
+let cleanup = null;
+let signInMessage = '';
+
+// #/systems/crm?x=1 → {page: 'systems', params: ['crm'], query: URLSearchParams}
+function route() {
+  const [path, query = ''] = location.hash.replace(/^#\/?/, '').split('?');
+  const [page = 'overview', ...params] = path.split('/').filter(Boolean).map(decodeURIComponent);
+  return { page, params, query: new URLSearchParams(query) };
+}
+
+export function navigate(hash) {
+  if (location.hash === hash) show({ focus: true });
+  else location.hash = hash;
+}
+
+function renderShell() {
+  document.documentElement.lang = language();
+  document.title = t('app.title');
+  document.getElementById('skip-link').textContent = t('app.skip');
+  document.getElementById('lang-label').textContent = t('app.language');
+  document.getElementById('lang').value = language();
+  const signOut = document.getElementById('sign-out');
+  signOut.textContent = t('app.signOut');
+  signOut.hidden = !principal;
+  const who = document.getElementById('who');
+  replace(who, principal ? [h('span', {}, principal.name), ' ', h('span', { class: `role role-${principal.role}` }, t(`role.${principal.role}`))] : []);
+  const current = route().page;
+  replace(document.getElementById('nav'), principal
+    ? h('ul', {}, pages.map((p) => h('li', {}, h('a', {
+      href: `#/${p.id}`,
+      'aria-current': p.id === current ? 'page' : false,
+    }, t(`nav.${p.id}`)))))
+    : []);
+}
+
+let generation = 0; // which call of show() is the latest: an older one's page is dropped
+
+// Draws the page the address names. focus: move the keyboard's focus to its heading (after a
+// navigation, not after a change of language).
+async function show({ focus = false } = {}) {
+  const mine = ++generation;
+  if (cleanup) cleanup();
+  cleanup = null;
+  renderShell();
+  const view = h('div', { class: 'page' });
+  replace(main, view);
+  if (!principal) {
+    signin.render(view, { message: signInMessage, signedIn });
+    return;
+  }
+  const r = route();
+  const page = pages.find((p) => p.id === r.page);
+  if (!page) {
+    navigate('#/overview');
+    return;
+  }
+  const done = (await page.render(view, { ...r, admin: principal.role === 'admin', navigate })) ?? null;
+  if (mine !== generation) {
+    done?.();
+    return;
+  }
+  cleanup = done;
+  const heading = view.querySelector('h1');
+  if (focus && heading && !view.contains(document.activeElement)) {
+    heading.setAttribute('tabindex', '-1');
+    heading.focus({ preventScroll: true });
+  }
+}
+
+async function signedIn(who) {
+  principal = who;
+  signInMessage = '';
+  if (!location.hash || location.hash === '#/') location.hash = '#/overview';
+  else show({ focus: true });
+}
+
+function signOut(message = '') {
+  setToken('');
+  principal = null;
+  signInMessage = message;
+  show();
+}
+
+onUnauthorized(() => signOut(t('signin.expired')));
+document.getElementById('sign-out').addEventListener('click', () => signOut());
+// The skip link moves the focus without touching the address, which the router owns.
+document.getElementById('skip-link').addEventListener('click', (e) => {
+  e.preventDefault();
+  main.focus();
+});
+document.getElementById('lang').addEventListener('change', (e) => {
+  setLanguage(e.target.value);
+  show();
+});
+window.addEventListener('hashchange', () => show({ focus: true }));
+
+// A token kept from earlier in this tab signs in again on reload.
+(async () => {
+  if (token()) {
+    try {
+      principal = (await api('GET', 'whoami')).data;
+    } catch {
+      setToken('');
+    }
+  }
+  show();
+})();
