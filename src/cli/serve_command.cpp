@@ -7,6 +7,7 @@
 #include "config/yaml.h"
 #include "gateway/demo.h"
 #include "gateway/gateway.h"
+#include "gateway/redis_limiter.h"
 
 namespace sluice::cli {
 namespace {
@@ -18,6 +19,7 @@ struct ServeOptions {
   std::string admin_listen;
   int threads = 1;
   std::string store;
+  int fleet_size = 0;  // 0: the file's
   std::string access_log;
   bool check = false;
   bool print_config = false;
@@ -73,20 +75,28 @@ int run(const ServeOptions& o) {
     std::fputs(config::to_yaml(*cfg).c_str(), stdout);
     return 0;
   }
+  const std::string store = o.store.empty() ? cfg->store : o.store;
+  gateway::LimiterFactory redis;
+  if (store != "local") {
+    auto made = gateway::redis_limiters(
+        {.address = store,
+         .command_timeout = std::chrono::ceil<std::chrono::milliseconds>(cfg->store_timeout),
+         .fleet_size = o.fleet_size > 0 ? o.fleet_size : cfg->fleet_size});
+    if (!made.ok()) {
+      std::fprintf(stderr, "sluice serve: %s: %s (expected local, redis://host:port[/db] or "
+                   "redis-cluster://host:port,host:port,...)\n",
+                   o.store.empty() ? (o.config_path + ": store").c_str() : "--store", made.error().message.c_str());
+      return 1;
+    }
+    redis = std::move(*made);
+  }
   if (o.check) {
     std::printf("%s: ok\n", o.config_path.c_str());
     return 0;
   }
-  const std::string store = o.store.empty() ? cfg->store : o.store;
-  if (store != "local") {
-    std::fprintf(stderr,
-                 "sluice serve: store %s: this build has the local store only (the Redis store is a "
-                 "separate part of sluice)\n",
-                 store.c_str());
-    return 1;
-  }
 
   gateway::GatewayOptions options;
+  options.make_limiter = std::move(redis);
   options.listen = o.listen;
   options.admin_listen = o.admin_listen;
   options.threads = o.threads;
@@ -99,9 +109,9 @@ int run(const ServeOptions& o) {
     return 1;
   }
   auto& gw = *started;
-  std::fprintf(stderr, "sluice: serving on port %u (admin on port %u), %d thread%s\n",
+  std::fprintf(stderr, "sluice: serving on port %u (admin on port %u), %d thread%s, limits in %s\n",
                static_cast<unsigned>(gw->port()), static_cast<unsigned>(gw->admin_port()), o.threads,
-               o.threads == 1 ? "" : "s");
+               o.threads == 1 ? "" : "s", store == "local" ? "this process" : gateway::describe_store(store).c_str());
   if (o.demo) print_demo_help(gw->port(), gw->admin_port());
   gw->wait();
   std::fprintf(stderr, "sluice: stopped\n");
@@ -123,7 +133,13 @@ void add_serve_command(CLI::App& app) {
   serve->add_option("--admin-listen", o->admin_listen,
                     "host:port for /metrics and /config, or off (default: the file's admin_listen, 127.0.0.1:9090)");
   serve->add_option("-t,--threads", o->threads, "Worker threads (default 1)")->check(CLI::Range(1, 256));
-  serve->add_option("--store", o->store, "Where limits are counted: local (default: the file's store)");
+  serve->add_option("--store", o->store,
+                    "Where limits are counted: local, redis://[:password@]host:port[/db] or "
+                    "redis-cluster://host:port,host:port,... (default: the file's store)");
+  serve->add_option("--fleet-size", o->fleet_size,
+                    "Gateways sharing the Redis store: on_store_failure: local divides each limit by it "
+                    "(default: the file's fleet_size, 1)")
+      ->check(CLI::Range(1, config::Config::kMaxFleetSize));
   serve->add_option("--access-log", o->access_log, "stdout, off or a file path (default: the file's access_log)");
   serve->add_flag("--check", o->check, "Validate the configuration and exit");
   serve->add_flag("--print-config", o->print_config, "Print the configuration as YAML (defaults filled in) and exit");
