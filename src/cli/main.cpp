@@ -1,10 +1,12 @@
-// sluice: one binary, one subcommand per part (`serve`, `bench`; `config` and `token` join the same
-// way), each registered from its own file. main() only parses and dispatches: a subcommand runs
-// from its callback and reports a non-zero exit status by throwing CLI::RuntimeError(status).
+// sluice: one binary, one subcommand per part (serve, config, token, bench), each registered from its
+// own file. main() only parses and dispatches: a subcommand runs from its callback and reports a
+// non-zero exit status by throwing CLI::RuntimeError(status).
 #include <CLI/CLI.hpp>
 
 #include "cli/bench_command.h"
+#include "cli/config_command.h"
 #include "cli/serve_command.h"
+#include "cli/token_command.h"
 
 namespace {
 
@@ -18,6 +20,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer("Run 'sluice COMMAND --help' for a command's flags and examples.");
   sluice::cli::add_serve_command(app);
+  sluice::cli::add_config_command(app);
+  sluice::cli::add_token_command(app);
   sluice::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);

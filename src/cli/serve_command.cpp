@@ -4,10 +4,11 @@
 #include <memory>
 #include <string>
 
+#include "cli/serve_control.h"
 #include "config/yaml.h"
+#include "gateway/admin_api.h"
 #include "gateway/demo.h"
 #include "gateway/gateway.h"
-#include "gateway/redis_limiter.h"
 
 namespace sluice::cli {
 namespace {
@@ -23,6 +24,9 @@ struct ServeOptions {
   std::string access_log;
   bool check = false;
   bool print_config = false;
+  std::string db;
+  std::string config_from;
+  std::string token;
 };
 
 void print_demo_help(std::uint16_t port, std::uint16_t admin_port) {
@@ -47,9 +51,16 @@ void print_demo_help(std::uint16_t port, std::uint16_t admin_port) {
 }
 
 int run(const ServeOptions& o) {
-  if (o.demo == !o.config_path.empty()) {
-    std::fprintf(stderr, "sluice serve: give --config FILE or --demo (one of them)\n");
+  const int sources = int{!o.config_path.empty()} + int{o.demo} + int{!o.db.empty()} + int{!o.config_from.empty()};
+  if (sources > 1) {
+    std::fprintf(stderr, "sluice serve: give one of --db FILE, --config FILE, --config-from URL or --demo\n");
     return 2;
+  }
+  const ServeSettings settings{o.listen, o.admin_listen, o.threads, o.store, o.access_log, o.check,
+                               o.print_config, o.db.empty() ? "./sluice.db" : o.db, o.config_from, o.token,
+                               o.fleet_size};
+  if (o.config_path.empty() && !o.demo) {
+    return o.config_from.empty() ? serve_database(settings) : serve_follower(settings);
   }
   std::shared_ptr<const config::Config> cfg;
   std::unique_ptr<gateway::DemoUpstream> upstream;
@@ -75,28 +86,19 @@ int run(const ServeOptions& o) {
     std::fputs(config::to_yaml(*cfg).c_str(), stdout);
     return 0;
   }
-  const std::string store = o.store.empty() ? cfg->store : o.store;
-  gateway::LimiterFactory redis;
-  if (store != "local") {
-    auto made = gateway::redis_limiters(
-        {.address = store,
-         .command_timeout = std::chrono::ceil<std::chrono::milliseconds>(cfg->store_timeout),
-         .fleet_size = o.fleet_size > 0 ? o.fleet_size : cfg->fleet_size});
-    if (!made.ok()) {
-      std::fprintf(stderr, "sluice serve: %s: %s (expected local, redis://host:port[/db] or "
-                   "redis-cluster://host:port,host:port,...)\n",
-                   o.store.empty() ? (o.config_path + ": store").c_str() : "--store", made.error().message.c_str());
-      return 1;
-    }
-    redis = std::move(*made);
-  }
+  gateway::GatewayOptions options;
+  if (!limit_store(settings, *cfg, o.demo ? "the demo configuration" : o.config_path, options)) return 1;
   if (o.check) {
     std::printf("%s: ok\n", o.config_path.c_str());
     return 0;
   }
-
-  gateway::GatewayOptions options;
-  options.make_limiter = std::move(redis);
+  // A file brings no admin tokens: the admin listener stays on loopback.
+  if (Status ok = gateway::check_admin_listen(o.admin_listen.empty() ? cfg->admin_listen : o.admin_listen, false);
+      !ok) {
+    std::fprintf(stderr, "sluice serve: %s\n", ok.error().message.c_str());
+    return 1;
+  }
+  if (!secret_key_from_environment(options.secret_key)) return 1;
   options.listen = o.listen;
   options.admin_listen = o.admin_listen;
   options.threads = o.threads;
@@ -111,7 +113,7 @@ int run(const ServeOptions& o) {
   auto& gw = *started;
   std::fprintf(stderr, "sluice: serving on port %u (admin on port %u), %d thread%s, limits in %s\n",
                static_cast<unsigned>(gw->port()), static_cast<unsigned>(gw->admin_port()), o.threads,
-               o.threads == 1 ? "" : "s", store == "local" ? "this process" : gateway::describe_store(store).c_str());
+               o.threads == 1 ? "" : "s", limits_where(settings, *cfg).c_str());
   if (o.demo) print_demo_help(gw->port(), gw->admin_port());
   gw->wait();
   std::fprintf(stderr, "sluice: stopped\n");
@@ -125,13 +127,20 @@ void add_serve_command(CLI::App& app) {
   CLI::App* serve = app.add_subcommand(
       "serve",
       "Run the gateway: identify the calling system, check its permissions and limits, then proxy "
-      "to the upstream.\nSIGHUP (or a change to the file) reloads the configuration; SIGTERM drains "
-      "and exits 0.");
+      "to the upstream.\nThe configuration comes from a database (--db, the default ./sluice.db; "
+      "changes are served within a second), a YAML file (--config; SIGHUP or a change to the file "
+      "reloads it) or a primary (--config-from). SIGTERM drains and exits 0.");
+  serve->add_option("--db", o->db, "The configuration database (SQLite; default ./sluice.db), edited with "
+                                   "the admin API or sluice config import");
   serve->add_option("-c,--config", o->config_path, "The YAML configuration (see docs/configuration.md)");
+  serve->add_option("--config-from", o->config_from,
+                    "Follow a primary: http://host:port of its admin listener (needs --token)");
+  serve->add_option("--token", o->token, "With --config-from: an admin token of the primary (read role suffices)");
   serve->add_flag("--demo", o->demo, "Run the built-in demo configuration in front of a built-in echo upstream");
   serve->add_option("--listen", o->listen, "host:port for requests (default: the file's listen, 127.0.0.1:8080)");
   serve->add_option("--admin-listen", o->admin_listen,
-                    "host:port for /metrics and /config, or off (default: the file's admin_listen, 127.0.0.1:9090)");
+                    "host:port for the admin API, /metrics and /config, or off (default: the configuration's "
+                    "admin_listen, 127.0.0.1:9090)");
   serve->add_option("-t,--threads", o->threads, "Worker threads (default 1)")->check(CLI::Range(1, 256));
   serve->add_option("--store", o->store,
                     "Where limits are counted: local, redis://[:password@]host:port[/db] or "

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdio>
+#include <ctime>
 #include <set>
 #include <string_view>
 
@@ -43,6 +45,49 @@ const char* to_string(OnStoreFailure policy) {
     case OnStoreFailure::kLocal: return "local";
   }
   return "allow";
+}
+
+const char* to_string(Auth auth) {
+  switch (auth) {
+    case Auth::kKey: return "key";
+    case Auth::kApiKey: return "api_key";
+    case Auth::kHmac: return "hmac";
+  }
+  return "key";
+}
+
+const char* to_string(BreakerForce force) {
+  switch (force) {
+    case BreakerForce::kNone: return "none";
+    case BreakerForce::kOpen: return "open";
+    case BreakerForce::kClosed: return "closed";
+  }
+  return "none";
+}
+
+std::string format_time(std::int64_t unix_seconds) {
+  const std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::optional<std::int64_t> parse_time(std::string_view text) {
+  std::tm tm{};
+  char z = 0;
+  int consumed = 0;
+  const std::string s(text);
+  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%c%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                  &tm.tm_min, &tm.tm_sec, &z, &consumed) != 7 ||
+      z != 'Z' || consumed != static_cast<int>(s.size()) || tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 ||
+      tm.tm_mday > 31 || tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 60) {
+    return std::nullopt;
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return static_cast<std::int64_t>(timegm(&tm));
 }
 
 const char* to_string(Language language) {
@@ -421,7 +466,37 @@ class Validator {
         add(at + ".interfaces[" + std::to_string(j) + "]", "names no interface: \"" + s.interfaces[j] + "\"");
       }
     }
+    credentials(at, s);
     limits(at, s.limits);
+  }
+
+  void credentials(const std::string& at, const System& s) {
+    std::set<std::string> ids;
+    for (std::size_t j = 0; j < s.credentials.size(); ++j) {
+      const Credential& c = s.credentials[j];
+      const std::string path = at + ".credentials[" + std::to_string(j) + "]";
+      if (c.id.empty()) add(path + ".id", "is required");
+      if (!c.id.empty() && !ids.insert(c.id).second) {
+        add(path + ".id", "\"" + c.id + "\" is the id of another credential of this system too");
+      }
+      if (c.kind == Auth::kApiKey) {
+        const bool hex = c.api_key_sha256.size() == 64 &&
+                         std::all_of(c.api_key_sha256.begin(), c.api_key_sha256.end(),
+                                     [](char ch) { return std::isxdigit(static_cast<unsigned char>(ch)) != 0; });
+        if (!hex) add(path + ".api_key_sha256", "must be the API key's SHA-256 in 64 hex digits");
+        if (hex && !api_keys_.insert(c.api_key_sha256).second) {
+          add(path + ".api_key_sha256", "another credential has the same API key");
+        }
+        if (!c.sealed_secret.empty()) add(path + ".sealed_secret", "belongs to hmac credentials only");
+      } else if (c.kind == Auth::kHmac) {
+        if (!c.sealed_secret.starts_with("v1:")) {
+          add(path + ".sealed_secret", "must be a secret sealed with SLUICE_SECRET_KEY (\"v1:...\")");
+        }
+        if (!c.api_key_sha256.empty()) add(path + ".api_key_sha256", "belongs to api_key credentials only");
+      } else {
+        add(path + ".kind", "must be api_key or hmac");
+      }
+    }
   }
 
   void grant(std::size_t i, std::set<std::pair<std::string, std::string>>& pairs) {
@@ -447,6 +522,7 @@ class Validator {
 
   const Config& c_;
   std::vector<Problem> problems_;
+  std::set<std::string> api_keys_;  // SHA-256s seen so far, across systems
 };
 
 }  // namespace

@@ -50,8 +50,12 @@ struct Target {
   friend bool operator==(const Target&, const Target&) = default;
 };
 
+// An operator's override of a breaker, kept with the configuration so that every instance applies it.
+enum class BreakerForce : std::uint8_t { kNone, kOpen, kClosed };
+
 struct Breaker {
   bool enabled = true;
+  BreakerForce force = BreakerForce::kNone;
   // The breaker's thresholds; clock and on_state_change are left empty (the gateway sets them).
   CircuitBreakerOptions options;
 };
@@ -69,10 +73,32 @@ struct Upstream {
   static std::vector<std::int32_t> default_failure_statuses();
 };
 
+// How a system's callers prove who they are.
+enum class Auth : std::uint8_t {
+  kKey,     // the system key header names the system; nothing secret (what callers do today)
+  kApiKey,  // a secret key in X-Api-Key, kept only as its SHA-256
+  kHmac,    // requests signed with HMAC-SHA256 under a secret kept only sealed (SLUICE_SECRET_KEY)
+};
+
+// One secret of a system's callers. Several may be valid at once while they rotate: the old one
+// gets an expiry, the new one none.
+struct Credential {
+  std::string id;               // names it in lists and URLs; not secret
+  Auth kind = Auth::kApiKey;    // kApiKey or kHmac
+  std::string api_key_sha256;   // kApiKey: the key's SHA-256 in 64 hex digits
+  std::string sealed_secret;    // kHmac: the signing secret sealed by SecretKey::seal
+  std::int64_t created = 0;     // Unix seconds
+  std::optional<std::int64_t> expires;  // Unix seconds; refused from then on
+
+  friend bool operator==(const Credential&, const Credential&) = default;
+};
+
 struct System {
   std::string key;
   std::string description;
   bool enabled = true;
+  Auth auth = Auth::kKey;
+  std::vector<Credential> credentials;
   bool all_interfaces = false;          // "*"
   std::vector<std::string> interfaces;  // interface ids it may call (besides "*")
   std::vector<LimitRule> limits;
@@ -152,8 +178,14 @@ std::optional<Target> parse_target(std::string_view text);
 // settings describe equally.
 std::string describe(const Breaker& breaker);
 
+// Unix seconds as RFC 3339 in UTC ("2026-11-30T10:00:00Z"), and back (nullopt when it is not one).
+std::string format_time(std::int64_t unix_seconds);
+std::optional<std::int64_t> parse_time(std::string_view text);
+
 const char* to_string(KeyBy key_by);
 const char* to_string(OnStoreFailure policy);
+const char* to_string(Auth auth);
+const char* to_string(BreakerForce force);
 const char* to_string(Language language);
 const char* to_string(RateLimitHeaders headers);
 

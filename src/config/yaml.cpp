@@ -96,6 +96,12 @@ class Reader {
     }
   }
 
+  // One entity on its own (an admin API request body): problems' paths start at its fields.
+  System one_system(const YAML::Node& n) { return system(n, ""); }
+  Interface one_interface(const YAML::Node& n) { return interface(n, ""); }
+  Upstream one_upstream(const YAML::Node& n) { return upstream(n, ""); }
+  Grant one_grant(const YAML::Node& n) { return grant(n, ""); }
+
  private:
   static std::string join(const std::string& at, const std::string& key) {
     return at.empty() ? key : at + "." + key;
@@ -241,7 +247,7 @@ class Reader {
     }
     const YAML::Node b = n["breaker"];
     if (b.IsDefined() && !b.IsNull()) {
-      const std::string bat = at + ".breaker";
+      const std::string bat = join(at, "breaker");
       mark(bat, b);
       if (is_map(b, bat)) breaker(b, bat, u.breaker);
     }
@@ -249,11 +255,19 @@ class Reader {
   }
 
   void breaker(const YAML::Node& n, const std::string& at, Breaker& out) {
-    fields(n, at, {"enabled", "window", "minimum_calls", "failure_rate", "slow_call_rate", "slow_call",
+    fields(n, at, {"enabled", "force", "window", "minimum_calls", "failure_rate", "slow_call_rate", "slow_call",
                    "consecutive_failures", "open_for", "max_open_for", "backoff_multiplier",
                    "jitter_percent", "half_open_probes"});
     CircuitBreakerOptions& o = out.options;
     boolean(n, at, "enabled", out.enabled);
+    std::string force;
+    if (scalar(n, at, "force", force)) {
+      if (force == "open" || force == "closed" || force == "none") {
+        out.force = force == "open" ? BreakerForce::kOpen : force == "closed" ? BreakerForce::kClosed : BreakerForce::kNone;
+      } else {
+        fail(n["force"], join(at, "force"), "must be open, closed or none, got \"" + force + "\"");
+      }
+    }
     std::string window;
     if (scalar(n, at, "window", window)) {
       std::int32_t count = 0;
@@ -265,7 +279,7 @@ class Reader {
         o.window = BreakerWindow::kTime;
         o.window_duration = *d;
       } else {
-        fail(n["window"], at + ".window",
+        fail(n["window"], join(at, "window"),
              "must be a number of calls (20) or a duration (60s), got \"" + window + "\"");
       }
     }
@@ -342,7 +356,9 @@ class Reader {
   }
 
   bool key_by(const YAML::Node& n, const std::string& at, const std::string& value, LimitRule& r) {
-    if (value == "client_ip") {
+    if (value == "owner") {
+      r.key_by = KeyBy::kOwner;
+    } else if (value == "client_ip") {
       r.key_by = KeyBy::kClientIp;
     } else if (value.rfind("header:", 0) == 0 && value.size() > 7) {
       r.key_by = KeyBy::kHeader;
@@ -351,7 +367,7 @@ class Reader {
       r.key_by = KeyBy::kQuery;
       r.key_name = value.substr(6);
     } else {
-      fail(n, at, "must be client_ip, header:NAME or query:NAME, got \"" + value + "\"");
+      fail(n, at, "must be owner, client_ip, header:NAME or query:NAME, got \"" + value + "\"");
       return false;
     }
     return true;
@@ -360,10 +376,17 @@ class Reader {
   System system(const YAML::Node& n, const std::string& at) {
     System s;
     if (!is_map(n, at)) return s;
-    fields(n, at, {"key", "description", "enabled", "interfaces", "limits"});
+    fields(n, at, {"key", "description", "enabled", "auth", "credentials", "interfaces", "limits"});
     string(n, at, "key", s.key);
     string(n, at, "description", s.description);
     boolean(n, at, "enabled", s.enabled);
+    std::string auth;
+    if (scalar(n, at, "auth", auth)) {
+      if (!auth_of(auth, s.auth)) fail(n["auth"], join(at, "auth"), "must be key, api_key or hmac, got \"" + auth + "\"");
+    }
+    list(n, at, "credentials", [&](const YAML::Node& c, const std::string& path) {
+      s.credentials.push_back(credential(c, path));
+    });
     std::vector<std::string> ids;
     strings(n, at, "interfaces", ids);
     for (std::string& id : ids) {
@@ -375,6 +398,45 @@ class Reader {
     }
     s.limits = limits(n, at);
     return s;
+  }
+
+  static bool auth_of(const std::string& text, Auth& out) {
+    if (text == "key" || text == "api_key" || text == "hmac") {
+      out = text == "key" ? Auth::kKey : text == "api_key" ? Auth::kApiKey : Auth::kHmac;
+      return true;
+    }
+    return false;
+  }
+
+  bool time(const YAML::Node& map, const std::string& at, const char* key, std::int64_t& out) {
+    std::string s;
+    if (!scalar(map, at, key, s)) return false;
+    auto t = parse_time(s);
+    if (!t) {
+      fail(map[key], join(at, key), "must be a UTC time like 2026-11-30T10:00:00Z, got \"" + s + "\"");
+      return false;
+    }
+    out = *t;
+    return true;
+  }
+
+  Credential credential(const YAML::Node& n, const std::string& at) {
+    Credential c;
+    if (!is_map(n, at)) return c;
+    fields(n, at, {"id", "kind", "api_key_sha256", "sealed_secret", "created", "expires"});
+    string(n, at, "id", c.id);
+    std::string kind;
+    if (!scalar(n, at, "kind", kind)) {
+      fail(n, join(at, "kind"), "is required (api_key or hmac)");
+    } else if (!auth_of(kind, c.kind) || c.kind == Auth::kKey) {
+      fail(n["kind"], join(at, "kind"), "must be api_key or hmac, got \"" + kind + "\"");
+    }
+    string(n, at, "api_key_sha256", c.api_key_sha256);
+    string(n, at, "sealed_secret", c.sealed_secret);
+    time(n, at, "created", c.created);
+    std::int64_t expires = 0;
+    if (time(n, at, "expires", expires)) c.expires = expires;
+    return c;
   }
 
   Interface interface(const YAML::Node& n, const std::string& at) {
@@ -426,7 +488,17 @@ std::string quote(const std::string& s) {
   if (plain || (s[0] == '/' && s.find_first_of("{}*#: ") == std::string::npos)) return s;
   std::string q = "\"";
   for (char ch : s) {
-    if (ch == '"' || ch == '\\') q += '\\';
+    if (ch == '"' || ch == '\\') {
+      q += '\\';
+    } else if (ch == '\n') {
+      q += "\\n";
+      continue;
+    } else if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned>(static_cast<unsigned char>(ch)));
+      q += hex;
+      continue;
+    }
     q += ch;
   }
   return q + "\"";
@@ -465,6 +537,7 @@ std::string describe(const Breaker& b) {
   const CircuitBreakerOptions& o = b.options;
   std::string s = "{";
   if (!b.enabled) s += "enabled: false, ";
+  if (b.force != BreakerForce::kNone) s += std::string("force: ") + to_string(b.force) + ", ";
   s += "window: " + (o.window == BreakerWindow::kCount ? std::to_string(o.window_size)
                                                         : format_duration(o.window_duration));
   s += ", minimum_calls: " + std::to_string(o.minimum_calls);
@@ -497,6 +570,40 @@ LoadResult load_yaml(std::string_view text, std::string_view file) {
   }
   if (!problems.empty()) return problems;
   return std::shared_ptr<const Config>(std::move(config));
+}
+
+namespace {
+
+template <class T, class F>
+EntityResult<T> parse_entity(std::string_view text, F read) {
+  Reader reader{""};
+  T value;
+  try {
+    const YAML::Node root = YAML::Load(std::string(text));
+    if (!root.IsDefined() || root.IsNull()) {
+      return std::vector<Problem>{Problem{"", "is empty: expected a mapping of fields"}};
+    }
+    value = read(reader, root);
+  } catch (const YAML::Exception& e) {
+    return std::vector<Problem>{Problem{"", e.msg, "", e.mark.line + 1, e.mark.column + 1}};
+  }
+  if (!reader.problems().empty()) return std::move(reader.problems());
+  return value;
+}
+
+}  // namespace
+
+EntityResult<System> parse_system(std::string_view text) {
+  return parse_entity<System>(text, [](Reader& r, const YAML::Node& n) { return r.one_system(n); });
+}
+EntityResult<Interface> parse_interface(std::string_view text) {
+  return parse_entity<Interface>(text, [](Reader& r, const YAML::Node& n) { return r.one_interface(n); });
+}
+EntityResult<Upstream> parse_upstream(std::string_view text) {
+  return parse_entity<Upstream>(text, [](Reader& r, const YAML::Node& n) { return r.one_upstream(n); });
+}
+EntityResult<Grant> parse_grant(std::string_view text) {
+  return parse_entity<Grant>(text, [](Reader& r, const YAML::Node& n) { return r.one_grant(n); });
 }
 
 LoadResult load_yaml_file(const std::string& path) {
@@ -547,6 +654,16 @@ std::string to_yaml(const Config& c) {
     out << "  - key: " << quote(s.key) << "\n";
     if (!s.description.empty()) out << "    description: " << quote(s.description) << "\n";
     out << "    enabled: " << (s.enabled ? "true" : "false") << "\n";
+    if (s.auth != Auth::kKey) out << "    auth: " << to_string(s.auth) << "\n";
+    if (!s.credentials.empty()) out << "    credentials:\n";
+    for (const Credential& k : s.credentials) {
+      out << "      - {id: " << quote(k.id) << ", kind: " << to_string(k.kind);
+      if (!k.api_key_sha256.empty()) out << ", api_key_sha256: " << quote(k.api_key_sha256);
+      if (!k.sealed_secret.empty()) out << ", sealed_secret: " << quote(k.sealed_secret);
+      out << ", created: " << quote(format_time(k.created));
+      if (k.expires) out << ", expires: " << quote(format_time(*k.expires));
+      out << "}\n";
+    }
     std::vector<std::string> ids = s.interfaces;
     if (s.all_interfaces) ids.insert(ids.begin(), "*");
     out << "    interfaces: " << strings_flow(ids) << "\n";

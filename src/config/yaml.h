@@ -1,5 +1,5 @@
-// The configuration as a YAML file: loading with precise errors (file:line:column and the field's
-// path), and export back to YAML. Pure functions; thread-safe.
+// The configuration as a YAML (or JSON) file: loading with precise errors (file:line:column and the
+// field's path), and export back to YAML. Pure functions; thread-safe.
 #pragma once
 
 #include <memory>
@@ -19,6 +19,16 @@ using LoadResult = std::variant<std::shared_ptr<const Config>, std::vector<Probl
 LoadResult load_yaml(std::string_view text, std::string_view file);
 // Reads a file, then load_yaml.
 LoadResult load_yaml_file(const std::string& path);
+
+// One entity as YAML or JSON text (JSON is YAML), e.g. an admin API request body, read on its own:
+// the problems' paths start at its fields ("limits[0].period"). References to other entities are
+// checked later, by validate() on the whole configuration.
+template <class T>
+using EntityResult = std::variant<T, std::vector<Problem>>;
+EntityResult<System> parse_system(std::string_view text);
+EntityResult<Interface> parse_interface(std::string_view text);
+EntityResult<Upstream> parse_upstream(std::string_view text);
+EntityResult<Grant> parse_grant(std::string_view text);
 
 // The configuration as YAML that load_yaml reads back into an equal configuration.
 std::string to_yaml(const Config& config);

@@ -31,8 +31,10 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "config/crypto.h"
 #include "config/yaml.h"
 #include "gateway/access_log.h"
+#include "gateway/caller_auth.h"
 #include "gateway/policy.h"
 #include "sluice/local_store.h"
 
@@ -223,6 +225,10 @@ struct Worker;
 struct Gateway::Impl {
   GatewayOptions options;
   std::vector<std::unique_ptr<Worker>> workers;
+  // Routes added with add_admin_route run on an event loop and thread of their own, so that a slow
+  // one (a database write waiting for a lock) delays no proxied request.
+  std::unique_ptr<asio::io_context> admin_ioc;
+  std::thread admin_thread;
   std::unique_ptr<Acceptor> acceptor;
   std::unique_ptr<Acceptor> admin_acceptor;
   std::uint16_t port = 0;
@@ -232,6 +238,8 @@ struct Gateway::Impl {
   std::shared_ptr<Limiter> limiter;
   std::unique_ptr<BreakerRegistry> breakers;
   std::unique_ptr<Metrics> metrics;
+  std::unique_ptr<Stats> stats;
+  std::unique_ptr<NonceCache> nonces;
   std::unique_ptr<AccessLog> access_log;
 
   mutable std::mutex snapshot_mu;
@@ -273,6 +281,12 @@ struct Gateway::Impl {
   std::shared_ptr<const Snapshot> snapshot() const {
     std::lock_guard lock(snapshot_mu);
     return current;
+  }
+
+  // Unix seconds, for signature timestamps and API key expiry.
+  std::int64_t now_seconds() const {
+    const sluice::Clock& clock = options.clock != nullptr ? *options.clock : SystemClock::instance();
+    return std::chrono::duration_cast<std::chrono::seconds>(clock.now()).count();
   }
 
   Status install(std::shared_ptr<const config::Config> config);
@@ -344,6 +358,7 @@ struct Worker {
   Task<bool> serve(Exchange& x);
   Task<bool> proxy(Exchange& x);
   Task<bool> decide_endpoint(Exchange& x);
+  Task<Reason> authenticate(Exchange& x, Request& r, std::string_view target, const std::string* body_sha256_hex);
   Task<bool> respond(Exchange& x, Reason reason, const Verdict* verdict, bool close);
   Task<bool> respond_json(Exchange& x, unsigned status, std::string body, const HeaderList& extra,
                                bool close);
@@ -375,6 +390,9 @@ struct Worker::Exchange {
   std::string* head = nullptr;  // the serialized header of the message being relayed
   bool leases_held = false;
   bool decided = false;
+  std::string body{};  // read before proxying when a signature covers it
+  bool body_read = false;
+  bool continue_sent = false;  // "100 Continue" already written
 };
 
 Task<void> Worker::session(Socket socket) {
@@ -491,6 +509,7 @@ void Worker::finish(Exchange& x, int status, Reason reason, std::optional<Nanos>
   const std::string_view interface =
       x.ctx.interface != nullptr ? std::string_view(x.ctx.interface->interface->id) : "";
   gw.metrics->count_request(index, system, interface, reason, status);
+  gw.stats->count(index, system, interface, reason);
   if (x.decided) {
     for (const CompiledLimit* l : x.ctx.verdict.shadow_rejected) gw.metrics->count_shadow_rejection(index, *l);
   }
@@ -595,6 +614,37 @@ Task<bool> Worker::serve(Exchange& x) {
   co_return co_await proxy(x);
 }
 
+// Caller authentication, before the access checks and any limit key. A signed request's body is read
+// here (up to max_body_bytes) to check its hash, unless the hash is given (/decide).
+Task<Reason> Worker::authenticate(Exchange& x, Request& r, std::string_view target,
+                                       const std::string* body_sha256_hex) {
+  const std::int64_t now = gw.now_seconds();
+  const CallerCheck check = identify_caller(r, *x.snapshot, now);
+  // A refused caller is counted against the interface it asked for (its system is not proven).
+  if (check.reason != Reason::kOk) x.ctx.interface = x.snapshot->route(r.method, r.path);
+  if (check.reason != Reason::kOk || !check.needs_signature) co_return check.reason;
+  Reason reason = Reason::kOk;
+  if (body_sha256_hex != nullptr) {
+    reason = verify_signature(r, target, *body_sha256_hex, *x.snapshot, *gw.nonces, now);
+    if (reason != Reason::kOk) x.ctx.interface = x.snapshot->route(r.method, r.path);
+    co_return reason;
+  }
+  const auto max = static_cast<std::uint64_t>(x.snapshot->config().max_body_bytes);
+  if (x.parser.content_length().value_or(0) > max) co_return Reason::kBodyTooLarge;
+  if (beast::iequals(x.parser.get()[http::field::expect], "100-continue")) {
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    co_await asio::async_write(x.client, asio::buffer(kContinue), kTok);
+    x.continue_sent = true;
+  }
+  auto body = co_await read_body(x, max);
+  if (!body) co_return Reason::kBadRequest;
+  x.body = std::move(*body);
+  x.body_read = true;
+  reason = verify_signature(r, target, config::sha256_hex(x.body), *x.snapshot, *gw.nonces, now);
+  if (reason != Reason::kOk) x.ctx.interface = x.snapshot->route(r.method, r.path);
+  co_return reason;
+}
+
 Task<bool> Worker::decide_endpoint(Exchange& x) {
   const config::Config& cfg = x.snapshot->config();
   if (beast::iequals(x.parser.get()[http::field::expect], "100-continue")) {
@@ -663,7 +713,11 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
   const auto t0 = Clock::now();
   Context& ctx = x.ctx;
   ctx.clear();
-  Reason reason = path_is_clean(r.path) ? check_access(r, *x.snapshot, ctx) : Reason::kBadRequest;
+  // A signed request's body hash comes in "body_sha256" (hex); no field: an empty body.
+  std::string body_hash = config::sha256_hex("");
+  if (const auto given = str("body_sha256")) body_hash = std::string(*given);
+  Reason reason = path_is_clean(r.path) ? co_await authenticate(x, r, full, &body_hash) : Reason::kBadRequest;
+  if (reason == Reason::kOk) reason = check_access(r, *x.snapshot, ctx);
   if (reason == Reason::kOk) reason = co_await decide_limits(x, r);
   ctx.verdict.reason = reason;
   gw.metrics->observe_decision(index, since(t0));
@@ -722,7 +776,8 @@ Task<bool> Worker::proxy(Exchange& x) {
   r.headers = &lookup;
 
   const auto t0 = Clock::now();
-  Reason reason = check_access(r, *x.snapshot, ctx);
+  Reason reason = co_await authenticate(x, r, req.target(), nullptr);
+  if (reason == Reason::kOk) reason = check_access(r, *x.snapshot, ctx);
   if (reason == Reason::kOk) reason = co_await decide_limits(x, r);
   gw.metrics->observe_decision(index, since(t0));
   if (reason != Reason::kOk) {
@@ -778,6 +833,7 @@ Task<bool> Worker::proxy(Exchange& x) {
   req.set("X-Request-Id", x.request_id);
   req.erase("X-Sluice-System");
   if (ctx.system != nullptr) req.set("X-Sluice-System", ctx.system->system->key);
+  req.erase(kApiKeyHeader);  // a secret of the caller's: X-Sluice-System says whose it was
   const bool has_body = x.parser.chunked() || x.parser.content_length().value_or(0) > 0;
   const bool head = req.method() == http::verb::head;
 
@@ -811,7 +867,7 @@ Task<bool> Worker::proxy(Exchange& x) {
       }
       conn = std::move(fresh);
     }
-    if (expects_continue && attempt == 0 && has_body) {
+    if (expects_continue && attempt == 0 && has_body && !x.continue_sent) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       co_await asio::async_write(x.client, asio::buffer(kContinue), kTok);
     }
@@ -819,13 +875,29 @@ Task<bool> Worker::proxy(Exchange& x) {
     us.expires_after(itf.timeout);
     wire.clear();
     append_head(wire, req);
-    const RelayResult sent = co_await relay(x.client, x.buffer, x.parser, us, wire, x.parser.chunked(), chunk,
-                                            cfg.header_timeout, itf.timeout);
-    if (sent.read) {
-      failure = reason_of_read_error(sent.read);
-      body_failed = true;
+    error_code ec;
+    if (x.body_read) {
+      // Read already (its signature covers it): the header and all of it in one write.
+      char size_line[24];
+      std::size_t size_len = 0;
+      std::string_view tail;
+      if (x.parser.chunked()) {
+        if (!x.body.empty()) size_len = static_cast<std::size_t>(std::snprintf(size_line, sizeof size_line, "%zx\r\n", x.body.size()));
+        tail = x.body.empty() ? "0\r\n\r\n" : "\r\n0\r\n\r\n";
+      }
+      const std::array<asio::const_buffer, 4> pieces{asio::buffer(wire), asio::buffer(size_line, size_len),
+                                                     asio::buffer(x.body), asio::buffer(tail.data(), tail.size())};
+      auto [wec, wn] = co_await asio::async_write(us, pieces, kTok);
+      ec = wec;
+    } else {
+      const RelayResult sent = co_await relay(x.client, x.buffer, x.parser, us, wire, x.parser.chunked(), chunk,
+                                              cfg.header_timeout, itf.timeout);
+      if (sent.read) {
+        failure = reason_of_read_error(sent.read);
+        body_failed = true;
+      }
+      ec = sent.write;
     }
-    error_code ec = sent.write;
     if (body_failed) break;
     if (!ec) {
       // The response header, skipping interim (1xx) responses.
@@ -907,21 +979,47 @@ Task<bool> Worker::proxy(Exchange& x) {
 
 // --- the admin listener ------------------------------------------------------------------------
 
+// The largest body the admin listener reads (PUT /admin/v1/config carries a whole configuration).
+constexpr std::uint64_t kAdminBodyLimit = std::uint64_t{16} << 20;
+
 Task<void> Gateway::Impl::admin_session(Socket socket) {
+  error_code pec;
+  const auto peer = socket.remote_endpoint(pec).address();
+  const bool loopback = !pec && (peer.is_loopback() ||
+                                 (peer.is_v6() && peer.to_v6().is_v4_mapped() &&
+                                  asio::ip::make_address_v4(asio::ip::v4_mapped, peer.to_v6()).is_loopback()));
   Stream stream(std::move(socket));
   beast::flat_buffer buffer;
+  Timer hold_timer(stream.get_executor());
   while (true) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(kHeaderLimit);
-    parser.body_limit(1 << 20);
+    parser.body_limit(kAdminBodyLimit);
     stream.expires_after(std::chrono::seconds(30));
     auto [ec, n] = co_await http::async_read(stream, buffer, parser, kTok);
+    if (ec == http::error::body_limit) {
+      // Said, not just hung up on: a whole configuration may be what is too big.
+      http::response<http::string_body> res{http::status::payload_too_large, 11};
+      res.set(http::field::content_type, "application/json");
+      res.body() = R"({"code":413,"reason":"body_too_large","msg":"The admin listener takes bodies up to 16 MiB."})";
+      res.keep_alive(false);
+      res.prepare_payload();
+      stream.expires_after(std::chrono::seconds(30));
+      co_await http::async_write(stream, res, kTok);
+      break;
+    }
     if (ec) break;
     auto& req = parser.get();
     const std::string_view target = req.target();
     const std::string_view path = target.substr(0, target.find('?'));
+    AdminRequest request{std::string(req.method_string()), std::string(target), req.body(), {}, loopback};
+    for (const auto& f : req) request.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
     AdminResponse out{404, "application/json", R"({"code":404,"reason":"not_found","msg":"Not found."})"};
-    if (req.method() == http::verb::get && path == "/metrics") {
+    const bool builtin = path == "/metrics" || path == "/healthz" || path == "/config";
+    if (builtin && req.method() == http::verb::get && options.admin_guard && !options.admin_guard(request)) {
+      out = {401, "application/json",
+             R"({"code":401,"reason":"unauthorized","msg":"From off loopback, this needs an admin token: Authorization: Bearer <token>."})"};
+    } else if (req.method() == http::verb::get && path == "/metrics") {
       out = {200, "text/plain; version=0.0.4; charset=utf-8", metrics->render(*snapshot(), store_breakers())};
     } else if (req.method() == http::verb::get && path == "/healthz") {
       out = {200, "application/json", draining ? R"({"status":"draining"})" : R"({"status":"ok"})"};
@@ -932,16 +1030,29 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
       {
         std::lock_guard lock(admin_mu);
         for (const auto& [method, prefix, h] : admin_routes) {
-          if (req.method_string() == method && path.starts_with(prefix)) handler = h;
+          if ((method == "*" || req.method_string() == method) && path.starts_with(prefix)) handler = h;
         }
       }
-      if (handler) out = handler(AdminRequest{std::string(req.method_string()), std::string(target), req.body()});
+      if (handler) {
+        auto call = [&]() -> Task<AdminResponse> { co_return handler(request); };
+        out = co_await asio::co_spawn(admin_ioc->get_executor(), call, asio::use_awaitable_t<Executor>{});
+        // A long poll: asked again until it has news or its time is up.
+        const auto until = Clock::now() + out.hold;
+        while (out.hold > Nanos{0} && Clock::now() < until && !stopped.load()) {
+          hold_timer.expires_after(std::chrono::milliseconds(50));
+          auto [tec] = co_await hold_timer.async_wait(kTok);
+          if (tec) break;
+          out = co_await asio::co_spawn(admin_ioc->get_executor(), call, asio::use_awaitable_t<Executor>{});
+        }
+      }
     }
     http::response<http::string_body> res{static_cast<http::status>(out.status), 11};
     res.set(http::field::content_type, out.content_type);
+    for (const auto& [name, value] : out.headers) res.set(name, value);
     res.body() = std::move(out.body);
     res.keep_alive(req.keep_alive());
     res.prepare_payload();
+    stream.expires_after(std::chrono::seconds(30));
     auto [wec, wn] = co_await http::async_write(stream, res, kTok);
     if (wec || !res.keep_alive()) break;
   }
@@ -993,7 +1104,9 @@ Status Gateway::Impl::install(std::shared_ptr<const config::Config> config) {
     }
   }
   const std::uint64_t g = generation.load() + 1;
-  auto next = std::make_shared<const Snapshot>(std::move(config), *breakers, g);
+  auto next = std::make_shared<const Snapshot>(std::move(config), *breakers, g,
+                                               options.secret_key ? &*options.secret_key : nullptr);
+  for (const std::string& problem : next->caller_problems()) log("caller authentication: " + problem);
   std::vector<std::string> keys;
   for (const auto& u : next->config().upstreams) keys.push_back(Snapshot::breaker_key(u));
   {
@@ -1142,6 +1255,7 @@ std::vector<BreakerState> Gateway::Impl::store_breakers() const {
 void Gateway::Impl::stop_all() {
   if (stopped.exchange(true)) return;
   for (auto& w : workers) w->ioc.stop();
+  if (admin_ioc) admin_ioc->stop();
 }
 
 // --- Gateway ------------------------------------------------------------------------------------
@@ -1154,11 +1268,13 @@ Gateway::~Gateway() {
   for (auto& w : impl_->workers) {
     if (w->thread.joinable()) w->thread.join();
   }
+  if (impl_->admin_thread.joinable()) impl_->admin_thread.join();
   // Handlers still queued (sessions, timers) go with their event loops; the acceptors and the signal
   // set must go first, and the loops before what the sessions point to.
   impl_->signals.reset();
   impl_->acceptor.reset();
   impl_->admin_acceptor.reset();
+  impl_->admin_ioc.reset();
   // A limiter whose store runs on a worker's loop goes before the loop (its Worker declares it so).
   impl_->workers.clear();
   impl_->limiter.reset();
@@ -1216,6 +1332,9 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
     g.limiter = std::make_shared<StoreLimiter>(*g.local_store);
   }
   g.metrics = std::make_unique<Metrics>(static_cast<std::size_t>(g.options.threads));
+  g.stats = std::make_unique<Stats>(static_cast<std::size_t>(g.options.threads),
+                                    g.options.clock != nullptr ? *g.options.clock : SystemClock::instance());
+  g.nonces = std::make_unique<NonceCache>();
   Impl* self = &g;
   g.breakers = std::make_unique<BreakerRegistry>(BreakerRegistry::Options{
       .clock = g.options.clock,
@@ -1252,6 +1371,11 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
 
   asio::io_context& main = g.workers[0]->ioc;
   if (g.admin_acceptor) asio::co_spawn(main, g.admin_loop(), asio::detached);
+  g.admin_ioc = std::make_unique<asio::io_context>(1);
+  g.admin_thread = std::thread([self] {
+    auto guard = asio::make_work_guard(*self->admin_ioc);
+    self->admin_ioc->run();
+  });
   asio::co_spawn(main, g.housekeeping(), asio::detached);
   if (g.options.handle_signals) {
     g.signals = std::make_unique<asio::signal_set>(main, SIGHUP, SIGTERM, SIGINT);
@@ -1277,6 +1401,7 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
 }
 
 std::uint16_t Gateway::port() const { return impl_->port; }
+std::vector<BreakerState> Gateway::store_breakers() const { return impl_->store_breakers(); }
 std::uint16_t Gateway::admin_port() const { return impl_->admin_port; }
 
 Status Gateway::reload(std::shared_ptr<const config::Config> config) {
@@ -1302,5 +1427,13 @@ void Gateway::add_admin_route(std::string method, std::string prefix, AdminHandl
 
 std::shared_ptr<const Snapshot> Gateway::snapshot() const { return impl_->snapshot(); }
 Metrics& Gateway::metrics() { return *impl_->metrics; }
+Stats& Gateway::stats() { return *impl_->stats; }
+
+std::string_view AdminRequest::header(std::string_view name) const {
+  for (const auto& [k, v] : headers) {
+    if (beast::iequals(k, name)) return v;
+  }
+  return {};
+}
 
 }  // namespace sluice::gateway

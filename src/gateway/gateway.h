@@ -1,5 +1,6 @@
-// Gateway: `sluice serve` — the data-plane listener (policy, proxy, /_sluice/v1/decide, healthz),
-// the admin listener (/metrics, /config and routes later layers add), reload and drain.
+// Gateway: `sluice serve` — the data-plane listener (caller authentication, policy, proxy,
+// /_sluice/v1/decide, healthz), the admin listener (/metrics, /config and routes later layers add,
+// which run on a thread of their own), reload and drain.
 // Thread-safe: every public member may be called from any thread.
 #pragma once
 
@@ -7,17 +8,45 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "config/config.h"
+#include "config/crypto.h"
 #include "gateway/limiter.h"
 #include "gateway/metrics.h"
 #include "gateway/snapshot.h"
+#include "gateway/stats.h"
 #include "sluice/clock.h"
 #include "sluice/result.h"
 
 namespace sluice::gateway {
+
+// A request to the admin listener, and the answer to it (for routes other layers add).
+struct AdminRequest {
+  std::string method;
+  std::string target;  // path and query
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers{};
+  bool from_loopback = false;  // the peer's address is 127.0.0.0/8 or ::1
+
+  // A header field's value by name (case-insensitive); empty when absent.
+  std::string_view header(std::string_view name) const;
+};
+struct AdminResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers{};
+  // A long poll: when positive, nothing has changed yet. The listener asks the handler again (every
+  // 50 ms, without blocking anything) until it answers with hold zero or this long has passed since
+  // the first answer, then sends the last answer.
+  Nanos hold{0};
+};
+using AdminHandler = std::function<AdminResponse(const AdminRequest&)>;
 
 struct GatewayOptions {
   // Override the configuration's addresses when not empty; "host:0" picks a free port.
@@ -40,20 +69,12 @@ struct GatewayOptions {
   std::string access_log;  // overrides the configuration's access_log when not empty
   // Where operational messages go (startup, reloads, breaker changes, drain); nullptr: stderr.
   std::function<void(std::string_view)> log;
+  // Opens the signing secrets of systems whose auth is hmac (SLUICE_SECRET_KEY).
+  std::optional<config::SecretKey> secret_key;
+  // Whether a request from off loopback may read /metrics, /healthz and /config (e.g. it carries a
+  // valid admin token). nullptr: any may.
+  std::function<bool(const AdminRequest&)> admin_guard;
 };
-
-// A request to the admin listener, and the answer to it (for routes other layers add).
-struct AdminRequest {
-  std::string method;
-  std::string target;  // path and query
-  std::string body;
-};
-struct AdminResponse {
-  int status = 200;
-  std::string content_type = "application/json";
-  std::string body;
-};
-using AdminHandler = std::function<AdminResponse(const AdminRequest&)>;
 
 class Gateway {
  public:
@@ -82,11 +103,16 @@ class Gateway {
   void wait();
 
   // Adds a route to the admin listener: requests whose path starts with prefix and whose method
-  // matches go to handler (on an event-loop thread: keep it short).
+  // matches ("*": any) go to handler, on the admin listener's own thread (a slow handler delays
+  // other admin requests, never proxied ones).
   void add_admin_route(std::string method, std::string prefix, AdminHandler handler);
 
   std::shared_ptr<const Snapshot> snapshot() const;
   Metrics& metrics();
+  Stats& stats();
+  // The state of the breaker around a shared limit store, one per worker's store (empty for the
+  // in-process store).
+  std::vector<BreakerState> store_breakers() const;
 
   struct Impl;
 

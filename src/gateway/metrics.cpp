@@ -70,6 +70,12 @@ void Metrics::count_breaker_transition(const std::string& upstream, BreakerState
   ++transitions_[{upstream, to}];
 }
 
+bool store_up(std::span<const BreakerState> store_breakers) {
+  return std::all_of(store_breakers.begin(), store_breakers.end(), [](BreakerState s) {
+    return s == BreakerState::kClosed || s == BreakerState::kForcedClosed || s == BreakerState::kDisabled;
+  });
+}
+
 std::string Metrics::render(const Snapshot& snapshot, std::span<const BreakerState> store_breakers) const {
   std::map<RequestKey, std::uint64_t> requests;
   std::map<ShadowKey, std::uint64_t> shadow;
@@ -145,14 +151,11 @@ std::string Metrics::render(const Snapshot& snapshot, std::span<const BreakerSta
     out += std::string("sluice_store_fallbacks_total{policy=\"") + name + "\"} " +
            std::to_string(fallbacks_[static_cast<std::size_t>(policy)].load(std::memory_order_relaxed)) + "\n";
   }
-  // Up while every breaker around the store lets calls through; a half-open one is probing.
-  const bool store_up = std::all_of(store_breakers.begin(), store_breakers.end(), [](BreakerState s) {
-    return s == BreakerState::kClosed || s == BreakerState::kForcedClosed || s == BreakerState::kDisabled;
-  });
+  const bool up = store_up(store_breakers);
   out += "# HELP sluice_store_up 1 while the limit store decides (the local store always does), 0 while "
          "limits follow on_store_failure.\n";
   out += "# TYPE sluice_store_up gauge\n";
-  out += std::string("sluice_store_up ") + (store_up ? "1" : "0") + "\n";
+  out += std::string("sluice_store_up ") + (up ? "1" : "0") + "\n";
   if (!store_breakers.empty()) {
     out += "# HELP sluice_store_breakers Breakers around the limit store (one per worker thread), by state.\n";
     out += "# TYPE sluice_store_breakers gauge\n";

@@ -18,6 +18,10 @@
 
 namespace sluice::gateway {
 
+// Whether a limit store decides: every breaker around it lets calls through (a half-open one is
+// still probing). True for none (the in-process store).
+bool store_up(std::span<const BreakerState> store_breakers);
+
 class Metrics {
  public:
   // Upper bounds of the decision latency histogram, in nanoseconds.
@@ -40,6 +44,7 @@ class Metrics {
   void count_fallback(OnStoreFailure policy) {
     fallbacks_[static_cast<std::size_t>(policy)].fetch_add(1, std::memory_order_relaxed);
   }
+  std::uint64_t store_errors() const { return store_errors_.load(std::memory_order_relaxed); }
   void count_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_).fetch_add(1, std::memory_order_relaxed); }
   void count_breaker_transition(const std::string& upstream, BreakerState to);
 

@@ -20,6 +20,10 @@ enum class Reason : std::uint8_t {
   kOk,
   kSystemKeyMissing,
   kSystemUnknown,
+  kApiKeyInvalid,       // caller authentication (caller_auth.h), all 401
+  kSignatureInvalid,
+  kSignatureExpired,
+  kSignatureReplayed,
   kSystemDisabled,
   kSystemNoPermissions,
   kInterfaceUnknown,

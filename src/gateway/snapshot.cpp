@@ -62,7 +62,9 @@ bool InterfaceEntry::allows(std::string_view method) const {
 }
 
 std::string Snapshot::breaker_key(const config::Upstream& upstream) {
-  return upstream.name + "\n" + config::describe(upstream.breaker);
+  config::Breaker settings = upstream.breaker;
+  settings.force = config::BreakerForce::kNone;  // forcing keeps the breaker, and its window
+  return upstream.name + "\n" + config::describe(settings);
 }
 
 std::shared_ptr<CircuitBreaker> BreakerRegistry::get(const config::Upstream& upstream) {
@@ -81,6 +83,18 @@ std::shared_ptr<CircuitBreaker> BreakerRegistry::get(const config::Upstream& ups
     }
     slot = std::make_shared<CircuitBreaker>(std::move(o));
   }
+  const BreakerState state = slot->state();
+  switch (upstream.breaker.force) {
+    case config::BreakerForce::kOpen:
+      if (state != BreakerState::kForcedOpen) slot->force_open();
+      break;
+    case config::BreakerForce::kClosed:
+      if (state != BreakerState::kForcedClosed) slot->force_closed();
+      break;
+    case config::BreakerForce::kNone:
+      if (state == BreakerState::kForcedOpen || state == BreakerState::kForcedClosed) slot->reset();
+      break;
+  }
   return slot;
 }
 
@@ -92,8 +106,10 @@ void BreakerRegistry::retain(const std::vector<std::string>& keys) {
 }
 
 Snapshot::Snapshot(std::shared_ptr<const config::Config> config, BreakerRegistry& breakers,
-                   std::uint64_t generation)
-    : config_(std::move(config)), generation_(generation) {
+                   std::uint64_t generation, const config::SecretKey* secret_key)
+    : config_(std::move(config)),
+      generation_(generation),
+      callers_(*config_, secret_key, &caller_problems_) {
   const config::Config& c = *config_;
   upstreams_.resize(c.upstreams.size());
   std::unordered_map<std::string, const UpstreamEntry*> upstream_by_name;

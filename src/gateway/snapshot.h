@@ -14,6 +14,7 @@
 
 #include "config/config.h"
 #include "config/path_pattern.h"
+#include "gateway/caller_keys.h"
 #include "sluice/circuit_breaker.h"
 
 namespace sluice::gateway {
@@ -77,7 +78,8 @@ class BreakerRegistry {
   };
   explicit BreakerRegistry(Options options) : options_(std::move(options)) {}
 
-  // The breaker for this upstream and these settings; the same one as before when they match.
+  // The breaker for this upstream and these settings; the same one as before when they match. Its
+  // state follows the configuration's force (open, closed, or none: back to closed when it was forced).
   std::shared_ptr<CircuitBreaker> get(const config::Upstream& upstream);
   // Forgets breakers no snapshot uses any more.
   void retain(const std::vector<std::string>& keys);
@@ -90,9 +92,9 @@ class BreakerRegistry {
 
 class Snapshot {
  public:
-  // Compiles a validated configuration.
+  // Compiles a validated configuration; secret_key opens its signing secrets (caller_keys.h).
   Snapshot(std::shared_ptr<const config::Config> config, BreakerRegistry& breakers,
-           std::uint64_t generation);
+           std::uint64_t generation, const config::SecretKey* secret_key = nullptr);
   Snapshot(const Snapshot&) = delete;
   Snapshot& operator=(const Snapshot&) = delete;
 
@@ -104,6 +106,10 @@ class Snapshot {
   // The most specific enabled-or-not interface whose pattern and methods match.
   const InterfaceEntry* route(std::string_view method, std::string_view path) const;
   const GrantEntry* grant(const SystemEntry& system, const InterfaceEntry& interface) const;
+
+  const CallerKeys& callers() const { return callers_; }
+  // Credentials that cannot be checked (signing secrets that do not open), for the log.
+  const std::vector<std::string>& caller_problems() const { return caller_problems_; }
 
   const std::vector<InterfaceEntry>& interfaces() const { return interfaces_; }
   const std::vector<UpstreamEntry>& upstreams() const { return upstreams_; }
@@ -126,6 +132,8 @@ class Snapshot {
   std::unordered_map<std::string, std::vector<const InterfaceEntry*>, StringHash, std::equal_to<>> exact_;
   std::vector<const InterfaceEntry*> patterns_;
   std::vector<GrantEntry> grants_;
+  std::vector<std::string> caller_problems_;
+  CallerKeys callers_;
 };
 
 }  // namespace sluice::gateway

@@ -1,0 +1,149 @@
+#include "cli/config_command.h"
+
+#include <boost/json.hpp>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "cli/serve_control.h"
+#include "config/json.h"
+#include "config/store.h"
+#include "config/yaml.h"
+#include "gateway/http_fetch.h"
+
+namespace sluice::cli {
+namespace {
+
+struct ConfigOptions {
+  std::string file;
+  std::string db = "./sluice.db";
+  std::string format = "yaml";
+  std::string admin;
+  std::string token;
+  std::string if_match;
+};
+
+void fail(const ConfigOptions&, const char* what, const std::string& message) {
+  std::fprintf(stderr, "sluice config %s: %s\n", what, message.c_str());
+  throw CLI::RuntimeError(1);
+}
+
+// The file, loaded and validated; on problems prints each (file:line:column: path: message) and exits 1.
+std::shared_ptr<const config::Config> load_or_exit(const std::string& file, const char* what) {
+  auto loaded = config::load_yaml_file(file);
+  if (auto* problems = std::get_if<std::vector<config::Problem>>(&loaded)) {
+    for (const config::Problem& p : *problems) std::fprintf(stderr, "%s\n", p.to_string().c_str());
+    std::fprintf(stderr, "sluice config %s: %zu problem%s in %s\n", what, problems->size(),
+                 problems->size() == 1 ? "" : "s", file.c_str());
+    throw CLI::RuntimeError(1);
+  }
+  return std::get<std::shared_ptr<const config::Config>>(std::move(loaded));
+}
+
+void check(const ConfigOptions& o) {
+  load_or_exit(o.file, "check");
+  std::printf("%s: ok\n", o.file.c_str());
+}
+
+void import(const ConfigOptions& o) {
+  const auto cfg = load_or_exit(o.file, "import");
+  auto store = open_store_or_exit(o.db, "config import", true);
+  const config::WriteResult w = store->replace(cli_actor(), "config.import", *cfg);
+  if (!w.ok()) {
+    for (const config::Problem& p : w.refusal->problems) std::fprintf(stderr, "%s\n", p.to_string().c_str());
+    fail(o, "import", w.refusal->message);
+  }
+  std::printf("imported %s into %s (revision %lld)\n", o.file.c_str(), o.db.c_str(),
+              static_cast<long long>(w.revision));
+}
+
+void export_config(const ConfigOptions& o) {
+  if (o.format != "yaml" && o.format != "json") fail(o, "export", "--format must be yaml or json");
+  auto store = open_store_or_exit(o.db, "config export", false);
+  auto loaded = store->load();
+  if (!loaded.ok()) fail(o, "export", loaded.error().message);
+  const std::string text = o.format == "yaml" ? config::to_yaml(*loaded->config)
+                                              : config::pretty(config::to_json(*loaded->config));
+  std::fputs(text.c_str(), stdout);
+}
+
+void apply(const ConfigOptions& o) {
+  load_or_exit(o.file, "apply");  // the same checks the primary makes, with the file's line numbers
+  std::ifstream in(o.file, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  std::string admin = o.admin;
+  while (!admin.empty() && admin.back() == '/') admin.pop_back();
+  gateway::FetchRequest req;
+  req.method = "PUT";
+  req.url = admin + "/admin/v1/config";
+  req.headers = {{"Authorization", "Bearer " + o.token}, {"Content-Type", "application/yaml"}};
+  if (!o.if_match.empty()) req.headers.emplace_back("If-Match", "\"r" + o.if_match + "\"");
+  req.body = text.str();
+  gateway::HttpFetcher fetcher;
+  auto r = fetcher.send(req);
+  if (!r.ok()) fail(o, "apply", r.error().message);
+  boost::system::error_code ec;
+  const boost::json::value v = boost::json::parse(r->body, ec);
+  const boost::json::object* body = !ec && v.is_object() ? &v.as_object() : nullptr;
+  if (r->status == 200 && body != nullptr && body->contains("revision")) {
+    std::printf("applied %s to %s (revision %s)\n", o.file.c_str(), admin.c_str(),
+                boost::json::serialize(body->at("revision")).c_str());
+    return;
+  }
+  if (body != nullptr && body->contains("problems") && body->at("problems").is_array()) {
+    for (const auto& p : body->at("problems").as_array()) {
+      if (!p.is_object()) continue;
+      const auto& po = p.as_object();
+      std::string where = o.file + ":";
+      if (po.contains("line")) {
+        where += boost::json::serialize(po.at("line")) + ":" + boost::json::serialize(po.at("column")) + ":";
+      }
+      const std::string path = po.contains("path") && po.at("path").is_string() ? std::string(po.at("path").as_string()) : "";
+      const std::string message =
+          po.contains("message") && po.at("message").is_string() ? std::string(po.at("message").as_string()) : "";
+      std::fprintf(stderr, "%s %s%s%s\n", where.c_str(), path.c_str(), path.empty() ? "" : ": ", message.c_str());
+    }
+  }
+  std::string msg = "the primary answered " + std::to_string(r->status);
+  if (body != nullptr && body->contains("msg") && body->at("msg").is_string()) {
+    msg += ": " + std::string(body->at("msg").as_string());
+  }
+  fail(o, "apply", msg);
+}
+
+}  // namespace
+
+void add_config_command(CLI::App& app) {
+  auto o = std::make_shared<ConfigOptions>();
+  CLI::App* cmd = app.add_subcommand("config", "Move the configuration between YAML files, the database and a primary");
+  cmd->require_subcommand(1);
+
+  CLI::App* imp = cmd->add_subcommand("import", "Replace the configuration in the database with a YAML file's "
+                                                "(systems listed without credentials keep theirs)");
+  imp->add_option("file", o->file, "The YAML file")->required();
+  imp->add_option("--db", o->db, "The database (default ./sluice.db)");
+  imp->callback([o] { import(*o); });
+
+  CLI::App* exp = cmd->add_subcommand("export", "Print the database's configuration");
+  exp->add_option("--format", o->format, "yaml (default) or json");
+  exp->add_option("--db", o->db, "The database (default ./sluice.db)");
+  exp->callback([o] { export_config(*o); });
+
+  CLI::App* chk = cmd->add_subcommand("check", "Check a YAML file: every problem with its line and column; "
+                                               "exit 1 when there is one");
+  chk->add_option("file", o->file, "The YAML file")->required();
+  chk->callback([o] { check(*o); });
+
+  CLI::App* app_ = cmd->add_subcommand("apply", "Replace a running primary's configuration with a YAML file's, "
+                                                "through its admin API");
+  app_->add_option("file", o->file, "The YAML file")->required();
+  app_->add_option("--admin", o->admin, "The primary's admin listener, http://host:port")->required();
+  app_->add_option("--token", o->token, "An admin token (admin role)")->required();
+  app_->add_option("--if-match", o->if_match, "Only if the configuration is still at this revision");
+  app_->callback([o] { apply(*o); });
+}
+
+}  // namespace sluice::cli

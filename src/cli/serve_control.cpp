@@ -1,0 +1,314 @@
+#include "cli/serve_control.h"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <boost/json/object.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "config/store.h"
+#include "config/yaml.h"
+#include "gateway/admin_api.h"
+#include "gateway/config_source.h"
+#include "gateway/gateway.h"
+#include "gateway/redis_limiter.h"
+#include "sluice/local_store.h"
+
+namespace sluice::cli {
+namespace {
+
+void log_line(std::string_view message) {
+  std::fprintf(stderr, "sluice: %.*s\n", static_cast<int>(message.size()), message.data());
+}
+
+// The parts every mode shares: the limit store, the gateway and the admin API on its listener.
+struct Running {
+  std::unique_ptr<Store> limits;  // what the admin API reads and resets limits in
+  std::string limit_store;        // its kind, for /stats
+  std::unique_ptr<gateway::Gateway> gateway;
+  std::unique_ptr<gateway::AdminApi> api;
+  std::mutex install_mu;
+  bool stopping = false;  // guarded by install_mu
+
+  // Installs a configuration from the watcher's or the follower's thread, unless shutting down.
+  void install(const config::StoredConfig& c) {
+    std::lock_guard lock(install_mu);
+    if (stopping) return;
+    (void)gateway->reload(c.config);
+    log_line("configuration revision " + std::to_string(c.revision) + " installed");
+  }
+
+  // After the gateway stopped: no more installs, then the gateway goes (joining its threads, which
+  // may be in the admin API).
+  void shut_down() {
+    {
+      std::lock_guard lock(install_mu);
+      stopping = true;
+    }
+    gateway.reset();
+  }
+};
+
+// Checks what does not depend on the source, then starts the gateway. False (having said why) on
+// failure.
+bool start(const ServeSettings& s, const std::shared_ptr<const config::Config>& cfg,
+           const std::shared_ptr<gateway::AdminAuth>& auth, std::optional<config::SecretKey> secret_key,
+           Running& out) {
+  gateway::GatewayOptions options;
+  if (!limit_store(s, *cfg, s.primary.empty() ? s.db : s.primary, options)) return false;
+  const std::string admin = s.admin_listen.empty() ? cfg->admin_listen : s.admin_listen;
+  if (Status ok = gateway::check_admin_listen(admin, !auth->empty()); !ok) {
+    std::fprintf(stderr, "sluice serve: %s\n", ok.error().message.c_str());
+    return false;
+  }
+  if (options.make_limiter) {
+    // The admin API peeks and resets in Redis from its own thread: a store of its own, with one.
+    auto admin_store = redis::RedisStore::open(redis_options(s, *cfg));
+    if (!admin_store.ok()) {
+      std::fprintf(stderr, "sluice serve: %s\n", admin_store.error().message.c_str());
+      return false;
+    }
+    out.limits = std::move(*admin_store);
+    out.limit_store = (s.store.empty() ? cfg->store : s.store).starts_with("redis-cluster://") ? "redis-cluster" : "redis";
+  } else {
+    auto local = std::make_unique<LocalStore>();
+    options.limiter = std::make_shared<gateway::StoreLimiter>(*local);
+    out.limits = std::move(local);
+    out.limit_store = "local";
+  }
+  options.listen = s.listen;
+  options.admin_listen = s.admin_listen;
+  options.threads = s.threads;
+  options.handle_signals = true;
+  options.access_log = s.access_log;
+  options.secret_key = std::move(secret_key);
+  options.admin_guard = [auth](const gateway::AdminRequest& r) {
+    return r.from_loopback || auth->authenticate(r.header("Authorization")).has_value();
+  };
+  auto started = gateway::Gateway::start(std::move(options), cfg);
+  if (!started.ok()) {
+    std::fprintf(stderr, "sluice serve: %s\n", started.error().message.c_str());
+    return false;
+  }
+  out.gateway = std::move(*started);
+  return true;
+}
+
+void serve_admin_api(Running& r, gateway::AdminApiOptions options) {
+  gateway::Gateway* gw = r.gateway.get();
+  options.snapshot = [gw] { return gw->snapshot(); };
+  options.stats = &gw->stats();
+  options.metrics = &gw->metrics();
+  options.limits = r.limits.get();
+  options.limit_store = r.limit_store;
+  options.store_breakers = [gw] { return gw->store_breakers(); };
+  r.api = std::make_unique<gateway::AdminApi>(std::move(options));
+  gw->add_admin_route("*", "/admin/v1/", [api = r.api.get()](const gateway::AdminRequest& req) {
+    return api->handle(req);
+  });
+}
+
+// --check and --print-config: the exit code when one of them was asked for.
+std::optional<int> check_or_print(const ServeSettings& s, const config::StoredConfig& c, const std::string& source) {
+  if (s.print_config) {
+    std::fputs(config::to_yaml(*c.config).c_str(), stdout);
+    return 0;
+  }
+  if (s.check) {
+    gateway::GatewayOptions unused;
+    if (!limit_store(s, *c.config, source, unused)) return 1;
+    std::printf("%s: ok (revision %lld)\n", source.c_str(), static_cast<long long>(c.revision));
+    return 0;
+  }
+  return std::nullopt;
+}
+
+void add_health(boost::json::object& o, const gateway::SourceHealth& h) {
+  o["revision"] = h.revision;
+  o["ok"] = h.ok;
+  o["last_contact"] = h.last_contact > 0 ? boost::json::value(config::format_time(h.last_contact)) : nullptr;
+  o["error"] = h.error;
+}
+
+}  // namespace
+
+redis::RedisStoreOptions redis_options(const ServeSettings& s, const config::Config& cfg) {
+  return {.address = s.store.empty() ? cfg.store : s.store,
+          .command_timeout = std::chrono::ceil<std::chrono::milliseconds>(cfg.store_timeout),
+          .fleet_size = s.fleet_size > 0 ? s.fleet_size : cfg.fleet_size};
+}
+
+bool limit_store(const ServeSettings& s, const config::Config& cfg, const std::string& source,
+                 gateway::GatewayOptions& options) {
+  if ((s.store.empty() ? cfg.store : s.store) == "local") return true;
+  auto made = gateway::redis_limiters(redis_options(s, cfg));
+  if (!made.ok()) {
+    std::fprintf(stderr,
+                 "sluice serve: %s: %s (expected local, redis://[:password@]host:port[/db] or "
+                 "redis-cluster://host:port,host:port,...)\n",
+                 s.store.empty() ? (source + ": store").c_str() : "--store", made.error().message.c_str());
+    return false;
+  }
+  options.make_limiter = std::move(*made);
+  return true;
+}
+
+std::string limits_where(const ServeSettings& s, const config::Config& cfg) {
+  const std::string& store = s.store.empty() ? cfg.store : s.store;
+  return store == "local" ? "this process" : gateway::describe_store(store);
+}
+
+bool secret_key_from_environment(std::optional<config::SecretKey>& out) {
+  auto key = config::SecretKey::from_environment();
+  if (!key.ok()) {
+    std::fprintf(stderr, "sluice: %s\n", key.error().message.c_str());
+    return false;
+  }
+  out = *key;
+  return true;
+}
+
+std::string cli_actor() {
+  const char* user = std::getenv("USER");
+  return std::string("cli:") + (user != nullptr && *user != '\0' ? user : "unknown");
+}
+
+std::unique_ptr<config::ConfigStore> open_store_or_exit(const std::string& db, std::string_view command, bool create) {
+  auto store = config::ConfigStore::open({.path = db, .create = create});
+  if (!store.ok()) {
+    std::fprintf(stderr, "sluice %.*s: %s\n", static_cast<int>(command.size()), command.data(),
+                 store.error().message.c_str());
+    throw CLI::RuntimeError(1);
+  }
+  return std::move(*store);
+}
+
+int serve_database(const ServeSettings& s) {
+  auto opened = config::ConfigStore::open({.path = s.db});
+  if (!opened.ok()) {
+    std::fprintf(stderr, "sluice serve: %s\n", opened.error().message.c_str());
+    return 1;
+  }
+  config::ConfigStore& store = **opened;
+  auto loaded = store.load();
+  if (!loaded.ok()) {
+    std::fprintf(stderr, "sluice serve: %s\nnot started\n", loaded.error().message.c_str());
+    return 1;
+  }
+  if (auto done = check_or_print(s, *loaded, s.db)) return *done;
+  std::optional<config::SecretKey> secret_key;
+  if (!secret_key_from_environment(secret_key)) return 1;
+  auto auth = std::make_shared<gateway::AdminAuth>();
+  auto refresh_tokens = [&store, auth] {
+    if (auto tokens = store.tokens(); tokens.ok()) auth->set_tokens(std::move(*tokens));
+  };
+  refresh_tokens();
+  Running r;
+  if (!start(s, loaded->config, auth, secret_key, r)) return 1;
+  gateway::Gateway& gw = *r.gateway;
+
+  // A change committed by any process (this one's admin API, `sluice config import`, another
+  // gateway, a hand edit) is served within interval plus the time to load it.
+  gateway::DatabaseWatcher watcher({.store = &store,
+                                    .install =
+                                        [&r, &refresh_tokens](const config::StoredConfig& c) {
+                                          refresh_tokens();
+                                          r.install(c);
+                                        },
+                                    .log = log_line},
+                                   loaded->revision);
+  const std::string path = s.db;
+  serve_admin_api(r, {.store = &store,
+                      .auth = auth,
+                      .secret_key = secret_key ? &*secret_key : nullptr,
+                      .tokens_changed = refresh_tokens,
+                      .describe_source =
+                          [&watcher, path](boost::json::object& o) {
+                            o["source"] = "database";
+                            o["path"] = path;
+                            add_health(o, watcher.health());
+                          }});
+  std::fprintf(stderr,
+               "sluice: serving on port %u (admin on port %u), %d thread%s, limits in %s; configuration from %s "
+               "(revision %lld)\n",
+               static_cast<unsigned>(gw.port()), static_cast<unsigned>(gw.admin_port()), s.threads,
+               s.threads == 1 ? "" : "s", limits_where(s, *loaded->config).c_str(), s.db.c_str(),
+               static_cast<long long>(loaded->revision));
+  if (auth->empty()) {
+    std::fprintf(stderr,
+                 "sluice: no admin token yet: the admin API answers 401 until you create one with\n"
+                 "  sluice token create --role admin --db %s\n",
+                 s.db.c_str());
+  }
+  gw.wait();
+  r.shut_down();
+  std::fprintf(stderr, "sluice: stopped\n");
+  return 0;
+}
+
+int serve_follower(const ServeSettings& s) {
+  if (s.token.empty()) {
+    std::fprintf(stderr, "sluice serve: --config-from needs --token (an admin token of the primary; read suffices)\n");
+    return 2;
+  }
+  if (!gateway::parse_http_url(s.primary)) {
+    std::fprintf(stderr, "sluice serve: --config-from must be http://host:port, got \"%s\"\n", s.primary.c_str());
+    return 2;
+  }
+  std::string primary = s.primary;
+  while (!primary.empty() && primary.back() == '/') primary.pop_back();
+  gateway::Follower::Options follow{.primary = primary, .token = s.token, .log = log_line};
+  gateway::HttpFetcher fetcher;
+  // The first configuration: a follower needs its primary once to start.
+  Result<config::StoredConfig> first = Error{};
+  for (bool said = false;; said = true) {
+    first = gateway::Follower::fetch(follow, fetcher);
+    if (first.ok()) break;
+    if (!said || first.error().code != ErrorCode::kStoreUnavailable) {
+      std::fprintf(stderr, "sluice: waiting for the primary: %s\n", first.error().message.c_str());
+    }
+    if (first.error().code == ErrorCode::kInvalidArgument) return 1;
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // retry interval while the primary is away
+  }
+  auto role = gateway::Follower::role(follow, fetcher);
+  if (!role.ok()) {
+    std::fprintf(stderr, "sluice serve: %s\n", role.error().message.c_str());
+    return 1;
+  }
+  if (auto done = check_or_print(s, *first, primary)) return *done;
+  std::optional<config::SecretKey> secret_key;
+  if (!secret_key_from_environment(secret_key)) return 1;
+  // Here the admin API knows one token: the one this instance follows with, in the role it has there.
+  auto auth = std::make_shared<gateway::AdminAuth>();
+  auth->set_tokens({config::TokenInfo{"follower", "follower token", *role, 0, "", config::sha256_hex(s.token)}});
+  Running r;
+  if (!start(s, first->config, auth, secret_key, r)) return 1;
+  gateway::Gateway& gw = *r.gateway;
+  follow.install = [&r](const config::StoredConfig& c) { r.install(c); };
+  gateway::Follower follower(follow, first->revision);
+  serve_admin_api(r, {.pulled = [&gw, &follower] { return config::StoredConfig{gw.snapshot()->config_ptr(),
+                                                                                follower.revision()}; },
+                      .primary = primary,
+                      .auth = auth,
+                      .secret_key = secret_key ? &*secret_key : nullptr,
+                      .describe_source =
+                          [&follower, primary](boost::json::object& o) {
+                            o["source"] = "primary";
+                            o["primary"] = primary;
+                            add_health(o, follower.health());
+                          }});
+  std::fprintf(stderr, "sluice: serving on port %u (admin on port %u), %d thread%s, limits in %s; following %s (revision %lld)\n",
+               static_cast<unsigned>(gw.port()), static_cast<unsigned>(gw.admin_port()), s.threads,
+               s.threads == 1 ? "" : "s", limits_where(s, *first->config).c_str(), primary.c_str(),
+               static_cast<long long>(first->revision));
+  gw.wait();
+  r.shut_down();
+  std::fprintf(stderr, "sluice: stopped\n");
+  return 0;
+}
+
+}  // namespace sluice::cli

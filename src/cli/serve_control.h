@@ -1,0 +1,64 @@
+// `sluice serve` with its configuration in a database (--db, the default) or pulled from a primary
+// (--config-from): the gateway, the admin API, and the watcher or follower that keeps the
+// configuration current. Not thread-safe (each runs once, from main).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "config/config.h"
+#include "config/crypto.h"
+#include "sluice/redis/redis_store.h"
+
+namespace sluice::gateway {
+struct GatewayOptions;
+}
+#include "config/store.h"
+
+namespace sluice::cli {
+
+struct ServeSettings {
+  std::string listen;
+  std::string admin_listen;
+  int threads = 1;
+  std::string store;       // --store: where limits are counted
+  std::string access_log;
+  bool check = false;
+  bool print_config = false;
+  std::string db;          // --db
+  std::string primary;     // --config-from
+  std::string token;       // --token
+  int fleet_size = 0;      // --fleet-size; 0: the configuration's
+};
+
+int serve_database(const ServeSettings& settings);
+int serve_follower(const ServeSettings& settings);
+
+// Where limits are counted: --store, or else the configuration's store, with its store_timeout and
+// fleet_size (or --fleet-size). A Redis address sets options.make_limiter (a RedisStore per worker);
+// local leaves options alone. False, having said why on stderr (naming `source`, where the
+// configuration came from, or --store), when the address is not one.
+bool limit_store(const ServeSettings& settings, const config::Config& cfg, const std::string& source,
+                 gateway::GatewayOptions& options);
+
+// The Redis store's options for a Redis address in --store or the configuration's store.
+redis::RedisStoreOptions redis_options(const ServeSettings& settings, const config::Config& cfg);
+
+// Where limits are counted, for the startup line: "this process" or the Redis address without its
+// password.
+std::string limits_where(const ServeSettings& settings, const config::Config& cfg);
+
+// SLUICE_SECRET_KEY into out (left empty when unset); false, having said why on stderr, when it is set
+// to something that is not a key.
+bool secret_key_from_environment(std::optional<config::SecretKey>& out);
+
+// Who is at the keyboard, for the audit log: "cli:" and the user's name.
+std::string cli_actor();
+
+// For the config and token commands: the database at db, created when missing only if create. On
+// failure says why on stderr ("sluice <command>: ...") and exits 1 (throws CLI::RuntimeError).
+std::unique_ptr<config::ConfigStore> open_store_or_exit(const std::string& db, std::string_view command, bool create);
+
+}  // namespace sluice::cli

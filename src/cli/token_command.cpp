@@ -1,0 +1,85 @@
+#include "cli/token_command.h"
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/serve_control.h"
+#include "config/store.h"
+
+namespace sluice::cli {
+namespace {
+
+struct TokenOptions {
+  std::string db = "./sluice.db";
+  std::string role;
+  std::string name;
+  std::string id;
+};
+
+void create(const TokenOptions& o) {
+  const auto role = config::role_from_string(o.role);
+  if (!role) {
+    std::fprintf(stderr, "sluice token create: --role must be admin or read\n");
+    throw CLI::RuntimeError(2);
+  }
+  auto store = open_store_or_exit(o.db, "token create", true);
+  auto created = store->create_token(cli_actor(), *role, o.name.empty() ? o.role : o.name);
+  if (!created.ok()) {
+    std::fprintf(stderr, "sluice token create: %s\n", created.error().message.c_str());
+    throw CLI::RuntimeError(1);
+  }
+  // The token alone on stdout (for scripts); what it is on stderr.
+  std::printf("%s\n", created->second.c_str());
+  std::fprintf(stderr, "token %s \"%s\" (role %s) created in %s: it is shown this once; sluice keeps only its hash\n",
+               created->first.id.c_str(), created->first.name.c_str(), config::to_string(*role), o.db.c_str());
+}
+
+void list(const TokenOptions& o) {
+  auto store = open_store_or_exit(o.db, "token list", false);
+  auto tokens = store->tokens();
+  if (!tokens.ok()) {
+    std::fprintf(stderr, "sluice token list: %s\n", tokens.error().message.c_str());
+    throw CLI::RuntimeError(1);
+  }
+  for (const config::TokenInfo& t : *tokens) {
+    std::printf("%s  %-5s  %s  %s  (created by %s)\n", t.id.c_str(), config::to_string(t.role),
+                config::format_time(t.created).c_str(), t.name.c_str(), t.created_by.c_str());
+  }
+}
+
+void revoke(const TokenOptions& o) {
+  auto store = open_store_or_exit(o.db, "token revoke", false);
+  auto deleted = store->delete_token(cli_actor(), o.id);
+  if (!deleted.ok() || !*deleted) {
+    std::fprintf(stderr, "sluice token revoke: %s\n",
+                 deleted.ok() ? ("no token " + o.id).c_str() : deleted.error().message.c_str());
+    throw CLI::RuntimeError(1);
+  }
+  std::printf("token %s revoked\n", o.id.c_str());
+}
+
+}  // namespace
+
+void add_token_command(CLI::App& app) {
+  auto o = std::make_shared<TokenOptions>();
+  CLI::App* cmd = app.add_subcommand("token", "Manage the admin API's bearer tokens");
+  cmd->require_subcommand(1);
+
+  CLI::App* c = cmd->add_subcommand("create", "Create a token and print it (once: only its hash is kept)");
+  c->add_option("--role", o->role, "admin (every change) or read (read-only)")->required();
+  c->add_option("--name", o->name, "What it is for, e.g. the person or the console (default: the role)");
+  c->add_option("--db", o->db, "The database (default ./sluice.db)");
+  c->callback([o] { create(*o); });
+
+  CLI::App* l = cmd->add_subcommand("list", "List the tokens (never the tokens themselves)");
+  l->add_option("--db", o->db, "The database (default ./sluice.db)");
+  l->callback([o] { list(*o); });
+
+  CLI::App* r = cmd->add_subcommand("revoke", "Delete a token by its id");
+  r->add_option("id", o->id, "The token's id (at_...)")->required();
+  r->add_option("--db", o->db, "The database (default ./sluice.db)");
+  r->callback([o] { revoke(*o); });
+}
+
+}  // namespace sluice::cli

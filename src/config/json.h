@@ -1,0 +1,28 @@
+// The configuration as JSON: the admin API's bodies and `sluice config export --format json`. The
+// field names and values are the YAML file's, so load_yaml and parse_system & co read this JSON back
+// (JSON is YAML) into equal values. Pure functions; thread-safe.
+#pragma once
+
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+#include <string>
+
+#include "config/config.h"
+
+namespace sluice::config {
+
+boost::json::object to_json(const Config& config);
+boost::json::object to_json(const Upstream& upstream);
+boost::json::object to_json(const System& system);
+boost::json::object to_json(const Interface& interface);
+boost::json::object to_json(const Grant& grant);
+boost::json::object to_json(const Credential& credential);
+boost::json::object to_json(const LimitRule& rule);
+
+// The configuration's settings without its four lists (listen, store, language, ...).
+boost::json::object settings_json(const Config& config);
+
+// JSON text indented by two spaces, one member per line, for people and diffs.
+std::string pretty(const boost::json::value& value);
+
+}  // namespace sluice::config

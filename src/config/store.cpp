@@ -1,0 +1,683 @@
+#include "config/store.h"
+
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <map>
+#include <tuple>
+
+#include "config/crypto.h"
+#include "config/json.h"
+#include "config/yaml.h"
+
+namespace sluice::config {
+namespace {
+
+namespace json = boost::json;
+
+// The tables that hold the configuration and the tokens: any change to them moves the revision.
+constexpr const char* kWatchedTables[] = {"settings", "upstreams", "interfaces", "systems",
+                                          "credentials", "grants", "limits", "admin_tokens"};
+
+// Schema version 1. Lists and nested settings are JSON text in the YAML file's shape; the limits of
+// systems, interfaces and grants are rows of their own (scope, system, interface, position).
+constexpr const char* kSchemaV1 = R"sql(
+CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT INTO meta (name, value) VALUES ('revision', 1), ('writing', 0);
+CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE upstreams (
+  name TEXT PRIMARY KEY, position INTEGER NOT NULL, targets TEXT NOT NULL,
+  connect_timeout TEXT NOT NULL, timeout TEXT NOT NULL, max_idle_connections INTEGER NOT NULL,
+  failure_statuses TEXT NOT NULL, breaker TEXT NOT NULL);
+CREATE TABLE interfaces (
+  id TEXT PRIMARY KEY, position INTEGER NOT NULL, description TEXT NOT NULL, methods TEXT NOT NULL,
+  path TEXT NOT NULL, upstream TEXT NOT NULL, enabled INTEGER NOT NULL, public INTEGER NOT NULL,
+  concurrency INTEGER, timeout TEXT);
+CREATE TABLE systems (
+  key TEXT PRIMARY KEY, position INTEGER NOT NULL, description TEXT NOT NULL,
+  enabled INTEGER NOT NULL, auth TEXT NOT NULL, interfaces TEXT NOT NULL);
+CREATE TABLE credentials (
+  system TEXT NOT NULL, id TEXT NOT NULL, position INTEGER NOT NULL, kind TEXT NOT NULL,
+  api_key_sha256 TEXT, sealed_secret TEXT, created TEXT NOT NULL, expires TEXT,
+  PRIMARY KEY (system, id));
+CREATE TABLE grants (
+  system TEXT NOT NULL, interface TEXT NOT NULL, position INTEGER NOT NULL,
+  PRIMARY KEY (system, interface));
+CREATE TABLE limits (
+  scope TEXT NOT NULL CHECK (scope IN ('system', 'interface', 'grant')),
+  system TEXT NOT NULL DEFAULT '', interface TEXT NOT NULL DEFAULT '', position INTEGER NOT NULL,
+  spec TEXT NOT NULL, PRIMARY KEY (scope, system, interface, position));
+CREATE TABLE admin_tokens (
+  id TEXT PRIMARY KEY, name TEXT NOT NULL, role TEXT NOT NULL CHECK (role IN ('admin', 'read')),
+  token_sha256 TEXT NOT NULL UNIQUE, created INTEGER NOT NULL, created_by TEXT NOT NULL);
+CREATE TABLE audit (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL, actor TEXT NOT NULL,
+  action TEXT NOT NULL, target TEXT NOT NULL, revision INTEGER NOT NULL,
+  before TEXT NOT NULL, after TEXT NOT NULL);
+)sql";
+
+// Triggers that move the revision on any change sluice itself does not make (a hand edit with the
+// sqlite3 shell); sluice's own writes set meta.writing and move it once per commit.
+std::string revision_triggers() {
+  std::string sql;
+  for (const char* table : kWatchedTables) {
+    for (const char* op : {"INSERT", "UPDATE", "DELETE"}) {
+      sql += std::string("CREATE TRIGGER ") + table + "_" + op + " AFTER " + op + " ON " + table +
+             " WHEN (SELECT value FROM meta WHERE name = 'writing') = 0 BEGIN UPDATE meta SET value = "
+             "value + 1 WHERE name = 'revision'; END;\n";
+    }
+  }
+  return sql;
+}
+
+// The migrations, in order: migration i takes the schema from version i to i + 1.
+std::vector<std::string> migrations() { return {std::string(kSchemaV1) + revision_triggers()}; }
+
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  bool prepared() const { return rc_ == SQLITE_OK; }
+  Stmt& bind(int i, std::string_view v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& bind(int i, std::int64_t v) {
+    sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  Stmt& bind_null(int i) {
+    sqlite3_bind_null(s_, i);
+    return *this;
+  }
+  // SQLITE_ROW, SQLITE_DONE or an error code.
+  int step() { return last_ = prepared() ? sqlite3_step(s_) : rc_; }
+  // After a loop over the rows: whether it ended because there were no more (not on an error,
+  // which would otherwise pass for fewer rows).
+  bool finished() const { return last_ == SQLITE_DONE; }
+  // Runs a statement that returns no rows, then readies it for new bindings.
+  bool run() {
+    const int rc = step();
+    sqlite3_reset(s_);
+    sqlite3_clear_bindings(s_);
+    return rc == SQLITE_DONE;
+  }
+  std::string text(int col) const {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, col));
+    return p == nullptr ? std::string() : std::string(p, static_cast<std::size_t>(sqlite3_column_bytes(s_, col)));
+  }
+  std::int64_t integer(int col) const { return sqlite3_column_int64(s_, col); }
+  bool null(int col) const { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
+
+ private:
+  sqlite3_stmt* s_ = nullptr;
+  int rc_ = SQLITE_ERROR;
+  int last_ = SQLITE_OK;
+};
+
+Error db_error(sqlite3* db, std::string_view what) {
+  return Error{ErrorCode::kStoreUnavailable, std::string(what) + ": " + sqlite3_errmsg(db)};
+}
+
+// A transaction rolled back unless committed.
+class Transaction {
+ public:
+  Transaction(sqlite3* db, bool write) : db_(db) {
+    ok_ = sqlite3_exec(db, write ? "BEGIN IMMEDIATE" : "BEGIN", nullptr, nullptr, nullptr) == SQLITE_OK;
+  }
+  ~Transaction() {
+    if (ok_ && !done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+
+  bool ok() const { return ok_; }
+  Status commit() {
+    done_ = true;
+    if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      Error e = db_error(db_, "commit");
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      return e;
+    }
+    return {};
+  }
+
+ private:
+  sqlite3* db_;
+  bool ok_ = false;
+  bool done_ = false;
+};
+
+std::string text_of(const json::value& v) { return json::serialize(v); }
+
+void redact(json::value& v) {
+  if (v.is_object()) {
+    json::object& o = v.as_object();
+    o.erase("api_key_sha256");
+    o.erase("sealed_secret");
+    for (auto& kv : o) redact(kv.value());
+  } else if (v.is_array()) {
+    for (json::value& e : v.as_array()) redact(e);
+  }
+}
+
+WriteResult refused(Refusal::Kind kind, std::string message, std::int64_t revision) {
+  return WriteResult{Refusal{kind, std::move(message), {}}, revision};
+}
+
+}  // namespace
+
+const char* to_string(Role role) { return role == Role::kAdmin ? "admin" : "read"; }
+
+std::optional<Role> role_from_string(std::string_view text) {
+  if (text == "admin") return Role::kAdmin;
+  if (text == "read") return Role::kRead;
+  return std::nullopt;
+}
+
+std::string redact_credentials(std::string_view text) {
+  boost::system::error_code ec;
+  json::value v = json::parse(text, ec);
+  if (ec) return "null";
+  redact(v);
+  return text_of(v);
+}
+
+ConfigStore::ConfigStore(StoreOptions options) : options_(std::move(options)) {}
+
+ConfigStore::~ConfigStore() { sqlite3_close(db_); }
+
+int ConfigStore::schema_version() { return static_cast<int>(migrations().size()); }
+
+std::int64_t ConfigStore::now_seconds() const {
+  const Clock& clock = options_.clock != nullptr ? *options_.clock : SystemClock::instance();
+  return std::chrono::duration_cast<std::chrono::seconds>(clock.now()).count();
+}
+
+Result<std::unique_ptr<ConfigStore>> ConfigStore::open(StoreOptions options) {
+  std::unique_ptr<ConfigStore> store(new ConfigStore(std::move(options)));
+  const std::string& path = store->options_.path;
+  if (!store->options_.create && ::access(path.c_str(), F_OK) != 0) {
+    return Error{ErrorCode::kInvalidArgument, "there is no database at " + path};
+  }
+  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (store->options_.create ? SQLITE_OPEN_CREATE : 0);
+  if (sqlite3_open_v2(path.c_str(), &store->db_, flags, nullptr) != SQLITE_OK) {
+    return Error{ErrorCode::kStoreUnavailable,
+                 "cannot open " + path + ": " + (store->db_ != nullptr ? sqlite3_errmsg(store->db_) : "out of memory")};
+  }
+  sqlite3_busy_timeout(store->db_, static_cast<int>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(store->options_.busy_timeout).count()));
+  // WAL: readers (every gateway's watcher) never block the writer, nor it them. FULL: a commit is
+  // on disk before it is reported, so neither a crash nor a power cut loses it.
+  if (Status s = store->exec("PRAGMA journal_mode=WAL"); !s) return s.error();
+  if (Status s = store->exec("PRAGMA synchronous=FULL"); !s) return s.error();
+  if (Status s = store->migrate(); !s) return s.error();
+  return store;
+}
+
+Status ConfigStore::exec(const char* sql) {
+  char* message = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
+    Error e{ErrorCode::kStoreUnavailable, options_.path + ": " + (message != nullptr ? message : "error")};
+    sqlite3_free(message);
+    return e;
+  }
+  return {};
+}
+
+Status ConfigStore::migrate() {
+  std::lock_guard lock(mu_);
+  Transaction tx(db_, true);  // one process migrates; the others wait, then find it done
+  if (!tx.ok()) return db_error(db_, "cannot lock " + options_.path + " to migrate it");
+  Stmt version(db_, "PRAGMA user_version");
+  if (version.step() != SQLITE_ROW) return db_error(db_, "cannot read the schema version");
+  const int have = static_cast<int>(version.integer(0));
+  const std::vector<std::string> steps = migrations();
+  if (have > static_cast<int>(steps.size())) {
+    return Error{ErrorCode::kInvalidArgument,
+                 options_.path + " has schema version " + std::to_string(have) + ", newer than this sluice knows (" +
+                     std::to_string(steps.size()) + "): use a newer sluice"};
+  }
+  for (int v = have; v < static_cast<int>(steps.size()); ++v) {
+    if (Status s = exec(steps[static_cast<std::size_t>(v)].c_str()); !s) return s;
+    if (Status s = exec(("PRAGMA user_version=" + std::to_string(v + 1)).c_str()); !s) return s;
+  }
+  return tx.commit();
+}
+
+Result<std::int64_t> ConfigStore::read_revision() {
+  Stmt s(db_, "SELECT value FROM meta WHERE name = 'revision'");
+  if (s.step() != SQLITE_ROW) return db_error(db_, "cannot read the revision");
+  return s.integer(0);
+}
+
+Result<std::int64_t> ConfigStore::revision() {
+  std::lock_guard lock(mu_);
+  return read_revision();
+}
+
+Result<std::int64_t> ConfigStore::bump_revision() {
+  if (Status s = exec("UPDATE meta SET value = value + 1 WHERE name = 'revision'"); !s) return s.error();
+  return read_revision();
+}
+
+Result<StoredConfig> ConfigStore::read_config() {
+  auto revision = read_revision();
+  if (!revision.ok()) return revision.error();
+  std::vector<Problem> problems;
+  auto parse = [&](const std::string& text, const std::string& path) -> json::value {
+    boost::system::error_code ec;
+    json::value v = json::parse(text, ec);
+    if (ec) problems.push_back(Problem{path, "is not valid JSON: " + text});
+    return v;
+  };
+  json::object doc;
+  {
+    Stmt s(db_, "SELECT name, value FROM settings ORDER BY name");
+    while (s.step() == SQLITE_ROW) doc[s.text(0)] = parse(s.text(1), s.text(0));
+    if (!s.finished()) return db_error(db_, "cannot read the settings of " + options_.path);
+  }
+  // Limits by (scope, system, interface), in order.
+  std::map<std::tuple<std::string, std::string, std::string>, json::array> limits;
+  {
+    Stmt s(db_, "SELECT scope, system, interface, spec FROM limits ORDER BY scope, system, interface, position");
+    while (s.step() == SQLITE_ROW) {
+      limits[{s.text(0), s.text(1), s.text(2)}].push_back(
+          parse(s.text(3), s.text(0) + " limit of " + s.text(1) + s.text(2)));
+    }
+    if (!s.finished()) return db_error(db_, "cannot read the limits of " + options_.path);
+  }
+  auto limits_of = [&](const char* scope, const std::string& system, const std::string& interface) {
+    auto it = limits.find({scope, system, interface});
+    return it == limits.end() ? json::array() : it->second;
+  };
+  std::map<std::string, json::array> credentials;
+  {
+    Stmt s(db_, "SELECT system, id, kind, api_key_sha256, sealed_secret, created, expires FROM credentials "
+                "ORDER BY system, position");
+    while (s.step() == SQLITE_ROW) {
+      json::object c;
+      c["id"] = s.text(1);
+      c["kind"] = s.text(2);
+      if (!s.null(3)) c["api_key_sha256"] = s.text(3);
+      if (!s.null(4)) c["sealed_secret"] = s.text(4);
+      c["created"] = s.text(5);
+      if (!s.null(6)) c["expires"] = s.text(6);
+      credentials[s.text(0)].push_back(std::move(c));
+    }
+    if (!s.finished()) return db_error(db_, "cannot read the credentials of " + options_.path);
+  }
+  json::array upstreams;
+  {
+    Stmt s(db_, "SELECT name, targets, connect_timeout, timeout, max_idle_connections, failure_statuses, breaker "
+                "FROM upstreams ORDER BY position");
+    while (s.step() == SQLITE_ROW) {
+      const std::string at = "upstreams[" + std::to_string(upstreams.size()) + "]";
+      json::object u;
+      u["name"] = s.text(0);
+      u["targets"] = parse(s.text(1), at + ".targets");
+      u["connect_timeout"] = s.text(2);
+      u["timeout"] = s.text(3);
+      u["max_idle_connections"] = s.integer(4);
+      u["failure_statuses"] = parse(s.text(5), at + ".failure_statuses");
+      u["breaker"] = parse(s.text(6), at + ".breaker");
+      upstreams.push_back(std::move(u));
+    }
+    if (!s.finished()) return db_error(db_, "cannot read the upstreams of " + options_.path);
+  }
+  json::array systems;
+  {
+    Stmt s(db_, "SELECT key, description, enabled, auth, interfaces FROM systems ORDER BY position");
+    while (s.step() == SQLITE_ROW) {
+      const std::string key = s.text(0);
+      json::object o;
+      o["key"] = key;
+      o["description"] = s.text(1);
+      o["enabled"] = s.integer(2) != 0;
+      o["auth"] = s.text(3);
+      o["interfaces"] = parse(s.text(4), "systems[" + std::to_string(systems.size()) + "].interfaces");
+      o["credentials"] = credentials[key];
+      o["limits"] = limits_of("system", key, "");
+      systems.push_back(std::move(o));
+    }
+    if (!s.finished()) return db_error(db_, "cannot read the systems of " + options_.path);
+  }
+  json::array interfaces;
+  {
+    Stmt s(db_, "SELECT id, description, methods, path, upstream, enabled, public, concurrency, timeout "
+                "FROM interfaces ORDER BY position");
+    while (s.step() == SQLITE_ROW) {
+      const std::string id = s.text(0);
+      json::object o;
+      o["id"] = id;
+      o["description"] = s.text(1);
+      o["methods"] = parse(s.text(2), "interfaces[" + std::to_string(interfaces.size()) + "].methods");
+      o["path"] = s.text(3);
+      o["upstream"] = s.text(4);
+      o["enabled"] = s.integer(5) != 0;
+      o["public"] = s.integer(6) != 0;
+      if (!s.null(7)) o["concurrency"] = s.integer(7);
+      if (!s.null(8)) o["timeout"] = s.text(8);
+      o["limits"] = limits_of("interface", "", id);
+      interfaces.push_back(std::move(o));
+    }
+    if (!s.finished()) return db_error(db_, "cannot read the interfaces of " + options_.path);
+  }
+  json::array grants;
+  {
+    Stmt s(db_, "SELECT system, interface FROM grants ORDER BY position");
+    while (s.step() == SQLITE_ROW) {
+      json::object o;
+      o["system"] = s.text(0);
+      o["interface"] = s.text(1);
+      o["limits"] = limits_of("grant", s.text(0), s.text(1));
+      grants.push_back(std::move(o));
+    }
+    if (!s.finished()) return db_error(db_, "cannot read the grants of " + options_.path);
+  }
+  doc["upstreams"] = std::move(upstreams);
+  doc["systems"] = std::move(systems);
+  doc["interfaces"] = std::move(interfaces);
+  doc["grants"] = std::move(grants);
+
+  if (problems.empty()) {
+    // The rows as the JSON form of the file, read by the file's reader: the same checks and
+    // messages for a hand edit of the tables as for a typo in a file.
+    LoadResult loaded = load_yaml(text_of(doc), "");
+    if (auto* config = std::get_if<std::shared_ptr<const Config>>(&loaded)) {
+      return StoredConfig{std::move(*config), *revision};
+    }
+    problems = std::get<std::vector<Problem>>(std::move(loaded));
+  }
+  std::string message = "the configuration in " + options_.path + " is not valid:";
+  for (Problem& p : problems) {
+    p.line = 0;
+    p.column = 0;
+    message += "\n  " + p.to_string();
+  }
+  return Error{ErrorCode::kInvalidArgument, message};
+}
+
+Result<StoredConfig> ConfigStore::load() {
+  std::lock_guard lock(mu_);
+  Transaction tx(db_, false);  // one snapshot of the file for the revision and every table
+  if (!tx.ok()) return db_error(db_, "cannot read " + options_.path);
+  return read_config();
+}
+
+Status ConfigStore::write_config(const Config& c) {
+  for (const char* table : {"settings", "upstreams", "interfaces", "systems", "credentials", "grants", "limits"}) {
+    if (Status s = exec((std::string("DELETE FROM ") + table).c_str()); !s) return s;
+  }
+  bool ok = true;
+  {
+    Stmt s(db_, "INSERT INTO settings (name, value) VALUES (?1, ?2)");
+    for (const auto& kv : settings_json(c)) ok = ok && s.bind(1, kv.key()).bind(2, text_of(kv.value())).run();
+  }
+  Stmt limit(db_, "INSERT INTO limits (scope, system, interface, position, spec) VALUES (?1, ?2, ?3, ?4, ?5)");
+  auto add_limits = [&](const char* scope, const std::string& system, const std::string& interface,
+                        const std::vector<LimitRule>& rules) {
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+      ok = ok && limit.bind(1, std::string_view(scope)).bind(2, system).bind(3, interface)
+                     .bind(4, static_cast<std::int64_t>(i)).bind(5, text_of(to_json(rules[i]))).run();
+    }
+  };
+  {
+    Stmt s(db_, "INSERT INTO upstreams (name, position, targets, connect_timeout, timeout, max_idle_connections, "
+                "failure_statuses, breaker) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+    for (std::size_t i = 0; i < c.upstreams.size(); ++i) {
+      const json::object u = to_json(c.upstreams[i]);
+      ok = ok && s.bind(1, c.upstreams[i].name).bind(2, static_cast<std::int64_t>(i))
+                     .bind(3, text_of(u.at("targets"))).bind(4, u.at("connect_timeout").as_string())
+                     .bind(5, u.at("timeout").as_string()).bind(6, std::int64_t{c.upstreams[i].max_idle_connections})
+                     .bind(7, text_of(u.at("failure_statuses"))).bind(8, text_of(u.at("breaker"))).run();
+    }
+  }
+  {
+    Stmt s(db_, "INSERT INTO interfaces (id, position, description, methods, path, upstream, enabled, public, "
+                "concurrency, timeout) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
+    for (std::size_t i = 0; i < c.interfaces.size(); ++i) {
+      const Interface& f = c.interfaces[i];
+      const json::object o = to_json(f);
+      s.bind(1, f.id).bind(2, static_cast<std::int64_t>(i)).bind(3, f.description).bind(4, text_of(o.at("methods")))
+          .bind(5, f.path).bind(6, f.upstream).bind(7, std::int64_t{f.enabled}).bind(8, std::int64_t{f.is_public});
+      if (f.concurrency) {
+        s.bind(9, *f.concurrency);
+      } else {
+        s.bind_null(9);
+      }
+      if (f.timeout) {
+        s.bind(10, o.at("timeout").as_string());
+      } else {
+        s.bind_null(10);
+      }
+      ok = ok && s.run();
+      add_limits("interface", "", f.id, f.limits);
+    }
+  }
+  {
+    Stmt s(db_, "INSERT INTO systems (key, position, description, enabled, auth, interfaces) "
+                "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+    Stmt cred(db_, "INSERT INTO credentials (system, id, position, kind, api_key_sha256, sealed_secret, created, "
+                   "expires) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+    for (std::size_t i = 0; i < c.systems.size(); ++i) {
+      const System& sys = c.systems[i];
+      ok = ok && s.bind(1, sys.key).bind(2, static_cast<std::int64_t>(i)).bind(3, sys.description)
+                     .bind(4, std::int64_t{sys.enabled}).bind(5, std::string_view(to_string(sys.auth)))
+                     .bind(6, text_of(to_json(sys).at("interfaces"))).run();
+      for (std::size_t j = 0; j < sys.credentials.size(); ++j) {
+        const Credential& k = sys.credentials[j];
+        cred.bind(1, sys.key).bind(2, k.id).bind(3, static_cast<std::int64_t>(j))
+            .bind(4, std::string_view(to_string(k.kind))).bind(7, format_time(k.created));
+        if (k.kind == Auth::kApiKey) {
+          cred.bind(5, k.api_key_sha256).bind_null(6);
+        } else {
+          cred.bind_null(5).bind(6, k.sealed_secret);
+        }
+        if (k.expires) {
+          cred.bind(8, format_time(*k.expires));
+        } else {
+          cred.bind_null(8);
+        }
+        ok = ok && cred.run();
+      }
+      add_limits("system", sys.key, "", sys.limits);
+    }
+  }
+  {
+    Stmt s(db_, "INSERT INTO grants (system, interface, position) VALUES (?1, ?2, ?3)");
+    for (std::size_t i = 0; i < c.grants.size(); ++i) {
+      const Grant& g = c.grants[i];
+      ok = ok && s.bind(1, g.system).bind(2, g.interface).bind(3, static_cast<std::int64_t>(i)).run();
+      add_limits("grant", g.system, g.interface, g.limits);
+    }
+  }
+  if (!ok) return db_error(db_, "cannot write the configuration to " + options_.path);
+  return {};
+}
+
+Status ConfigStore::add_audit(std::string_view actor, const ChangeRecord& record, std::int64_t revision) {
+  Stmt s(db_, "INSERT INTO audit (at, actor, action, target, revision, before, after) "
+              "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+  if (!s.bind(1, now_seconds()).bind(2, actor).bind(3, record.action).bind(4, record.target).bind(5, revision)
+           .bind(6, redact_credentials(record.before)).bind(7, redact_credentials(record.after)).run()) {
+    return db_error(db_, "cannot write the audit log");
+  }
+  return {};
+}
+
+WriteResult ConfigStore::update(std::string_view actor, const Change& change, std::optional<std::int64_t> if_revision) {
+  return write(actor, change, if_revision, true);
+}
+
+WriteResult ConfigStore::write(std::string_view actor, const Change& change, std::optional<std::int64_t> if_revision,
+                               bool needs_current) {
+  std::lock_guard lock(mu_);
+  Transaction tx(db_, true);
+  if (!tx.ok()) return refused(Refusal::Kind::kFailed, db_error(db_, "cannot write " + options_.path).message, 0);
+  auto revision = read_revision();
+  if (!revision.ok()) return refused(Refusal::Kind::kFailed, revision.error().message, 0);
+  if (if_revision && *if_revision != *revision) {
+    return refused(Refusal::Kind::kStale,
+                   "the configuration changed since revision " + std::to_string(*if_revision) + " (it is at " +
+                       std::to_string(*revision) + "): read it again and redo the change",
+                   *revision);
+  }
+  // A replacement does not need what it replaces to be valid: it is how rows broken by hand get
+  // fixed. It does need it read, though, to carry credentials over.
+  auto current = read_config();
+  if (!current.ok() && (needs_current || current.error().code != ErrorCode::kInvalidArgument)) {
+    return refused(Refusal::Kind::kFailed, current.error().message, *revision);
+  }
+  Config next = current.ok() ? *current->config : Config{};
+  ChangeRecord record;
+  if (std::optional<Refusal> r = change(next, record)) return WriteResult{std::move(r), *revision};
+  if (std::vector<Problem> problems = validate(next); !problems.empty()) {
+    return WriteResult{Refusal{Refusal::Kind::kInvalid, "the change would make the configuration invalid",
+                               std::move(problems)},
+                       *revision};
+  }
+  if (current.ok() && text_of(to_json(next)) == text_of(to_json(*current->config))) {
+    return WriteResult{std::nullopt, *revision};
+  }
+  Status s = exec("UPDATE meta SET value = 1 WHERE name = 'writing'");
+  if (s) s = write_config(next);
+  Result<std::int64_t> committed = s ? bump_revision() : Result<std::int64_t>(s.error());
+  if (committed.ok()) s = exec("UPDATE meta SET value = 0 WHERE name = 'writing'");
+  if (committed.ok() && s) s = add_audit(actor, record, *committed);
+  if (!committed.ok()) s = committed.error();
+  if (s) s = tx.commit();
+  if (!s) return refused(Refusal::Kind::kFailed, s.error().message, *revision);
+  return WriteResult{std::nullopt, *committed};
+}
+
+WriteResult ConfigStore::replace(std::string_view actor, std::string_view action, const Config& config,
+                                 std::optional<std::int64_t> if_revision) {
+  return write(
+      actor,
+      [&](Config& c, ChangeRecord& record) -> std::optional<Refusal> {
+        record.action = std::string(action);
+        record.target = "config";
+        record.before = text_of(to_json(c));
+        Config next = config;
+        for (System& s : next.systems) {
+          if (!s.credentials.empty()) continue;
+          for (const System& old : c.systems) {
+            if (old.key == s.key) s.credentials = old.credentials;
+          }
+        }
+        c = std::move(next);
+        record.after = text_of(to_json(c));
+        return std::nullopt;
+      },
+      if_revision, false);
+}
+
+Result<std::pair<TokenInfo, std::string>> ConfigStore::create_token(std::string_view actor, Role role,
+                                                                     std::string_view name) {
+  TokenInfo info;
+  info.id = random_id("at_");
+  info.name = std::string(name);
+  info.role = role;
+  info.created = now_seconds();
+  info.created_by = std::string(actor);
+  const std::string token = random_token("sluice_at_");
+  info.token_sha256 = sha256_hex(token);
+  std::lock_guard lock(mu_);
+  Transaction tx(db_, true);
+  if (!tx.ok()) return db_error(db_, "cannot write " + options_.path);
+  Status s = exec("UPDATE meta SET value = 1 WHERE name = 'writing'");
+  if (s) {
+    Stmt insert(db_, "INSERT INTO admin_tokens (id, name, role, token_sha256, created, created_by) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+    if (!insert.bind(1, info.id).bind(2, info.name).bind(3, std::string_view(to_string(role)))
+             .bind(4, info.token_sha256).bind(5, info.created).bind(6, info.created_by).run()) {
+      s = db_error(db_, "cannot add the token");
+    }
+  }
+  Result<std::int64_t> revision = s ? bump_revision() : Result<std::int64_t>(s.error());
+  if (!revision.ok()) return revision.error();
+  if (s = exec("UPDATE meta SET value = 0 WHERE name = 'writing'"); !s) return s.error();
+  json::object after{{"id", info.id}, {"name", info.name}, {"role", to_string(role)}};
+  if (s = add_audit(actor, ChangeRecord{"token.create", "tokens/" + info.id, "null", text_of(after)}, *revision); !s) {
+    return s.error();
+  }
+  if (s = tx.commit(); !s) return s.error();
+  return std::pair{info, token};
+}
+
+Result<std::vector<TokenInfo>> ConfigStore::tokens() {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "SELECT id, name, role, created, created_by, token_sha256 FROM admin_tokens ORDER BY created, id");
+  std::vector<TokenInfo> out;
+  int rc = 0;
+  while ((rc = s.step()) == SQLITE_ROW) {
+    out.push_back(TokenInfo{s.text(0), s.text(1), role_from_string(s.text(2)).value_or(Role::kRead), s.integer(3),
+                            s.text(4), s.text(5)});
+  }
+  if (rc != SQLITE_DONE) return db_error(db_, "cannot read the tokens");
+  return out;
+}
+
+Result<bool> ConfigStore::delete_token(std::string_view actor, std::string_view id) {
+  std::lock_guard lock(mu_);
+  Transaction tx(db_, true);
+  if (!tx.ok()) return db_error(db_, "cannot write " + options_.path);
+  std::string before;
+  {
+    Stmt s(db_, "SELECT name, role FROM admin_tokens WHERE id = ?1");
+    s.bind(1, id);
+    const int rc = s.step();
+    if (rc == SQLITE_DONE) return false;
+    if (rc != SQLITE_ROW) return db_error(db_, "cannot read the tokens");
+    before = text_of(json::object{{"id", id}, {"name", s.text(0)}, {"role", s.text(1)}});
+  }
+  Status s = exec("UPDATE meta SET value = 1 WHERE name = 'writing'");
+  if (s) {
+    Stmt del(db_, "DELETE FROM admin_tokens WHERE id = ?1");
+    if (!del.bind(1, id).run()) s = db_error(db_, "cannot delete the token");
+  }
+  Result<std::int64_t> revision = s ? bump_revision() : Result<std::int64_t>(s.error());
+  if (!revision.ok()) return revision.error();
+  if (s = exec("UPDATE meta SET value = 0 WHERE name = 'writing'"); !s) return s.error();
+  if (s = add_audit(actor, ChangeRecord{"token.delete", "tokens/" + std::string(id), before, "null"}, *revision); !s) {
+    return s.error();
+  }
+  if (s = tx.commit(); !s) return s.error();
+  return true;
+}
+
+Result<std::vector<AuditEntry>> ConfigStore::audit(std::size_t limit, std::optional<std::int64_t> before_id) {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "SELECT id, at, actor, action, target, revision, before, after FROM audit "
+              "WHERE ?1 IS NULL OR id < ?1 ORDER BY id DESC LIMIT ?2");
+  if (before_id) {
+    s.bind(1, *before_id);
+  } else {
+    s.bind_null(1);
+  }
+  s.bind(2, static_cast<std::int64_t>(limit));
+  std::vector<AuditEntry> out;
+  int rc = 0;
+  while ((rc = s.step()) == SQLITE_ROW) {
+    out.push_back(AuditEntry{s.integer(0), s.integer(1), s.text(2), s.text(3), s.text(4), s.integer(5), s.text(6),
+                             s.text(7)});
+  }
+  if (rc != SQLITE_DONE) return db_error(db_, "cannot read the audit log");
+  return out;
+}
+
+Status ConfigStore::check() {
+  std::lock_guard lock(mu_);
+  Stmt s(db_, "PRAGMA quick_check");
+  if (s.step() != SQLITE_ROW) return db_error(db_, "cannot check " + options_.path);
+  const std::string result = s.text(0);
+  if (result != "ok") return Error{ErrorCode::kStoreUnavailable, options_.path + ": " + result};
+  return {};
+}
+
+}  // namespace sluice::config

@@ -1,0 +1,154 @@
+// ConfigStore: the configuration in SQLite (WAL mode), with admin tokens and an audit log. Every
+// change is one transaction that validates the whole resulting configuration first, bumps the
+// revision and writes an audit row; a change from any process (or a hand edit of the tables) moves
+// the revision, which is what watchers and ETags compare. Thread-safe: one connection behind a mutex;
+// several processes may open the same file.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.h"
+#include "sluice/clock.h"
+#include "sluice/result.h"
+
+struct sqlite3;
+
+namespace sluice::config {
+
+struct StoreOptions {
+  std::string path{};
+  // Where audit rows and token creation times get their time from; nullptr: SystemClock.
+  const Clock* clock = nullptr;
+  // How long a write waits for another process's write to finish.
+  Nanos busy_timeout = std::chrono::seconds(5);
+  // Whether a missing file is created (with the default configuration) or is an error.
+  bool create = true;
+};
+
+// The configuration as committed, and the revision it was committed at.
+struct StoredConfig {
+  std::shared_ptr<const Config> config{};
+  std::int64_t revision = 0;
+};
+
+// One audit row: who changed what and when, with the JSON of the thing before and after (null when
+// created or deleted). Secrets never appear: credentials show their id, kind and times only.
+struct AuditEntry {
+  std::int64_t id = 0;
+  std::int64_t at = 0;  // Unix seconds
+  std::string actor{};
+  std::string action{};   // e.g. "system.update", "config.replace", "token.create"
+  std::string target{};   // e.g. "systems/crm"
+  std::int64_t revision = 0;
+  std::string before{};   // JSON text; "null" when none
+  std::string after{};
+};
+
+// What a change says about itself, for the audit row.
+struct ChangeRecord {
+  std::string action{};
+  std::string target{};
+  std::string before = "null";  // JSON text (redacted by the store)
+  std::string after = "null";
+};
+
+// Why a change was not made.
+struct Refusal {
+  enum class Kind : std::uint8_t { kNotFound, kConflict, kStale, kInvalid, kFailed };
+  Kind kind = Kind::kFailed;
+  std::string message{};
+  std::vector<Problem> problems;  // kInvalid
+};
+
+// A change: edits the configuration in place and describes itself, or refuses.
+using Change = std::function<std::optional<Refusal>(Config& config, ChangeRecord& record)>;
+
+struct WriteResult {
+  std::optional<Refusal> refusal;  // none: committed
+  std::int64_t revision = 0;       // committed at (or current, when refused)
+  bool ok() const { return !refusal.has_value(); }
+};
+
+enum class Role : std::uint8_t { kRead, kAdmin };
+const char* to_string(Role role);
+std::optional<Role> role_from_string(std::string_view text);
+
+struct TokenInfo {
+  std::string id{};
+  std::string name{};
+  Role role = Role::kRead;
+  std::int64_t created = 0;  // Unix seconds
+  std::string created_by{};
+  std::string token_sha256;  // hex; for checking presented tokens, never shown
+};
+
+class ConfigStore {
+ public:
+  // Opens (creating when missing) and migrates the schema to this build's version.
+  static Result<std::unique_ptr<ConfigStore>> open(StoreOptions options);
+  ~ConfigStore();
+  ConfigStore(const ConfigStore&) = delete;
+  ConfigStore& operator=(const ConfigStore&) = delete;
+
+  const std::string& path() const { return options_.path; }
+  // The schema version this build writes (PRAGMA user_version).
+  static int schema_version();
+
+  // The revision: changes with every commit, from any process. Cheap.
+  Result<std::int64_t> revision();
+  // The configuration and its revision, read in one transaction. An error when the rows (edited by
+  // hand) do not make a valid configuration: it lists the problems.
+  Result<StoredConfig> load();
+
+  // Applies change to the current configuration in one transaction: refused whole when change
+  // refuses, when if_revision is set and is not the current revision (kStale), or when the result
+  // does not validate (kInvalid, with every problem); committed with an audit row otherwise.
+  WriteResult update(std::string_view actor, const Change& change,
+                     std::optional<std::int64_t> if_revision = std::nullopt);
+  // Replaces the whole configuration (import, PUT /admin/v1/config), also when the stored one is
+  // not valid (rows edited by hand). A system listed without credentials keeps those it has: a file
+  // kept in version control holds none.
+  WriteResult replace(std::string_view actor, std::string_view action, const Config& config,
+                      std::optional<std::int64_t> if_revision = std::nullopt);
+
+  // Admin tokens. create_token returns the token itself: it is stored only as its SHA-256.
+  Result<std::pair<TokenInfo, std::string>> create_token(std::string_view actor, Role role, std::string_view name);
+  Result<std::vector<TokenInfo>> tokens();
+  // false when there is no such token.
+  Result<bool> delete_token(std::string_view actor, std::string_view id);
+
+  // Audit rows, newest first: at most limit of them, older than before_id when given.
+  Result<std::vector<AuditEntry>> audit(std::size_t limit, std::optional<std::int64_t> before_id = std::nullopt);
+
+  // PRAGMA quick_check: ok, or what is wrong with the file.
+  Status check();
+
+ private:
+  explicit ConfigStore(StoreOptions options);
+  WriteResult write(std::string_view actor, const Change& change, std::optional<std::int64_t> if_revision,
+                    bool needs_current);
+  Status migrate();
+  Status exec(const char* sql);
+  Result<std::int64_t> read_revision();
+  Result<StoredConfig> read_config();
+  Status write_config(const Config& config);
+  Status add_audit(std::string_view actor, const ChangeRecord& record, std::int64_t revision);
+  Result<std::int64_t> bump_revision();
+  std::int64_t now_seconds() const;
+
+  StoreOptions options_;
+  std::mutex mu_;
+  sqlite3* db_ = nullptr;  // guarded by mu_
+};
+
+// A JSON text with the secrets of credentials (API key hashes, sealed secrets) taken out.
+std::string redact_credentials(std::string_view json);
+
+}  // namespace sluice::config

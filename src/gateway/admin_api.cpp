@@ -1,0 +1,1088 @@
+#include "gateway/admin_api.h"
+
+#include <boost/json.hpp>
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <map>
+
+#include "config/json.h"
+#include "config/yaml.h"
+#include "core/duration.h"
+#include "gateway/metrics.h"
+#include "gateway/policy.h"
+
+namespace sluice::gateway {
+namespace {
+
+namespace json = boost::json;
+using config::Problem;
+using config::Refusal;
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+constexpr std::string_view kPrefix = "/admin/v1/";
+
+// --- responses ----------------------------------------------------------------------------------
+
+AdminResponse json_response(int status, const json::value& body, Headers headers = {}) {
+  AdminResponse r;
+  r.status = status;
+  r.body = json::serialize(body);
+  r.headers = std::move(headers);
+  r.headers.emplace_back("Cache-Control", "no-store");
+  return r;
+}
+
+AdminResponse error(int status, std::string_view reason, std::string_view msg, Headers headers = {}) {
+  return json_response(status, json::object{{"code", status}, {"reason", reason}, {"msg", msg}}, std::move(headers));
+}
+
+AdminResponse no_content(Headers headers = {}) {
+  AdminResponse r;
+  r.status = 204;
+  r.headers = std::move(headers);
+  r.headers.emplace_back("Cache-Control", "no-store");
+  return r;
+}
+
+AdminResponse method_not_allowed(std::string_view allow) {
+  return error(405, "method_not_allowed", "This resource answers " + std::string(allow) + " only.",
+               {{"Allow", std::string(allow)}});
+}
+
+AdminResponse not_found(std::string_view what) { return error(404, "not_found", what); }
+
+// Problems as JSON: "path" in the whole configuration, and "field" relative to the request body when
+// the problem is inside it (prefix: where the body sits in the configuration; empty: the body is the
+// whole configuration).
+json::array problems_json(const std::vector<Problem>& problems, std::string_view prefix) {
+  json::array out;
+  for (const Problem& p : problems) {
+    json::object o;
+    o["path"] = p.path;
+    const std::string_view path = p.path;
+    if (prefix.empty()) {
+      o["field"] = p.path;
+    } else if (path == prefix) {
+      o["field"] = "";
+    } else if (path.starts_with(prefix) && (path[prefix.size()] == '.' || path[prefix.size()] == '[')) {
+      o["field"] = path.substr(prefix.size() + (path[prefix.size()] == '.' ? 1 : 0));
+    }
+    o["message"] = p.message;
+    if (p.line > 0) {
+      o["line"] = p.line;
+      o["column"] = p.column;
+    }
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+AdminResponse invalid(const std::vector<Problem>& problems, std::string_view prefix, std::string_view msg) {
+  json::object o{{"code", 400}, {"reason", "invalid_config"}, {"msg", msg}};
+  o["problems"] = problems_json(problems, prefix);
+  return json_response(400, o);
+}
+
+// The problems of a body read on its own (paths relative to it), placed at prefix in the configuration.
+std::vector<Problem> placed(std::vector<Problem> problems, const std::string& prefix) {
+  for (Problem& p : problems) p.path = p.path.empty() ? prefix : prefix + "." + p.path;
+  return problems;
+}
+
+AdminResponse refusal_response(const Refusal& r, std::string_view prefix) {
+  switch (r.kind) {
+    case Refusal::Kind::kNotFound: return not_found(r.message);
+    case Refusal::Kind::kConflict: return error(409, "conflict", r.message);
+    case Refusal::Kind::kStale: return error(412, "precondition_failed", r.message);
+    case Refusal::Kind::kInvalid: return invalid(r.problems, prefix, r.message);
+    case Refusal::Kind::kFailed: return error(503, "store_unavailable", r.message);
+  }
+  return error(503, "store_unavailable", r.message);
+}
+
+// --- request parts --------------------------------------------------------------------------------
+
+int hex_digit(char ch) {
+  if (ch >= '0' && ch <= '9') return ch - '0';
+  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+  return -1;
+}
+
+std::string percent_decode(std::string_view s, bool plus_is_space) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex_digit(s[i + 1]) >= 0 && hex_digit(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex_digit(s[i + 1]) * 16 + hex_digit(s[i + 2]));
+      i += 2;
+    } else if (s[i] == '+' && plus_is_space) {
+      out += ' ';
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+std::string percent_encode(std::string_view s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) != 0 || ch == '-' || ch == '_' || ch == '.' || ch == '~') {
+      out += ch;
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string revision_tag(std::int64_t revision) { return "\"r" + std::to_string(revision) + "\""; }
+
+std::string entity_tag(const json::value& full) {
+  return "\"" + config::sha256_hex(json::serialize(full)).substr(0, 20) + "\"";
+}
+
+// If-Match as given: absent, "*", the configuration's revision ("r42") or an entity's tags.
+struct Precondition {
+  bool present = false;
+  bool any = false;
+  std::optional<std::int64_t> revision;
+  std::vector<std::string> tags;
+
+  explicit Precondition(std::string_view header) {
+    present = !header.empty();
+    std::size_t start = 0;
+    while (start < header.size()) {
+      std::size_t end = header.find(',', start);
+      if (end == std::string_view::npos) end = header.size();
+      std::string_view tag = header.substr(start, end - start);
+      while (!tag.empty() && tag.front() == ' ') tag.remove_prefix(1);
+      while (!tag.empty() && tag.back() == ' ') tag.remove_suffix(1);
+      if (tag.starts_with("W/")) tag.remove_prefix(2);
+      if (tag == "*") any = true;
+      std::int64_t r = 0;
+      if (tag.size() > 3 && tag.starts_with("\"r") && tag.back() == '"') {
+        auto [p, ec] = std::from_chars(tag.data() + 2, tag.data() + tag.size() - 1, r);
+        if (ec == std::errc() && p == tag.data() + tag.size() - 1) revision = r;
+      }
+      if (!tag.empty()) tags.emplace_back(tag);
+      start = end + 1;
+    }
+  }
+
+  // The check an entity's change makes itself (the revision is the store's check).
+  std::optional<Refusal> check(bool exists, const std::string& current_tag, const std::string& what) const {
+    if (!present || revision) return std::nullopt;
+    if (!exists) return Refusal{Refusal::Kind::kStale, "If-Match: " + what + " does not exist", {}};
+    if (any) return std::nullopt;
+    for (const std::string& t : tags) {
+      if (t == current_tag) return std::nullopt;
+    }
+    return Refusal{Refusal::Kind::kStale,
+                   "If-Match: " + what + " changed since you read it (its ETag is now " + current_tag +
+                       "): read it again and redo the change",
+                   {}};
+  }
+};
+
+std::optional<Nanos> wait_of(std::string_view text) {
+  if (text.empty()) return Nanos{0};
+  std::int64_t seconds = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), seconds);
+  if (ec == std::errc() && p == text.data() + text.size() && seconds >= 0) return std::chrono::seconds(seconds);
+  return parse_duration(text);
+}
+
+std::optional<json::object> json_object_body(std::string_view body) {
+  if (body.empty()) return json::object();
+  boost::system::error_code ec;
+  json::value v = json::parse(body, ec);
+  if (ec || !v.is_object()) return std::nullopt;
+  return std::move(v.as_object());
+}
+
+std::string str_field(const json::object& o, std::string_view name) {
+  auto it = o.find(name);
+  return it != o.end() && it->value().is_string() ? std::string(it->value().as_string()) : std::string();
+}
+
+json::object redacted(json::object o) {
+  if (auto it = o.find("credentials"); it != o.end() && it->value().is_array()) {
+    for (json::value& c : it->value().as_array()) {
+      if (!c.is_object()) continue;
+      c.as_object().erase("api_key_sha256");
+      c.as_object().erase("sealed_secret");
+    }
+  }
+  return o;
+}
+
+std::int64_t millis(Nanos d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
+
+// --- the entities ---------------------------------------------------------------------------------
+
+template <class T>
+struct Entity;
+
+template <>
+struct Entity<config::System> {
+  static constexpr std::string_view kCollection = "systems";
+  static constexpr std::string_view kName = "system";
+  static constexpr std::size_t kIdParts = 1;
+  static std::vector<config::System>& list(config::Config& c) { return c.systems; }
+  static std::vector<std::string> id(const config::System& s) { return {s.key}; }
+  static void set_id(config::System& s, const std::vector<std::string>& id) { s.key = id[0]; }
+  static auto parse(std::string_view text) { return config::parse_system(text); }
+  // Credentials have routes of their own: a write of the system keeps those it had.
+  static void carry_over(const config::System* before, config::System& next) {
+    next.credentials = before != nullptr ? before->credentials : std::vector<config::Credential>{};
+  }
+  static void on_delete(config::Config& c, const config::System& s) {
+    std::erase_if(c.grants, [&](const config::Grant& g) { return g.system == s.key; });
+  }
+};
+
+template <>
+struct Entity<config::Interface> {
+  static constexpr std::string_view kCollection = "interfaces";
+  static constexpr std::string_view kName = "interface";
+  static constexpr std::size_t kIdParts = 1;
+  static std::vector<config::Interface>& list(config::Config& c) { return c.interfaces; }
+  static std::vector<std::string> id(const config::Interface& f) { return {f.id}; }
+  static void set_id(config::Interface& f, const std::vector<std::string>& id) { f.id = id[0]; }
+  static auto parse(std::string_view text) { return config::parse_interface(text); }
+  static void carry_over(const config::Interface*, config::Interface&) {}
+  static void on_delete(config::Config& c, const config::Interface& f) {
+    std::erase_if(c.grants, [&](const config::Grant& g) { return g.interface == f.id; });
+  }
+};
+
+template <>
+struct Entity<config::Upstream> {
+  static constexpr std::string_view kCollection = "upstreams";
+  static constexpr std::string_view kName = "upstream";
+  static constexpr std::size_t kIdParts = 1;
+  static std::vector<config::Upstream>& list(config::Config& c) { return c.upstreams; }
+  static std::vector<std::string> id(const config::Upstream& u) { return {u.name}; }
+  static void set_id(config::Upstream& u, const std::vector<std::string>& id) { u.name = id[0]; }
+  static auto parse(std::string_view text) { return config::parse_upstream(text); }
+  static void carry_over(const config::Upstream*, config::Upstream&) {}
+  static void on_delete(config::Config&, const config::Upstream&) {}
+};
+
+template <>
+struct Entity<config::Grant> {
+  static constexpr std::string_view kCollection = "grants";
+  static constexpr std::string_view kName = "grant";
+  static constexpr std::size_t kIdParts = 2;
+  static std::vector<config::Grant>& list(config::Config& c) { return c.grants; }
+  static std::vector<std::string> id(const config::Grant& g) { return {g.system, g.interface}; }
+  static void set_id(config::Grant& g, const std::vector<std::string>& id) {
+    g.system = id[0];
+    g.interface = id[1];
+  }
+  static auto parse(std::string_view text) { return config::parse_grant(text); }
+  static void carry_over(const config::Grant*, config::Grant&) {}
+  static void on_delete(config::Config&, const config::Grant&) {}
+};
+
+template <class T>
+std::string path_of(const std::vector<std::string>& id) {
+  std::string p(Entity<T>::kCollection);
+  for (const std::string& part : id) p += "/" + percent_encode(part);
+  return p;
+}
+
+template <class T>
+std::string describe(const std::vector<std::string>& id) {
+  std::string d = std::string(Entity<T>::kName) + " \"" + id[0] + "\"";
+  if (id.size() > 1) d += " for interface \"" + id[1] + "\"";
+  return d;
+}
+
+template <class T>
+std::ptrdiff_t find(std::vector<T>& list, const std::vector<std::string>& id) {
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    if (Entity<T>::id(list[i]) == id) return static_cast<std::ptrdiff_t>(i);
+  }
+  return -1;
+}
+
+template <class T>
+std::string prefix_of(std::size_t index) {
+  return std::string(Entity<T>::kCollection) + "[" + std::to_string(index) + "]";
+}
+
+json::object breaker_json(const UpstreamEntry& u) {
+  json::object o;
+  o["upstream"] = u.upstream->name;
+  o["enabled"] = u.upstream->breaker.enabled;
+  o["force"] = config::to_string(u.upstream->breaker.force);
+  if (u.breaker) {
+    const BreakerStats s = u.breaker->stats();
+    o["state"] = to_string(s.state);
+    o["calls"] = s.calls;
+    o["failures"] = s.failures;
+    o["slow_calls"] = s.slow_calls;
+    o["open_remaining_ms"] = millis(s.open_remaining);
+  } else {
+    o["state"] = to_string(BreakerState::kDisabled);
+  }
+  return o;
+}
+
+json::object series_json(const Stats::Series& s) {
+  json::object o;
+  json::array admitted(s.admitted.begin(), s.admitted.end());
+  std::int64_t admitted_total = 0;
+  for (std::int64_t n : s.admitted) admitted_total += n;
+  json::object rejected;
+  std::int64_t rejected_total = 0;
+  for (const auto& [reason, counts] : s.rejected) {
+    rejected[reason] = json::array(counts.begin(), counts.end());
+    for (std::int64_t n : counts) rejected_total += n;
+  }
+  o["admitted"] = std::move(admitted);
+  o["rejected"] = std::move(rejected);
+  o["admitted_total"] = admitted_total;
+  o["rejected_total"] = rejected_total;
+  return o;
+}
+
+}  // namespace
+
+// --- AdminAuth ------------------------------------------------------------------------------------
+
+void AdminAuth::set_tokens(std::vector<config::TokenInfo> tokens) {
+  std::lock_guard lock(mu_);
+  tokens_ = std::move(tokens);
+}
+
+bool AdminAuth::empty() const {
+  std::lock_guard lock(mu_);
+  return tokens_.empty();
+}
+
+std::optional<AdminAuth::Principal> AdminAuth::authenticate(std::string_view authorization) const {
+  constexpr std::string_view kBearer = "Bearer ";
+  if (authorization.size() <= kBearer.size() ||
+      !std::equal(kBearer.begin(), kBearer.end(), authorization.begin(),
+                  [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) ==
+                                              std::tolower(static_cast<unsigned char>(b)); })) {
+    return std::nullopt;
+  }
+  const std::string presented = config::sha256_hex(authorization.substr(kBearer.size()));
+  std::lock_guard lock(mu_);
+  const config::TokenInfo* found = nullptr;
+  for (const config::TokenInfo& t : tokens_) {
+    // Every token is compared, in constant time, whatever matched before.
+    if (config::constant_time_equal(presented, t.token_sha256)) found = &t;
+  }
+  if (found == nullptr) return std::nullopt;
+  return Principal{found->id, found->name, found->role};
+}
+
+Status check_admin_listen(std::string_view address, bool tokens_exist) {
+  if (address == "off") return {};
+  auto target = config::parse_target(address);
+  if (!target) return invalid_argument("admin_listen \"" + std::string(address) + "\" is not host:port");
+  const std::string& host = target->host;
+  const bool loopback = host == "localhost" || host == "::1" || host.starts_with("127.");
+  if (loopback || tokens_exist) return {};
+  return invalid_argument("refusing to serve the admin API on " + std::string(address) +
+                          ", off loopback, while no admin token exists: create one first (sluice token create "
+                          "--role admin), or listen on 127.0.0.1");
+}
+
+// --- AdminApi -------------------------------------------------------------------------------------
+
+struct AdminApi::Call {
+  const AdminRequest& request;
+  std::string method;
+  std::vector<std::string> segments;  // after /admin/v1/, percent-decoded
+  std::map<std::string, std::string> query;
+  AdminAuth::Principal principal;
+  std::string actor;
+
+  std::string param(const std::string& name) const {
+    auto it = query.find(name);
+    return it == query.end() ? std::string() : it->second;
+  }
+};
+
+AdminApi::AdminApi(AdminApiOptions options) : options_(std::move(options)) {}
+
+std::int64_t AdminApi::now_seconds() const {
+  const Clock& clock = options_.clock != nullptr ? *options_.clock : SystemClock::instance();
+  return std::chrono::duration_cast<std::chrono::seconds>(clock.now()).count();
+}
+
+config::StoredConfig AdminApi::current() const {
+  if (options_.store == nullptr) return options_.pulled();
+  auto loaded = options_.store->load();
+  if (!loaded.ok()) return {};
+  return *loaded;
+}
+
+AdminResponse AdminApi::handle(const AdminRequest& request) const {
+  const std::string_view target = request.target;
+  const std::size_t q = target.find('?');
+  const std::string_view path = target.substr(0, q);
+  if (!path.starts_with(kPrefix)) return not_found("No such admin API route.");
+  Call call{request, request.method, {}, {}, {}, {}};
+  for (std::string_view rest = path.substr(kPrefix.size()); !rest.empty();) {
+    const std::size_t slash = rest.find('/');
+    call.segments.push_back(percent_decode(rest.substr(0, slash), false));
+    if (slash == std::string_view::npos) break;
+    rest.remove_prefix(slash + 1);
+  }
+  if (q != std::string_view::npos) {
+    for (std::string_view rest = target.substr(q + 1); !rest.empty();) {
+      const std::size_t amp = rest.find('&');
+      const std::string_view pair = rest.substr(0, amp);
+      const std::size_t eq = pair.find('=');
+      call.query[percent_decode(pair.substr(0, eq), true)] =
+          eq == std::string_view::npos ? "" : percent_decode(pair.substr(eq + 1), true);
+      if (amp == std::string_view::npos) break;
+      rest.remove_prefix(amp + 1);
+    }
+  }
+  auto principal = options_.auth ? options_.auth->authenticate(request.header("Authorization")) : std::nullopt;
+  if (!principal) {
+    return error(401, "unauthorized", "This needs an admin token: Authorization: Bearer <token>.",
+                 {{"WWW-Authenticate", "Bearer realm=\"sluice\""}});
+  }
+  if (call.segments.empty() ||
+      std::any_of(call.segments.begin(), call.segments.end(), [](const std::string& s) { return s.empty(); })) {
+    return not_found("No such admin API route.");
+  }
+  call.principal = *principal;
+  call.actor = "token:" + principal->name + " (" + principal->id + ")";
+  const bool reads = call.method == "GET";
+  const std::string& what = call.segments[0];
+  if ((!reads || what == "tokens") && principal->role != config::Role::kAdmin) {
+    return error(403, "forbidden", "This token has the read role; this needs the admin role.");
+  }
+
+  if (what == "config") return config_route(call);
+  if (what == "systems") return entity_route<config::System>(call);
+  if (what == "interfaces") return entity_route<config::Interface>(call);
+  if (what == "upstreams") return entity_route<config::Upstream>(call);
+  if (what == "grants") return entity_route<config::Grant>(call);
+  if (what == "audit") return audit_route(call);
+  if (what == "stats") return stats_route(call);
+  if (what == "limits") return limits_route(call);
+  if (what == "breakers") return breakers_route(call);
+  if (what == "tokens") return tokens_route(call);
+  if (what == "whoami" && call.segments.size() == 1) {
+    if (!reads) return method_not_allowed("GET");
+    return json_response(200, json::object{{"id", principal->id}, {"name", principal->name},
+                                           {"role", config::to_string(principal->role)}});
+  }
+  return not_found("No such admin API route.");
+}
+
+namespace {
+
+AdminResponse read_only(const std::string& primary) {
+  return error(409, "read_only",
+               "This instance follows " + primary + ": change the configuration there; it arrives here within seconds.");
+}
+
+}  // namespace
+
+// GET / PUT /admin/v1/config
+AdminResponse AdminApi::config_route(Call& call) const {
+  if (call.segments.size() != 1) return not_found("No such admin API route.");
+  const AdminRequest& req = call.request;
+  if (call.method == "GET") {
+    const auto wait = wait_of(call.param("wait"));
+    if (!wait) return error(400, "bad_request", "wait must be a number of seconds or a duration like 30s");
+    // The cheap check first: a long poll asks again every 50 ms.
+    std::int64_t revision = 0;
+    if (options_.store != nullptr) {
+      auto r = options_.store->revision();
+      if (!r.ok()) return error(503, "store_unavailable", r.error().message);
+      revision = *r;
+    } else {
+      revision = options_.pulled().revision;
+    }
+    const std::string tag = revision_tag(revision);
+    const Precondition none_match(req.header("If-None-Match"));
+    if (none_match.present && (none_match.any || none_match.revision == revision)) {
+      AdminResponse r = no_content({{"ETag", tag}});
+      r.status = 304;
+      r.hold = std::min(*wait, options_.max_wait);
+      return r;
+    }
+    const config::StoredConfig stored = current();
+    if (!stored.config) return error(503, "store_unavailable", "The configuration cannot be read now.");
+    const std::string format = call.param("format");
+    const bool yaml = format == "yaml" || (format.empty() && req.header("Accept").find("yaml") != std::string_view::npos);
+    AdminResponse r;
+    if (yaml) {
+      r.content_type = "application/yaml";
+      r.body = config::to_yaml(*stored.config);
+      r.headers = {{"Cache-Control", "no-store"}};
+    } else {
+      r = json_response(200, config::to_json(*stored.config));
+    }
+    r.headers.emplace_back("ETag", revision_tag(stored.revision));
+    return r;
+  }
+  if (call.method != "PUT") return method_not_allowed("GET, PUT");
+  if (options_.store == nullptr) return read_only(options_.primary);
+  auto loaded = config::load_yaml(req.body, "");
+  if (auto* problems = std::get_if<std::vector<Problem>>(&loaded)) {
+    return invalid(*problems, "", "The configuration was refused: nothing was changed.");
+  }
+  const auto& next = std::get<std::shared_ptr<const config::Config>>(loaded);
+  const Precondition match(req.header("If-Match"));
+  if (match.present && !match.any && !match.revision) {
+    return error(412, "precondition_failed", "If-Match must be the configuration's ETag (\"r<revision>\") or *");
+  }
+  const config::WriteResult w = options_.store->replace(call.actor, "config.replace", *next, match.revision);
+  if (!w.ok()) return refusal_response(*w.refusal, "");
+  return json_response(200, json::object{{"revision", w.revision}}, {{"ETag", revision_tag(w.revision)}});
+}
+
+template <class T>
+AdminResponse AdminApi::entity_route(Call& call) const {
+  using E = Entity<T>;
+  const std::vector<std::string>& seg = call.segments;
+  const std::size_t parts = seg.size() - 1;
+  const AdminRequest& req = call.request;
+  if constexpr (std::is_same_v<T, config::System>) {
+    if (seg.size() >= 3 && seg[2] == "credentials") return credentials_route(call);
+  }
+  if (parts != 0 && parts != E::kIdParts) return not_found("No such admin API route.");
+  const bool collection = parts == 0;
+
+  if (call.method == "GET") {
+    const config::StoredConfig stored = current();
+    if (!stored.config) return error(503, "store_unavailable", "The configuration cannot be read now.");
+    config::Config c = *stored.config;
+    auto& list = E::list(c);
+    if (collection) {
+      json::array items;
+      for (const T& e : list) items.push_back(redacted(config::to_json(e)));
+      return json_response(200, json::object{{"items", std::move(items)}, {"revision", stored.revision}},
+                           {{"ETag", revision_tag(stored.revision)}});
+    }
+    const std::vector<std::string> id(seg.begin() + 1, seg.end());
+    const auto at = find(list, id);
+    if (at < 0) return not_found("No " + describe<T>(id) + ".");
+    const json::object full = config::to_json(list[static_cast<std::size_t>(at)]);
+    return json_response(200, redacted(full), {{"ETag", entity_tag(full)}});
+  }
+  if (collection ? call.method != "POST" : call.method != "PUT" && call.method != "DELETE") {
+    return method_not_allowed(collection ? "GET, POST" : "GET, PUT, DELETE");
+  }
+  if (options_.store == nullptr) return read_only(options_.primary);
+
+  const Precondition match(req.header("If-Match"));
+  const Precondition none_match(req.header("If-None-Match"));
+  std::string prefix;
+  bool created = false;
+  json::object after;  // the entity as stored (or as it was, when the write changed nothing)
+
+  if (call.method == "DELETE") {
+    const std::vector<std::string> id(seg.begin() + 1, seg.end());
+    const config::WriteResult w = options_.store->update(
+        call.actor,
+        [&](config::Config& c, config::ChangeRecord& record) -> std::optional<Refusal> {
+          auto& list = E::list(c);
+          const auto at = find(list, id);
+          if (at < 0) {
+            if (match.present) return Refusal{Refusal::Kind::kStale, "If-Match: " + describe<T>(id) + " does not exist", {}};
+            return Refusal{Refusal::Kind::kNotFound, "No " + describe<T>(id) + ".", {}};
+          }
+          const T gone = list[static_cast<std::size_t>(at)];
+          const json::object full = config::to_json(gone);
+          if (auto r = match.check(true, entity_tag(full), describe<T>(id))) return r;
+          record = {std::string(E::kName) + ".delete", path_of<T>(id), json::serialize(full), "null"};
+          list.erase(list.begin() + at);
+          E::on_delete(c, gone);
+          return std::nullopt;
+        },
+        match.revision);
+    if (!w.ok()) return refusal_response(*w.refusal, "");
+    return no_content({{"X-Sluice-Revision", std::to_string(w.revision)}});
+  }
+
+  // POST (create) and PUT (create or replace): the body is the entity.
+  auto parsed = E::parse(req.body);
+  std::vector<std::string> id;
+  if (!collection) id.assign(seg.begin() + 1, seg.end());
+  if (auto* problems = std::get_if<std::vector<Problem>>(&parsed)) {
+    // Placed where the entity is, or would go, in the configuration.
+    const config::StoredConfig stored = current();
+    std::size_t index = 0;
+    if (stored.config) {
+      config::Config c = *stored.config;
+      const auto at = collection ? -1 : find(E::list(c), id);
+      index = at >= 0 ? static_cast<std::size_t>(at) : E::list(c).size();
+    }
+    const std::string where = prefix_of<T>(index);
+    return invalid(placed(*problems, where), where, "The " + std::string(E::kName) + " was refused: nothing was changed.");
+  }
+  T entity = std::get<T>(std::move(parsed));
+  if (collection) {
+    id = E::id(entity);
+  } else {
+    const std::vector<std::string> given = E::id(entity);
+    const bool unnamed = std::all_of(given.begin(), given.end(), [](const std::string& s) { return s.empty(); });
+    if (unnamed) {
+      E::set_id(entity, id);
+    } else if (given != id) {
+      return error(400, "bad_request",
+                   "The body names " + describe<T>(given) + " but the URL " + describe<T>(id) +
+                       ": to rename, create the new one and delete the old.");
+    }
+  }
+  const config::WriteResult w = options_.store->update(
+      call.actor,
+      [&](config::Config& c, config::ChangeRecord& record) -> std::optional<Refusal> {
+        auto& list = E::list(c);
+        const auto at = find(list, id);
+        const bool exists = at >= 0;
+        if (collection && exists) {
+          return Refusal{Refusal::Kind::kConflict,
+                         describe<T>(id) + " exists already: PUT /admin/v1/" + path_of<T>(id) + " to change it", {}};
+        }
+        const T* before = exists ? &list[static_cast<std::size_t>(at)] : nullptr;
+        const json::object before_json = before != nullptr ? config::to_json(*before) : json::object();
+        if (auto r = match.check(exists, entity_tag(before_json), describe<T>(id))) return r;
+        if (none_match.any && exists) {
+          return Refusal{Refusal::Kind::kStale, "If-None-Match: * but " + describe<T>(id) + " exists", {}};
+        }
+        E::carry_over(before, entity);
+        record.action = std::string(E::kName) + (exists ? ".update" : ".create");
+        record.target = path_of<T>(id);
+        record.before = exists ? json::serialize(before_json) : "null";
+        std::size_t index = static_cast<std::size_t>(at);
+        if (exists) {
+          list[index] = entity;
+        } else {
+          index = list.size();
+          list.push_back(entity);
+        }
+        prefix = prefix_of<T>(index);
+        created = !exists;
+        after = config::to_json(list[index]);
+        record.after = json::serialize(after);
+        return std::nullopt;
+      },
+      match.revision);
+  if (!w.ok()) return refusal_response(*w.refusal, prefix);
+  Headers headers{{"ETag", entity_tag(after)}, {"X-Sluice-Revision", std::to_string(w.revision)}};
+  if (created) headers.emplace_back("Location", std::string(kPrefix) + path_of<T>(id));
+  return json_response(created ? 201 : 200, redacted(after), std::move(headers));
+}
+
+// /admin/v1/systems/{key}/credentials[/{id}]
+AdminResponse AdminApi::credentials_route(Call& call) const {
+  const std::vector<std::string>& seg = call.segments;
+  const std::string& key = seg[1];
+  if (seg.size() > 4) return not_found("No such admin API route.");
+  if (seg.size() == 3 && call.method == "GET") {
+    const config::StoredConfig stored = current();
+    if (!stored.config) return error(503, "store_unavailable", "The configuration cannot be read now.");
+    for (const config::System& s : stored.config->systems) {
+      if (s.key != key) continue;
+      json::array items;
+      for (const config::Credential& c : s.credentials) {
+        json::object o = config::to_json(c);
+        o.erase("api_key_sha256");
+        o.erase("sealed_secret");
+        o["active"] = !c.expires || now_seconds() < *c.expires;
+        items.push_back(std::move(o));
+      }
+      return json_response(200, json::object{{"system", key}, {"auth", config::to_string(s.auth)},
+                                             {"items", std::move(items)}});
+    }
+    return not_found("No system \"" + key + "\".");
+  }
+  if (seg.size() == 3 && call.method != "POST") return method_not_allowed("GET, POST");
+  if (seg.size() == 4 && call.method != "DELETE") return method_not_allowed("DELETE");
+  if (options_.store == nullptr) return read_only(options_.primary);
+  const std::string target = "systems/" + percent_encode(key) + "/credentials";
+
+  if (seg.size() == 4) {
+    const std::string& id = seg[3];
+    const config::WriteResult w = options_.store->update(
+        call.actor, [&](config::Config& c, config::ChangeRecord& record) -> std::optional<Refusal> {
+          for (config::System& s : c.systems) {
+            if (s.key != key) continue;
+            auto it = std::find_if(s.credentials.begin(), s.credentials.end(),
+                                   [&](const config::Credential& k) { return k.id == id; });
+            if (it == s.credentials.end()) break;
+            record = {"credential.delete", target + "/" + percent_encode(id), json::serialize(config::to_json(*it)),
+                      "null"};
+            s.credentials.erase(it);
+            return std::nullopt;
+          }
+          return Refusal{Refusal::Kind::kNotFound, "No credential \"" + id + "\" of system \"" + key + "\".", {}};
+        });
+    if (!w.ok()) return refusal_response(*w.refusal, "");
+    return no_content({{"X-Sluice-Revision", std::to_string(w.revision)}});
+  }
+
+  // POST: a new API key or signing secret, shown once.
+  auto body = json_object_body(call.request.body);
+  if (!body) return error(400, "bad_request", "The body must be a JSON object: {\"kind\": \"api_key\"}.");
+  std::vector<Problem> problems;
+  const std::string kind = str_field(*body, "kind");
+  if (kind != "api_key" && kind != "hmac") problems.push_back(Problem{"kind", "must be api_key or hmac"});
+  const std::int64_t now = now_seconds();
+  std::optional<std::int64_t> expires;
+  if (auto it = body->find("expires"); it != body->end() && !it->value().is_null()) {
+    expires = it->value().is_string() ? config::parse_time(it->value().as_string()) : std::nullopt;
+    if (!expires) problems.push_back(Problem{"expires", "must be a UTC time like 2026-11-30T10:00:00Z"});
+  }
+  bool rotate = false;
+  if (auto it = body->find("rotate"); it != body->end()) {
+    if (!it->value().is_bool()) problems.push_back(Problem{"rotate", "must be true or false"});
+    rotate = it->value().is_bool() && it->value().as_bool();
+  }
+  Nanos overlap = std::chrono::hours(24);
+  if (auto it = body->find("overlap"); it != body->end()) {
+    auto d = it->value().is_string() ? parse_duration(it->value().as_string()) : std::nullopt;
+    if (!d) problems.push_back(Problem{"overlap", "must be a duration like 1h or 7d"});
+    overlap = d.value_or(overlap);
+  }
+  for (const auto& kv : *body) {
+    if (kv.key() != "kind" && kv.key() != "expires" && kv.key() != "rotate" && kv.key() != "overlap") {
+      problems.push_back(Problem{std::string(kv.key()), "unknown field (known: kind, expires, rotate, overlap)"});
+    }
+  }
+  if (!problems.empty()) {
+    json::object o{{"code", 400}, {"reason", "bad_request"}, {"msg", "The credential request was refused."}};
+    o["problems"] = problems_json(problems, "");
+    return json_response(400, o);
+  }
+  if (kind == "hmac" && options_.secret_key == nullptr) {
+    return error(503, "secret_key_missing",
+                 "SLUICE_SECRET_KEY is not set on this instance, so it cannot store a signing secret "
+                 "(sealed at rest with that key).");
+  }
+  config::Credential credential;
+  credential.kind = kind == "hmac" ? config::Auth::kHmac : config::Auth::kApiKey;
+  credential.id = config::random_id(kind == "hmac" ? "hs_" : "ak_");
+  credential.created = now;
+  credential.expires = expires;
+  const std::string secret = config::random_token(kind == "hmac" ? "sluice_hs_" : "sluice_ak_");
+  if (credential.kind == config::Auth::kApiKey) {
+    credential.api_key_sha256 = config::sha256_hex(secret);
+  } else {
+    credential.sealed_secret = options_.secret_key->seal(secret);
+  }
+  const std::int64_t until = now + std::chrono::duration_cast<std::chrono::seconds>(overlap).count();
+  json::array rotated;
+  const config::WriteResult w = options_.store->update(
+      call.actor, [&](config::Config& c, config::ChangeRecord& record) -> std::optional<Refusal> {
+        for (config::System& s : c.systems) {
+          if (s.key != key) continue;
+          const json::object before = config::to_json(s);
+          if (rotate) {
+            for (config::Credential& old : s.credentials) {
+              if (old.kind != credential.kind || (old.expires && *old.expires <= until)) continue;
+              old.expires = until;
+              rotated.push_back(json::object{{"id", old.id}, {"expires", config::format_time(until)}});
+            }
+          }
+          s.credentials.push_back(credential);
+          record = {"credential.create", target + "/" + credential.id, json::serialize(before),
+                    json::serialize(config::to_json(s))};
+          return std::nullopt;
+        }
+        return Refusal{Refusal::Kind::kNotFound, "No system \"" + key + "\".", {}};
+      });
+  if (!w.ok()) return refusal_response(*w.refusal, "");
+  json::object o = config::to_json(credential);
+  o.erase("api_key_sha256");
+  o.erase("sealed_secret");
+  o[credential.kind == config::Auth::kApiKey ? "api_key" : "secret"] = secret;
+  o["rotated"] = std::move(rotated);
+  o["note"] = "This is the only time the secret is shown: sluice keeps only its hash (API keys) or keeps it sealed.";
+  return json_response(201, o, {{"X-Sluice-Revision", std::to_string(w.revision)}});
+}
+
+AdminResponse AdminApi::audit_route(Call& call) const {
+  if (call.segments.size() != 1) return not_found("No such admin API route.");
+  if (call.method != "GET") return method_not_allowed("GET");
+  if (options_.store == nullptr) return read_only(options_.primary);
+  std::int64_t limit = 50;
+  std::optional<std::int64_t> before;
+  const std::string l = call.param("limit");
+  const std::string b = call.param("before");
+  if (!l.empty() && (std::from_chars(l.data(), l.data() + l.size(), limit).ec != std::errc() || limit < 1 || limit > 1000)) {
+    return error(400, "bad_request", "limit must be a number from 1 to 1000");
+  }
+  if (!b.empty()) {
+    std::int64_t v = 0;
+    if (std::from_chars(b.data(), b.data() + b.size(), v).ec != std::errc()) {
+      return error(400, "bad_request", "before must be an audit entry id");
+    }
+    before = v;
+  }
+  auto entries = options_.store->audit(static_cast<std::size_t>(limit), before);
+  if (!entries.ok()) return error(503, "store_unavailable", entries.error().message);
+  json::array items;
+  for (const config::AuditEntry& e : *entries) {
+    boost::system::error_code ec;
+    json::object o{{"id", e.id},         {"at", config::format_time(e.at)}, {"actor", e.actor},
+                   {"action", e.action}, {"target", e.target},             {"revision", e.revision}};
+    o["before"] = json::parse(e.before, ec);
+    o["after"] = json::parse(e.after, ec);
+    items.push_back(std::move(o));
+  }
+  json::value next = nullptr;
+  if (static_cast<std::int64_t>(entries->size()) == limit) next = entries->back().id;
+  return json_response(200, json::object{{"items", std::move(items)}, {"next_before", next}});
+}
+
+AdminResponse AdminApi::stats_route(Call& call) const {
+  if (call.segments.size() != 1) return not_found("No such admin API route.");
+  if (call.method != "GET") return method_not_allowed("GET");
+  const std::shared_ptr<const Snapshot> snapshot = options_.snapshot();
+  const Stats::View view = options_.stats != nullptr ? options_.stats->view() : Stats::View{};
+  json::object o;
+  o["now"] = config::format_time(view.now);
+  o["seconds"] = Stats::kSeconds;
+  // Every configured one in configuration order, then those seen lately but since removed.
+  auto listing = [](const char* name_field, const std::vector<std::string>& configured,
+                    const std::map<std::string, Stats::Series>& seen) {
+    std::vector<std::string> names = configured;
+    for (const auto& kv : seen) {
+      if (std::find(configured.begin(), configured.end(), kv.first) == configured.end()) names.push_back(kv.first);
+    }
+    json::array out;
+    for (const std::string& name : names) {
+      auto it = seen.find(name);
+      json::object e{{name_field, name}};
+      for (auto& kv : series_json(it == seen.end() ? Stats::Series{} : it->second)) e.insert(kv);
+      out.push_back(std::move(e));
+    }
+    return out;
+  };
+  std::vector<std::string> system_keys;
+  for (const config::System& s : snapshot->config().systems) system_keys.push_back(s.key);
+  std::vector<std::string> interface_ids;
+  for (const config::Interface& f : snapshot->config().interfaces) interface_ids.push_back(f.id);
+  json::array systems = listing("key", system_keys, view.systems);
+  json::array interfaces = listing("id", interface_ids, view.interfaces);
+  o["systems"] = std::move(systems);
+  o["interfaces"] = std::move(interfaces);
+  json::array breakers;
+  for (const UpstreamEntry& u : snapshot->upstreams()) breakers.push_back(breaker_json(u));
+  o["breakers"] = std::move(breakers);
+  json::object store{{"kind", options_.limit_store},
+                     {"errors_total", options_.metrics != nullptr ? options_.metrics->store_errors() : 0}};
+  const std::vector<BreakerState> store_breakers =
+      options_.store_breakers ? options_.store_breakers() : std::vector<BreakerState>{};
+  store["up"] = store_up(store_breakers);
+  json::array breakers_of_store;
+  for (BreakerState b : store_breakers) breakers_of_store.push_back(json::string(to_string(b)));
+  store["breakers"] = std::move(breakers_of_store);
+  o["store"] = std::move(store);
+  json::object source{{"generation", snapshot->generation()}};
+  if (options_.describe_source) options_.describe_source(source);
+  o["config"] = std::move(source);
+  return json_response(200, o);
+}
+
+AdminResponse AdminApi::limits_route(Call& call) const {
+  const bool reset = call.segments.size() == 2 && call.segments[1] == "reset";
+  if (call.segments.size() != 1 && !reset) return not_found("No such admin API route.");
+  if (reset ? call.method != "POST" : call.method != "GET") return method_not_allowed(reset ? "POST" : "GET");
+  if (options_.limits == nullptr) return error(503, "store_unavailable", "No limit store to read from.");
+  const std::shared_ptr<const Snapshot> snapshot = options_.snapshot();
+  const std::string key = call.param("key");
+  const std::string value = call.param("value");
+  const std::string only = call.param("limit");
+  const InterfaceEntry* itf = nullptr;
+  const std::vector<CompiledLimit>* limits = nullptr;
+  auto interface_named = [&](std::string_view id) -> const InterfaceEntry* {
+    for (const InterfaceEntry& e : snapshot->interfaces()) {
+      if (e.interface->id == id) return &e;
+    }
+    return nullptr;
+  };
+  if (key.starts_with("system:")) {
+    if (const SystemEntry* s = snapshot->system(key.substr(7))) limits = &s->limits;
+  } else if (key.starts_with("interface:")) {
+    itf = interface_named(key.substr(10));
+    if (itf != nullptr) limits = &itf->limits;
+  } else if (key.starts_with("grant:")) {
+    // grant:SYSTEM/INTERFACE; either may hold a slash, so every split is tried.
+    const std::string rest = key.substr(6);
+    for (std::size_t slash = rest.find('/'); slash != std::string::npos && limits == nullptr;
+         slash = rest.find('/', slash + 1)) {
+      const SystemEntry* s = snapshot->system(rest.substr(0, slash));
+      const InterfaceEntry* f = interface_named(rest.substr(slash + 1));
+      if (s != nullptr && f != nullptr) {
+        if (const GrantEntry* g = snapshot->grant(*s, *f)) limits = &g->limits;
+      }
+    }
+  } else {
+    return error(400, "bad_request",
+                 "key must be system:KEY, interface:ID or grant:SYSTEM/INTERFACE (and value=... for limits keyed "
+                 "by client_ip, a header or a query parameter)");
+  }
+  if (limits == nullptr) return not_found("Nothing in the configuration is called \"" + key + "\".");
+
+  std::vector<const CompiledLimit*> selected;
+  for (const CompiledLimit& l : *limits) selected.push_back(&l);
+  if (itf != nullptr && itf->in_flight_limit) selected.push_back(&itf->in_flight);
+  json::array items;
+  for (const CompiledLimit* l : selected) {
+    if (!only.empty() && l->name != only) continue;
+    const Limit& limit = l->rule != nullptr ? l->rule->limit : *itf->in_flight_limit;
+    const bool keyed = l->rule != nullptr && l->rule->key_by != config::KeyBy::kOwner;
+    const std::string store_key = l->key + (keyed ? value : std::string());
+    json::object o;
+    o["name"] = l->name;
+    o["scope"] = l->scope == Scope::kSystem ? "system" : l->scope == Scope::kInterface ? "interface"
+                 : l->scope == Scope::kGrant ? "grant" : "in_flight";
+    o["owner"] = l->owner;
+    if (l->rule != nullptr) {
+      o["limit"] = config::to_json(*l->rule);
+    } else {
+      o["limit"] = json::object{{"algorithm", "concurrency"}, {"limit", limit.params().quota}};
+    }
+    o["store_key"] = store_key;
+    if (keyed && value.empty()) {
+      o["state"] = nullptr;  // one state per value: say which with value=
+      items.push_back(std::move(o));
+      continue;
+    }
+    if (reset) {
+      if (Status s = options_.limits->reset(store_key, limit); !s) {
+        return error(503, "store_unavailable", s.error().message);
+      }
+    }
+    auto d = options_.limits->peek(store_key, limit);
+    if (!d.ok()) return error(503, "store_unavailable", d.error().message);
+    o["state"] = json::object{{"limit", d->limit},
+                              {"remaining", d->remaining},
+                              {"reset_after_ms", millis(d->reset_after)},
+                              {"retry_after_ms", millis(d->retry_after)}};
+    items.push_back(std::move(o));
+  }
+  return json_response(200, json::object{{"key", key}, {"value", value}, {"items", std::move(items)}});
+}
+
+AdminResponse AdminApi::breakers_route(Call& call) const {
+  const std::vector<std::string>& seg = call.segments;
+  const std::shared_ptr<const Snapshot> snapshot = options_.snapshot();
+  if (seg.size() == 1) {
+    if (call.method != "GET") return method_not_allowed("GET");
+    json::array items;
+    for (const UpstreamEntry& u : snapshot->upstreams()) items.push_back(breaker_json(u));
+    return json_response(200, json::object{{"items", std::move(items)}});
+  }
+  if (seg.size() > 3) return not_found("No such admin API route.");
+  const std::string& name = seg[1];
+  const UpstreamEntry* entry = nullptr;
+  for (const UpstreamEntry& u : snapshot->upstreams()) {
+    if (u.upstream->name == name) entry = &u;
+  }
+  if (entry == nullptr) return not_found("No upstream \"" + name + "\".");
+  if (seg.size() == 2) {
+    if (call.method != "GET") return method_not_allowed("GET");
+    return json_response(200, breaker_json(*entry));
+  }
+  if (call.method != "POST") return method_not_allowed("POST");
+  if (seg[2] == "reset") {
+    if (!entry->breaker) return error(409, "conflict", "The breaker of upstream \"" + name + "\" is disabled.");
+    if (entry->upstream->breaker.force != config::BreakerForce::kNone) {
+      return error(409, "conflict",
+                   "The configuration forces this breaker " + std::string(config::to_string(entry->upstream->breaker.force)) +
+                       ": POST {\"force\": \"none\"} to .../force first.");
+    }
+    entry->breaker->reset();  // this instance's breaker only
+    return json_response(200, breaker_json(*entry));
+  }
+  if (seg[2] != "force") return not_found("No such admin API route.");
+  if (options_.store == nullptr) return read_only(options_.primary);
+  auto body = json_object_body(call.request.body);
+  const std::string force = body ? str_field(*body, "force") : "";
+  if (force != "open" && force != "closed" && force != "none") {
+    return error(400, "bad_request", "The body must be {\"force\": \"open\"}, {\"force\": \"closed\"} or {\"force\": \"none\"}.");
+  }
+  const config::WriteResult w = options_.store->update(
+      call.actor, [&](config::Config& c, config::ChangeRecord& record) -> std::optional<Refusal> {
+        for (config::Upstream& u : c.upstreams) {
+          if (u.name != name) continue;
+          if (!u.breaker.enabled) {
+            return Refusal{Refusal::Kind::kConflict, "The breaker of upstream \"" + name + "\" is disabled.", {}};
+          }
+          const std::string before = json::serialize(config::to_json(u));
+          u.breaker.force = force == "open" ? config::BreakerForce::kOpen
+                            : force == "closed" ? config::BreakerForce::kClosed
+                                                : config::BreakerForce::kNone;
+          record = {"breaker.force", "upstreams/" + percent_encode(name), before, json::serialize(config::to_json(u))};
+          return std::nullopt;
+        }
+        return Refusal{Refusal::Kind::kNotFound, "No upstream \"" + name + "\".", {}};
+      });
+  if (!w.ok()) return refusal_response(*w.refusal, "");
+  return json_response(200, json::object{{"upstream", name}, {"force", force}, {"revision", w.revision}},
+                       {{"X-Sluice-Revision", std::to_string(w.revision)}});
+}
+
+AdminResponse AdminApi::tokens_route(Call& call) const {
+  const std::vector<std::string>& seg = call.segments;
+  if (seg.size() > 2) return not_found("No such admin API route.");
+  if (seg.size() == 1 && call.method != "GET" && call.method != "POST") return method_not_allowed("GET, POST");
+  if (seg.size() == 2 && call.method != "DELETE") return method_not_allowed("DELETE");
+  if (options_.store == nullptr) return read_only(options_.primary);
+  auto refresh = [&] {
+    if (options_.tokens_changed) options_.tokens_changed();
+  };
+  if (seg.size() == 2) {
+    auto deleted = options_.store->delete_token(call.actor, seg[1]);
+    if (!deleted.ok()) return error(503, "store_unavailable", deleted.error().message);
+    if (!*deleted) return not_found("No token \"" + seg[1] + "\".");
+    refresh();
+    return no_content();
+  }
+  if (call.method == "GET") {
+    auto tokens = options_.store->tokens();
+    if (!tokens.ok()) return error(503, "store_unavailable", tokens.error().message);
+    json::array items;
+    for (const config::TokenInfo& t : *tokens) {
+      items.push_back(json::object{{"id", t.id},
+                                   {"name", t.name},
+                                   {"role", config::to_string(t.role)},
+                                   {"created", config::format_time(t.created)},
+                                   {"created_by", t.created_by}});
+    }
+    return json_response(200, json::object{{"items", std::move(items)}});
+  }
+  auto body = json_object_body(call.request.body);
+  const auto role = body ? config::role_from_string(str_field(*body, "role")) : std::nullopt;
+  const std::string name = body ? str_field(*body, "name") : "";
+  if (!role || name.empty()) {
+    return error(400, "bad_request", "The body must be {\"name\": \"...\", \"role\": \"admin\" or \"read\"}.");
+  }
+  auto created = options_.store->create_token(call.actor, *role, name);
+  if (!created.ok()) return error(503, "store_unavailable", created.error().message);
+  refresh();
+  const config::TokenInfo& t = created->first;
+  return json_response(201, json::object{{"id", t.id},
+                                         {"name", t.name},
+                                         {"role", config::to_string(t.role)},
+                                         {"created", config::format_time(t.created)},
+                                         {"token", created->second},
+                                         {"note", "This is the only time the token is shown: sluice keeps only its hash."}});
+}
+
+}  // namespace sluice::gateway

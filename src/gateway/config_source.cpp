@@ -1,0 +1,213 @@
+#include "gateway/config_source.h"
+
+#include <boost/json.hpp>
+#include <charconv>
+
+#include "config/yaml.h"
+
+namespace sluice::gateway {
+namespace {
+
+std::int64_t unix_now(const Clock* clock) {
+  const Clock& c = clock != nullptr ? *clock : SystemClock::instance();
+  return std::chrono::duration_cast<std::chrono::seconds>(c.now()).count();
+}
+
+// The revision in an ETag like "r42"; 0 when it is not one.
+std::int64_t revision_of(std::string_view etag) {
+  if (etag.starts_with("W/")) etag.remove_prefix(2);
+  if (etag.size() < 4 || !etag.starts_with("\"r") || !etag.ends_with("\"")) return 0;
+  std::int64_t r = 0;
+  auto [p, ec] = std::from_chars(etag.data() + 2, etag.data() + etag.size() - 1, r);
+  return ec == std::errc() && p == etag.data() + etag.size() - 1 ? r : 0;
+}
+
+// What an error answer says: its "msg", or the status alone.
+std::string answer_error(const FetchResponse& r) {
+  std::string why = "the primary answered " + std::to_string(r.status);
+  boost::system::error_code ec;
+  const boost::json::value v = boost::json::parse(r.body, ec);
+  if (!ec && v.is_object()) {
+    if (const auto* msg = v.as_object().if_contains("msg"); msg != nullptr && msg->is_string()) {
+      why += ": " + std::string(msg->as_string());
+    }
+  }
+  return why;
+}
+
+Result<config::StoredConfig> parse_answer(const FetchResponse& r, const std::string& primary) {
+  auto loaded = config::load_yaml(r.body, primary);
+  if (auto* problems = std::get_if<std::vector<config::Problem>>(&loaded)) {
+    std::string why = "the primary's configuration was refused:";
+    for (const config::Problem& p : *problems) why += "\n  " + p.to_string();
+    return invalid_argument(why);
+  }
+  return config::StoredConfig{std::get<std::shared_ptr<const config::Config>>(std::move(loaded)),
+                              revision_of(r.header("etag"))};
+}
+
+FetchRequest config_request(const Follower::Options& o) {
+  FetchRequest r;
+  r.url = o.primary + "/admin/v1/config";
+  r.headers = {{"Authorization", "Bearer " + o.token}, {"Accept", "application/json"}};
+  return r;
+}
+
+}  // namespace
+
+// --- DatabaseWatcher ------------------------------------------------------------------------------
+
+DatabaseWatcher::DatabaseWatcher(Options options, std::int64_t revision)
+    : options_(std::move(options)), seen_(revision) {
+  if (!options_.log) options_.log = [](std::string_view) {};
+  health_.revision = revision;
+  thread_ = std::thread([this] { run(); });
+}
+
+DatabaseWatcher::~DatabaseWatcher() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+SourceHealth DatabaseWatcher::health() const {
+  std::lock_guard lock(mu_);
+  return health_;
+}
+
+void DatabaseWatcher::run() {
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    cv_.wait_for(lock, options_.interval, [&] { return stop_; });
+    if (stop_) break;
+    lock.unlock();
+    look();
+    lock.lock();
+  }
+}
+
+void DatabaseWatcher::look() {
+  auto set_error = [&](const std::string& error) {
+    std::lock_guard lock(mu_);
+    if (health_.ok || health_.error != error) options_.log(error);
+    health_.ok = false;
+    health_.error = error;
+  };
+  auto revision = options_.store->revision();
+  if (!revision.ok()) return set_error(revision.error().message);
+  if (*revision == seen_) {
+    std::lock_guard lock(mu_);
+    health_.last_contact = unix_now(nullptr);
+    return;
+  }
+  auto loaded = options_.store->load();
+  if (!loaded.ok()) {
+    // An invalid configuration is not looked at again until the next change; a file that could not
+    // be read is, at the next tick.
+    if (loaded.error().code == ErrorCode::kInvalidArgument) seen_ = *revision;
+    return set_error("configuration refused, still serving revision " + std::to_string(health().revision) + ": " +
+                     loaded.error().message);
+  }
+  seen_ = loaded->revision;
+  options_.install(*loaded);
+  std::lock_guard lock(mu_);
+  health_ = SourceHealth{true, loaded->revision, unix_now(nullptr), ""};
+}
+
+// --- Follower -------------------------------------------------------------------------------------
+
+Result<config::StoredConfig> Follower::fetch(const Options& options, HttpFetcher& fetcher) {
+  auto r = fetcher.send(config_request(options));
+  if (!r.ok()) return r.error();
+  if (r->status != 200) return Error{ErrorCode::kStoreUnavailable, answer_error(*r)};
+  return parse_answer(*r, options.primary);
+}
+
+Result<config::Role> Follower::role(const Options& options, HttpFetcher& fetcher) {
+  FetchRequest req;
+  req.url = options.primary + "/admin/v1/whoami";
+  req.headers = {{"Authorization", "Bearer " + options.token}};
+  auto r = fetcher.send(req);
+  if (!r.ok()) return r.error();
+  if (r->status != 200) return Error{ErrorCode::kStoreUnavailable, answer_error(*r)};
+  boost::system::error_code ec;
+  const boost::json::value v = boost::json::parse(r->body, ec);
+  const auto* role = !ec && v.is_object() ? v.as_object().if_contains("role") : nullptr;
+  auto parsed = role != nullptr && role->is_string() ? config::role_from_string(role->as_string()) : std::nullopt;
+  if (!parsed) return Error{ErrorCode::kProtocol, "the primary's whoami answer names no role"};
+  return *parsed;
+}
+
+Follower::Follower(Options options, std::int64_t revision) : options_(std::move(options)), revision_(revision) {
+  if (!options_.log) options_.log = [](std::string_view) {};
+  health_.revision = revision;
+  health_.last_contact = unix_now(options_.clock);
+  thread_ = std::thread([this] { run(); });
+}
+
+Follower::~Follower() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  fetcher_.cancel();
+  thread_.join();
+}
+
+SourceHealth Follower::health() const {
+  std::lock_guard lock(mu_);
+  return health_;
+}
+
+void Follower::failed(const std::string& error) {
+  std::unique_lock lock(mu_);
+  if (stop_) return;  // the request was cancelled to stop
+  if (health_.ok || health_.error != error) {
+    options_.log("following " + options_.primary + ": " + error + "; still serving revision " +
+                 std::to_string(revision_.load()));
+  }
+  health_.ok = false;
+  health_.error = error;
+  cv_.wait_for(lock, options_.retry, [&] { return stop_; });
+}
+
+void Follower::run() {
+  const std::int64_t wait_seconds = std::chrono::duration_cast<std::chrono::seconds>(options_.wait).count();
+  while (true) {
+    {
+      std::lock_guard lock(mu_);
+      if (stop_) return;
+    }
+    FetchRequest req = config_request(options_);
+    req.url += "?wait=" + std::to_string(wait_seconds) + "s";
+    req.headers.emplace_back("If-None-Match", "\"r" + std::to_string(revision_.load()) + "\"");
+    req.timeout = options_.wait + std::chrono::seconds(15);
+    auto r = fetcher_.send(req);
+    if (!r.ok()) {
+      failed(r.error().message);
+      continue;
+    }
+    if (r->status != 200 && r->status != 304) {
+      failed(answer_error(*r));
+      continue;
+    }
+    if (r->status == 200) {
+      auto parsed = parse_answer(*r, options_.primary);
+      if (!parsed.ok()) {
+        failed(parsed.error().message);
+        continue;
+      }
+      options_.install(*parsed);
+      revision_.store(parsed->revision);
+    }
+    std::lock_guard lock(mu_);
+    if (!health_.ok) options_.log("following " + options_.primary + ": reached it again");
+    health_ = SourceHealth{true, revision_.load(), unix_now(options_.clock), ""};
+  }
+}
+
+}  // namespace sluice::gateway

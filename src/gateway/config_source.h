@@ -1,0 +1,101 @@
+// Where a running gateway's configuration comes from besides a file: a database it watches
+// (DatabaseWatcher) or a primary it follows (Follower). Each runs a thread of its own and hands every
+// new valid configuration to a callback; an invalid one, or a source that cannot be reached, leaves
+// the last good configuration serving. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "config/store.h"
+#include "gateway/http_fetch.h"
+
+namespace sluice::gateway {
+
+using InstallConfig = std::function<void(const config::StoredConfig&)>;
+using LogLine = std::function<void(std::string_view)>;
+
+// What a source last said, for /admin/v1/stats.
+struct SourceHealth {
+  bool ok = true;
+  std::int64_t revision = 0;      // installed
+  std::int64_t last_contact = 0;  // Unix seconds of the last successful look at the source
+  std::string error{};            // why the last look failed, or why its configuration was refused
+};
+
+class DatabaseWatcher {
+ public:
+  struct Options {
+    config::ConfigStore* store = nullptr;
+    Nanos interval = std::chrono::milliseconds(200);
+    InstallConfig install{};  // each new revision's configuration, once valid
+    LogLine log{};
+  };
+  // Starts watching; revision: the one installed already.
+  DatabaseWatcher(Options options, std::int64_t revision);
+  ~DatabaseWatcher();  // stops watching
+  DatabaseWatcher(const DatabaseWatcher&) = delete;
+  DatabaseWatcher& operator=(const DatabaseWatcher&) = delete;
+
+  SourceHealth health() const;
+
+ private:
+  void run();
+  void look();
+
+  Options options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;         // guarded by mu_
+  SourceHealth health_;       // guarded by mu_
+  std::int64_t seen_ = 0;     // the revision last looked at (only the thread touches it)
+  std::thread thread_;
+};
+
+class Follower {
+ public:
+  struct Options {
+    std::string primary{};  // http://host:port of the primary's admin listener
+    std::string token{};    // an admin token of the primary (the read role suffices)
+    Nanos wait = std::chrono::seconds(30);  // how long the primary holds a poll with no news
+    Nanos retry = std::chrono::seconds(1);  // after a failed poll
+    InstallConfig install{};
+    LogLine log{};
+    const Clock* clock = nullptr;  // wall clock for last_contact; nullptr: SystemClock
+  };
+
+  // One request for the primary's current configuration (the one to start with).
+  static Result<config::StoredConfig> fetch(const Options& options, HttpFetcher& fetcher);
+  // The token's role on the primary (GET /admin/v1/whoami).
+  static Result<config::Role> role(const Options& options, HttpFetcher& fetcher);
+
+  // Starts long-polling; revision: the one installed already.
+  Follower(Options options, std::int64_t revision);
+  ~Follower();  // stops
+  Follower(const Follower&) = delete;
+  Follower& operator=(const Follower&) = delete;
+
+  SourceHealth health() const;
+  std::int64_t revision() const { return revision_.load(); }
+
+ private:
+  void run();
+  void failed(const std::string& error);
+
+  Options options_;
+  HttpFetcher fetcher_;
+  std::atomic<std::int64_t> revision_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;    // guarded by mu_
+  SourceHealth health_;  // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace sluice::gateway

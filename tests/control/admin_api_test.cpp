@@ -1,0 +1,678 @@
+// The admin API as a plain function, without sockets: tokens and roles, CRUD of every entity,
+// every validation error refused whole with its field path, ETag / If-Match, the whole
+// configuration (export, replace, long poll), the audit log, stats, live limits, breakers,
+// credentials and tokens, and a follower's read-only view.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <boost/json.hpp>
+#include <functional>
+#include <thread>
+
+#include "config/crypto.h"
+#include "config/json.h"
+#include "control_test.h"
+#include "gateway/admin_api.h"
+#include "sluice/local_store.h"
+
+namespace sluice::gateway {
+namespace {
+
+namespace json = boost::json;
+using control_test::base_yaml;
+using control_test::parse;
+
+constexpr Nanos kT0 = std::chrono::seconds(1'800'000'000);
+
+struct Reply {
+  int status = 0;
+  json::value body;
+  AdminResponse raw;
+
+  std::string header(std::string_view name) const {
+    for (const auto& [k, v] : raw.headers) {
+      if (k == name) return v;
+    }
+    return "";
+  }
+  const json::object& obj() const { return body.as_object(); }
+  std::string str(std::string_view key) const {
+    const auto* v = body.is_object() ? body.as_object().if_contains(key) : nullptr;
+    return v != nullptr && v->is_string() ? std::string(v->as_string()) : "";
+  }
+  // The problems' "path: message" lines.
+  std::vector<std::string> problems() const {
+    std::vector<std::string> out;
+    if (!body.is_object() || !body.as_object().contains("problems")) return out;
+    for (const auto& p : body.as_object().at("problems").as_array()) {
+      out.push_back(std::string(p.as_object().at("path").as_string()) + ": " +
+                    std::string(p.as_object().at("message").as_string()));
+    }
+    return out;
+  }
+};
+
+class AdminApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = control_test::open_store(testing::temp_dir() + "/sluice.db", &clock_);
+    ASSERT_TRUE(store_->replace("setup", "config.import", *parse(base_yaml())).ok());
+    admin_ = store_->create_token("setup", config::Role::kAdmin, "ops")->second;
+    read_ = store_->create_token("setup", config::Role::kRead, "grafana")->second;
+    auth_->set_tokens(*store_->tokens());
+    api_ = std::make_unique<AdminApi>(options());
+  }
+
+  AdminApiOptions options() {
+    AdminApiOptions o;
+    o.store = store_.get();
+    o.snapshot = [this] { return snapshot(); };
+    o.stats = &stats_;
+    o.metrics = &metrics_;
+    o.limits = &limits_;
+    o.auth = auth_;
+    o.secret_key = &key_;
+    o.clock = &clock_;
+    o.tokens_changed = [this] { auth_->set_tokens(*store_->tokens()); };
+    o.describe_source = [](json::object& s) { s["source"] = "test"; };
+    return o;
+  }
+
+  // What a gateway watching the database would serve now.
+  std::shared_ptr<const Snapshot> snapshot() {
+    auto loaded = store_->load();
+    if (loaded.ok() && loaded->revision != served_revision_) {
+      served_ = std::make_shared<const Snapshot>(loaded->config, breakers_, static_cast<std::uint64_t>(loaded->revision),
+                                                 &key_);
+      served_revision_ = loaded->revision;
+    }
+    return served_;
+  }
+
+  Reply call(const std::string& method, const std::string& target, const std::string& body = "",
+             std::vector<std::pair<std::string, std::string>> headers = {}, const std::string* token = nullptr) {
+    AdminRequest req;
+    req.method = method;
+    req.target = target;
+    req.body = body;
+    req.headers = std::move(headers);
+    const std::string& t = token != nullptr ? *token : admin_;
+    if (!t.empty()) req.headers.emplace_back("authorization", "Bearer " + t);
+    Reply r;
+    r.raw = api_->handle(req);
+    r.status = r.raw.status;
+    boost::system::error_code ec;
+    if (!r.raw.body.empty()) r.body = json::parse(r.raw.body, ec);
+    return r;
+  }
+
+  std::int64_t revision() { return *store_->revision(); }
+
+  ManualClock clock_{kT0};
+  std::unique_ptr<config::ConfigStore> store_;
+  std::shared_ptr<AdminAuth> auth_ = std::make_shared<AdminAuth>();
+  config::SecretKey key_ = *config::SecretKey::parse(config::to_hex(config::random_bytes(32)));
+  BreakerRegistry breakers_{{}};
+  std::shared_ptr<const Snapshot> served_;
+  std::int64_t served_revision_ = -1;
+  Stats stats_{1, clock_};
+  Metrics metrics_{1};
+  LocalStore limits_{{.clock = &clock_}};
+  std::string admin_;
+  std::string read_;
+  std::unique_ptr<AdminApi> api_;
+};
+
+// --- authentication -------------------------------------------------------------------------------
+
+TEST_F(AdminApiTest, WithoutAValidTokenEveryRouteIs401WithTheProjectsErrorShape) {
+  const std::string none;
+  const std::string wrong = "sluice_at_made_up";
+  for (const std::string* token : {&none, &wrong}) {
+    const Reply r = call("GET", "/admin/v1/systems", "", {}, token);
+    EXPECT_EQ(r.status, 401);
+    EXPECT_EQ(r.str("reason"), "unauthorized");
+    EXPECT_EQ(r.obj().at("code").as_int64(), 401);
+    EXPECT_FALSE(r.str("msg").empty());
+    EXPECT_EQ(r.header("WWW-Authenticate"), "Bearer realm=\"sluice\"");
+  }
+  EXPECT_EQ(call("PUT", "/admin/v1/config", "{}", {}, &none).status, 401);
+  EXPECT_EQ(call("GET", "/admin/v1/no/such/route", "", {}, &none).status, 401);
+}
+
+TEST_F(AdminApiTest, AReadTokenReadsButChangesNothing) {
+  EXPECT_EQ(call("GET", "/admin/v1/systems", "", {}, &read_).status, 200);
+  EXPECT_EQ(call("GET", "/admin/v1/config", "", {}, &read_).status, 200);
+  const Reply put = call("PUT", "/admin/v1/systems/crm", R"({"interfaces":["orders"]})", {}, &read_);
+  EXPECT_EQ(put.status, 403);
+  EXPECT_EQ(put.str("reason"), "forbidden");
+  EXPECT_EQ(call("GET", "/admin/v1/tokens", "", {}, &read_).status, 403);
+  EXPECT_EQ(call("POST", "/admin/v1/limits/reset?key=system:crm", "", {}, &read_).status, 403);
+  EXPECT_EQ(call("GET", "/admin/v1/whoami", "", {}, &read_).str("role"), "read");
+}
+
+TEST_F(AdminApiTest, TheBearerSchemeIsCaseInsensitiveAndTheTokenIsNot) {
+  AdminRequest req;
+  req.method = "GET";
+  req.target = "/admin/v1/whoami";
+  req.headers = {{"Authorization", "bearer " + admin_}};
+  EXPECT_EQ(api_->handle(req).status, 200);
+  std::string upper = admin_;
+  upper.back() = upper.back() == 'A' ? 'B' : 'A';
+  req.headers = {{"Authorization", "Bearer " + upper}};
+  EXPECT_EQ(api_->handle(req).status, 401);
+}
+
+TEST(AdminListenTest, AnAddressOffLoopbackNeedsATokenToExist) {
+  EXPECT_TRUE(check_admin_listen("127.0.0.1:9090", false).ok());
+  EXPECT_TRUE(check_admin_listen("localhost:9090", false).ok());
+  EXPECT_TRUE(check_admin_listen("[::1]:9090", false).ok());
+  EXPECT_TRUE(check_admin_listen("off", false).ok());
+  EXPECT_FALSE(check_admin_listen("0.0.0.0:9090", false).ok());
+  EXPECT_FALSE(check_admin_listen("10.1.2.3:9090", false).ok());
+  EXPECT_TRUE(check_admin_listen("0.0.0.0:9090", true).ok());
+}
+
+// --- CRUD -----------------------------------------------------------------------------------------
+
+TEST_F(AdminApiTest, SystemsAreCreatedReadUpdatedListedAndDeleted) {
+  const Reply created = call("POST", "/admin/v1/systems",
+                             R"({"key":"billing","description":"Billing","interfaces":["users"],
+                                 "limits":[{"algorithm":"token_bucket","capacity":10,"rate":1,"per":"1s"}]})");
+  ASSERT_EQ(created.status, 201) << created.raw.body;
+  EXPECT_EQ(created.header("Location"), "/admin/v1/systems/billing");
+  EXPECT_FALSE(created.header("ETag").empty());
+  EXPECT_EQ(created.str("description"), "Billing");
+
+  const Reply got = call("GET", "/admin/v1/systems/billing");
+  EXPECT_EQ(got.status, 200);
+  EXPECT_EQ(got.header("ETag"), created.header("ETag"));
+  EXPECT_EQ(got.obj().at("limits").as_array()[0].as_object().at("capacity").as_int64(), 10);
+
+  const Reply updated = call("PUT", "/admin/v1/systems/billing", R"({"description":"Billing v2","interfaces":["users"]})");
+  EXPECT_EQ(updated.status, 200) << updated.raw.body;
+  EXPECT_EQ(updated.str("key"), "billing");
+  EXPECT_NE(updated.header("ETag"), created.header("ETag"));
+  EXPECT_TRUE(updated.obj().at("limits").as_array().empty());
+
+  const Reply list = call("GET", "/admin/v1/systems");
+  EXPECT_EQ(list.obj().at("items").as_array().size(), 3u);
+  EXPECT_EQ(list.header("ETag"), "\"r" + std::to_string(revision()) + "\"");
+
+  EXPECT_EQ(call("DELETE", "/admin/v1/systems/billing").status, 204);
+  EXPECT_EQ(call("GET", "/admin/v1/systems/billing").status, 404);
+  EXPECT_EQ(call("DELETE", "/admin/v1/systems/billing").status, 404);
+}
+
+TEST_F(AdminApiTest, InterfacesUpstreamsAndGrantsHaveTheSameRoutes) {
+  EXPECT_EQ(call("POST", "/admin/v1/upstreams", R"({"name":"reports","targets":["127.0.0.1:9"]})").status, 201);
+  EXPECT_EQ(call("POST", "/admin/v1/interfaces",
+                 R"({"id":"reports","methods":["GET"],"path":"/reports/{id}","upstream":"reports"})").status, 201);
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["orders","reports"]})").status, 200);
+  const Reply grant = call("PUT", "/admin/v1/grants/erp/reports",
+                           R"({"limits":[{"algorithm":"fixed_window","limit":10,"period":"1m"}]})");
+  ASSERT_EQ(grant.status, 201) << grant.raw.body;
+  EXPECT_EQ(grant.header("Location"), "/admin/v1/grants/erp/reports");
+  EXPECT_EQ(call("GET", "/admin/v1/grants/erp/reports").str("interface"), "reports");
+  EXPECT_EQ(call("GET", "/admin/v1/interfaces/reports").str("path"), "/reports/{id}");
+  EXPECT_EQ(call("GET", "/admin/v1/upstreams/reports").obj().at("targets").as_array()[0].as_string(), "127.0.0.1:9");
+  EXPECT_EQ(call("GET", "/admin/v1/grants").obj().at("items").as_array().size(), 2u);
+  EXPECT_EQ(call("DELETE", "/admin/v1/grants/erp/reports").status, 204);
+  EXPECT_EQ(call("GET", "/admin/v1/grants/erp/reports").status, 404);
+}
+
+TEST_F(AdminApiTest, NamesWithSlashesAndSpacesArePercentEncodedInTheUrl) {
+  EXPECT_EQ(call("POST", "/admin/v1/systems", R"({"key":"team a/b"})").status, 201);
+  EXPECT_EQ(call("GET", "/admin/v1/systems/team%20a%2Fb").str("key"), "team a/b");
+}
+
+TEST_F(AdminApiTest, CreatingWhatExistsIsAConflict) {
+  const Reply r = call("POST", "/admin/v1/systems", R"({"key":"crm"})");
+  EXPECT_EQ(r.status, 409);
+  EXPECT_EQ(r.str("reason"), "conflict");
+}
+
+TEST_F(AdminApiTest, ABodyNamingAnotherEntityThanItsUrlIsRefused) {
+  const Reply r = call("PUT", "/admin/v1/systems/crm", R"({"key":"erp"})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.str("reason"), "bad_request");
+}
+
+TEST_F(AdminApiTest, DeletingASystemTakesItsGrantsWithIt) {
+  EXPECT_EQ(call("DELETE", "/admin/v1/systems/crm").status, 204);
+  EXPECT_TRUE(store_->load()->config->grants.empty());
+}
+
+TEST_F(AdminApiTest, DeletingWhatOthersStillNameIsRefusedWithTheirPaths) {
+  const std::int64_t before = revision();
+  const Reply r = call("DELETE", "/admin/v1/upstreams/spare");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.problems(), std::vector<std::string>{"interfaces[2].upstream: names no upstream: \"spare\""});
+  EXPECT_EQ(revision(), before);
+}
+
+TEST_F(AdminApiTest, SystemWritesKeepTheirCredentials) {
+  const Reply key = call("POST", "/admin/v1/systems/crm/credentials", R"({"kind":"api_key"})");
+  ASSERT_EQ(key.status, 201);
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/crm", R"({"interfaces":["orders"],"credentials":[]})").status, 200);
+  EXPECT_EQ(store_->load()->config->systems[0].credentials.size(), 1u);
+}
+
+TEST_F(AdminApiTest, UnknownRoutesAre404AndWrongMethods405WithAllow) {
+  EXPECT_EQ(call("GET", "/admin/v1/nothing").status, 404);
+  EXPECT_EQ(call("GET", "/admin/v1/systems/crm/extra").status, 404);
+  EXPECT_EQ(call("GET", "/admin/v1/grants/crm").status, 404);
+  const Reply r = call("PATCH", "/admin/v1/systems/crm");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.header("Allow"), "GET, PUT, DELETE");
+  EXPECT_EQ(call("DELETE", "/admin/v1/systems").header("Allow"), "GET, POST");
+}
+
+// --- validation -----------------------------------------------------------------------------------
+
+struct InvalidCase {
+  const char* name;
+  std::function<void(config::Config&)> mutate;
+  const char* path;
+  const char* message;  // a part of it
+};
+
+TEST_F(AdminApiTest, EveryValidationErrorIsRefusedWholeWithItsFieldPath) {
+  using config::Config;
+  const std::vector<InvalidCase> cases = {
+      {"listen", [](Config& c) { c.listen = "nowhere"; }, "listen", "must be host:port"},
+      {"admin_listen", [](Config& c) { c.admin_listen = "nowhere"; }, "admin_listen", "must be host:port"},
+      {"store", [](Config& c) { c.store = "memcached://x"; }, "store", "must be local"},
+      {"system_key_header", [](Config& c) { c.system_key_header = "X Key"; }, "system_key_header", "header name"},
+      {"max_body_bytes", [](Config& c) { c.max_body_bytes = -1; }, "max_body_bytes", "must not be negative"},
+      {"header_timeout", [](Config& c) { c.header_timeout = Nanos{0}; }, "header_timeout", "at least 1ms"},
+      {"access_log", [](Config& c) { c.access_log = ""; }, "access_log", "stdout, off or a file path"},
+      {"upstream name", [](Config& c) { c.upstreams[1].name = ""; }, "upstreams[1].name", "is required"},
+      {"upstream twice", [](Config& c) { c.upstreams[1].name = "app"; }, "upstreams[1].name", "another upstream"},
+      {"targets", [](Config& c) { c.upstreams[0].targets.clear(); }, "upstreams[0].targets", "at least one"},
+      {"connect_timeout", [](Config& c) { c.upstreams[0].connect_timeout = Nanos{0}; }, "upstreams[0].connect_timeout",
+       "at least 1ms"},
+      {"timeout", [](Config& c) { c.upstreams[0].timeout = Nanos{0}; }, "upstreams[0].timeout", "at least 1ms"},
+      {"max_idle", [](Config& c) { c.upstreams[0].max_idle_connections = -1; }, "upstreams[0].max_idle_connections",
+       "must not be negative"},
+      {"failure status", [](Config& c) { c.upstreams[0].failure_statuses = {700}; }, "upstreams[0].failure_statuses[0]",
+       "from 100 to 599"},
+      {"breaker", [](Config& c) { c.upstreams[0].breaker.options.failure_rate = 101; }, "upstreams[0].breaker.failure_rate",
+       ""},
+      {"interface id", [](Config& c) { c.interfaces[2].id = ""; }, "interfaces[2].id", "is required"},
+      {"interface star", [](Config& c) { c.interfaces[2].id = "*"; }, "interfaces[2].id", "cannot be an id"},
+      {"interface twice", [](Config& c) { c.interfaces[2].id = "users"; }, "interfaces[2].id", "another interface"},
+      {"path", [](Config& c) { c.interfaces[2].path = "health"; }, "interfaces[2].path", ""},
+      {"method", [](Config& c) { c.interfaces[2].methods = {"get"}; }, "interfaces[2].methods[0]", "in capitals"},
+      {"upstream missing", [](Config& c) { c.interfaces[2].upstream = ""; }, "interfaces[2].upstream", "is required"},
+      {"upstream unknown", [](Config& c) { c.interfaces[2].upstream = "gone"; }, "interfaces[2].upstream",
+       "names no upstream"},
+      {"concurrency", [](Config& c) { c.interfaces[2].concurrency = 0; }, "interfaces[2].concurrency", "between 1"},
+      {"interface timeout", [](Config& c) { c.interfaces[2].timeout = Nanos{0}; }, "interfaces[2].timeout", "at least 1ms"},
+      {"limit names", [](Config& c) { c.interfaces[0].limits.push_back(c.interfaces[0].limits[0]);
+                                      c.interfaces[0].limits[0].name = c.interfaces[0].limits[1].name = "same"; },
+       "interfaces[0].limits[1].name", "names another limit"},
+      {"limit name quote", [](Config& c) { c.interfaces[0].limits[0].name = "a\"b"; }, "interfaces[0].limits[0].name",
+       "must not contain quotes"},
+      {"key_by", [](Config& c) { c.interfaces[0].limits[0].key_by = config::KeyBy::kHeader;
+                                 c.interfaces[0].limits[0].key_name = "X User"; },
+       "interfaces[0].limits[0].key_by", "names no header"},
+      {"routes", [](Config& c) { c.interfaces[2].path = "/users/{name}"; }, "interfaces[2].path",
+       "claims the same requests"},
+      {"system key", [](Config& c) { c.systems[1].key = ""; }, "systems[1].key", "is required"},
+      {"system twice", [](Config& c) { c.systems[1].key = "crm"; }, "systems[1].key", "another system"},
+      {"system interface", [](Config& c) { c.systems[1].interfaces = {"gone"}; }, "systems[1].interfaces[0]",
+       "names no interface"},
+      {"credential id", [](Config& c) { c.systems[1].credentials.resize(1); c.systems[1].credentials[0].api_key_sha256 =
+                                            config::sha256_hex("k"); }, "systems[1].credentials[0].id", "is required"},
+      {"credential hash", [](Config& c) { c.systems[1].credentials.resize(1); c.systems[1].credentials[0].id = "k"; },
+       "systems[1].credentials[0].api_key_sha256", "64 hex digits"},
+      {"credential sealed", [](Config& c) { c.systems[1].credentials.resize(1); c.systems[1].credentials[0].id = "k";
+                                            c.systems[1].credentials[0].kind = config::Auth::kHmac; },
+       "systems[1].credentials[0].sealed_secret", "sealed"},
+      {"grant system", [](Config& c) { c.grants[0].system = "gone"; }, "grants[0].system", "names no system"},
+      {"grant interface", [](Config& c) { c.grants[0].interface = "gone"; }, "grants[0].interface", "names no interface"},
+      {"grant permission", [](Config& c) { c.grants[0].interface = "users"; c.systems[0].interfaces = {"orders"}; },
+       "grants[0]", "may not call"},
+      {"grant twice", [](Config& c) { c.grants.push_back(c.grants[0]); }, "grants[1]", "same system and interface"},
+  };
+  const std::int64_t before = revision();
+  for (const InvalidCase& k : cases) {
+    SCOPED_TRACE(k.name);
+    config::Config c = *store_->load()->config;
+    k.mutate(c);
+    const Reply r = call("PUT", "/admin/v1/config", json::serialize(config::to_json(c)));
+    ASSERT_EQ(r.status, 400) << r.raw.body;
+    EXPECT_EQ(r.str("reason"), "invalid_config");
+    bool found = false;
+    for (const std::string& p : r.problems()) {
+      found = found || (p.starts_with(std::string(k.path) + ": ") && p.find(k.message) != std::string::npos);
+    }
+    EXPECT_TRUE(found) << ::testing::PrintToString(r.problems());
+  }
+  EXPECT_EQ(revision(), before);
+}
+
+TEST_F(AdminApiTest, LimitFieldErrorsInABodyAreRefusedWithTheFieldAndItsLine) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"algorithm":"leaky"})", "algorithm"},
+      {R"({"algorithm":"gcra","period":"1s"})", "limit"},
+      {R"({"algorithm":"gcra","limit":"five","period":"1s"})", "limit"},
+      {R"({"algorithm":"gcra","limit":5,"period":"1 week"})", "period"},
+      {R"({"algorithm":"gcra","limit":0,"period":"1s"})", "limit"},
+      {R"({"algorithm":"fixed_window","limit":5,"period":"1s","burst":3})", "burst"},
+      {R"({"algorithm":"token_bucket","capacity":5})", "rate"},
+      {R"({"algorithm":"concurrency","limit":5})", "lease_timeout"},
+      {R"({"algorithm":"gcra","limit":5,"period":"1s","key_by":"cookie"})", "key_by"},
+      {R"({"algorithm":"gcra","limit":5,"period":"1s","shadow":"maybe"})", "shadow"},
+      {R"({"algorithm":"gcra","limit":5,"period":"1s","on_store_failure":"panic"})", "on_store_failure"},
+  };
+  for (const auto& [limit, field] : cases) {
+    SCOPED_TRACE(limit);
+    const Reply r = call("PUT", "/admin/v1/systems/crm", "{\"interfaces\": [\"orders\"],\n\"limits\": [" + limit + "]}");
+    ASSERT_EQ(r.status, 400) << r.raw.body;
+    const auto& p = r.obj().at("problems").as_array().at(0).as_object();
+    EXPECT_EQ(p.at("field").as_string(), "limits[0]." + field);
+    EXPECT_EQ(p.at("path").as_string(), "systems[0].limits[0]." + field);
+    EXPECT_EQ(p.at("line").as_int64(), 2);
+  }
+}
+
+TEST_F(AdminApiTest, ProblemsInsideTheBodyCarryTheFieldRelativeToIt) {
+  const Reply r = call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["orders","gone"]})");
+  ASSERT_EQ(r.status, 400);
+  const auto& p = r.obj().at("problems").as_array().at(0).as_object();
+  EXPECT_EQ(p.at("path").as_string(), "systems[1].interfaces[1]");
+  EXPECT_EQ(p.at("field").as_string(), "interfaces[1]");
+}
+
+// --- ETag / If-Match ------------------------------------------------------------------------------
+
+TEST_F(AdminApiTest, AStaleIfMatchIs412AndChangesNothing) {
+  const std::string etag = call("GET", "/admin/v1/systems/crm").header("ETag");
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/crm", R"({"description":"first","interfaces":["orders"]})", {{"If-Match", etag}}).status,
+            200);
+  const std::int64_t before = revision();
+  const Reply stale = call("PUT", "/admin/v1/systems/crm", R"({"description":"second","interfaces":["orders"]})",
+                           {{"If-Match", etag}});
+  EXPECT_EQ(stale.status, 412);
+  EXPECT_EQ(stale.str("reason"), "precondition_failed");
+  EXPECT_EQ(call("DELETE", "/admin/v1/systems/crm", "", {{"If-Match", etag}}).status, 412);
+  EXPECT_EQ(revision(), before);
+  EXPECT_EQ(store_->load()->config->systems[0].description, "first");
+}
+
+TEST_F(AdminApiTest, OfConcurrentWritersHoldingOneETagExactlyOneWins) {
+  const std::string etag = call("GET", "/admin/v1/systems/crm").header("ETag");
+  std::atomic<int> ok{0};
+  std::atomic<int> stale{0};
+  std::vector<std::thread> writers;
+  for (int i = 0; i < 5; ++i) {
+    writers.emplace_back([&, i] {
+      const Reply r = call("PUT", "/admin/v1/systems/crm",
+                           R"({"interfaces":["orders"],"description":"writer )" + std::to_string(i) + "\"}",
+                           {{"If-Match", etag}});
+      (r.status == 200 ? ok : stale).fetch_add(r.status == 200 || r.status == 412 ? 1 : 0);
+    });
+  }
+  for (auto& t : writers) t.join();
+  EXPECT_EQ(ok.load(), 1);
+  EXPECT_EQ(stale.load(), 4);
+}
+
+TEST_F(AdminApiTest, TheConfigurationRevisionCanGuardAnEntityWriteToo) {
+  const std::string old = "\"r" + std::to_string(revision()) + "\"";
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["users"]})").status, 200);
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/crm", R"({"interfaces":["users"]})", {{"If-Match", old}}).status, 412);
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/new", R"({})", {{"If-Match", "*"}}).status, 412);
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/crm", R"({})", {{"If-None-Match", "*"}}).status, 412);
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/new", R"({})", {{"If-None-Match", "*"}}).status, 201);
+}
+
+// --- the whole configuration ----------------------------------------------------------------------
+
+TEST_F(AdminApiTest, TheConfigurationExportsAsJsonOrYamlWithItsRevisionAsETag) {
+  const Reply j = call("GET", "/admin/v1/config");
+  EXPECT_EQ(j.status, 200);
+  EXPECT_EQ(j.raw.content_type, "application/json");
+  EXPECT_EQ(j.header("ETag"), "\"r" + std::to_string(revision()) + "\"");
+  EXPECT_EQ(control_test::yaml_of(*parse(j.raw.body)), control_test::yaml_of(*store_->load()->config));
+  const Reply y = call("GET", "/admin/v1/config", "", {{"Accept", "application/yaml"}});
+  EXPECT_EQ(y.raw.content_type, "application/yaml");
+  EXPECT_EQ(y.raw.body, config::to_yaml(*store_->load()->config));
+  EXPECT_EQ(call("GET", "/admin/v1/config?format=yaml").raw.content_type, "application/yaml");
+}
+
+TEST_F(AdminApiTest, PuttingTheConfigurationReplacesAllOfItOrNothing) {
+  const std::int64_t before = revision();
+  const Reply bad = call("PUT", "/admin/v1/config",
+                         "systems:\n  - key: only\n    enabled: perhaps\ninterfaces:\n  - {id: a, path: /a, upstream: none}\n",
+                         {{"Content-Type", "application/yaml"}});
+  ASSERT_EQ(bad.status, 400);
+  EXPECT_EQ(bad.problems(), std::vector<std::string>{"systems[0].enabled: must be true or false, got \"perhaps\""});
+  EXPECT_EQ(bad.obj().at("problems").as_array()[0].as_object().at("line").as_int64(), 3);
+  EXPECT_EQ(revision(), before);
+  const Reply good = call("PUT", "/admin/v1/config",
+                          "upstreams: [{name: u, targets: [\"127.0.0.1:9\"]}]\ninterfaces: [{id: a, path: /a, upstream: u}]\n",
+                          {{"If-Match", "\"r" + std::to_string(before) + "\""}});
+  ASSERT_EQ(good.status, 200) << good.raw.body;
+  EXPECT_EQ(good.obj().at("revision").as_int64(), before + 1);
+  EXPECT_EQ(store_->load()->config->interfaces.size(), 1u);
+  EXPECT_EQ(call("PUT", "/admin/v1/config", "{}", {{"If-Match", "\"r" + std::to_string(before) + "\""}}).status, 412);
+}
+
+TEST_F(AdminApiTest, ALongPollHoldsWhileNothingChangesAndAnswersOnceSomethingDoes) {
+  const std::string etag = call("GET", "/admin/v1/config").header("ETag");
+  const Reply waiting = call("GET", "/admin/v1/config?wait=30s", "", {{"If-None-Match", etag}});
+  EXPECT_EQ(waiting.status, 304);
+  EXPECT_EQ(waiting.raw.hold, std::chrono::seconds(30));
+  EXPECT_EQ(call("GET", "/admin/v1/config?wait=600", "", {{"If-None-Match", etag}}).raw.hold, std::chrono::seconds(60));
+  EXPECT_EQ(call("GET", "/admin/v1/config", "", {{"If-None-Match", etag}}).raw.hold, Nanos{0});
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["users"]})").status, 200);
+  const Reply news = call("GET", "/admin/v1/config?wait=30s", "", {{"If-None-Match", etag}});
+  EXPECT_EQ(news.status, 200);
+  EXPECT_EQ(news.raw.hold, Nanos{0});
+  EXPECT_NE(news.header("ETag"), etag);
+}
+
+// --- audit, stats, limits, breakers -----------------------------------------------------------------
+
+TEST_F(AdminApiTest, TheAuditLogSaysWhoChangedWhatWhenWithBeforeAndAfter) {
+  clock_.advance(std::chrono::seconds(5));
+  ASSERT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"description":"audited","interfaces":["orders"]})").status, 200);
+  const Reply r = call("GET", "/admin/v1/audit?limit=2");
+  ASSERT_EQ(r.status, 200);
+  const auto& items = r.obj().at("items").as_array();
+  ASSERT_EQ(items.size(), 2u);
+  const auto& e = items[0].as_object();
+  EXPECT_EQ(e.at("actor").as_string(), "token:ops (" + auth_->authenticate("Bearer " + admin_)->id + ")");
+  EXPECT_EQ(e.at("action").as_string(), "system.update");
+  EXPECT_EQ(e.at("target").as_string(), "systems/erp");
+  EXPECT_EQ(e.at("at").as_string(), config::format_time(1'800'000'005));
+  EXPECT_EQ(e.at("before").as_object().at("description").as_string(), "");
+  EXPECT_EQ(e.at("after").as_object().at("description").as_string(), "audited");
+  const std::int64_t next = r.obj().at("next_before").as_int64();
+  // Older: the two tokens' creation and the import (newest first).
+  const Reply page = call("GET", "/admin/v1/audit?before=" + std::to_string(next));
+  const auto& older = page.obj().at("items").as_array();
+  ASSERT_EQ(older.size(), 2u);
+  EXPECT_EQ(older[1].as_object().at("action").as_string(), "config.import");
+}
+
+TEST_F(AdminApiTest, StatsShowEachSecondOfTheLastMinuteBySystemAndInterface) {
+  stats_.count(0, "crm", "orders", Reason::kOk);
+  stats_.count(0, "crm", "orders", Reason::kOk);
+  clock_.advance(std::chrono::seconds(1));
+  stats_.count(0, "crm", "orders", Reason::kGrantRateLimited);
+  stats_.count(0, "", "health", Reason::kOk);
+  const Reply r = call("GET", "/admin/v1/stats");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.obj().at("seconds").as_int64(), 60);
+  const auto& crm = r.obj().at("systems").as_array()[0].as_object();
+  EXPECT_EQ(crm.at("key").as_string(), "crm");
+  const auto& admitted = crm.at("admitted").as_array();
+  ASSERT_EQ(admitted.size(), 60u);
+  EXPECT_EQ(admitted[58].as_int64(), 2);
+  EXPECT_EQ(admitted[59].as_int64(), 0);
+  EXPECT_EQ(crm.at("rejected").as_object().at("grant_rate_limited").as_array()[59].as_int64(), 1);
+  EXPECT_EQ(crm.at("admitted_total").as_int64(), 2);
+  EXPECT_EQ(crm.at("rejected_total").as_int64(), 1);
+  const auto& interfaces = r.obj().at("interfaces").as_array();
+  EXPECT_EQ(interfaces[2].as_object().at("id").as_string(), "health");
+  EXPECT_EQ(interfaces[2].as_object().at("admitted_total").as_int64(), 1);
+  EXPECT_EQ(r.obj().at("breakers").as_array()[0].as_object().at("state").as_string(), "closed");
+  EXPECT_EQ(r.obj().at("store").as_object().at("kind").as_string(), "local");
+  EXPECT_EQ(r.obj().at("config").as_object().at("source").as_string(), "test");
+  clock_.advance(std::chrono::seconds(60));
+  EXPECT_EQ(call("GET", "/admin/v1/stats").obj().at("systems").as_array()[0].as_object().at("admitted_total").as_int64(), 0);
+}
+
+TEST_F(AdminApiTest, LimitsShowTheirLiveStateAndResetClearsIt) {
+  const auto snap = snapshot();
+  const CompiledLimit& hourly = snap->system("crm")->limits[0];
+  ASSERT_TRUE(limits_.acquire(hourly.key, hourly.rule->limit, 30).ok());
+  const Reply r = call("GET", "/admin/v1/limits?key=system:crm");
+  ASSERT_EQ(r.status, 200) << r.raw.body;
+  const auto& item = r.obj().at("items").as_array()[0].as_object();
+  EXPECT_EQ(item.at("name").as_string(), "crm-hour");
+  EXPECT_EQ(item.at("state").as_object().at("remaining").as_int64(), 70);
+  EXPECT_EQ(item.at("state").as_object().at("limit").as_int64(), 100);
+  EXPECT_GT(item.at("state").as_object().at("reset_after_ms").as_int64(), 0);
+  const Reply reset = call("POST", "/admin/v1/limits/reset?key=system:crm&limit=crm-hour");
+  EXPECT_EQ(reset.obj().at("items").as_array()[0].as_object().at("state").as_object().at("remaining").as_int64(), 100);
+}
+
+TEST_F(AdminApiTest, KeyedLimitsNeedAValueAndGrantsAndInFlightLimitsAreFound) {
+  const auto orders = call("GET", "/admin/v1/limits?key=interface:orders");
+  ASSERT_EQ(orders.status, 200);
+  const auto& items = orders.obj().at("items").as_array();
+  ASSERT_EQ(items.size(), 2u);  // the client_ip window and the in-flight limit
+  EXPECT_TRUE(items[0].as_object().at("state").is_null());
+  EXPECT_EQ(items[1].as_object().at("scope").as_string(), "in_flight");
+  const auto by_ip = call("GET", "/admin/v1/limits?key=interface:orders&value=10.0.0.1");
+  EXPECT_EQ(by_ip.obj().at("items").as_array()[0].as_object().at("state").as_object().at("remaining").as_int64(), 20);
+  EXPECT_EQ(call("GET", "/admin/v1/limits?key=grant:crm/orders").obj().at("items").as_array().size(), 1u);
+  EXPECT_EQ(call("GET", "/admin/v1/limits?key=system:nobody").status, 404);
+  EXPECT_EQ(call("GET", "/admin/v1/limits?key=crm").status, 400);
+}
+
+TEST_F(AdminApiTest, BreakersAreForcedThroughTheConfigurationAndResetHere) {
+  const Reply forced = call("POST", "/admin/v1/breakers/app/force", R"({"force":"open"})");
+  ASSERT_EQ(forced.status, 200) << forced.raw.body;
+  EXPECT_EQ(store_->load()->config->upstreams[0].breaker.force, config::BreakerForce::kOpen);
+  EXPECT_EQ(call("GET", "/admin/v1/breakers/app").str("state"), "forced_open");
+  EXPECT_EQ(call("POST", "/admin/v1/breakers/app/reset").status, 409);
+  EXPECT_EQ(call("GET", "/admin/v1/audit?limit=1").obj().at("items").as_array()[0].as_object().at("action").as_string(),
+            "breaker.force");
+  ASSERT_EQ(call("POST", "/admin/v1/breakers/app/force", R"({"force":"none"})").status, 200);
+  EXPECT_EQ(call("GET", "/admin/v1/breakers/app").str("state"), "closed");
+  const auto breaker = snapshot()->upstreams()[0].breaker;
+  for (int i = 0; i < 4; ++i) breaker->record(breaker->try_acquire(), true);
+  EXPECT_EQ(call("GET", "/admin/v1/breakers/app").str("state"), "open");
+  EXPECT_EQ(call("POST", "/admin/v1/breakers/app/reset").str("state"), "closed");
+  EXPECT_EQ(call("POST", "/admin/v1/breakers/app/force", R"({"force":"sideways"})").status, 400);
+  EXPECT_EQ(call("GET", "/admin/v1/breakers").obj().at("items").as_array().size(), 2u);
+}
+
+// --- credentials and tokens -----------------------------------------------------------------------
+
+TEST_F(AdminApiTest, AnApiKeyIsShownOnceAndKeptOnlyAsItsHash) {
+  const Reply r = call("POST", "/admin/v1/systems/crm/credentials", R"({"kind":"api_key"})");
+  ASSERT_EQ(r.status, 201) << r.raw.body;
+  const std::string key = r.str("api_key");
+  EXPECT_TRUE(key.starts_with("sluice_ak_"));
+  const auto loaded = store_->load();
+  const config::Credential& stored = loaded->config->systems[0].credentials.at(0);
+  EXPECT_EQ(stored.api_key_sha256, config::sha256_hex(key));
+  EXPECT_EQ(stored.created, 1'800'000'000);
+  const Reply listed = call("GET", "/admin/v1/systems/crm/credentials");
+  EXPECT_EQ(listed.raw.body.find(key), std::string::npos);
+  EXPECT_EQ(listed.raw.body.find(stored.api_key_sha256), std::string::npos);
+  EXPECT_TRUE(listed.obj().at("items").as_array()[0].as_object().at("active").as_bool());
+  EXPECT_EQ(call("GET", "/admin/v1/systems/crm").raw.body.find(stored.api_key_sha256), std::string::npos);
+  EXPECT_EQ(call("GET", "/admin/v1/audit?limit=1").raw.body.find(stored.api_key_sha256), std::string::npos);
+}
+
+TEST_F(AdminApiTest, RotatingGivesTheOldKeysAnOverlapBeforeTheyExpire) {
+  const std::string first = call("POST", "/admin/v1/systems/crm/credentials", R"({"kind":"api_key"})").str("id");
+  const Reply second = call("POST", "/admin/v1/systems/crm/credentials", R"({"kind":"api_key","rotate":true,"overlap":"1h"})");
+  ASSERT_EQ(second.status, 201);
+  EXPECT_EQ(second.obj().at("rotated").as_array()[0].as_object().at("id").as_string(), first);
+  const auto loaded = store_->load();
+  const auto& creds = loaded->config->systems[0].credentials;
+  ASSERT_EQ(creds.size(), 2u);
+  EXPECT_EQ(creds[0].expires, 1'800'000'000 + 3600);
+  EXPECT_FALSE(creds[1].expires.has_value());
+  clock_.advance(std::chrono::hours(2));
+  const Reply listed = call("GET", "/admin/v1/systems/crm/credentials");
+  const auto& items = listed.obj().at("items").as_array();
+  EXPECT_FALSE(items[0].as_object().at("active").as_bool());
+  EXPECT_EQ(call("DELETE", "/admin/v1/systems/crm/credentials/" + first).status, 204);
+  EXPECT_EQ(store_->load()->config->systems[0].credentials.size(), 1u);
+  EXPECT_EQ(call("DELETE", "/admin/v1/systems/crm/credentials/" + first).status, 404);
+}
+
+TEST_F(AdminApiTest, ASigningSecretIsShownOnceAndKeptSealed) {
+  const Reply r = call("POST", "/admin/v1/systems/erp/credentials", R"({"kind":"hmac"})");
+  ASSERT_EQ(r.status, 201) << r.raw.body;
+  const std::string secret = r.str("secret");
+  const auto loaded = store_->load();
+  const config::Credential& stored = loaded->config->systems[1].credentials.at(0);
+  EXPECT_EQ(stored.sealed_secret.find(secret), std::string::npos);
+  EXPECT_EQ(*key_.open(stored.sealed_secret), secret);
+  AdminApiOptions o = options();
+  o.secret_key = nullptr;
+  const AdminApi without(o);
+  AdminRequest req{"POST", "/admin/v1/systems/erp/credentials", R"({"kind":"hmac"})", {{"Authorization", "Bearer " + admin_}}};
+  const AdminResponse refused = without.handle(req);
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_NE(refused.body.find("secret_key_missing"), std::string::npos);
+}
+
+TEST_F(AdminApiTest, BadCredentialRequestsAreRefusedWithTheirFields) {
+  const Reply r = call("POST", "/admin/v1/systems/crm/credentials", R"({"kind":"password","expires":"soon","colour":1})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.problems(), (std::vector<std::string>{"kind: must be api_key or hmac",
+                                                    "expires: must be a UTC time like 2026-11-30T10:00:00Z",
+                                                    "colour: unknown field (known: kind, expires, rotate, overlap)"}));
+  EXPECT_EQ(call("POST", "/admin/v1/systems/nobody/credentials", R"({"kind":"api_key"})").status, 404);
+}
+
+TEST_F(AdminApiTest, AdminsCreateListAndRevokeTokens) {
+  const Reply created = call("POST", "/admin/v1/tokens", R"({"name":"console","role":"read"})");
+  ASSERT_EQ(created.status, 201);
+  const std::string token = created.str("token");
+  EXPECT_EQ(call("GET", "/admin/v1/whoami", "", {}, &token).str("name"), "console");
+  const Reply list = call("GET", "/admin/v1/tokens");
+  EXPECT_EQ(list.obj().at("items").as_array().size(), 3u);
+  EXPECT_EQ(list.raw.body.find(config::sha256_hex(token)), std::string::npos);
+  EXPECT_EQ(call("DELETE", "/admin/v1/tokens/" + created.str("id")).status, 204);
+  EXPECT_EQ(call("GET", "/admin/v1/whoami", "", {}, &token).status, 401);
+  EXPECT_EQ(call("POST", "/admin/v1/tokens", R"({"name":"x","role":"root"})").status, 400);
+}
+
+// --- a follower -----------------------------------------------------------------------------------
+
+TEST_F(AdminApiTest, AFollowerServesWhatItPulledAndRefusesChanges) {
+  AdminApiOptions o = options();
+  o.store = nullptr;
+  o.pulled = [this] { return config::StoredConfig{store_->load()->config, 41}; };
+  o.primary = "http://primary:9090";
+  const AdminApi follower(o);
+  auto ask = [&](const std::string& method, const std::string& target, const std::string& body = "") {
+    return follower.handle(AdminRequest{method, target, body, {{"Authorization", "Bearer " + admin_}}});
+  };
+  const AdminResponse got = ask("GET", "/admin/v1/config");
+  EXPECT_EQ(got.status, 200);
+  EXPECT_NE(std::find(got.headers.begin(), got.headers.end(), std::pair<std::string, std::string>{"ETag", "\"r41\""}),
+            got.headers.end());
+  EXPECT_EQ(ask("GET", "/admin/v1/systems/crm").status, 200);
+  const AdminResponse put = ask("PUT", "/admin/v1/systems/crm", "{}");
+  EXPECT_EQ(put.status, 409);
+  EXPECT_NE(put.body.find("http://primary:9090"), std::string::npos);
+  EXPECT_EQ(ask("POST", "/admin/v1/tokens", R"({"name":"x","role":"read"})").status, 409);
+  EXPECT_EQ(ask("GET", "/admin/v1/stats").status, 200);
+}
+
+}  // namespace
+}  // namespace sluice::gateway

@@ -1,0 +1,66 @@
+// The database watcher: a committed change is installed, a hand edit that does not validate is
+// refused (the last good configuration stays) and reported, and the next good one is installed.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <mutex>
+
+#include "control_test.h"
+#include "gateway/config_source.h"
+
+namespace sluice::gateway {
+namespace {
+
+TEST(DatabaseWatcherTest, InstallsEachValidRevisionAndSkipsAnInvalidOne) {
+  const std::string path = testing::temp_dir() + "/sluice.db";
+  auto store = control_test::open_store(path);
+  ASSERT_TRUE(store->replace("test", "config.import", *control_test::parse(control_test::base_yaml())).ok());
+  std::mutex mu;
+  std::vector<std::int64_t> installed;  // guarded by mu
+  std::vector<std::string> logged;      // guarded by mu
+  DatabaseWatcher watcher({.store = store.get(),
+                           .interval = std::chrono::milliseconds(10),
+                           .install =
+                               [&](const config::StoredConfig& c) {
+                                 std::lock_guard lock(mu);
+                                 installed.push_back(c.revision);
+                               },
+                           .log =
+                               [&](std::string_view line) {
+                                 std::lock_guard lock(mu);
+                                 logged.emplace_back(line);
+                               }},
+                          2);
+  auto installed_count = [&] {
+    std::lock_guard lock(mu);
+    return installed.size();
+  };
+
+  config::Config next = *store->load()->config;
+  next.systems[0].description = "changed";
+  ASSERT_TRUE(store->replace("test", "config.replace", next).ok());
+  ASSERT_TRUE(testing::eventually([&] { return installed_count() == 1; }));
+
+  sqlite3* db = nullptr;
+  sqlite3_open(path.c_str(), &db);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE interfaces SET upstream = 'gone' WHERE id = 'users'", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  ASSERT_TRUE(testing::eventually([&] { return !watcher.health().ok; }));
+  EXPECT_EQ(installed_count(), 1u);
+  EXPECT_EQ(watcher.health().revision, 3);
+  EXPECT_NE(watcher.health().error.find("interfaces[1].upstream"), std::string::npos) << watcher.health().error;
+  {
+    std::lock_guard lock(mu);
+    ASSERT_EQ(logged.size(), 1u);
+    EXPECT_NE(logged[0].find("still serving revision 3"), std::string::npos) << logged[0];
+  }
+
+  next.systems[0].description = "fixed";
+  ASSERT_TRUE(store->replace("test", "config.replace", next).ok());
+  ASSERT_TRUE(testing::eventually([&] { return installed_count() == 2; }));
+  EXPECT_TRUE(watcher.health().ok);
+}
+
+}  // namespace
+}  // namespace sluice::gateway

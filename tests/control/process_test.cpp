@@ -1,0 +1,313 @@
+// build/sluice as child processes: two gateways on one database (a change served by the other within
+// a second, counters carried over), a follower that keeps serving when its primary is killed, kill -9
+// in the middle of writes, and the config and token commands.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <boost/json.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "config/yaml.h"
+#include "control_test.h"
+#include "gateway/demo.h"
+
+namespace sluice {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Child;
+using testing::HttpClient;
+using testing::HttpResponse;
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+class ControlProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto up = gateway::DemoUpstream::start();
+    ASSERT_TRUE(up.ok());
+    upstream_ = std::move(*up);
+    dir_ = testing::temp_dir();
+    db_ = dir_ + "/sluice.db";
+    yaml_ = dir_ + "/sluice.yaml";
+    // crm may make 3 requests an hour; erp may call orders only.
+    std::string text = control_test::base_yaml(upstream_->port());
+    text.replace(text.find("limit: 100, period: 1h"), 22, "limit: 3, period: 1h");
+    testing::write_file(yaml_, text);
+  }
+
+  // Runs `sluice args...` to its end; its exit code, stdout in *out and stderr in *err.
+  int sluice(const std::vector<std::string>& args, std::string* out = nullptr, std::string* err = nullptr) {
+    std::vector<std::string> argv{SLUICE_BINARY};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const std::string where = testing::temp_dir();
+    Child child(argv, where);
+    const int code = child.wait_exit(30s);
+    if (out != nullptr) *out = child.stdout_text();
+    if (err != nullptr) *err = child.stderr_text();
+    return code;
+  }
+
+  std::string token(const std::string& role) {
+    std::string out;
+    EXPECT_EQ(sluice({"token", "create", "--role", role, "--db", db_}, &out), 0);
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    return out;
+  }
+
+  struct Server {
+    std::unique_ptr<Child> child;
+    std::uint16_t port = 0;
+    std::uint16_t admin = 0;
+  };
+
+  Server serve(const std::vector<std::string>& source) {
+    Server s;
+    s.port = testing::free_port();
+    s.admin = testing::free_port();
+    std::vector<std::string> argv{SLUICE_BINARY, "serve", "--listen", "127.0.0.1:" + std::to_string(s.port),
+                                  "--admin-listen", "127.0.0.1:" + std::to_string(s.admin), "--access-log", "off"};
+    argv.insert(argv.end(), source.begin(), source.end());
+    s.child = std::make_unique<Child>(argv, testing::temp_dir());
+    EXPECT_TRUE(testing::eventually([&] { return HttpClient(s.port).get("/_sluice/healthz").status == 200; }))
+        << s.child->stderr_text();
+    return s;
+  }
+
+  static HttpResponse admin(const Server& s, const std::string& token, const std::string& method,
+                            const std::string& target, const std::string& body = "") {
+    return HttpClient(s.admin).request(method, target, {{"Authorization", "Bearer " + token}}, body);
+  }
+
+  static int status(const Server& s, const std::string& target, const std::string& system) {
+    return HttpClient(s.port).get(target, system).status;
+  }
+
+  std::unique_ptr<gateway::DemoUpstream> upstream_;
+  std::string dir_;
+  std::string db_;
+  std::string yaml_;
+};
+
+TEST_F(ControlProcessTest, ASecondGatewayOnTheDatabaseServesAChangeWithinASecondAndKeepsItsCounters) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  const std::string t = token("admin");
+  Server a = serve({"--db", db_});
+  Server b = serve({"--db", db_});
+  EXPECT_EQ(status(b, "/users/1", "crm"), 200);
+  EXPECT_EQ(status(b, "/users/2", "crm"), 200);  // 2 of crm's 3 this hour, counted by b
+  EXPECT_EQ(status(b, "/users/1", "erp"), 403);
+
+  const HttpResponse put = admin(a, t, "PUT", "/admin/v1/systems/erp", R"({"interfaces":["orders","users"]})");
+  ASSERT_EQ(put.status, 200) << put.body;
+  const auto committed = std::chrono::steady_clock::now();
+  ASSERT_TRUE(testing::eventually([&] { return status(b, "/users/1", "erp") == 200; }, 5s));
+  const auto took = std::chrono::steady_clock::now() - committed;
+  EXPECT_LT(took, 1s) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+
+  EXPECT_EQ(status(b, "/users/3", "crm"), 200);  // crm's limit did not change: its count carried over
+  EXPECT_EQ(status(b, "/users/4", "crm"), 429);
+  b.child->signal(SIGTERM);
+  EXPECT_EQ(b.child->wait_exit(10s), 0) << b.child->stderr_text();
+}
+
+TEST_F(ControlProcessTest, AFollowerPullsFromItsPrimaryAndKeepsServingWhenThePrimaryIsKilled) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  const std::string t = token("admin");
+  const std::string follower_token = token("read");
+  Server primary = serve({"--db", db_});
+  Server follower = serve({"--config-from", "http://127.0.0.1:" + std::to_string(primary.admin), "--token",
+                           follower_token});
+  EXPECT_EQ(status(follower, "/users/1", "erp"), 403);
+
+  ASSERT_EQ(admin(primary, t, "PUT", "/admin/v1/systems/erp", R"({"interfaces":["orders","users"]})").status, 200);
+  EXPECT_TRUE(testing::eventually([&] { return status(follower, "/users/1", "erp") == 200; }, 5s))
+      << follower.child->stderr_text();
+  const HttpResponse read_only = admin(follower, follower_token, "PUT", "/admin/v1/systems/erp", "{}");
+  EXPECT_EQ(read_only.status, 403);  // a read token; an admin one would get 409 read_only
+
+  // A follower stops at once on SIGTERM, though its long poll would wait 30 s for news.
+  Server second = serve({"--config-from", "http://127.0.0.1:" + std::to_string(primary.admin), "--token",
+                         follower_token});
+  const auto asked = std::chrono::steady_clock::now();
+  second.child->signal(SIGTERM);
+  EXPECT_EQ(second.child->wait_exit(10s), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, 5s);
+
+  primary.child->signal(SIGKILL);
+  EXPECT_EQ(primary.child->wait_exit(5s), -1);  // killed by the signal
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(status(follower, "/users/" + std::to_string(i), "erp"), 200);
+  EXPECT_TRUE(testing::eventually([&] {
+    const HttpResponse stats = admin(follower, follower_token, "GET", "/admin/v1/stats");
+    return stats.body.find("\"ok\":false") != std::string::npos;
+  }, 5s));
+  EXPECT_NE(follower.child->stderr_text().find("still serving revision"), std::string::npos)
+      << follower.child->stderr_text();
+  EXPECT_EQ(status(follower, "/users/9", "erp"), 200);
+}
+
+TEST_F(ControlProcessTest, KillingAWriterMidCommitLeavesAValidDatabaseWithEveryCommit) {
+  for (int lines : {3, 20, 60}) {
+    SCOPED_TRACE(lines);
+    const std::string where = testing::temp_dir();
+    Child writer({SLUICE_STORE_WRITER, db_}, where);
+    ASSERT_TRUE(testing::eventually([&] {
+      std::istringstream out(writer.stdout_text());
+      int n = 0;
+      for (std::string line; std::getline(out, line);) n += line.rfind("committed ", 0) == 0 ? 1 : 0;
+      return n >= lines;
+    }, 30s)) << writer.stderr_text();
+    writer.signal(SIGKILL);
+    EXPECT_EQ(writer.wait_exit(5s), -1);
+    // The last commit it reported in a whole line.
+    const std::string text = writer.stdout_text();
+    std::istringstream out(text.substr(0, text.rfind('\n') + 1));
+    long long revision = 0;
+    long n = 0;
+    for (std::string line; std::getline(out, line);) std::sscanf(line.c_str(), "committed %lld %ld", &revision, &n);
+    auto store = control_test::open_store(db_);
+    ASSERT_NE(store, nullptr);
+    EXPECT_TRUE(store->check().ok());
+    auto loaded = store->load();
+    ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+    EXPECT_GE(loaded->revision, revision);
+    const std::string description = loaded->config->systems.at(0).description;
+    // That commit, or the one it was making when killed (committed but not reported yet).
+    EXPECT_TRUE(description == "commit " + std::to_string(n) || description == "commit " + std::to_string(n + 1))
+        << description << " after reporting commit " << n;
+  }
+}
+
+TEST_F(ControlProcessTest, ConfigCheckPrintsEveryProblemWithItsLineAndFails) {
+  const std::string bad = dir_ + "/bad.yaml";
+  testing::write_file(bad, "systems:\n  - key: crm\n    enabled: maybe\n    interfaces: [nothing]\n");
+  std::string out;
+  std::string err;
+  EXPECT_EQ(sluice({"config", "check", bad}, &out, &err), 1);
+  EXPECT_NE(err.find(bad + ":3:14: systems[0].enabled: must be true or false"), std::string::npos) << err;
+  EXPECT_NE(err.find("1 problem in"), std::string::npos) << err;
+  EXPECT_EQ(sluice({"config", "check", yaml_}, &out), 0);
+  EXPECT_EQ(out, yaml_ + ": ok\n");
+  testing::write_file(bad, "systems:\n  - key: crm\n    interfaces: [nothing]\n");
+  EXPECT_EQ(sluice({"config", "check", bad}, &out, &err), 1);
+  EXPECT_NE(err.find(bad + ":3:18: systems[0].interfaces[0]: names no interface"), std::string::npos) << err;
+}
+
+TEST_F(ControlProcessTest, ImportThenExportKeepsTheFilesMeaningInYamlAndJson) {
+  const std::string fixture = std::string(SLUICE_FIXTURES) + "/issue_example.yaml";
+  std::string out;
+  ASSERT_EQ(sluice({"config", "import", fixture, "--db", db_}, &out), 0);
+  EXPECT_NE(out.find("(revision 2)"), std::string::npos) << out;
+  const std::string expected = control_test::yaml_of(*control_test::parse([&] {
+    std::ifstream in(fixture);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }()));
+  ASSERT_EQ(sluice({"config", "export", "--db", db_}, &out), 0);
+  EXPECT_EQ(control_test::yaml_of(*control_test::parse(out)), expected);
+  ASSERT_EQ(sluice({"config", "export", "--format", "json", "--db", db_}, &out), 0);
+  EXPECT_EQ(out.front(), '{');
+  EXPECT_EQ(control_test::yaml_of(*control_test::parse(out)), expected);
+}
+
+TEST_F(ControlProcessTest, ReadingOrRevokingFromAMissingDatabaseFailsAndCreatesNone) {
+  const std::string missing = dir_ + "/typo.db";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"config", "export", "--db", missing}, {"token", "list", "--db", missing},
+        {"token", "revoke", "at_0", "--db", missing}}) {
+    SCOPED_TRACE(args[0] + " " + args[1]);
+    std::string err;
+    EXPECT_EQ(sluice(args, nullptr, &err), 1);
+    EXPECT_NE(err.find("there is no database at " + missing), std::string::npos) << err;
+    EXPECT_FALSE(std::filesystem::exists(missing));
+  }
+  std::string out;
+  EXPECT_EQ(sluice({"token", "create", "--role", "read", "--db", missing}, &out), 0);  // creating one may
+  EXPECT_TRUE(std::filesystem::exists(missing));
+}
+
+TEST_F(ControlProcessTest, AnImportThatDoesNotValidateChangesNothing) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  const std::string bad = dir_ + "/bad.yaml";
+  testing::write_file(bad, "systems: [{key: a, interfaces: [nothing]}]\n");
+  std::string err;
+  EXPECT_EQ(sluice({"config", "import", bad, "--db", db_}, nullptr, &err), 1);
+  EXPECT_NE(err.find("names no interface"), std::string::npos) << err;
+  auto store = control_test::open_store(db_);
+  EXPECT_EQ(*store->revision(), 2);
+}
+
+TEST_F(ControlProcessTest, ACreatedTokenOpensTheAdminApiUntilRevoked) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  std::string out;
+  std::string err;
+  ASSERT_EQ(sluice({"token", "create", "--role", "admin", "--name", "ops", "--db", db_}, &out, &err), 0);
+  const std::string t = out.substr(0, out.find('\n'));
+  EXPECT_TRUE(t.starts_with("sluice_at_"));
+  EXPECT_NE(err.find("shown this once"), std::string::npos);
+  Server s = serve({"--db", db_});
+  EXPECT_EQ(admin(s, t, "GET", "/admin/v1/whoami").status, 200);
+  EXPECT_EQ(admin(s, "sluice_at_wrong", "GET", "/admin/v1/whoami").status, 401);
+  ASSERT_EQ(sluice({"token", "list", "--db", db_}, &out), 0);
+  const std::string id = out.substr(0, out.find(' '));
+  EXPECT_TRUE(id.starts_with("at_")) << out;
+  EXPECT_EQ(out.find(t), std::string::npos);
+  ASSERT_EQ(sluice({"token", "revoke", id, "--db", db_}), 0);
+  EXPECT_TRUE(testing::eventually([&] { return admin(s, t, "GET", "/admin/v1/whoami").status == 401; }, 5s));
+}
+
+TEST_F(ControlProcessTest, ConfigApplyReplacesAPrimarysConfigurationOrShowsItsProblemsByLine) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  const std::string t = token("admin");
+  Server s = serve({"--db", db_});
+  const std::string url = "http://127.0.0.1:" + std::to_string(s.admin);
+  std::string text = control_test::base_yaml(upstream_->port());
+  text.replace(text.find("{key: erp, interfaces: [orders]}"), 32, "{key: erp, interfaces: [orders, users]}");
+  const std::string next = dir_ + "/next.yaml";
+  testing::write_file(next, text);
+  std::string out;
+  std::string err;
+  ASSERT_EQ(sluice({"config", "apply", next, "--admin", url, "--token", t}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("(revision 4)"), std::string::npos) << out;
+  EXPECT_TRUE(testing::eventually([&] { return status(s, "/users/1", "erp") == 200; }, 5s));
+  const std::string bad = dir_ + "/bad.yaml";
+  testing::write_file(bad, "systems:\n  - {key: a, enabled: perhaps}\n");
+  EXPECT_EQ(sluice({"config", "apply", bad, "--admin", url, "--token", t}, &out, &err), 1);
+  EXPECT_NE(err.find(bad + ":2:23: systems[0].enabled"), std::string::npos) << err;
+  EXPECT_EQ(sluice({"config", "apply", next, "--admin", url, "--token", t, "--if-match", "3"}, &out, &err), 1);
+  EXPECT_NE(err.find("412: the configuration changed since revision 3"), std::string::npos) << err;
+  EXPECT_EQ(sluice({"config", "apply", next, "--admin", url, "--token", "sluice_at_wrong"}, &out, &err), 1);
+  EXPECT_NE(err.find("401"), std::string::npos) << err;
+}
+
+TEST_F(ControlProcessTest, TheAdminListenerStaysOnLoopbackUntilATokenExists) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  const std::string open = "0.0.0.0:" + std::to_string(testing::free_port());
+  std::string err;
+  EXPECT_EQ(sluice({"serve", "--db", db_, "--listen", "127.0.0.1:0", "--admin-listen", open, "--check"}), 0);
+  EXPECT_EQ(sluice({"serve", "--db", db_, "--listen", "127.0.0.1:0", "--admin-listen", open}, nullptr, &err), 1);
+  EXPECT_NE(err.find("no admin token exists"), std::string::npos) << err;
+  EXPECT_EQ(sluice({"serve", "--config", yaml_, "--listen", "127.0.0.1:0", "--admin-listen", open}, nullptr, &err), 1);
+  token("read");
+  const std::uint16_t port = testing::free_port();
+  Child served({SLUICE_BINARY, "serve", "--db", db_, "--listen", "127.0.0.1:" + std::to_string(port), "--admin-listen",
+                open, "--access-log", "off"},
+               testing::temp_dir());
+  EXPECT_TRUE(testing::eventually([&] { return HttpClient(port).get("/_sluice/healthz").status == 200; }))
+      << served.stderr_text();
+}
+
+TEST_F(ControlProcessTest, OnlyOneConfigurationSourceIsAccepted) {
+  std::string err;
+  EXPECT_EQ(sluice({"serve", "--db", db_, "--config", yaml_}, nullptr, &err), 2);
+  EXPECT_NE(err.find("give one of"), std::string::npos) << err;
+  EXPECT_EQ(sluice({"serve", "--config-from", "http://127.0.0.1:1"}, nullptr, &err), 2);
+  EXPECT_NE(err.find("needs --token"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace sluice

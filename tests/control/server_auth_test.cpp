@@ -1,0 +1,261 @@
+// Caller authentication end to end over real sockets, in front of the demo echo upstream: API keys,
+// signed requests (their bodies reach the upstream intact, 100-continue included), /decide, no limit
+// key for a caller that failed, and the admin listener's built-in routes off loopback.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <numeric>
+
+#include "config/crypto.h"
+#include "control_test.h"
+#include "gateway/caller_auth.h"
+#include "gateway/demo.h"
+#include "gateway/gateway.h"
+#include "sluice/local_store.h"
+
+namespace sluice::gateway {
+namespace {
+
+using testing::HttpClient;
+using testing::HttpResponse;
+
+constexpr Nanos kT0 = std::chrono::seconds(1'800'000'000);
+constexpr const char* kApiKey = "sluice_ak_test-key";
+constexpr const char* kSecret = "sluice_hs_test-secret";
+
+std::string reason_of(const HttpResponse& r) {
+  boost::system::error_code ec;
+  const auto v = boost::json::parse(r.body, ec);
+  if (ec || !v.is_object() || !v.as_object().contains("reason")) return "";
+  return std::string(v.as_object().at("reason").as_string());
+}
+
+class ServerAuthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto up = DemoUpstream::start();
+    ASSERT_TRUE(up.ok());
+    upstream_ = std::move(*up);
+    const std::string yaml =
+        "upstreams: [{name: app, targets: [\"127.0.0.1:" + std::to_string(upstream_->port()) + "\"]}]\n"
+        "interfaces:\n"
+        "  - id: echo\n"
+        "    path: /echo/*\n"
+        "    upstream: app\n"
+        "    limits:\n"
+        "      - {algorithm: fixed_window, limit: 1000, period: 1h, key_by: client_ip}\n"
+        "      - {algorithm: fixed_window, limit: 1000, period: 1h, key_by: \"header:X-User\"}\n"
+        "systems:\n"
+        "  - key: crm\n"
+        "    auth: api_key\n"
+        "    interfaces: [echo]\n"
+        "    credentials: [{id: ak_1, kind: api_key, api_key_sha256: " + config::sha256_hex(kApiKey) +
+        ", created: \"2027-01-01T00:00:00Z\"}]\n"
+        "  - key: erp\n"
+        "    auth: hmac\n"
+        "    interfaces: [echo]\n"
+        "    credentials: [{id: hs_1, kind: hmac, sealed_secret: \"" + key_.seal(kSecret) +
+        "\", created: \"2027-01-01T00:00:00Z\"}]\n";
+    GatewayOptions o;
+    o.listen = "127.0.0.1:0";
+    o.admin_listen = "0.0.0.0:0";
+    o.clock = &clock_;
+    o.access_log = "off";
+    o.log = [](std::string_view) {};
+    o.limiter = std::make_shared<StoreLimiter>(store_);
+    o.secret_key = key_;
+    o.admin_guard = [](const AdminRequest& r) { return r.from_loopback || r.header("Authorization") == "Bearer t"; };
+    auto g = Gateway::start(o, control_test::parse(yaml));
+    ASSERT_TRUE(g.ok()) << g.error().message;
+    gw_ = std::move(*g);
+  }
+
+  // The signature headers for a request, signed now with secret.
+  std::vector<std::pair<std::string, std::string>> signed_headers(const std::string& method, const std::string& target,
+                                                                  const std::string& body, const std::string& nonce,
+                                                                  const std::string& secret = kSecret,
+                                                                  Nanos skew = Nanos{0}) {
+    const std::string ts = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(clock_.now() + skew).count());
+    return {{"X-System-Key", "erp"},
+            {"X-Sluice-Timestamp", ts},
+            {"X-Sluice-Nonce", nonce},
+            {"X-Sluice-Signature", sign_request(secret, method, target, ts, nonce, body)}};
+  }
+
+  HttpResponse post(const std::string& target, const std::string& body,
+                    const std::vector<std::pair<std::string, std::string>>& headers) {
+    return HttpClient(gw_->port()).request("POST", target, headers, body);
+  }
+
+  ManualClock clock_{kT0};
+  config::SecretKey key_ = *config::SecretKey::parse(config::to_hex(config::random_bytes(32)));
+  LocalStore store_{{.clock = &clock_}};
+  std::unique_ptr<DemoUpstream> upstream_;
+  std::unique_ptr<Gateway> gw_;
+};
+
+TEST_F(ServerAuthTest, AnApiKeyIdentifiesItsSystemAndAWrongOneIs401WithItsReason) {
+  HttpClient c(gw_->port());
+  const HttpResponse ok = c.request("GET", "/echo/a", {{"X-Api-Key", kApiKey}});
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_NE(ok.body.find("\"X-Sluice-System\":\"crm\""), std::string::npos) << ok.body;
+  EXPECT_EQ(ok.body.find(kApiKey), std::string::npos) << "the key reached the upstream: " << ok.body;
+  const HttpResponse bad = c.request("GET", "/echo/a", {{"X-Api-Key", "sluice_ak_guess"}});
+  EXPECT_EQ(bad.status, 401);
+  EXPECT_EQ(reason_of(bad), "api_key_invalid");
+  EXPECT_EQ(reason_of(c.request("GET", "/echo/a", {{"X-System-Key", "crm"}})), "api_key_invalid");
+}
+
+TEST_F(ServerAuthTest, ASignedRequestReachesTheUpstreamWithItsBodyIntactOnce) {
+  const std::string body = R"({"amount": 12.50, "currency": "EUR"})";
+  const auto headers = signed_headers("POST", "/echo/pay?order=7", body, "nonce-1");
+  const HttpResponse ok = post("/echo/pay?order=7", body, headers);
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  boost::system::error_code ec;
+  const auto echo = boost::json::parse(ok.body, ec).as_object();
+  EXPECT_EQ(echo.at("body").as_string(), body);
+  EXPECT_EQ(echo.at("query").as_string(), "order=7");
+  const HttpResponse replay = post("/echo/pay?order=7", body, headers);
+  EXPECT_EQ(replay.status, 401);
+  EXPECT_EQ(reason_of(replay), "signature_replayed");
+}
+
+TEST_F(ServerAuthTest, TamperedExpiredAndUnsignedRequestsAreRefusedWithTheirReasons) {
+  const auto signed_for_one = signed_headers("POST", "/echo/pay", R"({"amount":1})", "n-1");
+  EXPECT_EQ(reason_of(post("/echo/pay", R"({"amount":1000})", signed_for_one)), "signature_invalid");
+  EXPECT_EQ(reason_of(post("/echo/pay", "{}", signed_headers("POST", "/echo/pay", "{}", "n-2", "sluice_hs_guess"))),
+            "signature_invalid");
+  EXPECT_EQ(reason_of(post("/echo/pay", "{}", signed_headers("POST", "/echo/pay", "{}", "n-3", kSecret,
+                                                            std::chrono::seconds(-301)))),
+            "signature_expired");
+  EXPECT_EQ(reason_of(post("/echo/pay", "{}", {{"X-System-Key", "erp"}})), "signature_invalid");
+  EXPECT_EQ(upstream_->requests(), 0);
+}
+
+TEST_F(ServerAuthTest, ASignedRequestThatExpectsContinueGetsOneContinueThenItsAnswer) {
+  const std::string body = "hello";
+  std::string bytes = "POST /echo/c HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\nConnection: close\r\n";
+  for (const auto& [k, v] : signed_headers("POST", "/echo/c", body, "n-1")) bytes += k + ": " + v + "\r\n";
+  bytes += "\r\n" + body;
+  const std::string out = testing::raw_exchange(gw_->port(), bytes);
+  std::size_t continues = 0;
+  for (std::size_t i = 0; (i = out.find("HTTP/1.1 100 Continue", i)) != std::string::npos; ++i) ++continues;
+  EXPECT_EQ(continues, 1u) << out;
+  EXPECT_NE(out.find("HTTP/1.1 200 OK"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"body\":\"hello\""), std::string::npos) << out;
+}
+
+TEST_F(ServerAuthTest, CallersThatFailAuthenticationCreateNoLimitState) {
+  HttpClient c(gw_->port());
+  for (int i = 0; i < 25; ++i) {
+    const std::string user = "user-" + std::to_string(i);
+    EXPECT_EQ(c.request("GET", "/echo/x", {{"X-Api-Key", "sluice_ak_guess-" + user}, {"X-User", user}}).status, 401);
+    auto forged = signed_headers("POST", "/echo/x", "", "n-" + user, "sluice_hs_guess");
+    forged.emplace_back("X-User", user);
+    EXPECT_EQ(c.request("POST", "/echo/x", forged).status, 401);
+  }
+  EXPECT_EQ(store_.size(), 0u);
+  // They count against the interface they asked for, by reason (once each answer's bookkeeping, which
+  // follows the answer, is done).
+  auto rejected = [&](const char* reason) {
+    const Stats::View view = gw_->stats().view();
+    const auto echo = view.interfaces.find("echo");
+    if (echo == view.interfaces.end() || echo->second.rejected.count(reason) == 0) return 0;
+    const auto& counts = echo->second.rejected.at(reason);
+    return std::accumulate(counts.begin(), counts.end(), 0);
+  };
+  EXPECT_TRUE(testing::eventually([&] { return rejected("api_key_invalid") == 25 && rejected("signature_invalid") == 25; }))
+      << rejected("api_key_invalid") << " " << rejected("signature_invalid");
+  EXPECT_EQ(c.request("GET", "/echo/x", {{"X-Api-Key", kApiKey}, {"X-User", "real"}}).status, 200);
+  EXPECT_EQ(store_.size(), 2u);  // its client address and its X-User
+}
+
+TEST_F(ServerAuthTest, DecideAuthenticatesCallersToo) {
+  HttpClient c(gw_->port());
+  auto decide = [&](const std::string& body) { return c.request("POST", "/_sluice/v1/decide", {}, body); };
+  EXPECT_EQ(reason_of(decide(R"({"system":"crm","method":"GET","path":"/echo/a"})")), "api_key_invalid");
+  EXPECT_EQ(decide(R"({"system":"crm","method":"GET","path":"/echo/a","headers":{"X-Api-Key":")" +
+                   std::string(kApiKey) + "\"}}")
+                .status,
+            200);
+  const std::string payload = "{\"x\":1}";
+  boost::json::object headers;
+  for (const auto& [k, v] : signed_headers("POST", "/echo/b?y=2", payload, "n-1")) headers[k] = v;
+  boost::json::object req{{"system", "erp"}, {"method", "POST"}, {"path", "/echo/b?y=2"}, {"headers", headers},
+                          {"body_sha256", config::sha256_hex(payload)}};
+  EXPECT_EQ(decide(boost::json::serialize(req)).status, 200);
+  EXPECT_EQ(reason_of(decide(boost::json::serialize(req))), "signature_replayed");
+  req["body_sha256"] = config::sha256_hex("{\"x\":2}");
+  EXPECT_EQ(reason_of(decide(boost::json::serialize(req))), "signature_invalid");
+}
+
+// The first IPv4 address of this machine that is not loopback.
+std::string non_loopback_address() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string found;
+  for (ifaddrs* i = list; i != nullptr && found.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text);
+    if (std::string(text).rfind("127.", 0) != 0) found = text;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+// One request to address:port, the status of its answer (0 for none).
+int status_from(const std::string& address, std::uint16_t port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  inet_pton(AF_INET, address.c_str(), &a.sin_addr);
+  std::string out;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+    pollfd p{fd, POLLIN, 0};
+    char buf[4096];
+    while (::poll(&p, 1, 5000) > 0) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      out.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  ::close(fd);
+  return testing::raw_status(out);
+}
+
+TEST_F(ServerAuthTest, MetricsAndHealthNeedATokenOffLoopbackOnly) {
+  const std::string address = non_loopback_address();
+  ASSERT_FALSE(address.empty()) << "this test needs a network interface with an IPv4 address besides loopback";
+  const std::string plain = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  const std::string with_token = "GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\nConnection: close\r\n\r\n";
+  EXPECT_EQ(status_from("127.0.0.1", gw_->admin_port(), plain), 200);
+  EXPECT_EQ(status_from(address, gw_->admin_port(), plain), 401);
+  EXPECT_EQ(status_from(address, gw_->admin_port(), with_token), 200);
+}
+
+TEST_F(ServerAuthTest, TheAdminListenerTakesAWholeConfigurationsBodyAndAnswers413PastItsLimit) {
+  gw_->add_admin_route("PUT", "/admin/v1/", [](const AdminRequest& r) {
+    return AdminResponse{200, "application/json", "{\"bytes\":" + std::to_string(r.body.size()) + "}"};
+  });
+  const std::string big(3 << 20, 'x');  // past the old 1 MiB limit
+  EXPECT_EQ(HttpClient(gw_->admin_port()).request("PUT", "/admin/v1/config", {}, big).body,
+            "{\"bytes\":" + std::to_string(big.size()) + "}");
+  const std::string too_big = "PUT /admin/v1/config HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                              std::to_string((16 << 20) + 1) + "\r\n\r\n";
+  const std::string answer = testing::raw_exchange(gw_->admin_port(), too_big);
+  EXPECT_EQ(testing::raw_status(answer), 413) << answer;
+  EXPECT_NE(answer.find("\"reason\":\"body_too_large\""), std::string::npos) << answer;
+}
+
+}  // namespace
+}  // namespace sluice::gateway

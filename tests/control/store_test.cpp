@@ -1,0 +1,264 @@
+// The SQLite configuration store: migrations, whole-configuration commits that validate first, the
+// revision, hand edits of the tables, the audit log, tokens, and several stores on one file.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <atomic>
+#include <boost/json/serialize.hpp>
+#include <thread>
+
+#include "config/crypto.h"
+#include "config/json.h"
+#include "control_test.h"
+
+namespace sluice::config {
+namespace {
+
+using control_test::base_yaml;
+using control_test::open_store;
+using control_test::parse;
+using control_test::yaml_of;
+
+// Runs SQL on the file with the sqlite3 library directly, as a person with the sqlite3 shell would.
+void hand_edit(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* error = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error), SQLITE_OK) << (error ? error : "");
+  sqlite3_free(error);
+  sqlite3_close(db);
+}
+
+std::string query_one(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  sqlite3_open(path.c_str(), &db);
+  sqlite3_stmt* s = nullptr;
+  std::string out;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW) {
+    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(s, 0));
+    out = text != nullptr ? text : "";
+  }
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return out;
+}
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = testing::temp_dir() + "/sluice.db";
+    store_ = open_store(path_);
+    ASSERT_NE(store_, nullptr);
+  }
+
+  std::string path_;
+  std::unique_ptr<ConfigStore> store_;
+};
+
+TEST_F(StoreTest, AFreshDatabaseHoldsTheDefaultConfigurationAtRevisionOne) {
+  auto loaded = store_->load();
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(loaded->revision, 1);
+  EXPECT_EQ(yaml_of(*loaded->config), yaml_of(Config{}));
+  EXPECT_EQ(query_one(path_, "PRAGMA journal_mode"), "wal");
+  EXPECT_EQ(query_one(path_, "PRAGMA user_version"), std::to_string(ConfigStore::schema_version()));
+}
+
+TEST_F(StoreTest, ReopeningMigratesNothingAndKeepsWhatWasCommitted) {
+  ASSERT_TRUE(store_->replace("test", "config.import", *parse(base_yaml())).ok());
+  store_.reset();
+  auto again = open_store(path_);
+  auto loaded = again->load();
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->revision, 2);
+  EXPECT_EQ(yaml_of(*loaded->config), yaml_of(*parse(base_yaml())));
+}
+
+TEST_F(StoreTest, ADatabaseFromANewerSluiceIsRefused) {
+  store_.reset();
+  hand_edit(path_, "PRAGMA user_version = 99");
+  auto store = ConfigStore::open({.path = path_});
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.error().message.find("schema version 99"), std::string::npos) << store.error().message;
+}
+
+TEST_F(StoreTest, EveryCommitMovesTheRevisionAndAnUnchangedConfigurationCommitsNothing) {
+  const auto cfg = parse(base_yaml());
+  const WriteResult first = store_->replace("test", "config.import", *cfg);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first.revision, 2);
+  EXPECT_EQ(store_->replace("test", "config.import", *cfg).revision, 2);
+  Config changed = *cfg;
+  changed.systems[0].description = "changed";
+  EXPECT_EQ(store_->replace("test", "config.import", changed).revision, 3);
+  EXPECT_EQ(*store_->revision(), 3);
+}
+
+TEST_F(StoreTest, AnInvalidChangeIsRefusedWholeWithEveryProblemAndChangesNothing) {
+  ASSERT_TRUE(store_->replace("test", "config.import", *parse(base_yaml())).ok());
+  const WriteResult w = store_->update("test", [](Config& c, ChangeRecord& r) -> std::optional<Refusal> {
+    r.action = "test";
+    c.systems[0].description = "this part alone would be fine";
+    c.interfaces[0].upstream = "nowhere";
+    c.grants[0].interface = "nothing";
+    return std::nullopt;
+  });
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.refusal->kind, Refusal::Kind::kInvalid);
+  ASSERT_EQ(w.refusal->problems.size(), 2u);
+  EXPECT_EQ(w.refusal->problems[0].path, "interfaces[0].upstream");
+  EXPECT_EQ(w.refusal->problems[1].path, "grants[0].interface");
+  EXPECT_EQ(*store_->revision(), 2);
+  EXPECT_EQ(store_->load()->config->systems[0].description, "");
+}
+
+TEST_F(StoreTest, AChangeThatRefusesCommitsNothingOfWhatItDid) {
+  ASSERT_TRUE(store_->replace("test", "config.import", *parse(base_yaml())).ok());
+  const WriteResult w = store_->update("test", [](Config& c, ChangeRecord&) -> std::optional<Refusal> {
+    c.systems.clear();
+    return Refusal{Refusal::Kind::kConflict, "no", {}};
+  });
+  EXPECT_EQ(w.refusal->kind, Refusal::Kind::kConflict);
+  EXPECT_EQ(store_->load()->config->systems.size(), 2u);
+}
+
+TEST_F(StoreTest, AStaleExpectedRevisionIsRefused) {
+  ASSERT_TRUE(store_->replace("test", "config.import", *parse(base_yaml())).ok());
+  const WriteResult w = store_->replace("test", "config.replace", Config{}, 1);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.refusal->kind, Refusal::Kind::kStale);
+  EXPECT_EQ(w.revision, 2);
+  EXPECT_TRUE(store_->replace("test", "config.replace", Config{}, 2).ok());
+}
+
+TEST_F(StoreTest, AHandEditMovesTheRevisionAndAnInvalidOneIsReportedWithItsPath) {
+  ASSERT_TRUE(store_->replace("test", "config.import", *parse(base_yaml())).ok());
+  hand_edit(path_, "UPDATE systems SET description = 'by hand' WHERE key = 'crm'");
+  EXPECT_GT(*store_->revision(), 2);
+  EXPECT_EQ(store_->load()->config->systems[0].description, "by hand");
+  const std::int64_t before = *store_->revision();
+  hand_edit(path_, "UPDATE limits SET spec = '{\"algorithm\":\"fixed_window\",\"limit\":100,\"period\":\"forever\"}' "
+                   "WHERE scope = 'system' AND system = 'crm'");
+  EXPECT_GT(*store_->revision(), before);
+  auto loaded = store_->load();
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.error().message.find("systems[0].limits[0].period: must be a duration"), std::string::npos)
+      << loaded.error().message;
+}
+
+TEST_F(StoreTest, ATableThatCannotBeReadIsAnErrorNotAShorterConfiguration) {
+  ASSERT_TRUE(store_->replace("test", "config.import", *parse(base_yaml())).ok());
+  hand_edit(path_, "DROP TABLE grants");
+  auto loaded = store_->load();
+  ASSERT_FALSE(loaded.ok()) << "loaded " << loaded->config->grants.size() << " grants";
+  EXPECT_EQ(loaded.error().code, ErrorCode::kStoreUnavailable);
+  EXPECT_NE(loaded.error().message.find("cannot read the grants"), std::string::npos) << loaded.error().message;
+  EXPECT_NE(loaded.error().message.find("no such table: grants"), std::string::npos) << loaded.error().message;
+  const std::int64_t revision = *store_->revision();
+  const WriteResult w = store_->replace("test", "config.replace", *parse(base_yaml()));
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.refusal->kind, Refusal::Kind::kFailed);
+  EXPECT_EQ(*store_->revision(), revision);
+}
+
+TEST_F(StoreTest, AuditRowsSayWhoDidWhatWhenWithBeforeAndAfterButNoSecrets) {
+  ManualClock clock(std::chrono::seconds(1'800'000'000));
+  auto store = open_store(path_, &clock);
+  ASSERT_TRUE(store->replace("alice", "config.import", *parse(base_yaml())).ok());
+  const WriteResult w = store->update("bob", [](Config& c, ChangeRecord& r) -> std::optional<Refusal> {
+    r = {"credential.create", "systems/crm/credentials/ak_1", "null", ""};
+    Credential k;
+    k.id = "ak_1";
+    k.api_key_sha256 = sha256_hex("sluice_ak_secret");
+    c.systems[0].auth = Auth::kApiKey;
+    c.systems[0].credentials.push_back(k);
+    r.after = boost::json::serialize(to_json(c.systems[0]));
+    return std::nullopt;
+  });
+  ASSERT_TRUE(w.ok());
+  auto entries = store->audit(10);
+  ASSERT_TRUE(entries.ok());
+  ASSERT_EQ(entries->size(), 2u);
+  const AuditEntry& last = (*entries)[0];
+  EXPECT_EQ(last.actor, "bob");
+  EXPECT_EQ(last.action, "credential.create");
+  EXPECT_EQ(last.target, "systems/crm/credentials/ak_1");
+  EXPECT_EQ(last.revision, w.revision);
+  EXPECT_EQ(last.at, 1'800'000'000);
+  EXPECT_EQ(last.before, "null");
+  EXPECT_NE(last.after.find("\"ak_1\""), std::string::npos);
+  EXPECT_EQ(last.after.find(sha256_hex("sluice_ak_secret")), std::string::npos) << last.after;
+  EXPECT_EQ((*entries)[1].actor, "alice");
+  EXPECT_EQ((*store->audit(10, last.id)).size(), 1u);
+}
+
+TEST_F(StoreTest, TokensAreKeptOnlyAsHashesAndCanBeDeleted) {
+  auto created = store_->create_token("test", Role::kRead, "grafana");
+  ASSERT_TRUE(created.ok());
+  const auto& [info, token] = *created;
+  EXPECT_TRUE(token.starts_with("sluice_at_"));
+  EXPECT_EQ(info.token_sha256, sha256_hex(token));
+  EXPECT_EQ(query_one(path_, "SELECT token_sha256 FROM admin_tokens"), sha256_hex(token));
+  EXPECT_EQ(query_one(path_, "SELECT count(*) FROM admin_tokens WHERE token_sha256 LIKE '%" + token + "%'"), "0");
+  EXPECT_EQ(store_->tokens()->size(), 1u);
+  EXPECT_TRUE(*store_->delete_token("test", info.id));
+  EXPECT_FALSE(*store_->delete_token("test", info.id));
+  EXPECT_TRUE(store_->tokens()->empty());
+  EXPECT_EQ((*store_->audit(10))[0].action, "token.delete");
+}
+
+TEST_F(StoreTest, TwoStoresOnOneFileSeeEachOthersCommits) {
+  auto other = open_store(path_);
+  ASSERT_TRUE(other->replace("other", "config.import", *parse(base_yaml())).ok());
+  EXPECT_EQ(*store_->revision(), 2);
+  EXPECT_EQ(store_->load()->config->systems.size(), 2u);
+}
+
+TEST_F(StoreTest, OfConcurrentWritersExpectingTheSameRevisionExactlyOneCommits) {
+  ASSERT_TRUE(store_->replace("test", "config.import", *parse(base_yaml())).ok());
+  constexpr int kWriters = 6;
+  std::atomic<int> committed{0};
+  std::atomic<int> stale{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWriters; ++i) {
+    threads.emplace_back([&, i] {
+      auto mine = open_store(path_);  // one connection each, as separate processes would have
+      const WriteResult w = mine->update(
+          "writer" + std::to_string(i),
+          [i](Config& c, ChangeRecord& r) -> std::optional<Refusal> {
+            r.action = "test";
+            c.systems[0].description = "writer " + std::to_string(i);
+            return std::nullopt;
+          },
+          2);
+      (w.ok() ? committed : stale).fetch_add(1);
+      if (!w.ok()) {
+        EXPECT_EQ(w.refusal->kind, Refusal::Kind::kStale) << w.refusal->message;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(committed.load(), 1);
+  EXPECT_EQ(stale.load(), kWriters - 1);
+  EXPECT_EQ(*store_->revision(), 3);
+}
+
+TEST_F(StoreTest, ReplacingKeepsTheCredentialsOfSystemsListedWithoutAny) {
+  Config with = *parse(base_yaml());
+  Credential k;
+  k.id = "ak_1";
+  k.api_key_sha256 = sha256_hex("key");
+  with.systems[0].credentials.push_back(k);
+  ASSERT_TRUE(store_->replace("test", "config.import", with).ok());
+  Config without = *parse(base_yaml());
+  without.systems[0].description = "re-imported from a file";
+  ASSERT_TRUE(store_->replace("test", "config.import", without).ok());
+  const auto loaded = store_->load();
+  ASSERT_EQ(loaded->config->systems[0].credentials.size(), 1u);
+  EXPECT_EQ(loaded->config->systems[0].credentials[0].id, "ak_1");
+}
+
+TEST_F(StoreTest, AQuickCheckOfAHealthyFileSaysOk) { EXPECT_TRUE(store_->check().ok()); }
+
+}  // namespace
+}  // namespace sluice::config
