@@ -162,6 +162,75 @@ TEST_F(RedisClusterFleetTest, ThreeGatewaysSharingOneClusterAdmitExactlyTheLimit
   });
 }
 
+// Runs build/sluice to its end: its exit code, and its stdout.
+int run_sluice(const std::vector<std::string>& args, std::string* out = nullptr) {
+  std::vector<std::string> argv{SLUICE_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Child child(argv, testing::temp_dir());
+  const int code = child.wait_exit(30s);
+  if (out != nullptr) *out = child.stdout_text();
+  return code;
+}
+
+TEST(RedisFleetTest, EveryConfigurationSourceCountsInRedis) {
+  auto server = testing::RedisServer::start();
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  auto up = DemoUpstream::start();
+  ASSERT_TRUE(up.ok());
+  // A database with store: redis://..., a primary serving it, a follower of that primary, and a
+  // gateway on the same configuration as a file: one limit of 5 for the three.
+  const std::string dir = testing::temp_dir();
+  std::string yaml = "store: \"" + (*server)->address() + "\"\n" + fleet_config((*up)->port());
+  yaml.replace(yaml.find("limit: 50"), 9, "limit: 5");
+  testing::write_file(dir + "/sluice.yaml", yaml);
+  ASSERT_EQ(run_sluice({"config", "import", dir + "/sluice.yaml", "--db", dir + "/sluice.db"}), 0);
+  std::string token;
+  ASSERT_EQ(run_sluice({"token", "create", "--role", "read", "--db", dir + "/sluice.db"}, &token), 0);
+  while (!token.empty() && token.back() == '\n') token.pop_back();
+
+  struct Instance {
+    std::uint16_t port = testing::free_port();
+    std::uint16_t admin = testing::free_port();
+    std::unique_ptr<Child> child;
+  };
+  std::vector<Instance> instances(3);
+  auto serve = [&](Instance& i, std::vector<std::string> source) {
+    std::vector<std::string> argv{SLUICE_BINARY, "serve", "--listen", "127.0.0.1:" + std::to_string(i.port),
+                                  "--admin-listen", "127.0.0.1:" + std::to_string(i.admin), "--access-log", "off"};
+    argv.insert(argv.end(), source.begin(), source.end());
+    i.child = std::make_unique<Child>(argv, testing::temp_dir());
+    return testing::eventually([&] { return HttpClient(i.port).get("/_sluice/healthz").status == 200; });
+  };
+  ASSERT_TRUE(serve(instances[0], {"--db", dir + "/sluice.db"})) << instances[0].child->stderr_text();
+  ASSERT_TRUE(serve(instances[1], {"--config-from", "http://127.0.0.1:" + std::to_string(instances[0].admin),
+                                   "--token", token}))
+      << instances[1].child->stderr_text();
+  ASSERT_TRUE(serve(instances[2], {"--config", dir + "/sluice.yaml"})) << instances[2].child->stderr_text();
+  for (const Instance& i : instances) {
+    EXPECT_NE(i.child->stderr_text().find("limits in " + (*server)->address()), std::string::npos)
+        << i.child->stderr_text();
+  }
+  int admitted = 0;
+  for (int n = 0; n < 12; ++n) {
+    const HttpResponse r = HttpClient(instances[static_cast<std::size_t>(n) % 3].port).get("/echo/x", "crm");
+    if (r.status == 200) {
+      ++admitted;
+    } else {
+      EXPECT_EQ(reason_of(r), "system_rate_limited") << r.status << " " << r.body;
+    }
+  }
+  EXPECT_EQ(admitted, 5);
+  EXPECT_GE(count_keys(**server), 1u) << "counted in Redis";
+  // The admin API's stats say where limits are counted, and that the store is up.
+  const HttpResponse stats =
+      HttpClient(instances[0].admin).request("GET", "/admin/v1/stats", {{"Authorization", "Bearer " + token}});
+  ASSERT_EQ(stats.status, 200) << stats.body;
+  const auto store = boost::json::parse(stats.body).as_object().at("store").as_object();
+  EXPECT_EQ(store.at("kind").as_string(), "redis");
+  EXPECT_EQ(store.at("up").as_bool(), true);
+  EXPECT_EQ(store.at("breakers").as_array().size(), 1u) << "one worker thread, one store";
+}
+
 TEST(RedisAddressTest, ABadAddressIsRefusedWithAClearMessage) {
   const std::string dir = testing::temp_dir();
   const std::string path = dir + "/sluice.yaml";
