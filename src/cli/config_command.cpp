@@ -1,5 +1,6 @@
 #include "cli/config_command.h"
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <cstdio>
 #include <fstream>
@@ -80,7 +81,16 @@ void apply(const ConfigOptions& o) {
   req.method = "PUT";
   req.url = admin + "/admin/v1/config";
   req.headers = {{"Authorization", "Bearer " + o.token}, {"Content-Type", "application/yaml"}};
-  if (!o.if_match.empty()) req.headers.emplace_back("If-Match", "\"r" + o.if_match + "\"");
+  if (!o.if_match.empty()) {
+    // 42, r42 or "r42" (the ETag as shown).
+    std::string_view r = o.if_match;
+    if (r.size() >= 2 && r.front() == '"' && r.back() == '"') r = r.substr(1, r.size() - 2);
+    if (r.starts_with('r')) r.remove_prefix(1);
+    if (r.empty() || !std::all_of(r.begin(), r.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+      fail(o, "apply", "--if-match must be a revision like 42 (from the ETag \"r42\"), got \"" + o.if_match + "\"");
+    }
+    req.headers.emplace_back("If-Match", "\"r" + std::string(r) + "\"");
+  }
   req.body = text.str();
   gateway::HttpFetcher fetcher;
   auto r = fetcher.send(req);
@@ -120,6 +130,14 @@ void add_config_command(CLI::App& app) {
   auto o = std::make_shared<ConfigOptions>();
   CLI::App* cmd = app.add_subcommand("config", "Move the configuration between YAML files, the database and a primary");
   cmd->require_subcommand(1);
+  cmd->footer(
+      "Examples:\n"
+      "  sluice config check sluice.yaml                      # file:line:column: field.path: problem; exit 1\n"
+      "  sluice config import sluice.yaml --db ./sluice.db    # every gateway on the database serves it within 1 s\n"
+      "  sluice config export --format json > backup.json\n"
+      "  sluice config apply sluice.yaml --admin http://127.0.0.1:9090 --token T --if-match 42\n"
+      "A change that does not validate is refused whole: nothing of it is applied. Exit status 1 then.\n"
+      "Docs: docs/configuration.md");
 
   CLI::App* imp = cmd->add_subcommand("import", "Replace the configuration in the database with a YAML file's "
                                                 "(systems listed without credentials keep theirs)");
@@ -142,7 +160,9 @@ void add_config_command(CLI::App& app) {
   app_->add_option("file", o->file, "The YAML file")->required();
   app_->add_option("--admin", o->admin, "The primary's admin listener, http://host:port")->required();
   app_->add_option("--token", o->token, "An admin token (admin role)")->required();
-  app_->add_option("--if-match", o->if_match, "Only if the configuration is still at this revision");
+  app_->add_option("--if-match", o->if_match,
+                   "Only if the configuration is still at this revision (a number: the ETag \"r42\" is 42); "
+                   "412 otherwise");
   app_->callback([o] { apply(*o); });
 }
 

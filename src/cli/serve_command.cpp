@@ -137,21 +137,34 @@ void add_serve_command(CLI::App& app) {
                     "Follow a primary: http://host:port of its admin listener (needs --token)");
   serve->add_option("--token", o->token, "With --config-from: an admin token of the primary (read role suffices)");
   serve->add_flag("--demo", o->demo, "Run the built-in demo configuration in front of a built-in echo upstream");
-  serve->add_option("--listen", o->listen, "host:port for requests (default: the file's listen, 127.0.0.1:8080)");
+  serve->add_option("--listen", o->listen,
+                    "host:port for requests (default: the configuration's listen, 127.0.0.1:8080)");
   serve->add_option("--admin-listen", o->admin_listen,
                     "host:port for the admin API, /metrics and /config, or off (default: the configuration's "
                     "admin_listen, 127.0.0.1:9090)");
   serve->add_option("-t,--threads", o->threads, "Worker threads (default 1)")->check(CLI::Range(1, 256));
   serve->add_option("--store", o->store,
                     "Where limits are counted: local, redis://[:password@]host:port[/db] or "
-                    "redis-cluster://host:port,host:port,... (default: the file's store)");
+                    "redis-cluster://host:port,host:port,... (default: the configuration's store)");
   serve->add_option("--fleet-size", o->fleet_size,
                     "Gateways sharing the Redis store: on_store_failure: local divides each limit by it "
-                    "(default: the file's fleet_size, 1)")
+                    "(default: the configuration's fleet_size, 1)")
       ->check(CLI::Range(1, config::Config::kMaxFleetSize));
-  serve->add_option("--access-log", o->access_log, "stdout, off or a file path (default: the file's access_log)");
+  serve->add_option("--access-log", o->access_log,
+                    "stdout, off or a file path (default: the configuration's access_log)");
   serve->add_flag("--check", o->check, "Validate the configuration and exit");
   serve->add_flag("--print-config", o->print_config, "Print the configuration as YAML (defaults filled in) and exit");
+  serve->footer(
+      "Examples:\n"
+      "  sluice token create --role admin --db ./sluice.db    # first: a token for the admin API (printed once)\n"
+      "  sluice serve --db ./sluice.db                        # then edit it: docs/admin-api.md\n"
+      "  sluice serve --config-from http://primary:9090 --token T    # a follower of that instance\n"
+      "  sluice serve --config sluice.yaml --check            # validate a file and exit\n"
+      "  sluice serve --demo                                  # a built-in demo, with curl lines to try\n"
+      "Environment: SLUICE_SECRET_KEY (32 bytes as 64 hex digits or base64, e.g. openssl rand -hex 32) seals\n"
+      "and opens the signing secrets of systems whose auth is hmac.\n"
+      "The admin listener refuses an address off loopback until an admin token exists.\n"
+      "Docs: docs/gateway.md, docs/configuration.md, docs/admin-api.md");
   serve->callback([o] {
     if (const int rc = run(*o); rc != 0) throw CLI::RuntimeError(rc);
   });

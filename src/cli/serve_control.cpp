@@ -6,6 +6,7 @@
 #include <boost/json/object.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -127,11 +128,27 @@ std::optional<int> check_or_print(const ServeSettings& s, const config::StoredCo
   return std::nullopt;
 }
 
-void add_health(boost::json::object& o, const gateway::SourceHealth& h) {
-  o["revision"] = h.revision;
-  o["ok"] = h.ok;
-  o["last_contact"] = h.last_contact > 0 ? boost::json::value(config::format_time(h.last_contact)) : nullptr;
-  o["error"] = h.error;
+// What /admin/v1/stats says of the configuration's source: its kind, where it is (field: where) and
+// how it is doing.
+std::function<void(boost::json::object&)> describe_source(std::string kind, std::string field, std::string where,
+                                                          std::function<gateway::SourceHealth()> health) {
+  return [kind = std::move(kind), field = std::move(field), where = std::move(where),
+          health = std::move(health)](boost::json::object& o) {
+    const gateway::SourceHealth h = health();
+    o["source"] = kind;
+    o[field] = where;
+    o["revision"] = h.revision;
+    o["ok"] = h.ok;
+    o["last_contact"] = h.last_contact > 0 ? boost::json::value(config::format_time(h.last_contact)) : nullptr;
+    o["error"] = h.error;
+  };
+}
+
+void say_serving(const gateway::Gateway& gw, int threads, const std::string& limits, const std::string& source,
+                 std::int64_t revision) {
+  std::fprintf(stderr, "sluice: serving on port %u (admin on port %u), %d thread%s, limits in %s; %s (revision %lld)\n",
+               static_cast<unsigned>(gw.port()), static_cast<unsigned>(gw.admin_port()), threads,
+               threads == 1 ? "" : "s", limits.c_str(), source.c_str(), static_cast<long long>(revision));
 }
 
 }  // namespace
@@ -214,30 +231,16 @@ int serve_database(const ServeSettings& s) {
   // A change committed by any process (this one's admin API, `sluice config import`, another
   // gateway, a hand edit) is served within interval plus the time to load it.
   gateway::DatabaseWatcher watcher({.store = &store,
-                                    .install =
-                                        [&r, &refresh_tokens](const config::StoredConfig& c) {
-                                          refresh_tokens();
-                                          r.install(c);
-                                        },
+                                    .install = [&r](const config::StoredConfig& c) { r.install(c); },
+                                    .changed = refresh_tokens,
                                     .log = log_line},
                                    loaded->revision);
-  const std::string path = s.db;
   serve_admin_api(r, {.store = &store,
                       .auth = auth,
                       .secret_key = secret_key ? &*secret_key : nullptr,
                       .tokens_changed = refresh_tokens,
-                      .describe_source =
-                          [&watcher, path](boost::json::object& o) {
-                            o["source"] = "database";
-                            o["path"] = path;
-                            add_health(o, watcher.health());
-                          }});
-  std::fprintf(stderr,
-               "sluice: serving on port %u (admin on port %u), %d thread%s, limits in %s; configuration from %s "
-               "(revision %lld)\n",
-               static_cast<unsigned>(gw.port()), static_cast<unsigned>(gw.admin_port()), s.threads,
-               s.threads == 1 ? "" : "s", limits_where(s, *loaded->config).c_str(), s.db.c_str(),
-               static_cast<long long>(loaded->revision));
+                      .describe_source = describe_source("database", "path", s.db, [&watcher] { return watcher.health(); })});
+  say_serving(gw, s.threads, limits_where(s, *loaded->config), "configuration from " + s.db, loaded->revision);
   if (auth->empty()) {
     std::fprintf(stderr,
                  "sluice: no admin token yet: the admin API answers 401 until you create one with\n"
@@ -296,15 +299,8 @@ int serve_follower(const ServeSettings& s) {
                       .auth = auth,
                       .secret_key = secret_key ? &*secret_key : nullptr,
                       .describe_source =
-                          [&follower, primary](boost::json::object& o) {
-                            o["source"] = "primary";
-                            o["primary"] = primary;
-                            add_health(o, follower.health());
-                          }});
-  std::fprintf(stderr, "sluice: serving on port %u (admin on port %u), %d thread%s, limits in %s; following %s (revision %lld)\n",
-               static_cast<unsigned>(gw.port()), static_cast<unsigned>(gw.admin_port()), s.threads,
-               s.threads == 1 ? "" : "s", limits_where(s, *first->config).c_str(), primary.c_str(),
-               static_cast<long long>(first->revision));
+                          describe_source("primary", "primary", primary, [&follower] { return follower.health(); })});
+  say_serving(gw, s.threads, limits_where(s, *first->config), "following " + primary, first->revision);
   gw.wait();
   r.shut_down();
   std::fprintf(stderr, "sluice: stopped\n");

@@ -65,6 +65,13 @@ void add_token_command(CLI::App& app) {
   auto o = std::make_shared<TokenOptions>();
   CLI::App* cmd = app.add_subcommand("token", "Manage the admin API's bearer tokens");
   cmd->require_subcommand(1);
+  cmd->footer(
+      "Examples:\n"
+      "  T=$(sluice token create --role admin --name ops)     # the token alone on stdout, shown this once\n"
+      "  curl -H \"Authorization: Bearer $T\" http://127.0.0.1:9090/admin/v1/whoami\n"
+      "  sluice token list\n"
+      "  sluice token revoke at_83ea07778e61                  # gateways on the database refuse it within 1 s\n"
+      "Docs: docs/admin-api.md");
 
   CLI::App* c = cmd->add_subcommand("create", "Create a token and print it (once: only its hash is kept)");
   c->add_option("--role", o->role, "admin (every change) or read (read-only)")->required();

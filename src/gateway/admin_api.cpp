@@ -1,5 +1,6 @@
 #include "gateway/admin_api.h"
 
+#include <boost/asio/ip/address.hpp>
 #include <boost/json.hpp>
 #include <algorithm>
 #include <cctype>
@@ -393,7 +394,10 @@ Status check_admin_listen(std::string_view address, bool tokens_exist) {
   auto target = config::parse_target(address);
   if (!target) return invalid_argument("admin_listen \"" + std::string(address) + "\" is not host:port");
   const std::string& host = target->host;
-  const bool loopback = host == "localhost" || host == "::1" || host.starts_with("127.");
+  // An address, judged as one (a name like 127.0.0.1.example.com is not loopback), or localhost.
+  boost::system::error_code ec;
+  const boost::asio::ip::address ip = boost::asio::ip::make_address(host, ec);
+  const bool loopback = host == "localhost" || (!ec && ip.is_loopback());
   if (loopback || tokens_exist) return {};
   return invalid_argument("refusing to serve the admin API on " + std::string(address) +
                           ", off loopback, while no admin token exists: create one first (sluice token create "

@@ -103,6 +103,7 @@ void DatabaseWatcher::look() {
     health_.last_contact = unix_now(nullptr);
     return;
   }
+  if (options_.changed) options_.changed();
   auto loaded = options_.store->load();
   if (!loaded.ok()) {
     // An invalid configuration is not looked at again until the next change; a file that could not

@@ -35,6 +35,9 @@ class DatabaseWatcher {
     config::ConfigStore* store = nullptr;
     Nanos interval = std::chrono::milliseconds(200);
     InstallConfig install{};  // each new revision's configuration, once valid
+    // Each new revision, before its configuration is loaded, valid or not: the admin tokens, which
+    // move the revision too, are read again here (a broken configuration must not lock them out).
+    std::function<void()> changed{};
     LogLine log{};
   };
   // Starts watching; revision: the one installed already.

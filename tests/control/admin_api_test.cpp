@@ -170,6 +170,9 @@ TEST(AdminListenTest, AnAddressOffLoopbackNeedsATokenToExist) {
   EXPECT_TRUE(check_admin_listen("off", false).ok());
   EXPECT_FALSE(check_admin_listen("0.0.0.0:9090", false).ok());
   EXPECT_FALSE(check_admin_listen("10.1.2.3:9090", false).ok());
+  EXPECT_TRUE(check_admin_listen("127.8.9.10:9090", false).ok());
+  EXPECT_FALSE(check_admin_listen("127.0.0.1.example.com:9090", false).ok());  // a name, not an address
+  EXPECT_FALSE(check_admin_listen("[::]:9090", false).ok());
   EXPECT_TRUE(check_admin_listen("0.0.0.0:9090", true).ok());
 }
 

@@ -1,8 +1,10 @@
 // The database watcher: a committed change is installed, a hand edit that does not validate is
-// refused (the last good configuration stays) and reported, and the next good one is installed.
+// refused (the last good configuration stays) and reported, and the next good one is installed;
+// every new revision is announced, valid or not (tokens live beside the configuration).
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "control_test.h"
@@ -18,6 +20,7 @@ TEST(DatabaseWatcherTest, InstallsEachValidRevisionAndSkipsAnInvalidOne) {
   std::mutex mu;
   std::vector<std::int64_t> installed;  // guarded by mu
   std::vector<std::string> logged;      // guarded by mu
+  std::atomic<int> changes{0};
   DatabaseWatcher watcher({.store = store.get(),
                            .interval = std::chrono::milliseconds(10),
                            .install =
@@ -25,6 +28,7 @@ TEST(DatabaseWatcherTest, InstallsEachValidRevisionAndSkipsAnInvalidOne) {
                                  std::lock_guard lock(mu);
                                  installed.push_back(c.revision);
                                },
+                           .changed = [&] { ++changes; },
                            .log =
                                [&](std::string_view line) {
                                  std::lock_guard lock(mu);
@@ -55,6 +59,12 @@ TEST(DatabaseWatcherTest, InstallsEachValidRevisionAndSkipsAnInvalidOne) {
     ASSERT_EQ(logged.size(), 1u);
     EXPECT_NE(logged[0].find("still serving revision 3"), std::string::npos) << logged[0];
   }
+  // A token created meanwhile is still announced (the gateway re-reads its tokens), though the
+  // configuration stays refused.
+  const int before = changes.load();
+  ASSERT_TRUE(store->create_token("test", config::Role::kAdmin, "fixer").ok());
+  ASSERT_TRUE(testing::eventually([&] { return changes.load() > before; }));
+  EXPECT_EQ(installed_count(), 1u);
 
   next.systems[0].description = "fixed";
   ASSERT_TRUE(store->replace("test", "config.replace", next).ok());

@@ -1,17 +1,23 @@
 // build/sluice as child processes: two gateways on one database (a change served by the other within
-// a second, counters carried over), a follower that keeps serving when its primary is killed, kill -9
-// in the middle of writes, and the config and token commands.
+// a second, counters carried over), a follower that keeps serving when its primary is killed and
+// catches up when it is back, kill -9 in the middle of writes, and the config and token commands.
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <stdlib.h>
 
+#include <algorithm>
+#include <atomic>
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
+#include "config/crypto.h"
 #include "config/yaml.h"
 #include "control_test.h"
+#include "gateway/caller_auth.h"
 #include "gateway/demo.h"
 
 namespace sluice {
@@ -64,10 +70,11 @@ class ControlProcessTest : public ::testing::Test {
     std::uint16_t admin = 0;
   };
 
-  Server serve(const std::vector<std::string>& source) {
+  // On free ports, or on the ones given (a restart where the last one was).
+  Server serve(const std::vector<std::string>& source, std::uint16_t port = 0, std::uint16_t admin_port = 0) {
     Server s;
-    s.port = testing::free_port();
-    s.admin = testing::free_port();
+    s.port = port != 0 ? port : testing::free_port();
+    s.admin = admin_port != 0 ? admin_port : testing::free_port();
     std::vector<std::string> argv{SLUICE_BINARY, "serve", "--listen", "127.0.0.1:" + std::to_string(s.port),
                                   "--admin-listen", "127.0.0.1:" + std::to_string(s.admin), "--access-log", "off"};
     argv.insert(argv.end(), source.begin(), source.end());
@@ -99,19 +106,56 @@ TEST_F(ControlProcessTest, ASecondGatewayOnTheDatabaseServesAChangeWithinASecond
   Server b = serve({"--db", db_});
   EXPECT_EQ(status(b, "/users/1", "crm"), 200);
   EXPECT_EQ(status(b, "/users/2", "crm"), 200);  // 2 of crm's 3 this hour, counted by b
-  EXPECT_EQ(status(b, "/users/1", "erp"), 403);
+  HttpClient kept(b.port);                        // one keep-alive connection across the change
+  EXPECT_EQ(kept.get("/users/1", "erp").status, 403);
 
   const HttpResponse put = admin(a, t, "PUT", "/admin/v1/systems/erp", R"({"interfaces":["orders","users"]})");
   ASSERT_EQ(put.status, 200) << put.body;
   const auto committed = std::chrono::steady_clock::now();
-  ASSERT_TRUE(testing::eventually([&] { return status(b, "/users/1", "erp") == 200; }, 5s));
+  ASSERT_TRUE(testing::eventually([&] { return kept.get("/users/1", "erp").status == 200; }, 5s));
   const auto took = std::chrono::steady_clock::now() - committed;
   EXPECT_LT(took, 1s) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+  EXPECT_EQ(kept.connections(), 1);  // the swap dropped no connection
 
   EXPECT_EQ(status(b, "/users/3", "crm"), 200);  // crm's limit did not change: its count carried over
   EXPECT_EQ(status(b, "/users/4", "crm"), 429);
   b.child->signal(SIGTERM);
   EXPECT_EQ(b.child->wait_exit(10s), 0) << b.child->stderr_text();
+}
+
+TEST_F(ControlProcessTest, OfWritersInTwoProcessesHoldingOneETagExactlyOneWinsAndTheRestGet412) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  const std::string t = token("admin");
+  Server a = serve({"--db", db_});
+  Server b = serve({"--db", db_});
+  const HttpResponse read = admin(a, t, "GET", "/admin/v1/systems/crm");
+  const std::string etag = read.header("etag");
+  ASSERT_FALSE(etag.empty()) << read.body;
+  constexpr int kWriters = 8;
+  std::atomic<int> ok{0};
+  std::atomic<int> stale{0};
+  std::atomic<int> other{0};
+  std::vector<std::thread> writers;
+  for (int i = 0; i < kWriters; ++i) {
+    writers.emplace_back([&, i] {
+      const Server& to = i % 2 == 0 ? a : b;  // half through each process, so SQLite's locks decide
+      const HttpResponse r = HttpClient(to.admin).request(
+          "PUT", "/admin/v1/systems/crm", {{"Authorization", "Bearer " + t}, {"If-Match", etag}},
+          R"({"interfaces":["orders","users"],"description":"writer )" + std::to_string(i) + "\"}");
+      (r.status == 200 ? ok : r.status == 412 ? stale : other).fetch_add(1);
+    });
+  }
+  for (auto& w : writers) w.join();
+  EXPECT_EQ(ok.load(), 1);
+  EXPECT_EQ(stale.load(), kWriters - 1);
+  EXPECT_EQ(other.load(), 0);
+  auto store = control_test::open_store(db_);
+  EXPECT_EQ(*store->revision(), 4);  // import, token, and the one write
+  EXPECT_TRUE(store->load()->config->systems.at(0).description.starts_with("writer "));
+  auto audit = store->audit(10);
+  ASSERT_TRUE(audit.ok());
+  EXPECT_EQ(std::count_if(audit->begin(), audit->end(), [](const config::AuditEntry& e) { return e.action == "system.update"; }),
+            1);
 }
 
 TEST_F(ControlProcessTest, AFollowerPullsFromItsPrimaryAndKeepsServingWhenThePrimaryIsKilled) {
@@ -147,6 +191,93 @@ TEST_F(ControlProcessTest, AFollowerPullsFromItsPrimaryAndKeepsServingWhenThePri
   EXPECT_NE(follower.child->stderr_text().find("still serving revision"), std::string::npos)
       << follower.child->stderr_text();
   EXPECT_EQ(status(follower, "/users/9", "erp"), 200);
+
+  // The primary back where it was: the follower reaches it again and takes the next change.
+  Server back = serve({"--db", db_}, primary.port, primary.admin);
+  ASSERT_EQ(admin(back, t, "PUT", "/admin/v1/systems/erp", R"({"interfaces":["orders"]})").status, 200);
+  EXPECT_TRUE(testing::eventually([&] { return status(follower, "/users/1", "erp") == 403; }, 10s))
+      << follower.child->stderr_text();
+  // Said once the answer that brought the change is installed.
+  EXPECT_TRUE(testing::eventually(
+      [&] { return follower.child->stderr_text().find("reached it again") != std::string::npos; }, 5s))
+      << follower.child->stderr_text();
+}
+
+// SLUICE_SECRET_KEY for the children started while it lives.
+class SecretKeyEnv {
+ public:
+  explicit SecretKeyEnv(const std::string& value) { ::setenv("SLUICE_SECRET_KEY", value.c_str(), 1); }
+  ~SecretKeyEnv() { ::unsetenv("SLUICE_SECRET_KEY"); }
+  SecretKeyEnv(const SecretKeyEnv&) = delete;
+  SecretKeyEnv& operator=(const SecretKeyEnv&) = delete;
+};
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST_F(ControlProcessTest, ASigningSecretIsSealedOnDiskAndOpensOnlyWhereSluiceSecretKeyIsTheSame) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  const std::string t = token("admin");
+  const std::string key = config::to_hex(config::random_bytes(32));
+  std::string secret;
+  {
+    SecretKeyEnv env(key);
+    Server a = serve({"--db", db_});
+    const HttpResponse made = admin(a, t, "POST", "/admin/v1/systems/erp/credentials", R"({"kind":"hmac"})");
+    ASSERT_EQ(made.status, 201) << made.body;
+    secret = std::string(boost::json::parse(made.body).as_object().at("secret").as_string());
+    ASSERT_EQ(admin(a, t, "PUT", "/admin/v1/systems/erp", R"({"auth":"hmac","interfaces":["orders"]})").status, 200);
+    a.child->signal(SIGTERM);
+    EXPECT_EQ(a.child->wait_exit(10s), 0);
+  }
+  // Neither the database nor its write-ahead log holds the secret as text.
+  for (const std::string& file : {db_, db_ + "-wal"}) {
+    EXPECT_EQ(file_bytes(file).find(secret), std::string::npos) << file;
+  }
+
+  auto signed_post = [&](const Server& s, const std::string& nonce, const std::string& with) {
+    const std::string body = R"({"amount":1})";
+    const std::string ts = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                              std::chrono::system_clock::now().time_since_epoch()).count());
+    return HttpClient(s.port).request(
+        "POST", "/orders/1",
+        {{"X-System-Key", "erp"}, {"X-Sluice-Timestamp", ts}, {"X-Sluice-Nonce", nonce},
+         {"X-Sluice-Signature", gateway::sign_request(with, "POST", "/orders/1", ts, nonce, body)}},
+        body);
+  };
+  auto reason = [](const HttpResponse& r) {
+    boost::system::error_code ec;
+    const auto v = boost::json::parse(r.body, ec);
+    return !ec && v.is_object() && v.as_object().contains("reason") ? std::string(v.as_object().at("reason").as_string())
+                                                                    : std::string();
+  };
+  {
+    SecretKeyEnv env(key);  // another process with the same key checks the signatures
+    Server b = serve({"--db", db_});
+    EXPECT_EQ(signed_post(b, "n-1", secret).status, 200);
+    EXPECT_EQ(reason(signed_post(b, "n-1", secret)), "signature_replayed");
+    EXPECT_EQ(reason(signed_post(b, "n-2", "sluice_hs_guess")), "signature_invalid");
+    EXPECT_EQ(reason(HttpClient(b.port).request("POST", "/orders/1", {{"X-System-Key", "erp"}}, "{}")),
+              "signature_invalid");
+  }
+  {
+    SecretKeyEnv env(config::to_hex(config::random_bytes(32)));  // another key: the secret does not open
+    Server c = serve({"--db", db_});
+    EXPECT_EQ(reason(signed_post(c, "n-3", secret)), "signature_invalid");
+    EXPECT_TRUE(testing::eventually(
+        [&] { return c.child->stderr_text().find("caller authentication: system erp") != std::string::npos; }, 5s))
+        << c.child->stderr_text();
+  }
+  {
+    SecretKeyEnv env("not-a-key");
+    std::string err;
+    EXPECT_EQ(sluice({"serve", "--db", db_, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, nullptr, &err), 1);
+    EXPECT_NE(err.find("SLUICE_SECRET_KEY"), std::string::npos) << err;
+  }
 }
 
 TEST_F(ControlProcessTest, KillingAWriterMidCommitLeavesAValidDatabaseWithEveryCommit) {
@@ -280,6 +411,10 @@ TEST_F(ControlProcessTest, ConfigApplyReplacesAPrimarysConfigurationOrShowsItsPr
   EXPECT_NE(err.find(bad + ":2:23: systems[0].enabled"), std::string::npos) << err;
   EXPECT_EQ(sluice({"config", "apply", next, "--admin", url, "--token", t, "--if-match", "3"}, &out, &err), 1);
   EXPECT_NE(err.find("412: the configuration changed since revision 3"), std::string::npos) << err;
+  EXPECT_EQ(sluice({"config", "apply", next, "--admin", url, "--token", t, "--if-match", "\"r3\""}, &out, &err), 1);
+  EXPECT_NE(err.find("412: the configuration changed since revision 3"), std::string::npos) << err;
+  EXPECT_EQ(sluice({"config", "apply", next, "--admin", url, "--token", t, "--if-match", "latest"}, &out, &err), 1);
+  EXPECT_NE(err.find("--if-match must be a revision"), std::string::npos) << err;
   EXPECT_EQ(sluice({"config", "apply", next, "--admin", url, "--token", "sluice_at_wrong"}, &out, &err), 1);
   EXPECT_NE(err.find("401"), std::string::npos) << err;
 }

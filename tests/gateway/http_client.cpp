@@ -31,8 +31,10 @@ struct HttpClient::Impl {
   asio::io_context ioc;
   std::optional<beast::tcp_stream> stream;
   beast::flat_buffer buffer;
+  int connections = 0;
 
   bool connect() {
+    ++connections;
     stream.emplace(ioc);
     boost::system::error_code ec;
     stream->connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
@@ -44,6 +46,7 @@ struct HttpClient::Impl {
 
 HttpClient::HttpClient(std::uint16_t port) : impl_(std::make_unique<Impl>()) { impl_->port = port; }
 HttpClient::~HttpClient() = default;
+int HttpClient::connections() const { return impl_->connections; }
 
 HttpResponse HttpClient::request(const std::string& method, const std::string& target,
                                  const std::vector<std::pair<std::string, std::string>>& headers,

@@ -37,6 +37,8 @@ class HttpClient {
                        const std::vector<std::pair<std::string, std::string>>& headers = {},
                        const std::string& body = "");
   HttpResponse get(const std::string& target, const std::string& system_key = "");
+  // How many connections it has opened (1 while the server kept the first one alive).
+  int connections() const;
 
   struct Impl;
 
