@@ -5,8 +5,9 @@
 # interface and grant limits plus an in-flight limit), nginx a `limit_req` that never rejects. wrk
 # also calls the upstream directly, to measure the latency a proxy adds. A second sluice counts the
 # same limits in a redis-server of the script's own (`store: redis://`), one script call per request
-# for the limits plus one to give back the in-flight lease. Rounds alternate the four targets; the
-# figures are each target's medians.
+# for the limits plus one to give back the in-flight lease; a third counts only the system limit in
+# that Redis (one script call per request, as nginx has one limit_req). Rounds alternate the five
+# targets; the figures are each target's medians.
 #
 #   bench/gateway_vs_nginx.sh [--threads N] [--connections C] [--duration S] [--rounds R]
 #
@@ -42,6 +43,7 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 upstream_port=$(free_port) nginx_port=$(free_port) sluice_port=$(free_port) admin_port=$(free_port)
 redis_port=$(free_port) sluice_redis_port=$(free_port) redis_admin_port=$(free_port)
+sluice_one_port=$(free_port) one_admin_port=$(free_port)
 
 mkdir -p "$work/upstream" "$work/proxy"
 cat >"$work/upstream/nginx.conf" <<CONF
@@ -95,6 +97,19 @@ grants:
   - {system: bench, interface: api, limits: [{algorithm: fixed_window, limit: 1000000000, period: 1h}]}
 CONF
 
+# The Redis-backed sluice with one limit: the system's.
+cat >"$work/sluice-one.yaml" <<CONF
+access_log: "off"
+upstreams:
+  - {name: app, targets: [127.0.0.1:$upstream_port], timeout: 5s}
+systems:
+  - key: bench
+    interfaces: [api]
+    limits: [{algorithm: sliding_window, limit: 100000000, period: 1s}]
+interfaces:
+  - {id: api, path: /api/*, upstream: app}
+CONF
+
 nginx -p "$work/upstream" -c "$work/upstream/nginx.conf" -g 'daemon off;' & pids+=($!)
 nginx -p "$work/proxy" -c "$work/proxy/nginx.conf" -g 'daemon off;' & pids+=($!)
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
@@ -104,7 +119,9 @@ build/sluice serve --config "$work/sluice.yaml" --threads "$threads" \
   --listen "127.0.0.1:$sluice_port" --admin-listen "127.0.0.1:$admin_port" 2>"$work/sluice.err" & pids+=($!)
 build/sluice serve --config "$work/sluice.yaml" --threads "$threads" --store "redis://127.0.0.1:$redis_port" \
   --listen "127.0.0.1:$sluice_redis_port" --admin-listen "127.0.0.1:$redis_admin_port" 2>"$work/sluice-redis.err" & pids+=($!)
-for port in $upstream_port $nginx_port $sluice_port $sluice_redis_port; do
+build/sluice serve --config "$work/sluice-one.yaml" --threads "$threads" --store "redis://127.0.0.1:$redis_port" \
+  --listen "127.0.0.1:$sluice_one_port" --admin-listen "127.0.0.1:$one_admin_port" 2>"$work/sluice-one.err" & pids+=($!)
+for port in $upstream_port $nginx_port $sluice_port $sluice_redis_port $sluice_one_port; do
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/api/x" -H 'X-System-Key: bench' && break; sleep 0.1; done
 done
 [[ $(curl -s -o /dev/null -w '%{http_code}' -H 'X-System-Key: bench' "http://127.0.0.1:$sluice_port/api/x") == 200 ]] \
@@ -127,14 +144,16 @@ print(rps, pct["50"], pct["99"])'
 }
 
 declare -A results
-targets=(sluice redis nginx direct)
+targets=(sluice redis one nginx direct)
 declare -A urls=([sluice]="http://127.0.0.1:$sluice_port/api/x" [nginx]="http://127.0.0.1:$nginx_port/api/x"
-                 [direct]="http://127.0.0.1:$upstream_port/api/x" [redis]="http://127.0.0.1:$sluice_redis_port/api/x")
+                 [direct]="http://127.0.0.1:$upstream_port/api/x" [redis]="http://127.0.0.1:$sluice_redis_port/api/x"
+                 [one]="http://127.0.0.1:$sluice_one_port/api/x")
 run_wrk "${urls[sluice]}" >/dev/null  # warm-up
 run_wrk "${urls[redis]}" >/dev/null
+run_wrk "${urls[one]}" >/dev/null
 for ((r = 0; r < rounds; r++)); do
   # Alternate which target goes first, so that drift on a noisy machine does not favour one.
-  order=("${targets[@]:r%4}" "${targets[@]:0:r%4}")
+  order=("${targets[@]:r%5}" "${targets[@]:0:r%5}")
   for t in "${order[@]}"; do
     line=$(run_wrk "${urls[$t]}")
     results[$t]+="$line;"
@@ -143,27 +162,31 @@ for ((r = 0; r < rounds; r++)); do
 done
 
 # The Redis-backed sluice must have decided in Redis: its metrics count no store error.
-store_errors=$(curl -s "http://127.0.0.1:$redis_admin_port/metrics" | awk '$1 == "sluice_store_errors_total" {print $2}')
-[[ $store_errors == 0 ]] || echo "warning: the Redis-backed sluice counted $store_errors store errors" >&2
+for admin in $redis_admin_port $one_admin_port; do
+  store_errors=$(curl -s "http://127.0.0.1:$admin/metrics" | awk '$1 == "sluice_store_errors_total" {print $2}')
+  [[ $store_errors == 0 ]] || echo "warning: a Redis-backed sluice counted $store_errors store errors" >&2
+done
 echo "redis: $(redis-cli -p "$redis_port" info commandstats | grep -E '^cmdstat_evalsha' | tr -d '\r')"
 
-python3 - "${results[sluice]}" "${results[nginx]}" "${results[direct]}" "${results[redis]}" "$threads" "$connections" "$duration" "$rounds" <<'PY'
+python3 - "${results[sluice]}" "${results[nginx]}" "${results[direct]}" "${results[redis]}" "${results[one]}" "$threads" "$connections" "$duration" "$rounds" <<'PY'
 import statistics, sys
 def parse(s):
     rows = [list(map(float, x.split())) for x in s.strip(";").split(";")]
     return [statistics.median(col) for col in zip(*rows)]
-sl, ng, di, rd = (parse(a) for a in sys.argv[1:5])
-threads, conns, dur, rounds = sys.argv[5:9]
+sl, ng, di, rd, r1 = (parse(a) for a in sys.argv[1:6])
+threads, conns, dur, rounds = sys.argv[6:10]
 print()
 print(f"threads/workers {threads}, {conns} connections, {dur}s x {rounds} rounds, medians")
 print(f"| | requests/s | p50 | p99 |")
 print(f"| --- | --- | --- | --- |")
 for name, v in (("sluice (limits active, local store)", sl), ("sluice (limits active, store: redis://)", rd),
+                ("sluice (system limit only, store: redis://)", r1),
                 ("nginx proxy (limit_req)", ng), ("upstream direct", di)):
     print(f"| {name} | {v[0]:.0f} | {v[1]:.3f} ms | {v[2]:.3f} ms |")
 print()
 print(f"sluice / nginx requests/s: {sl[0] / ng[0]:.2f}x; p99 sluice / nginx: {sl[2] / ng[2]:.2f}x")
 print(f"sluice with Redis / nginx requests/s: {rd[0] / ng[0]:.2f}x; p99 sluice with Redis / nginx: {rd[2] / ng[2]:.2f}x")
+print(f"sluice with Redis, one limit / nginx requests/s: {r1[0] / ng[0]:.2f}x; p99: {r1[2] / ng[2]:.2f}x")
 print(f"latency sluice adds over direct: p50 +{sl[1] - di[1]:.3f} ms, p99 +{sl[2] - di[2]:.3f} ms")
 print(f"latency sluice with Redis adds:   p50 +{rd[1] - di[1]:.3f} ms, p99 +{rd[2] - di[2]:.3f} ms")
 print(f"latency nginx adds over direct:  p50 +{ng[1] - di[1]:.3f} ms, p99 +{ng[2] - di[2]:.3f} ms")
