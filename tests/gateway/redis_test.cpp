@@ -229,6 +229,15 @@ TEST(RedisFleetTest, EveryConfigurationSourceCountsInRedis) {
   EXPECT_EQ(store.at("kind").as_string(), "redis");
   EXPECT_EQ(store.at("up").as_bool(), true);
   EXPECT_EQ(store.at("breakers").as_array().size(), 1u) << "one worker thread, one store";
+  // The admin API's live limit state is the fleet's, read from Redis: all 5 used.
+  const HttpResponse limits = HttpClient(instances[0].admin)
+                                  .request("GET", "/admin/v1/limits?key=system:crm",
+                                           {{"Authorization", "Bearer " + token}});
+  ASSERT_EQ(limits.status, 200) << limits.body;
+  const auto state =
+      boost::json::parse(limits.body).as_object().at("items").as_array().at(0).as_object().at("state").as_object();
+  EXPECT_EQ(state.at("limit").as_int64(), 5);
+  EXPECT_EQ(state.at("remaining").as_int64(), 0);
 }
 
 TEST(RedisAddressTest, ABadAddressIsRefusedWithAClearMessage) {
