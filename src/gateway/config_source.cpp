@@ -179,12 +179,16 @@ void Follower::failed(const std::string& error) {
 void Follower::run() {
   const std::int64_t wait_seconds = std::chrono::duration_cast<std::chrono::seconds>(options_.wait).count();
   while (true) {
+    bool reachable = true;
     {
       std::lock_guard lock(mu_);
       if (stop_) return;
+      reachable = health_.ok;
     }
+    // After a failure, a poll that does not wait: the primary being back shows at once (in the log
+    // and /stats), not only with its next change.
     FetchRequest req = config_request(options_);
-    req.url += "?wait=" + std::to_string(wait_seconds) + "s";
+    req.url += "?wait=" + std::to_string(reachable ? wait_seconds : 0) + "s";
     req.headers.emplace_back("If-None-Match", "\"r" + std::to_string(revision_.load()) + "\"");
     req.timeout = options_.wait + std::chrono::seconds(15);
     auto r = fetcher_.send(req);

@@ -1,9 +1,10 @@
 // Helpers shared by the control plane's tests: a configuration to start from, parsing that must
-// succeed, and a database in a fresh directory. Not thread-safe.
+// succeed, a database in a fresh directory, and an error answer's reason. Not thread-safe.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <boost/json.hpp>
 #include <memory>
 #include <string>
 
@@ -54,5 +55,14 @@ inline std::unique_ptr<config::ConfigStore> open_store(const std::string& path, 
 }
 
 inline std::string yaml_of(const config::Config& c) { return config::to_yaml(c); }
+
+// The "reason" of a JSON error answer; empty when there is none.
+inline std::string reason_of(const testing::HttpResponse& r) {
+  boost::system::error_code ec;
+  const auto v = boost::json::parse(r.body, ec);
+  if (ec || !v.is_object() || !v.as_object().contains("reason")) return "";
+  const auto& reason = v.as_object().at("reason");
+  return reason.is_string() ? std::string(reason.as_string()) : "";
+}
 
 }  // namespace sluice::control_test

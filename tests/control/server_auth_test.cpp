@@ -25,17 +25,11 @@ namespace {
 
 using testing::HttpClient;
 using testing::HttpResponse;
+using control_test::reason_of;
 
 constexpr Nanos kT0 = std::chrono::seconds(1'800'000'000);
 constexpr const char* kApiKey = "sluice_ak_test-key";
 constexpr const char* kSecret = "sluice_hs_test-secret";
-
-std::string reason_of(const HttpResponse& r) {
-  boost::system::error_code ec;
-  const auto v = boost::json::parse(r.body, ec);
-  if (ec || !v.is_object() || !v.as_object().contains("reason")) return "";
-  return std::string(v.as_object().at("reason").as_string());
-}
 
 class ServerAuthTest : public ::testing::Test {
  protected:
