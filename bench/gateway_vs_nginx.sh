@@ -3,12 +3,15 @@
 # "Gateway"). Both proxy to one nginx `return 200` upstream over keep-alive connections, with the same
 # number of workers and the same wrk connections; sluice has limits active that never reject (system,
 # interface and grant limits plus an in-flight limit), nginx a `limit_req` that never rejects. wrk
-# also calls the upstream directly, to measure the latency a proxy adds. Rounds alternate the three
+# also calls the upstream directly, to measure the latency a proxy adds. A second sluice counts the
+# same limits in a redis-server of the script's own (`store: redis://`), one script call per request
+# for the limits plus one to give back the in-flight lease; a third counts only the system limit in
+# that Redis (one script call per request, as nginx has one limit_req). Rounds alternate the five
 # targets; the figures are each target's medians.
 #
 #   bench/gateway_vs_nginx.sh [--threads N] [--connections C] [--duration S] [--rounds R]
 #
-# Needs build/sluice (make build) and nginx and wrk (scripts/bootstrap --bench).
+# Needs build/sluice (make build), redis-server, and nginx and wrk (scripts/bootstrap --bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +26,7 @@ while (($#)); do
   esac
 done
 
-for tool in nginx wrk; do
+for tool in nginx wrk redis-server redis-cli; do
   command -v "$tool" >/dev/null || { echo "$tool is missing: run scripts/bootstrap --bench" >&2; exit 1; }
 done
 [[ -x build/sluice ]] || { echo "build/sluice is missing: run make build" >&2; exit 1; }
@@ -39,6 +42,8 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 upstream_port=$(free_port) nginx_port=$(free_port) sluice_port=$(free_port) admin_port=$(free_port)
+redis_port=$(free_port) sluice_redis_port=$(free_port) redis_admin_port=$(free_port)
+sluice_one_port=$(free_port) one_admin_port=$(free_port)
 
 mkdir -p "$work/upstream" "$work/proxy"
 cat >"$work/upstream/nginx.conf" <<CONF
@@ -92,17 +97,41 @@ grants:
   - {system: bench, interface: api, limits: [{algorithm: fixed_window, limit: 1000000000, period: 1h}]}
 CONF
 
+# The Redis-backed sluice with one limit: the system's.
+cat >"$work/sluice-one.yaml" <<CONF
+access_log: "off"
+upstreams:
+  - {name: app, targets: [127.0.0.1:$upstream_port], timeout: 5s}
+systems:
+  - key: bench
+    interfaces: [api]
+    limits: [{algorithm: sliding_window, limit: 100000000, period: 1s}]
+interfaces:
+  - {id: api, path: /api/*, upstream: app}
+CONF
+
 nginx -p "$work/upstream" -c "$work/upstream/nginx.conf" -g 'daemon off;' & pids+=($!)
 nginx -p "$work/proxy" -c "$work/proxy/nginx.conf" -g 'daemon off;' & pids+=($!)
 nginx_pid=$!
+redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
+  --daemonize no >"$work/redis.log" 2>&1 & pids+=($!)
+for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 build/sluice serve --config "$work/sluice.yaml" --threads "$threads" \
   --listen "127.0.0.1:$sluice_port" --admin-listen "127.0.0.1:$admin_port" 2>"$work/sluice.err" & pids+=($!)
 sluice_pid=$!
-for port in $upstream_port $nginx_port $sluice_port; do
+build/sluice serve --config "$work/sluice.yaml" --threads "$threads" --store "redis://127.0.0.1:$redis_port" \
+  --listen "127.0.0.1:$sluice_redis_port" --admin-listen "127.0.0.1:$redis_admin_port" 2>"$work/sluice-redis.err" & pids+=($!)
+redis_sluice_pid=$!
+build/sluice serve --config "$work/sluice-one.yaml" --threads "$threads" --store "redis://127.0.0.1:$redis_port" \
+  --listen "127.0.0.1:$sluice_one_port" --admin-listen "127.0.0.1:$one_admin_port" 2>"$work/sluice-one.err" & pids+=($!)
+one_sluice_pid=$!
+for port in $upstream_port $nginx_port $sluice_port $sluice_redis_port $sluice_one_port; do
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/api/x" -H 'X-System-Key: bench' && break; sleep 0.1; done
 done
 [[ $(curl -s -o /dev/null -w '%{http_code}' -H 'X-System-Key: bench' "http://127.0.0.1:$sluice_port/api/x") == 200 ]] \
   || { echo "sluice does not answer 200:"; cat "$work/sluice.err"; exit 1; }
+[[ $(curl -s -o /dev/null -w '%{http_code}' -H 'X-System-Key: bench' "http://127.0.0.1:$sluice_redis_port/api/x") == 200 ]] \
+  || { echo "sluice with the Redis store does not answer 200:"; cat "$work/sluice-redis.err"; exit 1; }
 
 # CPU ticks (user + system) used so far by a process and its children that are still running
 # (nginx's workers), from /proc.
@@ -138,14 +167,17 @@ print(rps, pct["50"], pct["99"], ticks / hz * 1e6 / requests)' "$ticks" "$(getco
 }
 
 declare -A results
-targets=(sluice nginx direct)
+targets=(sluice redis one nginx direct)
 declare -A urls=([sluice]="http://127.0.0.1:$sluice_port/api/x" [nginx]="http://127.0.0.1:$nginx_port/api/x"
-                 [direct]="http://127.0.0.1:$upstream_port/api/x")
-declare -A procs=([sluice]=$sluice_pid [nginx]=$nginx_pid [direct]=0)
+                 [direct]="http://127.0.0.1:$upstream_port/api/x" [redis]="http://127.0.0.1:$sluice_redis_port/api/x"
+                 [one]="http://127.0.0.1:$sluice_one_port/api/x")
+declare -A procs=([sluice]=$sluice_pid [redis]=$redis_sluice_pid [one]=$one_sluice_pid [nginx]=$nginx_pid [direct]=0)
 run_wrk "${urls[sluice]}" 0 >/dev/null  # warm-up
+run_wrk "${urls[redis]}" 0 >/dev/null
+run_wrk "${urls[one]}" 0 >/dev/null
 for ((r = 0; r < rounds; r++)); do
   # Alternate which target goes first, so that drift on a noisy machine does not favour one.
-  order=("${targets[@]:r%3}" "${targets[@]:0:r%3}")
+  order=("${targets[@]:r%5}" "${targets[@]:0:r%5}")
   for t in "${order[@]}"; do
     line=$(run_wrk "${urls[$t]}" "${procs[$t]}")
     results[$t]+="$line;"
@@ -153,23 +185,35 @@ for ((r = 0; r < rounds; r++)); do
   done
 done
 
-python3 - "${results[sluice]}" "${results[nginx]}" "${results[direct]}" "$threads" "$connections" "$duration" "$rounds" <<'PY'
+# The Redis-backed sluice must have decided in Redis: its metrics count no store error.
+for admin in $redis_admin_port $one_admin_port; do
+  store_errors=$(curl -s "http://127.0.0.1:$admin/metrics" | awk '$1 == "sluice_store_errors_total" {print $2}')
+  [[ $store_errors == 0 ]] || echo "warning: a Redis-backed sluice counted $store_errors store errors" >&2
+done
+echo "redis: $(redis-cli -p "$redis_port" info commandstats | grep -E '^cmdstat_evalsha' | tr -d '\r')"
+
+python3 - "${results[sluice]}" "${results[nginx]}" "${results[direct]}" "${results[redis]}" "${results[one]}" "$threads" "$connections" "$duration" "$rounds" <<'PY'
 import statistics, sys
 def parse(s):
     rows = [list(map(float, x.split())) for x in s.strip(";").split(";")]
     return [statistics.median(col) for col in zip(*rows)]
-sl, ng, di = (parse(a) for a in sys.argv[1:4])
-threads, conns, dur, rounds = sys.argv[4:8]
+sl, ng, di, rd, r1 = (parse(a) for a in sys.argv[1:6])
+threads, conns, dur, rounds = sys.argv[6:10]
 print()
 print(f"threads/workers {threads}, {conns} connections, {dur}s x {rounds} rounds, medians")
 print(f"| | requests/s | p50 | p99 | proxy CPU per request |")
 print(f"| --- | --- | --- | --- | --- |")
-for name, v in (("sluice (limits active)", sl), ("nginx proxy (limit_req)", ng), ("upstream direct", di)):
+for name, v in (("sluice (limits active, local store)", sl), ("sluice (limits active, store: redis://)", rd),
+                ("sluice (system limit only, store: redis://)", r1),
+                ("nginx proxy (limit_req)", ng), ("upstream direct", di)):
     cpu = f"{v[3]:.1f} µs" if v[3] > 0 else "–"
     print(f"| {name} | {v[0]:.0f} | {v[1]:.3f} ms | {v[2]:.3f} ms | {cpu} |")
 print()
 print(f"sluice / nginx requests/s: {sl[0] / ng[0]:.2f}x; p99 sluice / nginx: {sl[2] / ng[2]:.2f}x; "
       f"CPU per request sluice / nginx: {sl[3] / ng[3]:.2f}x")
+print(f"sluice with Redis / nginx requests/s: {rd[0] / ng[0]:.2f}x; p99 sluice with Redis / nginx: {rd[2] / ng[2]:.2f}x")
+print(f"sluice with Redis, one limit / nginx requests/s: {r1[0] / ng[0]:.2f}x; p99: {r1[2] / ng[2]:.2f}x")
 print(f"latency sluice adds over direct: p50 +{sl[1] - di[1]:.3f} ms, p99 +{sl[2] - di[2]:.3f} ms")
+print(f"latency sluice with Redis adds:   p50 +{rd[1] - di[1]:.3f} ms, p99 +{rd[2] - di[2]:.3f} ms")
 print(f"latency nginx adds over direct:  p50 +{ng[1] - di[1]:.3f} ms, p99 +{ng[2] - di[2]:.3f} ms")
 PY

@@ -20,6 +20,7 @@ struct ServeOptions {
   std::string admin_listen;
   int threads = 1;
   std::string store;
+  int fleet_size = 0;  // 0: the file's
   std::string access_log;
   bool check = false;
   bool print_config = false;
@@ -55,9 +56,10 @@ int run(const ServeOptions& o) {
     std::fprintf(stderr, "sluice serve: give one of --db FILE, --config FILE, --config-from URL or --demo\n");
     return 2;
   }
+  const ServeSettings settings{o.listen, o.admin_listen, o.threads, o.store, o.access_log, o.check,
+                               o.print_config, o.db.empty() ? "./sluice.db" : o.db, o.config_from, o.token,
+                               o.fleet_size};
   if (o.config_path.empty() && !o.demo) {
-    const ServeSettings settings{o.listen, o.admin_listen, o.threads, o.store, o.access_log, o.check,
-                                 o.print_config, o.db.empty() ? "./sluice.db" : o.db, o.config_from, o.token};
     return o.config_from.empty() ? serve_database(settings) : serve_follower(settings);
   }
   std::shared_ptr<const config::Config> cfg;
@@ -84,19 +86,18 @@ int run(const ServeOptions& o) {
     std::fputs(config::to_yaml(*cfg).c_str(), stdout);
     return 0;
   }
+  gateway::GatewayOptions options;
+  if (!limit_store(settings, *cfg, o.demo ? "the demo configuration" : o.config_path, options)) return 1;
   if (o.check) {
     std::printf("%s: ok\n", o.config_path.c_str());
     return 0;
   }
-  if (!limit_store_supported(o.store.empty() ? cfg->store : o.store)) return 1;
-
   // A file brings no admin tokens: the admin listener stays on loopback.
   if (Status ok = gateway::check_admin_listen(o.admin_listen.empty() ? cfg->admin_listen : o.admin_listen, false);
       !ok) {
     std::fprintf(stderr, "sluice serve: %s\n", ok.error().message.c_str());
     return 1;
   }
-  gateway::GatewayOptions options;
   if (!secret_key_from_environment(options.secret_key)) return 1;
   options.listen = o.listen;
   options.admin_listen = o.admin_listen;
@@ -110,9 +111,9 @@ int run(const ServeOptions& o) {
     return 1;
   }
   auto& gw = *started;
-  std::fprintf(stderr, "sluice: serving on port %u (admin on port %u), %d thread%s\n",
+  std::fprintf(stderr, "sluice: serving on port %u (admin on port %u), %d thread%s, limits in %s\n",
                static_cast<unsigned>(gw->port()), static_cast<unsigned>(gw->admin_port()), o.threads,
-               o.threads == 1 ? "" : "s");
+               o.threads == 1 ? "" : "s", limits_where(settings, *cfg).c_str());
   if (o.demo) print_demo_help(gw->port(), gw->admin_port());
   gw->wait();
   std::fprintf(stderr, "sluice: stopped\n");
@@ -142,7 +143,13 @@ void add_serve_command(CLI::App& app) {
                     "host:port for the admin API, /metrics and /config, or off (default: the configuration's "
                     "admin_listen, 127.0.0.1:9090)");
   serve->add_option("-t,--threads", o->threads, "Worker threads (default 1)")->check(CLI::Range(1, 256));
-  serve->add_option("--store", o->store, "Where limits are counted: local (default: the configuration's store)");
+  serve->add_option("--store", o->store,
+                    "Where limits are counted: local, redis://[:password@]host:port[/db] or "
+                    "redis-cluster://host:port,host:port,... (default: the configuration's store)");
+  serve->add_option("--fleet-size", o->fleet_size,
+                    "Gateways sharing the Redis store: on_store_failure: local divides each limit by it "
+                    "(default: the configuration's fleet_size, 1)")
+      ->check(CLI::Range(1, config::Config::kMaxFleetSize));
   serve->add_option("--access-log", o->access_log,
                     "stdout, off or a file path (default: the configuration's access_log)");
   serve->add_flag("--check", o->check, "Validate the configuration and exit");

@@ -17,6 +17,7 @@
 #include "gateway/config_source.h"
 #include "gateway/console.h"
 #include "gateway/gateway.h"
+#include "gateway/redis_limiter.h"
 #include "sluice/local_store.h"
 
 namespace sluice::cli {
@@ -28,7 +29,8 @@ void log_line(std::string_view message) {
 
 // The parts every mode shares: the limit store, the gateway and the admin API on its listener.
 struct Running {
-  std::unique_ptr<LocalStore> limits;
+  std::unique_ptr<Store> limits;  // what the admin API reads and resets limits in
+  std::string limit_store;        // its kind, for /stats
   std::unique_ptr<gateway::Gateway> gateway;
   std::unique_ptr<gateway::AdminApi> api;
   std::mutex install_mu;
@@ -58,20 +60,33 @@ struct Running {
 bool start(const ServeSettings& s, const std::shared_ptr<const config::Config>& cfg,
            const std::shared_ptr<gateway::AdminAuth>& auth, std::optional<config::SecretKey> secret_key,
            Running& out) {
-  if (!limit_store_supported(s.store.empty() ? cfg->store : s.store)) return false;
+  gateway::GatewayOptions options;
+  if (!limit_store(s, *cfg, s.primary.empty() ? s.db : s.primary, options)) return false;
   const std::string admin = s.admin_listen.empty() ? cfg->admin_listen : s.admin_listen;
   if (Status ok = gateway::check_admin_listen(admin, !auth->empty()); !ok) {
     std::fprintf(stderr, "sluice serve: %s\n", ok.error().message.c_str());
     return false;
   }
-  out.limits = std::make_unique<LocalStore>();
-  gateway::GatewayOptions options;
+  if (options.make_limiter) {
+    // The admin API peeks and resets in Redis from its own thread: a store of its own, with one.
+    auto admin_store = redis::RedisStore::open(redis_options(s, *cfg));
+    if (!admin_store.ok()) {
+      std::fprintf(stderr, "sluice serve: %s\n", admin_store.error().message.c_str());
+      return false;
+    }
+    out.limits = std::move(*admin_store);
+    out.limit_store = (s.store.empty() ? cfg->store : s.store).starts_with("redis-cluster://") ? "redis-cluster" : "redis";
+  } else {
+    auto local = std::make_unique<LocalStore>();
+    options.limiter = std::make_shared<gateway::StoreLimiter>(*local);
+    out.limits = std::move(local);
+    out.limit_store = "local";
+  }
   options.listen = s.listen;
   options.admin_listen = s.admin_listen;
   options.threads = s.threads;
   options.handle_signals = true;
   options.access_log = s.access_log;
-  options.limiter = std::make_shared<gateway::StoreLimiter>(*out.limits);
   options.secret_key = std::move(secret_key);
   options.admin_guard = [auth](const gateway::AdminRequest& r) {
     return r.from_loopback || auth->authenticate(r.header("Authorization")).has_value();
@@ -91,6 +106,8 @@ void serve_admin_api(Running& r, gateway::AdminApiOptions options) {
   options.stats = &gw->stats();
   options.metrics = &gw->metrics();
   options.limits = r.limits.get();
+  options.limit_store = r.limit_store;
+  options.store_breakers = [gw] { return gw->store_breakers(); };
   r.api = std::make_unique<gateway::AdminApi>(std::move(options));
   gw->add_admin_route("*", "/admin/v1/", [api = r.api.get()](const gateway::AdminRequest& req) {
     return api->handle(req);
@@ -105,6 +122,8 @@ std::optional<int> check_or_print(const ServeSettings& s, const config::StoredCo
     return 0;
   }
   if (s.check) {
+    gateway::GatewayOptions unused;
+    if (!limit_store(s, *c.config, source, unused)) return 1;
     std::printf("%s: ok (revision %lld)\n", source.c_str(), static_cast<long long>(c.revision));
     return 0;
   }
@@ -127,21 +146,39 @@ std::function<void(boost::json::object&)> describe_source(std::string kind, std:
   };
 }
 
-void say_serving(const gateway::Gateway& gw, int threads, const std::string& source, std::int64_t revision) {
-  std::fprintf(stderr, "sluice: serving on port %u (admin on port %u), %d thread%s; %s (revision %lld)\n",
+void say_serving(const gateway::Gateway& gw, int threads, const std::string& limits, const std::string& source,
+                 std::int64_t revision) {
+  std::fprintf(stderr, "sluice: serving on port %u (admin on port %u), %d thread%s, limits in %s; %s (revision %lld)\n",
                static_cast<unsigned>(gw.port()), static_cast<unsigned>(gw.admin_port()), threads,
-               threads == 1 ? "" : "s", source.c_str(), static_cast<long long>(revision));
+               threads == 1 ? "" : "s", limits.c_str(), source.c_str(), static_cast<long long>(revision));
 }
 
 }  // namespace
 
-bool limit_store_supported(const std::string& store) {
-  if (store == "local") return true;
-  std::fprintf(stderr,
-               "sluice serve: store %s: this build has the local store only (the Redis store is a separate part "
-               "of sluice)\n",
-               store.c_str());
-  return false;
+redis::RedisStoreOptions redis_options(const ServeSettings& s, const config::Config& cfg) {
+  return {.address = s.store.empty() ? cfg.store : s.store,
+          .command_timeout = std::chrono::ceil<std::chrono::milliseconds>(cfg.store_timeout),
+          .fleet_size = s.fleet_size > 0 ? s.fleet_size : cfg.fleet_size};
+}
+
+bool limit_store(const ServeSettings& s, const config::Config& cfg, const std::string& source,
+                 gateway::GatewayOptions& options) {
+  if ((s.store.empty() ? cfg.store : s.store) == "local") return true;
+  auto made = gateway::redis_limiters(redis_options(s, cfg));
+  if (!made.ok()) {
+    std::fprintf(stderr,
+                 "sluice serve: %s: %s (expected local, redis://[:password@]host:port[/db] or "
+                 "redis-cluster://host:port,host:port,...)\n",
+                 s.store.empty() ? (source + ": store").c_str() : "--store", made.error().message.c_str());
+    return false;
+  }
+  options.make_limiter = std::move(*made);
+  return true;
+}
+
+std::string limits_where(const ServeSettings& s, const config::Config& cfg) {
+  const std::string& store = s.store.empty() ? cfg.store : s.store;
+  return store == "local" ? "this process" : gateway::describe_store(store);
 }
 
 bool secret_key_from_environment(std::optional<config::SecretKey>& out) {
@@ -205,7 +242,7 @@ int serve_database(const ServeSettings& s) {
                       .secret_key = secret_key ? &*secret_key : nullptr,
                       .tokens_changed = refresh_tokens,
                       .describe_source = describe_source("database", "path", s.db, [&watcher] { return watcher.health(); })});
-  say_serving(gw, s.threads, "configuration from " + s.db, loaded->revision);
+  say_serving(gw, s.threads, limits_where(s, *loaded->config), "configuration from " + s.db, loaded->revision);
   if (auth->empty()) {
     std::fprintf(stderr,
                  "sluice: no admin token yet: the admin API answers 401 until you create one with\n"
@@ -265,7 +302,7 @@ int serve_follower(const ServeSettings& s) {
                       .secret_key = secret_key ? &*secret_key : nullptr,
                       .describe_source =
                           describe_source("primary", "primary", primary, [&follower] { return follower.health(); })});
-  say_serving(gw, s.threads, "following " + primary, first->revision);
+  say_serving(gw, s.threads, limits_where(s, *first->config), "following " + primary, first->revision);
   gw.wait();
   r.shut_down();
   std::fprintf(stderr, "sluice: stopped\n");

@@ -8,7 +8,13 @@
 #include <string>
 #include <string_view>
 
+#include "config/config.h"
 #include "config/crypto.h"
+#include "sluice/redis/redis_store.h"
+
+namespace sluice::gateway {
+struct GatewayOptions;
+}
 #include "config/store.h"
 
 namespace sluice::cli {
@@ -24,14 +30,25 @@ struct ServeSettings {
   std::string db;          // --db
   std::string primary;     // --config-from
   std::string token;       // --token
+  int fleet_size = 0;      // --fleet-size; 0: the configuration's
 };
 
 int serve_database(const ServeSettings& settings);
 int serve_follower(const ServeSettings& settings);
 
-// Whether this build can count limits in `store` (a configuration's store, or --store); false,
-// having said why on stderr, when it cannot.
-bool limit_store_supported(const std::string& store);
+// Where limits are counted: --store, or else the configuration's store, with its store_timeout and
+// fleet_size (or --fleet-size). A Redis address sets options.make_limiter (a RedisStore per worker);
+// local leaves options alone. False, having said why on stderr (naming `source`, where the
+// configuration came from, or --store), when the address is not one.
+bool limit_store(const ServeSettings& settings, const config::Config& cfg, const std::string& source,
+                 gateway::GatewayOptions& options);
+
+// The Redis store's options for a Redis address in --store or the configuration's store.
+redis::RedisStoreOptions redis_options(const ServeSettings& settings, const config::Config& cfg);
+
+// Where limits are counted, for the startup line: "this process" or the Redis address without its
+// password.
+std::string limits_where(const ServeSettings& settings, const config::Config& cfg);
 
 // SLUICE_SECRET_KEY into out (left empty when unset); false, having said why on stderr, when it is set
 // to something that is not a key.

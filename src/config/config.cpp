@@ -38,6 +38,15 @@ const char* to_string(KeyBy key_by) {
   return "owner";
 }
 
+const char* to_string(OnStoreFailure policy) {
+  switch (policy) {
+    case OnStoreFailure::kAllow: return "allow";
+    case OnStoreFailure::kDeny: return "deny";
+    case OnStoreFailure::kLocal: return "local";
+  }
+  return "allow";
+}
+
 const char* to_string(Auth auth) {
   switch (auth) {
     case Auth::kKey: return "key";
@@ -298,6 +307,13 @@ class Validator {
     if (c_.store != "local" && c_.store.rfind("redis://", 0) != 0 &&
         c_.store.rfind("redis-cluster://", 0) != 0) {
       add("store", "must be local, redis://host:port or redis-cluster://host:port,host:port");
+    }
+    if (c_.store_timeout < std::chrono::milliseconds(1) || c_.store_timeout > std::chrono::minutes(1)) {
+      add("store_timeout", "must be between 1ms and 1m");
+    }
+    if (c_.fleet_size < 1 || c_.fleet_size > Config::kMaxFleetSize) {
+      add("fleet_size", "must be between 1 and " + std::to_string(Config::kMaxFleetSize) + ", got " +
+                            std::to_string(c_.fleet_size));
     }
     if (!valid_header_name(c_.system_key_header)) {
       add("system_key_header", "must be a header name, got \"" + c_.system_key_header + "\"");

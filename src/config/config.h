@@ -20,8 +20,9 @@ namespace sluice::config {
 // value of the client address, a request header or a query parameter inside it.
 enum class KeyBy : std::uint8_t { kOwner, kClientIp, kHeader, kQuery };
 
-// What a request gets when the store cannot decide (Redis down): let it through, or refuse (503).
-enum class OnStoreFailure : std::uint8_t { kAllow, kDeny };
+// What a request gets when the store cannot decide (Redis down): let it through, refuse it (503), or
+// have this process decide with the limit divided by the fleet size.
+enum class OnStoreFailure : std::uint8_t { kAllow, kDeny, kLocal };
 
 enum class Language : std::uint8_t { kEnglish, kChinese };
 
@@ -126,6 +127,11 @@ struct Config {
   std::string listen = "127.0.0.1:8080";
   std::string admin_listen = "127.0.0.1:9090";
   std::string store = "local";
+  // How many gateways share the store: on_store_failure: local divides each limit by it.
+  std::int32_t fleet_size = 1;
+  static constexpr std::int32_t kMaxFleetSize = 10000;
+  // How long a call to a shared store (Redis) may take; past it the limits follow on_store_failure.
+  Nanos store_timeout = std::chrono::milliseconds(50);
   std::string system_key_header = "X-System-Key";
   Language language = Language::kEnglish;
   RateLimitHeaders rate_limit_headers = RateLimitHeaders::kDraft;
@@ -177,6 +183,7 @@ std::string format_time(std::int64_t unix_seconds);
 std::optional<std::int64_t> parse_time(std::string_view text);
 
 const char* to_string(KeyBy key_by);
+const char* to_string(OnStoreFailure policy);
 const char* to_string(Auth auth);
 const char* to_string(BreakerForce force);
 const char* to_string(Language language);

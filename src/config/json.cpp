@@ -98,7 +98,7 @@ json::object to_json(const LimitRule& r) {
     case KeyBy::kHeader: out["key_by"] = "header:" + r.key_name; break;
     case KeyBy::kQuery: out["key_by"] = "query:" + r.key_name; break;
   }
-  out["on_store_failure"] = r.on_store_failure == OnStoreFailure::kDeny ? "deny" : "allow";
+  out["on_store_failure"] = to_string(r.on_store_failure);
   out["shadow"] = r.shadow;
   return out;
 }
@@ -177,6 +177,8 @@ json::object settings_json(const Config& c) {
   out["listen"] = c.listen;
   out["admin_listen"] = c.admin_listen;
   out["store"] = c.store;
+  out["fleet_size"] = c.fleet_size;
+  out["store_timeout"] = format_duration(c.store_timeout);
   out["system_key_header"] = c.system_key_header;
   out["language"] = to_string(c.language);
   out["rate_limit_headers"] = to_string(c.rate_limit_headers);

@@ -30,12 +30,14 @@ class Reader {
       return;
     }
     mark("", root);
-    fields(root, "", {"listen", "admin_listen", "store", "system_key_header", "language",
-                      "rate_limit_headers", "max_body_bytes", "header_timeout", "drain_timeout",
+    fields(root, "", {"listen", "admin_listen", "store", "fleet_size", "store_timeout", "system_key_header",
+                      "language", "rate_limit_headers", "max_body_bytes", "header_timeout", "drain_timeout",
                       "access_log", "upstreams", "systems", "interfaces", "grants"});
     string(root, "", "listen", c.listen);
     string(root, "", "admin_listen", c.admin_listen);
     string(root, "", "store", c.store);
+    integer(root, "", "fleet_size", c.fleet_size);
+    duration(root, "", "store_timeout", c.store_timeout);
     string(root, "", "system_key_header", c.system_key_header);
     std::string language;
     if (string(root, "", "language", language)) {
@@ -317,10 +319,14 @@ class Reader {
         } else if (key == "key_by") {
           ok = key_by(kv.second, field, value, extra) && ok;
         } else if (key == "on_store_failure") {
-          if (value == "allow" || value == "deny") {
-            extra.on_store_failure = value == "deny" ? OnStoreFailure::kDeny : OnStoreFailure::kAllow;
+          if (value == "allow") {
+            extra.on_store_failure = OnStoreFailure::kAllow;
+          } else if (value == "deny") {
+            extra.on_store_failure = OnStoreFailure::kDeny;
+          } else if (value == "local") {
+            extra.on_store_failure = OnStoreFailure::kLocal;
           } else {
-            fail(kv.second, field, "must be allow or deny, got \"" + value + "\"");
+            fail(kv.second, field, "must be allow, deny or local, got \"" + value + "\"");
             ok = false;
           }
         } else if (key == "shadow") {
@@ -514,7 +520,7 @@ std::string limit_flow(const LimitRule& r) {
   if (r.key_by == KeyBy::kClientIp) add("key_by", "client_ip");
   if (r.key_by == KeyBy::kHeader) add("key_by", quote("header:" + r.key_name));
   if (r.key_by == KeyBy::kQuery) add("key_by", quote("query:" + r.key_name));
-  if (r.on_store_failure == OnStoreFailure::kDeny) add("on_store_failure", "deny");
+  if (r.on_store_failure != OnStoreFailure::kAllow) add("on_store_failure", to_string(r.on_store_failure));
   if (r.shadow) add("shadow", "true");
   return s + "}";
 }
@@ -613,6 +619,8 @@ std::string to_yaml(const Config& c) {
   out << "listen: " << quote(c.listen) << "\n";
   out << "admin_listen: " << quote(c.admin_listen) << "\n";
   out << "store: " << quote(c.store) << "\n";
+  out << "fleet_size: " << c.fleet_size << "\n";
+  out << "store_timeout: " << format_duration(c.store_timeout) << "\n";
   out << "system_key_header: " << quote(c.system_key_header) << "\n";
   out << "language: " << to_string(c.language) << "\n";
   out << "rate_limit_headers: " << to_string(c.rate_limit_headers) << "\n";

@@ -10,6 +10,7 @@
 #include "config/json.h"
 #include "config/yaml.h"
 #include "core/duration.h"
+#include "gateway/metrics.h"
 #include "gateway/policy.h"
 
 namespace sluice::gateway {
@@ -886,8 +887,15 @@ AdminResponse AdminApi::stats_route(Call& call) const {
   json::array breakers;
   for (const UpstreamEntry& u : snapshot->upstreams()) breakers.push_back(breaker_json(u));
   o["breakers"] = std::move(breakers);
-  o["store"] = json::object{{"kind", options_.limit_store},
-                            {"errors_total", options_.metrics != nullptr ? options_.metrics->store_errors() : 0}};
+  json::object store{{"kind", options_.limit_store},
+                     {"errors_total", options_.metrics != nullptr ? options_.metrics->store_errors() : 0}};
+  const std::vector<BreakerState> store_breakers =
+      options_.store_breakers ? options_.store_breakers() : std::vector<BreakerState>{};
+  store["up"] = store_up(store_breakers);
+  json::array breakers_of_store;
+  for (BreakerState b : store_breakers) breakers_of_store.push_back(json::string(to_string(b)));
+  store["breakers"] = std::move(breakers_of_store);
+  o["store"] = std::move(store);
   json::object source{{"generation", snapshot->generation()}};
   if (options_.describe_source) options_.describe_source(source);
   o["config"] = std::move(source);

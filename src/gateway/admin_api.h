@@ -60,6 +60,8 @@ struct AdminApiOptions {
   // Live limit state (peek, reset); nullptr: /limits answers 503.
   sluice::Store* limits = nullptr;
   std::string limit_store = "local";  // its kind, for /stats
+  // The breakers around a shared limit store (Gateway::store_breakers), for /stats; unset: none.
+  std::function<std::vector<BreakerState>()> store_breakers{};
   std::shared_ptr<AdminAuth> auth{};
   // Seals new signing secrets; nullptr: hmac credentials cannot be created here.
   const config::SecretKey* secret_key = nullptr;

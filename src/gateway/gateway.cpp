@@ -9,6 +9,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <boost/asio/as_tuple.hpp>
@@ -298,6 +299,12 @@ struct Gateway::Impl {
   Status reload_from_file();
   FileStamp stat_config() const;
   void begin_drain();
+  // Connects every worker's limiter and waits until each has answered; logs those that failed.
+  void connect_limiters();
+  // Each limiter once, with the first worker it serves.
+  std::vector<Worker*> distinct_limiters() const;
+  // The breaker state of each distinct limiter with a shared store (for /metrics).
+  std::vector<BreakerState> store_breakers() const;
   void stop_all();
   Task<void> accept_loop();
   Task<void> admin_loop();
@@ -316,6 +323,9 @@ struct Worker {
   std::size_t index;
   asio::io_context ioc{1};
   std::thread thread;
+  // Where this worker's limits are decided (declared after ioc: a store that runs on ioc goes
+  // first).
+  std::shared_ptr<Limiter> limiter;
 
   // The snapshot this worker serves, refreshed when the generation moves.
   std::shared_ptr<const Snapshot> cached;
@@ -360,6 +370,9 @@ struct Worker {
                                bool close);
   Task<std::optional<std::string>> read_body(Exchange& x, std::size_t limit);
   Task<std::pair<bool, UpConn>> connect(const config::Target& target, Nanos timeout);
+  // Step 3: the limits that apply, all at once, then the shadow ones; counts what the store could
+  // not decide. The verdict's reason.
+  Task<Reason> decide_limits(Exchange& x, const Request& r);
   void finish(Exchange& x, int status, Reason reason, std::optional<Nanos> upstream_latency);
   void release_leases(Exchange& x);
 };
@@ -462,9 +475,38 @@ Task<void> Worker::session(Socket socket) {
 
 void Worker::release_leases(Exchange& x) {
   if (!x.leases_held) return;
-  for (const Lease& l : x.ctx.leases) gw.limiter->release(l.key, *l.limit, l.id);
+  for (const Lease& l : x.ctx.leases) {
+    limiter->release(l.key, *l.limit, l.id, [m = gw.metrics.get()](Status s) {
+      if (!s.ok()) m->count_store_error();
+    });
+  }
   x.ctx.leases.clear();
   x.leases_held = false;
+}
+
+Task<Reason> Worker::decide_limits(Exchange& x, const Request& r) {
+  Context& ctx = x.ctx;
+  plan_limits(r, ctx);
+  auto [status] = co_await limiter->async_acquire_all(ctx.enforced, ctx.decisions, kTok);
+  judge(status, ctx);
+  x.leases_held = true;
+  bool failed = !status.ok();
+  for (std::size_t i = 0; i < ctx.decisions.size() && status.ok(); ++i) {
+    if (!ctx.decisions[i].fallback) continue;
+    failed = true;
+    gw.metrics->count_fallback(ctx.enforced[i].on_store_failure);
+  }
+  if (failed) gw.metrics->count_store_error();
+  if (ctx.verdict.reason == Reason::kOk && !ctx.shadow.empty()) {
+    auto [shadow_status] = co_await limiter->async_acquire_each(ctx.shadow, ctx.shadow_decisions, kTok);
+    judge_shadow(shadow_status, ctx);
+    const bool shadow_failed =
+        !shadow_status.ok() || std::any_of(ctx.shadow_decisions.begin(), ctx.shadow_decisions.end(),
+                                           [](const Decision& d) { return d.fallback; });
+    if (shadow_failed) gw.metrics->count_store_error();
+  }
+  x.decided = true;
+  co_return ctx.verdict.reason;
 }
 
 void Worker::finish(Exchange& x, int status, Reason reason, std::optional<Nanos> upstream_latency) {
@@ -685,19 +727,7 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
   if (const auto given = str("body_sha256")) body_hash = std::string(*given);
   Reason reason = path_is_clean(r.path) ? co_await authenticate(x, r, full, &body_hash) : Reason::kBadRequest;
   if (reason == Reason::kOk) reason = check_access(r, *x.snapshot, ctx);
-  if (reason == Reason::kOk) {
-    plan_limits(r, ctx);
-    auto [status] = co_await gw.limiter->async_acquire_all(ctx.enforced, ctx.decisions, kTok);
-    if (!status.ok()) gw.metrics->count_store_error();
-    judge(status, ctx);
-    reason = ctx.verdict.reason;
-    if (reason == Reason::kOk && !ctx.shadow.empty()) {
-      auto [shadow_status] = co_await gw.limiter->async_acquire_each(ctx.shadow, ctx.shadow_decisions, kTok);
-      judge_shadow(shadow_status, ctx);
-    }
-    x.decided = true;
-    x.leases_held = true;
-  }
+  if (reason == Reason::kOk) reason = co_await decide_limits(x, r);
   ctx.verdict.reason = reason;
   gw.metrics->observe_decision(index, since(t0));
   HeaderList extra;
@@ -757,19 +787,7 @@ Task<bool> Worker::proxy(Exchange& x) {
   const auto t0 = Clock::now();
   Reason reason = co_await authenticate(x, r, req.target(), nullptr);
   if (reason == Reason::kOk) reason = check_access(r, *x.snapshot, ctx);
-  if (reason == Reason::kOk) {
-    plan_limits(r, ctx);
-    auto [status] = co_await gw.limiter->async_acquire_all(ctx.enforced, ctx.decisions, kTok);
-    if (!status.ok()) gw.metrics->count_store_error();
-    judge(status, ctx);
-    x.leases_held = true;
-    reason = ctx.verdict.reason;
-    if (reason == Reason::kOk && !ctx.shadow.empty()) {
-      auto [shadow_status] = co_await gw.limiter->async_acquire_each(ctx.shadow, ctx.shadow_decisions, kTok);
-      judge_shadow(shadow_status, ctx);
-    }
-    x.decided = true;
-  }
+  if (reason == Reason::kOk) reason = co_await decide_limits(x, r);
   gw.metrics->observe_decision(index, since(t0));
   if (reason != Reason::kOk) {
     ctx.verdict.reason = reason;
@@ -1011,7 +1029,7 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
       out = {401, "application/json",
              R"({"code":401,"reason":"unauthorized","msg":"From off loopback, this needs an admin token: Authorization: Bearer <token>."})"};
     } else if (req.method() == http::verb::get && path == "/metrics") {
-      out = {200, "text/plain; version=0.0.4; charset=utf-8", metrics->render(*snapshot())};
+      out = {200, "text/plain; version=0.0.4; charset=utf-8", metrics->render(*snapshot(), store_breakers())};
     } else if (req.method() == http::verb::get && path == "/healthz") {
       out = {200, "application/json", draining ? R"({"status":"draining"})" : R"({"status":"ok"})"};
     } else if (req.method() == http::verb::get && path == "/config") {
@@ -1093,8 +1111,10 @@ Status Gateway::Impl::install(std::shared_ptr<const config::Config> config) {
   if (old) {
     const config::Config& was = old->config();
     if (was.listen != config->listen || was.admin_listen != config->admin_listen || was.store != config->store ||
+        was.fleet_size != config->fleet_size || was.store_timeout != config->store_timeout ||
         was.access_log != config->access_log) {
-      log("listen, admin_listen, store and access_log take effect at the next start only");
+      log("listen, admin_listen, store, fleet_size, store_timeout and access_log take effect at the next start "
+          "only");
     }
   }
   const std::uint64_t g = generation.load() + 1;
@@ -1199,6 +1219,53 @@ void Gateway::Impl::wait_signal() {
   });
 }
 
+void Gateway::Impl::connect_limiters() {
+  struct Pending {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::size_t left = 0;                 // guarded by mu
+    std::vector<std::string> problems;   // guarded by mu
+  };
+  const auto pending = std::make_shared<Pending>();
+  const std::vector<Worker*> firsts = distinct_limiters();
+  pending->left = firsts.size();
+  for (Worker* w : firsts) {
+    asio::post(w->ioc, [l = w->limiter.get(), pending] {
+      l->connect([pending](Status s) {
+        std::lock_guard lock(pending->mu);
+        if (!s.ok() && std::find(pending->problems.begin(), pending->problems.end(), s.error().message) ==
+                           pending->problems.end()) {
+          pending->problems.push_back(s.error().message);
+        }
+        if (--pending->left == 0) pending->cv.notify_all();
+      });
+    });
+  }
+  std::unique_lock lock(pending->mu);
+  pending->cv.wait(lock, [&] { return pending->left == 0; });
+  for (const std::string& p : pending->problems) {
+    log("limit store not reachable yet (" + p + "): limits follow their on_store_failure until it is");
+  }
+}
+
+std::vector<Worker*> Gateway::Impl::distinct_limiters() const {
+  std::vector<Worker*> firsts;
+  for (const auto& w : workers) {
+    const bool seen = std::any_of(firsts.begin(), firsts.end(),
+                                  [&](const Worker* f) { return f->limiter == w->limiter; });
+    if (!seen) firsts.push_back(w.get());
+  }
+  return firsts;
+}
+
+std::vector<BreakerState> Gateway::Impl::store_breakers() const {
+  std::vector<BreakerState> out;
+  for (const Worker* w : distinct_limiters()) {
+    if (auto s = w->limiter->store_breaker()) out.push_back(*s);
+  }
+  return out;
+}
+
 void Gateway::Impl::stop_all() {
   if (stopped.exchange(true)) return;
   for (auto& w : workers) w->ioc.stop();
@@ -1222,7 +1289,9 @@ Gateway::~Gateway() {
   impl_->acceptor.reset();
   impl_->admin_acceptor.reset();
   impl_->admin_ioc.reset();
+  // A limiter whose store runs on a worker's loop goes before the loop (its Worker declares it so).
   impl_->workers.clear();
+  impl_->limiter.reset();
   impl_->access_log->flush();
 }
 
@@ -1272,7 +1341,7 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
   g.access_log = std::move(*log);
   if (g.options.limiter) {
     g.limiter = g.options.limiter;
-  } else {
+  } else if (!g.options.make_limiter) {
     g.local_store = std::make_unique<LocalStore>(LocalStoreOptions{.clock = g.options.clock});
     g.limiter = std::make_shared<StoreLimiter>(*g.local_store);
   }
@@ -1290,7 +1359,17 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
   std::random_device random;
   g.request_id_prefix = static_cast<std::uint32_t>(random());
 
-  for (int i = 0; i < g.options.threads; ++i) g.workers.push_back(std::make_unique<Worker>(g, i));
+  for (int i = 0; i < g.options.threads; ++i) {
+    g.workers.push_back(std::make_unique<Worker>(g, i));
+    Worker& w = *g.workers.back();
+    if (!g.options.make_limiter) {
+      w.limiter = g.limiter;
+      continue;
+    }
+    auto made = g.options.make_limiter(w.ioc.get_executor());
+    if (!made.ok()) return made.error();
+    w.limiter = std::move(*made);
+  }
   auto acceptor = listen_on(g.workers[0]->ioc, listen, "listen");
   if (!acceptor.ok()) return acceptor.error();
   g.acceptor = std::move(*acceptor);
@@ -1305,7 +1384,6 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
   if (!g.options.config_path.empty()) g.stamp = g.stat_config();  // no other thread yet
 
   asio::io_context& main = g.workers[0]->ioc;
-  asio::co_spawn(main, g.accept_loop(), asio::detached);
   if (g.admin_acceptor) asio::co_spawn(main, g.admin_loop(), asio::detached);
   g.admin_ioc = std::make_unique<asio::io_context>(1);
   g.admin_thread = std::thread([self] {
@@ -1328,10 +1406,16 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
       }
     });
   }
+  // Requests are accepted once the limiters are connected (or have found that they cannot be yet),
+  // so that a gateway just started does not decide by on_store_failure while its connections open.
+  // Connections that arrive meanwhile wait in the listen backlog.
+  g.connect_limiters();
+  asio::co_spawn(main, g.accept_loop(), asio::detached);
   return std::unique_ptr<Gateway>(new Gateway(std::move(impl)));
 }
 
 std::uint16_t Gateway::port() const { return impl_->port; }
+std::vector<BreakerState> Gateway::store_breakers() const { return impl_->store_breakers(); }
 std::uint16_t Gateway::admin_port() const { return impl_->admin_port; }
 
 Status Gateway::reload(std::shared_ptr<const config::Config> config) {

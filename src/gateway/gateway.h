@@ -60,7 +60,11 @@ struct GatewayOptions {
   bool handle_signals = false;  // SIGHUP reloads; SIGTERM and SIGINT drain
   // The clock of the limits and the breakers (tests pass a ManualClock); nullptr: the real ones.
   const Clock* clock = nullptr;
-  // Where limits are decided; nullptr: an in-process LocalStore.
+  // Where limits are decided: make_limiter, when set, is called for each worker thread with that
+  // worker's executor, and the worker uses the limiter it returns (a store that does I/O runs it on
+  // the worker's own event loop); otherwise every worker uses `limiter`; nullptr: an in-process
+  // LocalStore. Either way each limiter is connected before the first request is accepted.
+  LimiterFactory make_limiter;
   std::shared_ptr<Limiter> limiter;
   std::string access_log;  // overrides the configuration's access_log when not empty
   // Where operational messages go (startup, reloads, breaker changes, drain); nullptr: stderr.
@@ -106,6 +110,9 @@ class Gateway {
   std::shared_ptr<const Snapshot> snapshot() const;
   Metrics& metrics();
   Stats& stats();
+  // The state of the breaker around a shared limit store, one per worker's store (empty for the
+  // in-process store).
+  std::vector<BreakerState> store_breakers() const;
 
   struct Impl;
 

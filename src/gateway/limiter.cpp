@@ -17,13 +17,14 @@ void StoreLimiter::acquire_each(std::span<const LimitRequest> requests, std::spa
     } else {
       decisions[i] = Decision{};
       decisions[i].allowed = true;
+      decisions[i].fallback = true;
     }
   }
   std::move(done)(Status{});
 }
 
-void StoreLimiter::release(std::string_view key, const Limit& limit, std::uint64_t lease) {
-  (void)store_.release(key, limit, lease);
+void StoreLimiter::release(std::string_view key, const Limit& limit, std::uint64_t lease, Handler done) {
+  std::move(done)(store_.release(key, limit, lease));
 }
 
 }  // namespace sluice::gateway

@@ -5,10 +5,16 @@
 #pragma once
 
 #include <boost/asio/any_completion_handler.hpp>
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/async_result.hpp>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 
+#include "sluice/circuit_breaker.h"
+#include "sluice/result.h"
 #include "sluice/store.h"
 
 namespace sluice::gateway {
@@ -19,16 +25,26 @@ class Limiter {
 
   virtual ~Limiter() = default;
 
+  // Gets ready to decide (a networked store: connects); the gateway calls it once, from the thread
+  // of the event loop the limiter serves, before it accepts requests. Calls done with ok, or with
+  // why the limiter cannot decide yet (it keeps trying meanwhile; limits follow on_store_failure).
+  virtual void connect(Handler done) { std::move(done)(Status{}); }
+
+  // The state of the breaker around a shared store, for /metrics; nothing for a store in this process.
+  virtual std::optional<BreakerState> store_breaker() const { return std::nullopt; }
+
   // Store::acquire_all: all or nothing. Calls done exactly once with the store's status, the
   // decisions filled in when it is ok. requests, their keys and decisions must stay valid until then.
   virtual void acquire_all(std::span<const LimitRequest> requests, std::span<Decision> decisions,
                            Handler done) = 0;
   // Each request decided on its own (shadow limits, which must not veto one another). A request
-  // the store could not decide gets a Decision with allowed == true.
+  // the store could not decide gets a Decision with allowed and fallback set.
   virtual void acquire_each(std::span<const LimitRequest> requests, std::span<Decision> decisions,
                             Handler done) = 0;
-  // Gives back a concurrency lease; errors are counted, not reported (the lease times out).
-  virtual void release(std::string_view key, const Limit& limit, std::uint64_t lease) = 0;
+  // Gives back a concurrency lease. done says whether the store could be told (when not, the lease
+  // times out by itself); key and limit need to stay valid only during the call.
+  virtual void release(std::string_view key, const Limit& limit, std::uint64_t lease,
+                       Handler done) = 0;
 
   // Awaitable forms for any Asio completion token (use_awaitable, a callback, ...).
   template <class Token>
@@ -47,6 +63,9 @@ class Limiter {
   }
 };
 
+// Makes the limiter of one event loop, given its executor (see GatewayOptions::make_limiter).
+using LimiterFactory = std::function<Result<std::shared_ptr<Limiter>>(boost::asio::any_io_executor)>;
+
 // A Limiter over a synchronous Store: every call completes before it returns.
 class StoreLimiter final : public Limiter {
  public:
@@ -56,7 +75,7 @@ class StoreLimiter final : public Limiter {
                    Handler done) override;
   void acquire_each(std::span<const LimitRequest> requests, std::span<Decision> decisions,
                     Handler done) override;
-  void release(std::string_view key, const Limit& limit, std::uint64_t lease) override;
+  void release(std::string_view key, const Limit& limit, std::uint64_t lease, Handler done) override;
 
  private:
   Store& store_;

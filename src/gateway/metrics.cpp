@@ -1,5 +1,6 @@
 #include "gateway/metrics.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace sluice::gateway {
@@ -69,7 +70,13 @@ void Metrics::count_breaker_transition(const std::string& upstream, BreakerState
   ++transitions_[{upstream, to}];
 }
 
-std::string Metrics::render(const Snapshot& snapshot) const {
+bool store_up(std::span<const BreakerState> store_breakers) {
+  return std::all_of(store_breakers.begin(), store_breakers.end(), [](BreakerState s) {
+    return s == BreakerState::kClosed || s == BreakerState::kForcedClosed || s == BreakerState::kDisabled;
+  });
+}
+
+std::string Metrics::render(const Snapshot& snapshot, std::span<const BreakerState> store_breakers) const {
   std::map<RequestKey, std::uint64_t> requests;
   std::map<ShadowKey, std::uint64_t> shadow;
   std::array<std::uint64_t, kBuckets.size() + 1> buckets{};
@@ -137,6 +144,26 @@ std::string Metrics::render(const Snapshot& snapshot) const {
   out += "# HELP sluice_store_errors_total Limit store calls that failed.\n";
   out += "# TYPE sluice_store_errors_total counter\n";
   out += "sluice_store_errors_total " + std::to_string(store_errors_.load(std::memory_order_relaxed)) + "\n";
+  out += "# HELP sluice_store_fallbacks_total Limit decisions made by on_store_failure, the store unable to decide.\n";
+  out += "# TYPE sluice_store_fallbacks_total counter\n";
+  for (const auto& [policy, name] : {std::pair{OnStoreFailure::kAllow, "allow"}, std::pair{OnStoreFailure::kDeny, "deny"},
+                                     std::pair{OnStoreFailure::kLocal, "local"}}) {
+    out += std::string("sluice_store_fallbacks_total{policy=\"") + name + "\"} " +
+           std::to_string(fallbacks_[static_cast<std::size_t>(policy)].load(std::memory_order_relaxed)) + "\n";
+  }
+  const bool up = store_up(store_breakers);
+  out += "# HELP sluice_store_up 1 while the limit store decides (the local store always does), 0 while "
+         "limits follow on_store_failure.\n";
+  out += "# TYPE sluice_store_up gauge\n";
+  out += std::string("sluice_store_up ") + (up ? "1" : "0") + "\n";
+  if (!store_breakers.empty()) {
+    out += "# HELP sluice_store_breakers Breakers around the limit store (one per worker thread), by state.\n";
+    out += "# TYPE sluice_store_breakers gauge\n";
+    for (BreakerState s : {BreakerState::kClosed, BreakerState::kOpen, BreakerState::kHalfOpen}) {
+      out += std::string("sluice_store_breakers{state=\"") + to_string(s) + "\"} " +
+             std::to_string(std::count(store_breakers.begin(), store_breakers.end(), s)) + "\n";
+    }
+  }
   out += "# HELP sluice_in_flight_requests Requests admitted and not yet answered.\n";
   out += "# TYPE sluice_in_flight_requests gauge\n";
   out += "sluice_in_flight_requests " + std::to_string(in_flight()) + "\n";

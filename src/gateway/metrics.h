@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -16,6 +17,10 @@
 #include "gateway/snapshot.h"
 
 namespace sluice::gateway {
+
+// Whether a limit store decides: every breaker around it lets calls through (a half-open one is
+// still probing). True for none (the in-process store).
+bool store_up(std::span<const BreakerState> store_breakers);
 
 class Metrics {
  public:
@@ -33,7 +38,12 @@ class Metrics {
   // How long the access checks and the limits took for one request.
   void observe_decision(std::size_t shard, Nanos duration);
   void count_shadow_rejection(std::size_t shard, const CompiledLimit& limit);
+  // A limit store call that failed (its limits then followed on_store_failure).
   void count_store_error() { store_errors_.fetch_add(1, std::memory_order_relaxed); }
+  // A limit decided by its on_store_failure because the store could not decide.
+  void count_fallback(OnStoreFailure policy) {
+    fallbacks_[static_cast<std::size_t>(policy)].fetch_add(1, std::memory_order_relaxed);
+  }
   std::uint64_t store_errors() const { return store_errors_.load(std::memory_order_relaxed); }
   void count_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_).fetch_add(1, std::memory_order_relaxed); }
   void count_breaker_transition(const std::string& upstream, BreakerState to);
@@ -42,7 +52,9 @@ class Metrics {
   std::int64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
 
   // Everything, with breaker states read from the snapshot's breakers now.
-  std::string render(const Snapshot& snapshot) const;
+  // store_breakers: the state of the breaker around a shared limit store, one per limiter (empty for
+  // the in-process store, which cannot fail).
+  std::string render(const Snapshot& snapshot, std::span<const BreakerState> store_breakers = {}) const;
 
  private:
   using RequestKey = std::tuple<std::string, std::string, Reason, int>;
@@ -60,6 +72,7 @@ class Metrics {
   std::unique_ptr<Shard[]> shards_;
   std::size_t shard_count_;
   std::atomic<std::uint64_t> store_errors_{0};
+  std::array<std::atomic<std::uint64_t>, 4> fallbacks_{};  // by OnStoreFailure
   std::atomic<std::uint64_t> reloads_ok_{0};
   std::atomic<std::uint64_t> reloads_failed_{0};
   std::atomic<std::int64_t> in_flight_{0};

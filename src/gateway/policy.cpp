@@ -85,6 +85,18 @@ void add_limits(const std::vector<CompiledLimit>& limits, Context& ctx) {
   }
 }
 
+// What the store does for a limit when it cannot decide (the in-flight limit, which has no rule of
+// its own, admits).
+OnStoreFailure store_policy(const CompiledLimit* l) {
+  if (l->rule == nullptr) return OnStoreFailure::kAllow;
+  switch (l->rule->on_store_failure) {
+    case config::OnStoreFailure::kAllow: return OnStoreFailure::kAllow;
+    case config::OnStoreFailure::kDeny: return OnStoreFailure::kDeny;
+    case config::OnStoreFailure::kLocal: return OnStoreFailure::kLocal;
+  }
+  return OnStoreFailure::kAllow;
+}
+
 // Fills requests with one store request per limit, keyed-by limits' keys built into ctx.keys.
 void to_requests(const Request& request, const std::vector<const CompiledLimit*>& limits,
                  std::vector<LimitRequest>& requests, std::size_t& next_key, Context& ctx) {
@@ -97,7 +109,7 @@ void to_requests(const Request& request, const std::vector<const CompiledLimit*>
       k.append(key_value(*l->rule, request));
       key = k;
     }
-    requests.push_back(LimitRequest{key, limit, request.cost});
+    requests.push_back(LimitRequest{key, limit, request.cost, store_policy(l)});
   }
 }
 
@@ -195,13 +207,23 @@ void judge(const Status& store, Context& ctx) {
   for (std::size_t i = 0; i < ctx.decisions.size(); ++i) {
     const Decision& d = ctx.decisions[i];
     const CompiledLimit* l = ctx.enforced_limits[i];
+    // Decided by on_store_failure: allow and deny made the decision up; local decided in this
+    // process on its share of the limit, which is a real rate-limit decision.
+    const OnStoreFailure policy = ctx.enforced[i].on_store_failure;
+    const bool made_up = d.fallback && policy != OnStoreFailure::kLocal;
+    v.store_failed = v.store_failed || d.fallback;
     if (!d.allowed) {
-      if (!rejected) v.reason = rejection_of(l->scope);
+      // The limits come in the order of their reasons (system, interface, grant, in-flight) and a
+      // store that could not decide comes after them, so the smallest reason is the one to give.
+      const Reason r = made_up ? Reason::kStoreUnavailable : rejection_of(l->scope);
+      if (!rejected || r < v.reason) v.reason = r;
       rejected = true;
       pointless = pointless || d.cost_exceeds_limit;
       wait = std::max(wait, l->scope == Scope::kInFlight ? kInFlightRetry : d.retry_after);
     }
-    if (l->scope == Scope::kInFlight || l->rule->limit.algorithm() == Algorithm::kConcurrency) continue;
+    if (made_up || l->scope == Scope::kInFlight || l->rule->limit.algorithm() == Algorithm::kConcurrency) {
+      continue;
+    }
     // The limit the RateLimit fields describe: a rejecting one with the longest wait, or else the
     // one with the smallest share left.
     const bool better =

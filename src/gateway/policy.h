@@ -87,6 +87,7 @@ struct Verdict {
   std::optional<Nanos> retry_after;  // Retry-After is sent when set
   std::optional<Quota> quota;
   std::vector<const CompiledLimit*> shadow_rejected;
+  // The store could not decide: it failed, or some decisions were made by on_store_failure.
   bool store_failed = false;
 };
 

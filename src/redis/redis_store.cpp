@@ -153,7 +153,8 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
         executor(std::move(ex)),
         strand(asio::make_strand(executor)),
         client(detail::make_client(strand, co)),
-        breaker(options.breaker) {
+        breaker(options.breaker),
+        local(options.local_store ? options.local_store : std::make_shared<LocalStore>()) {
     std::random_device random;
     lease_seed = (static_cast<std::uint64_t>(random()) << 32) ^ random();
   }
@@ -342,14 +343,14 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
     for (std::size_t j = 0; j < local_members.size(); ++j) {
       const Request& r = requests[local_members[j]];
       if (denied || r.cost == 0) {
-        auto d = local.peek(r.key, limits[j]);
+        auto d = local->peek(r.key, limits[j]);
         if (d.ok()) local_decisions[j] = *d;
       }
     }
     bool any_peek = denied;
     for (const std::size_t i : local_members) any_peek = any_peek || requests[i].cost == 0;
     if (!any_peek) {
-      if (Status s = local.acquire_all(local_requests, local_decisions); !s) return s.error();
+      if (Status s = local->acquire_all(local_requests, local_decisions); !s) return s.error();
     }
     for (std::size_t j = 0; j < local_members.size(); ++j) {
       local_decisions[j].fallback = true;
@@ -379,7 +380,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   detail::Strand strand;
   std::shared_ptr<Client> client;
   CircuitBreaker breaker;
-  LocalStore local;
+  std::shared_ptr<LocalStore> local;  // where kLocal decides
   std::uint64_t lease_seed = 0;
   std::atomic<std::uint64_t> lease_counter{0};
 };
@@ -648,6 +649,9 @@ void RedisStore::start_release(std::string_view key, const Limit& limit, std::ui
                         "release applies to concurrency limits only, not " +
                         std::string(to_string(limit.algorithm())))));
   }
+  // A lease that OnStoreFailure::kLocal gave is held in the local store: it goes back there. Redis's
+  // lease ids are random 64-bit numbers, so releasing one there frees nothing, nor the other way.
+  (void)impl_->local->release(key, divided(limit, options_.fleet_size), lease);
   Request r = impl_->make_request(LimitRequest{key, &limit, 0});
   Command c(7);
   c.arg("EVALSHA").arg(detail::kReleaseScript.sha1).arg(2).arg(r.state).arg(r.state2)

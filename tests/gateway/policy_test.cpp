@@ -71,7 +71,9 @@ class DownLimiter final : public Limiter {
   void acquire_each(std::span<const LimitRequest>, std::span<Decision>, Handler done) override {
     std::move(done)(Status(Error{ErrorCode::kStoreUnavailable, "down"}));
   }
-  void release(std::string_view, const Limit&, std::uint64_t) override {}
+  void release(std::string_view, const Limit&, std::uint64_t, Handler done) override {
+    std::move(done)(Status(Error{ErrorCode::kStoreUnavailable, "down"}));
+  }
 };
 
 class PolicyTest : public ::testing::Test {
@@ -98,7 +100,7 @@ class PolicyTest : public ::testing::Test {
     const Verdict& v = decide_now(r, *snapshot_, ctx_, limiter_);
     // Requests end at once unless a test holds them.
     if (!hold_) {
-      for (const Lease& l : ctx_.leases) limiter_.release(l.key, *l.limit, l.id);
+      for (const Lease& l : ctx_.leases) limiter_.release(l.key, *l.limit, l.id, [](Status) {});
     }
     return v.reason;
   }
@@ -235,7 +237,7 @@ TEST_F(PolicyTest, TheInFlightLimitHoldsUntilTheRequestEnds) {
   EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kInterfaceConcurrencyLimited);
   EXPECT_EQ(headers().substr(0, 15), "Retry-After: 1\n");
   ASSERT_EQ(first.size(), 1u);
-  limiter_.release(first[0].key, *first[0].limit, first[0].id);
+  limiter_.release(first[0].key, *first[0].limit, first[0].id, [](Status) {});
   EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kOk);
 }
 

@@ -18,6 +18,7 @@
 
 #include "sluice/circuit_breaker.h"
 #include "sluice/clock.h"
+#include "sluice/local_store.h"
 #include "sluice/store.h"
 
 namespace sluice::redis {
@@ -37,6 +38,10 @@ struct RedisStoreOptions {
   OnStoreFailure on_store_failure = OnStoreFailure::kError;
   // OnStoreFailure::kLocal divides every limit by this: the number of instances sharing the store.
   int fleet_size = 1;
+  // Where OnStoreFailure::kLocal decides; nullptr: a LocalStore of this store's own. Stores that
+  // serve one instance together (one per thread) share one, so that the instance admits its share
+  // once, not once per store.
+  std::shared_ptr<LocalStore> local_store = nullptr;
   // What a decision of OnStoreFailure::kDeny tells the caller to wait.
   std::chrono::milliseconds deny_retry_after{1000};
   // Wraps every call to Redis (timeouts and unreachable nodes count as failures; rejections do

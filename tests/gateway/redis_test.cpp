@@ -1,0 +1,492 @@
+// The gateway with its limits in Redis, against real redis-server processes (a single node, and a
+// 3-master, 3-replica cluster): a fleet of gateways admits a limit once in total, a bad address is
+// refused, Redis dying under load is answered per on_store_failure and decisions come back to it,
+// in-flight leases are given back, counters carry over a reload, and /metrics tells the store's
+// health. Nothing is skipped: a test that cannot start its server fails.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <boost/json.hpp>
+#include <latch>
+#include <mutex>
+#include <thread>
+
+#include "cluster_fixture.h"
+#include "gateway/demo.h"
+#include "gateway/gateway.h"
+#include "gateway/redis_limiter.h"
+#include "http_client.h"
+#include "load_config.h"
+#include "redis_server.h"
+
+namespace sluice::gateway {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Child;
+using testing::HttpClient;
+using testing::HttpResponse;
+using Steady = std::chrono::steady_clock;
+
+std::string reason_of(const HttpResponse& r) {
+  boost::system::error_code ec;
+  auto v = boost::json::parse(r.body, ec);
+  if (ec || !v.is_object()) return "";
+  auto it = v.as_object().find("reason");
+  return it != v.as_object().end() && it->value().is_string() ? std::string(it->value().as_string()) : "";
+}
+
+// The value of an unlabelled metric (or one with its labels written out), -1 when absent.
+double metric(const std::string& text, const std::string& name) {
+  const std::size_t at = text.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::atof(text.c_str() + at + name.size() + 2);
+}
+
+// A fleet of `sluice serve` processes on one store, each with 2 worker threads.
+class Fleet {
+ public:
+  Fleet(const std::string& store, const std::string& config, int size) : dir_(testing::temp_dir()) {
+    testing::write_file(dir_ + "/sluice.yaml", config);
+    for (int i = 0; i < size; ++i) {
+      ports_.push_back(testing::free_port());
+      admin_ports_.push_back(testing::free_port());
+      children_.push_back(std::make_unique<Child>(
+          std::vector<std::string>{SLUICE_BINARY, "serve", "--config", dir_ + "/sluice.yaml", "--store", store,
+                                   "--threads", "2", "--listen", "127.0.0.1:" + std::to_string(ports_.back()),
+                                   "--admin-listen", "127.0.0.1:" + std::to_string(admin_ports_.back()),
+                                   "--access-log", "off"},
+          testing::temp_dir()));
+    }
+  }
+
+  // Whether every instance answers its health check (their stderr in the message when not).
+  ::testing::AssertionResult serving() {
+    for (std::size_t i = 0; i < ports_.size(); ++i) {
+      const std::uint16_t port = ports_[i];
+      if (!testing::eventually([&] { return HttpClient(port).get("/_sluice/healthz").status == 200; })) {
+        return ::testing::AssertionFailure() << "instance " << i << " is not serving: " << children_[i]->stderr_text();
+      }
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  std::uint16_t port(std::size_t i) const { return ports_[i]; }
+  std::size_t size() const { return ports_.size(); }
+  std::string metrics(std::size_t i) const { return HttpClient(admin_ports_[i]).get("/metrics").body; }
+  std::string stderr_text(std::size_t i) const { return children_[i]->stderr_text(); }
+
+ private:
+  std::string dir_;
+  std::vector<std::uint16_t> ports_;
+  std::vector<std::uint16_t> admin_ports_;
+  std::vector<std::unique_ptr<Child>> children_;
+};
+
+// Deny when Redis cannot decide, so that no admission is made up; time for a burst to queue in Redis.
+std::string fleet_config(std::uint16_t upstream) {
+  return "store_timeout: 5s\n"
+         "upstreams: [{name: app, targets: [127.0.0.1:" + std::to_string(upstream) + "]}]\n"
+         "systems:\n"
+         "  - key: crm\n"
+         "    interfaces: [echo]\n"
+         "    limits: [{algorithm: sliding_log, limit: 50, period: 1h, on_store_failure: deny}]\n"
+         "interfaces:\n"
+         "  - {id: echo, path: /echo/*, upstream: app}\n";
+}
+
+// Three gateway processes on `store`, a burst of 1,000 requests from 30 clients (10 per instance)
+// released together: exactly 50 pass, every other one is refused by the system limit, and no
+// decision was made without the store.
+void expect_fleet_admits_exactly_50(const std::string& store, const std::function<std::size_t()>& keys_in_store) {
+  auto up = DemoUpstream::start();
+  ASSERT_TRUE(up.ok());
+  Fleet fleet(store, fleet_config((*up)->port()), 3);
+  ASSERT_TRUE(fleet.serving());
+  constexpr int kClients = 30;
+  constexpr int kRequests = 1000;
+  std::atomic<int> admitted{0}, limited{0}, other{0};
+  std::string other_example;
+  std::mutex mu;
+  std::latch go(kClients);
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      HttpClient client(fleet.port(static_cast<std::size_t>(c) % fleet.size()));
+      const int n = kRequests / kClients + (c < kRequests % kClients ? 1 : 0);
+      go.arrive_and_wait();
+      for (int i = 0; i < n; ++i) {
+        const HttpResponse r = client.get("/echo/x", "crm");
+        if (r.status == 200) {
+          ++admitted;
+        } else if (r.status == 429 && reason_of(r) == "system_rate_limited") {
+          ++limited;
+        } else {
+          ++other;
+          std::lock_guard lock(mu);
+          other_example = std::to_string(r.status) + " " + r.body;
+        }
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(admitted.load(), 50);
+  EXPECT_EQ(limited.load(), kRequests - 50);
+  EXPECT_EQ(other.load(), 0) << other_example;
+  EXPECT_EQ((*up)->requests(), 50) << "only admitted requests reach the upstream";
+  for (std::size_t i = 0; i < fleet.size(); ++i) {
+    const std::string m = fleet.metrics(i);
+    EXPECT_EQ(metric(m, "sluice_store_errors_total"), 0) << "instance " << i;
+    EXPECT_EQ(metric(m, "sluice_store_up"), 1) << "instance " << i;
+  }
+  EXPECT_GE(keys_in_store(), 1u) << "the limit was counted in Redis";
+}
+
+std::size_t count_keys(testing::RedisServer& server) {
+  const std::string out = server.cli({"DBSIZE"});
+  return out.empty() ? 0 : std::stoul(out);
+}
+
+TEST(RedisFleetTest, ThreeGatewaysSharingOneRedisAdmitExactlyTheLimit) {
+  auto server = testing::RedisServer::start();
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  expect_fleet_admits_exactly_50((*server)->address(), [&] { return count_keys(**server); });
+}
+
+class RedisClusterFleetTest : public testing::ClusterTest {};
+
+TEST_F(RedisClusterFleetTest, ThreeGatewaysSharingOneClusterAdmitExactlyTheLimit) {
+  expect_fleet_admits_exactly_50(cluster_->address(), [] {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < cluster_->size(); ++i) n += count_keys(cluster_->node(i));
+    return n;
+  });
+}
+
+// Runs build/sluice to its end: its exit code, and its stdout.
+int run_sluice(const std::vector<std::string>& args, std::string* out = nullptr) {
+  std::vector<std::string> argv{SLUICE_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Child child(argv, testing::temp_dir());
+  const int code = child.wait_exit(30s);
+  if (out != nullptr) *out = child.stdout_text();
+  return code;
+}
+
+TEST(RedisFleetTest, EveryConfigurationSourceCountsInRedis) {
+  auto server = testing::RedisServer::start();
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  auto up = DemoUpstream::start();
+  ASSERT_TRUE(up.ok());
+  // A database with store: redis://..., a primary serving it, a follower of that primary, and a
+  // gateway on the same configuration as a file: one limit of 5 for the three.
+  const std::string dir = testing::temp_dir();
+  std::string yaml = "store: \"" + (*server)->address() + "\"\n" + fleet_config((*up)->port());
+  yaml.replace(yaml.find("limit: 50"), 9, "limit: 5");
+  testing::write_file(dir + "/sluice.yaml", yaml);
+  ASSERT_EQ(run_sluice({"config", "import", dir + "/sluice.yaml", "--db", dir + "/sluice.db"}), 0);
+  std::string token;
+  ASSERT_EQ(run_sluice({"token", "create", "--role", "read", "--db", dir + "/sluice.db"}, &token), 0);
+  while (!token.empty() && token.back() == '\n') token.pop_back();
+
+  struct Instance {
+    std::uint16_t port = testing::free_port();
+    std::uint16_t admin = testing::free_port();
+    std::unique_ptr<Child> child;
+  };
+  std::vector<Instance> instances(3);
+  auto serve = [&](Instance& i, std::vector<std::string> source) {
+    std::vector<std::string> argv{SLUICE_BINARY, "serve", "--listen", "127.0.0.1:" + std::to_string(i.port),
+                                  "--admin-listen", "127.0.0.1:" + std::to_string(i.admin), "--access-log", "off"};
+    argv.insert(argv.end(), source.begin(), source.end());
+    i.child = std::make_unique<Child>(argv, testing::temp_dir());
+    return testing::eventually([&] { return HttpClient(i.port).get("/_sluice/healthz").status == 200; });
+  };
+  ASSERT_TRUE(serve(instances[0], {"--db", dir + "/sluice.db"})) << instances[0].child->stderr_text();
+  ASSERT_TRUE(serve(instances[1], {"--config-from", "http://127.0.0.1:" + std::to_string(instances[0].admin),
+                                   "--token", token}))
+      << instances[1].child->stderr_text();
+  ASSERT_TRUE(serve(instances[2], {"--config", dir + "/sluice.yaml"})) << instances[2].child->stderr_text();
+  for (const Instance& i : instances) {
+    EXPECT_NE(i.child->stderr_text().find("limits in " + (*server)->address()), std::string::npos)
+        << i.child->stderr_text();
+  }
+  int admitted = 0;
+  for (int n = 0; n < 12; ++n) {
+    const HttpResponse r = HttpClient(instances[static_cast<std::size_t>(n) % 3].port).get("/echo/x", "crm");
+    if (r.status == 200) {
+      ++admitted;
+    } else {
+      EXPECT_EQ(reason_of(r), "system_rate_limited") << r.status << " " << r.body;
+    }
+  }
+  EXPECT_EQ(admitted, 5);
+  EXPECT_GE(count_keys(**server), 1u) << "counted in Redis";
+  // The admin API's stats say where limits are counted, and that the store is up.
+  const HttpResponse stats =
+      HttpClient(instances[0].admin).request("GET", "/admin/v1/stats", {{"Authorization", "Bearer " + token}});
+  ASSERT_EQ(stats.status, 200) << stats.body;
+  const auto store = boost::json::parse(stats.body).as_object().at("store").as_object();
+  EXPECT_EQ(store.at("kind").as_string(), "redis");
+  EXPECT_EQ(store.at("up").as_bool(), true);
+  EXPECT_EQ(store.at("breakers").as_array().size(), 1u) << "one worker thread, one store";
+  // The admin API's live limit state is the fleet's, read from Redis: all 5 used.
+  const HttpResponse limits = HttpClient(instances[0].admin)
+                                  .request("GET", "/admin/v1/limits?key=system:crm",
+                                           {{"Authorization", "Bearer " + token}});
+  ASSERT_EQ(limits.status, 200) << limits.body;
+  const auto state =
+      boost::json::parse(limits.body).as_object().at("items").as_array().at(0).as_object().at("state").as_object();
+  EXPECT_EQ(state.at("limit").as_int64(), 5);
+  EXPECT_EQ(state.at("remaining").as_int64(), 0);
+}
+
+TEST(RedisAddressTest, ABadAddressIsRefusedWithAClearMessage) {
+  const std::string dir = testing::temp_dir();
+  const std::string path = dir + "/sluice.yaml";
+  struct Case {
+    std::string store;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"redis://127.0.0.1:notaport", "bad port 'notaport'"},
+      {"redis://127.0.0.1:6379,127.0.0.1:6380", "several hosts need redis-cluster://"},
+      {"redis-cluster://127.0.0.1:7000/2", "a cluster has no database number"},
+  };
+  for (const Case& c : cases) {
+    testing::write_file(path, "store: \"" + c.store + "\"\n" + fleet_config(1));
+    Child file({SLUICE_BINARY, "serve", "--config", path, "--check"}, testing::temp_dir());
+    EXPECT_EQ(file.wait_exit(10s), 1) << c.store;
+    EXPECT_NE(file.stderr_text().find(path + ": store: redis address: " + c.message), std::string::npos)
+        << file.stderr_text();
+    EXPECT_EQ(file.stdout_text(), "") << "not reported ok";
+  }
+  testing::write_file(path, fleet_config(1));
+  Child flag({SLUICE_BINARY, "serve", "--config", path, "--store", "redis://:secret@", "--check"}, testing::temp_dir());
+  EXPECT_EQ(flag.wait_exit(10s), 1);
+  EXPECT_NE(flag.stderr_text().find("--store: redis address: no host"), std::string::npos) << flag.stderr_text();
+}
+
+TEST(RedisAddressTest, AnUnreachableRedisIsSaidAtStartAndLimitsFollowTheirPolicy) {
+  // Not a reason to refuse to start: Redis may come up after the gateway.
+  auto up = DemoUpstream::start();
+  ASSERT_TRUE(up.ok());
+  Fleet fleet("redis://127.0.0.1:" + std::to_string(testing::free_port()), fleet_config((*up)->port()), 1);
+  ASSERT_TRUE(fleet.serving());
+  const HttpResponse r = HttpClient(fleet.port(0)).get("/echo/x", "crm");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(reason_of(r), "store_unavailable");
+  const std::string m = fleet.metrics(0);
+  EXPECT_EQ(metric(m, "sluice_store_fallbacks_total{policy=\"deny\"}"), 1);
+  EXPECT_NE(fleet.stderr_text(0).find("limit store not reachable yet (redis 127.0.0.1:"), std::string::npos)
+      << fleet.stderr_text(0);
+}
+
+// One in-process gateway on a Redis of the test's own; the limits' clock is Redis's.
+class RedisGatewayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = testing::RedisServer::start();
+    ASSERT_TRUE(server.ok()) << server.error().message;
+    redis_ = std::move(*server);
+    auto up = DemoUpstream::start();
+    ASSERT_TRUE(up.ok());
+    upstream_ = std::move(*up);
+    start(config_text());
+  }
+
+  std::string config_text(const std::string& limited = "limit: 2, period: 1m") const {
+    return "fleet_size: 2\n"
+           "store_timeout: 200ms\n"
+           "upstreams:\n"
+           "  - {name: app, targets: [127.0.0.1:" + std::to_string(upstream_->port()) + "], timeout: 10s}\n"
+           "systems:\n"
+           "  - {key: crm, interfaces: [\"*\"]}\n"
+           "interfaces:\n"
+           "  - {id: open, path: /open, upstream: app, limits: [{algorithm: fixed_window, limit: 1000000, "
+           "period: 1h, on_store_failure: allow}]}\n"
+           "  - {id: closed, path: /closed, upstream: app, limits: [{algorithm: gcra, limit: 1000000, "
+           "period: 1h, burst: 1000000, on_store_failure: deny}]}\n"
+           "  - {id: shared, path: /shared, upstream: app, limits: [{algorithm: sliding_window, limit: 10, "
+           "period: 1h, on_store_failure: local}]}\n"
+           "  - {id: limited, path: /limited, upstream: app, limits: [{algorithm: fixed_window, " + limited + "}]}\n"
+           "  - {id: other, path: /other, upstream: app, limits: [{algorithm: token_bucket, capacity: 5, rate: 1, "
+           "per: 1h}]}\n"
+           "  - {id: slow, path: /slow, upstream: app, concurrency: 1}\n";
+  }
+
+  void start(const std::string& text) {
+    auto factory = redis_limiters({.address = redis_->address(), .command_timeout = 200ms, .fleet_size = 2});
+    ASSERT_TRUE(factory.ok()) << factory.error().message;
+    GatewayOptions o;
+    o.listen = "127.0.0.1:0";
+    o.admin_listen = "127.0.0.1:0";
+    o.threads = 2;
+    o.access_log = "off";
+    o.log = [](std::string_view) {};
+    o.make_limiter = std::move(*factory);
+    auto g = Gateway::start(o, testing::load_config(text));
+    ASSERT_TRUE(g.ok()) << g.error().message;
+    gw_ = std::move(*g);
+  }
+
+  HttpResponse get(const std::string& target) { return HttpClient(gw_->port()).get(target, "crm"); }
+  std::string metrics() { return HttpClient(gw_->admin_port()).get("/metrics").body; }
+
+  // How many of n requests to target, one after another, are admitted; the others must be refused
+  // with `refusal`.
+  int admitted_of(int n, const std::string& target, const std::string& refusal = "interface_rate_limited") {
+    HttpClient c(gw_->port());
+    int ok = 0;
+    for (int i = 0; i < n; ++i) {
+      const HttpResponse r = c.get(target, "crm");
+      if (r.status == 200) {
+        ++ok;
+      } else {
+        EXPECT_EQ(reason_of(r), refusal) << target << ": " << r.status << " " << r.body;
+      }
+    }
+    return ok;
+  }
+
+  std::unique_ptr<testing::RedisServer> redis_;
+  std::unique_ptr<DemoUpstream> upstream_;
+  std::unique_ptr<Gateway> gw_;
+};
+
+TEST_F(RedisGatewayTest, RateLimitFieldsComeFromRedisDecisions) {
+  HttpClient c(gw_->port());
+  HttpResponse r = c.get("/other", "crm");
+  EXPECT_EQ(r.status, 200);
+  // 5 tokens, one back per hour: 5 hours from empty to full, an hour until the one taken is back.
+  EXPECT_EQ(r.header("ratelimit-policy"), "\"other\";q=5;w=18000");
+  EXPECT_EQ(r.header("ratelimit"), "\"other\";r=4;t=3600");
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(c.get("/other", "crm").status, 200);
+  r = c.get("/other", "crm");
+  EXPECT_EQ(r.status, 429);
+  EXPECT_EQ(reason_of(r), "interface_rate_limited");
+  EXPECT_EQ(r.header("ratelimit"), "\"other\";r=0;t=3600");
+  EXPECT_EQ(r.header("retry-after"), "3600");
+  EXPECT_EQ(count_keys(*redis_), 1u) << "the bucket lives in Redis";
+}
+
+TEST_F(RedisGatewayTest, TheInFlightLeaseIsGivenBackWhenTheUpstreamHasAnswered) {
+  std::atomic<int> slow_status{0};
+  std::thread slow([&] { slow_status = get("/slow?delay_ms=1000").status; });
+  ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 1; }));
+  const HttpResponse refused = get("/slow");
+  EXPECT_EQ(refused.status, 429);
+  EXPECT_EQ(reason_of(refused), "interface_concurrency_limited");
+  slow.join();
+  EXPECT_EQ(slow_status.load(), 200);
+  // Each lease goes back once its response is written: 20 requests in a row each find it free.
+  EXPECT_EQ(admitted_of(20, "/slow"), 20);
+  EXPECT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 0; }));
+  EXPECT_EQ(metric(metrics(), "sluice_store_errors_total"), 0);
+}
+
+TEST_F(RedisGatewayTest, CountersInRedisCarryOverAReload) {
+  EXPECT_EQ(admitted_of(2, "/limited"), 2);
+  // Another limit changes; this one does not, and its count stays.
+  std::string text = config_text();
+  text.replace(text.find("capacity: 5"), 11, "capacity: 6");
+  ASSERT_TRUE(gw_->reload(testing::load_config(text)).ok());
+  EXPECT_EQ(admitted_of(1, "/limited"), 0);
+  // A changed limit starts afresh.
+  ASSERT_TRUE(gw_->reload(testing::load_config(config_text("limit: 3, period: 1m"))).ok());
+  EXPECT_EQ(admitted_of(4, "/limited"), 3);
+}
+
+TEST_F(RedisGatewayTest, RedisKilledUnderLoadEachLimitFollowsItsPolicyAndDecisionsComeBack) {
+  // Before: /shared is counted in Redis, limit 10.
+  EXPECT_EQ(admitted_of(3, "/shared"), 3);
+  EXPECT_EQ(metric(metrics(), "sluice_store_up"), 1);
+
+  // Load on the allow and deny limits from 4 clients while Redis is killed.
+  struct Outcome {
+    Steady::time_point sent;
+    Nanos took;
+    int status;
+    std::string reason;
+    bool closed;
+  };
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::vector<Outcome> outcomes;  // guarded by mu
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 4; ++t) {
+    clients.emplace_back([&, t] {
+      HttpClient c(gw_->port());
+      const bool closed = t % 2 == 1;
+      while (!stop) {
+        const auto sent = Steady::now();
+        const HttpResponse r = c.get(closed ? "/closed" : "/open", "crm");
+        const Outcome o{sent, Steady::now() - sent, r.status, reason_of(r), closed};
+        std::lock_guard lock(mu);
+        outcomes.push_back(o);
+      }
+    });
+  }
+  ASSERT_TRUE(testing::eventually([&] {
+    std::lock_guard lock(mu);
+    return outcomes.size() >= 40;
+  }));
+  const auto killing = Steady::now();
+  redis_->kill();
+  const auto killed = Steady::now();
+  ASSERT_TRUE(testing::eventually([&] {
+    std::lock_guard lock(mu);
+    return std::count_if(outcomes.begin(), outcomes.end(), [&](const Outcome& o) { return o.sent > killed; }) >= 200;
+  }));
+  stop = true;
+  for (auto& t : clients) t.join();
+
+  // Every request was answered, in time, per its limit's policy: allow admits, deny refuses with 503.
+  int after = 0;
+  int open_after = 0;
+  Nanos slowest{0};
+  for (const Outcome& o : outcomes) {
+    if (o.sent + o.took < killing) {
+      EXPECT_EQ(o.status, 200);
+    }
+    if (o.sent <= killed) continue;  // in flight while Redis was dying: either answer is right
+    ++after;
+    if (!o.closed) ++open_after;
+    slowest = std::max(slowest, o.took);
+    if (o.closed) {
+      EXPECT_EQ(o.status, 503);
+      EXPECT_EQ(o.reason, "store_unavailable");
+    } else {
+      EXPECT_EQ(o.status, 200);
+    }
+  }
+  EXPECT_GE(after, 200);
+  // The store timeout (200 ms) and a margin for HTTP on a shared machine.
+  EXPECT_LT(slowest, 200ms + 200ms);
+
+  // local: this gateway's share of the limit (10 / fleet_size 2), counted in this process.
+  EXPECT_EQ(admitted_of(8, "/shared"), 5);
+  std::string m = metrics();
+  EXPECT_EQ(metric(m, "sluice_store_up"), 0);
+  EXPECT_GE(metric(m, "sluice_store_fallbacks_total{policy=\"allow\"}"), open_after);
+  EXPECT_GE(metric(m, "sluice_store_fallbacks_total{policy=\"deny\"}"), after - open_after);
+  EXPECT_EQ(metric(m, "sluice_store_fallbacks_total{policy=\"local\"}"), 8);
+
+  // Redis back (empty: it keeps nothing on disk): decisions return to it within a second, on every
+  // worker's store.
+  ASSERT_TRUE(redis_->restart().ok());
+  const auto restarted = Steady::now();
+  ASSERT_TRUE(testing::eventually([&] {
+    HttpClient a(gw_->port()), b(gw_->port());  // two connections: one per worker
+    return a.get("/closed", "crm").status == 200 && b.get("/closed", "crm").status == 200 &&
+           metric(metrics(), "sluice_store_up") == 1;
+  }));
+  EXPECT_LT(Steady::now() - restarted, 1s + 500ms);
+  // The local count (5 used) is left behind: Redis's fresh window admits the whole limit.
+  EXPECT_EQ(admitted_of(12, "/shared"), 10);
+  m = metrics();
+  EXPECT_EQ(metric(m, "sluice_store_fallbacks_total{policy=\"local\"}"), 8);
+  EXPECT_GE(count_keys(*redis_), 1u);
+}
+
+}  // namespace
+}  // namespace sluice::gateway
