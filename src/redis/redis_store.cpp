@@ -541,8 +541,16 @@ RedisStore::RedisStore(RedisStoreOptions options, std::shared_ptr<Impl> impl,
     : options_(std::move(options)), own_(std::move(own)), impl_(std::move(impl)) {}
 
 RedisStore::~RedisStore() {
-  // Closing fails what is pending; its handlers still run, on their executors.
-  asio::dispatch(impl_->strand, [impl = impl_] { impl->client->stop(); });
+  // Closing fails what is pending; its handlers still run, on their executors. It also lets go of
+  // the decisions in flight, which hold the store's state while the connection holds them. On an
+  // io_context that has stopped (a server shutting down, its threads joined) nothing would run a
+  // dispatched close, and those would keep each other alive: close here, no thread is in the loop.
+  const auto* loop = impl_->executor.target<asio::io_context::executor_type>();
+  if (loop != nullptr && loop->context().stopped()) {
+    impl_->client->stop();
+  } else {
+    asio::dispatch(impl_->strand, [impl = impl_] { impl->client->stop(); });
+  }
   if (own_) own_->join();
   impl_.reset();
 }

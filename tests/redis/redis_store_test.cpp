@@ -242,5 +242,35 @@ TEST_F(RedisStoreTest, AsyncWithCoroutines) {
   EXPECT_EQ(allowed, (std::vector<bool>{true, true, false, true}));
 }
 
+// A server shutting down stops its loop with decisions in flight, then destroys its store: what was
+// in flight is let go with the loop, not kept alive in a cycle with the connection (a leak).
+TEST_F(RedisStoreTest, DestroyedOnAStoppedLoopLetsGoOfTheDecisionsInFlight) {
+  auto io = std::make_unique<boost::asio::io_context>();
+  auto opened = RedisStore::open(io->get_executor(), {.address = server_->address(), .command_timeout = 10s});
+  ASSERT_TRUE(opened.ok());
+  std::unique_ptr<RedisStore> store = std::move(*opened);
+  const Limit limit = make(Limit::fixed_window({.limit = 100, .period = 1h}));
+  bool connected = false;
+  store->async_connect([&](Status s) { connected = s.ok(); });
+  while (!connected && io->run_one_for(5s) > 0) {}
+  ASSERT_TRUE(connected);
+  // Scripts wait while the server is paused, so the decisions stay in flight.
+  ASSERT_EQ(server_->cli({"CLIENT", "PAUSE", "10000", "WRITE"}), "OK");
+  auto token = std::make_shared<int>(0);
+  for (int i = 0; i < 10; ++i) store->async_acquire("k", limit, 1, [token](Result<Decision>) {});
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (server_->cli({"INFO", "clients"}).find("blocked_clients:1") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    io->run_for(1ms);
+  }
+  ASSERT_NE(server_->cli({"INFO", "clients"}).find("blocked_clients:1"), std::string::npos);
+  io->stop();
+  EXPECT_GT(token.use_count(), 1);
+  store.reset();
+  io.reset();
+  EXPECT_EQ(token.use_count(), 1);
+  server_->cli({"CLIENT", "UNPAUSE"});
+}
+
 }  // namespace
 }  // namespace sluice::testing
