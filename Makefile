@@ -15,9 +15,10 @@ build: bootstrap
 	$(CMAKE) -S . -B $(BUILD) $(CONFIG)
 	$(CMAKE) --build $(BUILD) -j $(JOBS)
 
-# The gateway on its built-in demo configuration, in front of a built-in echo upstream.
+# The gateway on its demo configuration, kept in an SQLite file, in front of a built-in echo upstream;
+# it prints curl lines to try and an admin token for the web console.
 run: build
-	$(BUILD)/sluice serve --demo
+	$(BUILD)/sluice serve --demo --db $(BUILD)/sluice.db
 
 # Every test: unit, shared vectors, Redis, gateway, browser, and the installed-package example.
 test: build

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/serve_control.h"
+#include "config/store.h"
 #include "config/yaml.h"
 #include "gateway/admin_api.h"
 #include "gateway/demo.h"
@@ -29,7 +30,7 @@ struct ServeOptions {
   std::string token;
 };
 
-void print_demo_help(std::uint16_t port, std::uint16_t admin_port) {
+void print_demo_help(std::uint16_t port, std::uint16_t admin_port, const std::string& token) {
   const std::string base = "http://127.0.0.1:" + std::to_string(port);
   std::printf(
       "sluice serve --demo: the demo configuration in front of a built-in echo upstream.\n"
@@ -47,18 +48,89 @@ void print_demo_help(std::uint16_t port, std::uint16_t admin_port) {
       "  curl -s http://127.0.0.1:%u/config                # the configuration as YAML\n",
       base.c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str(),
       static_cast<unsigned>(admin_port), static_cast<unsigned>(admin_port));
+  std::printf("The web console: http://127.0.0.1:%u/ — sign in with the admin token %s (made for this run)\n",
+              static_cast<unsigned>(admin_port), token.c_str());
   std::fflush(stdout);
 }
 
+std::uint16_t port_of(const std::string& address, std::uint16_t fallback) {
+  const auto target = config::parse_target(address);
+  return target ? target->port : fallback;
+}
+
+// The demo's configuration in the database: written there on the first run; on later runs (which
+// keep what was edited meanwhile) only the demo upstream moves to this run's echo server.
+Status seed_demo(config::ConfigStore& store, std::uint16_t upstream_port) {
+  const auto demo = gateway::demo_config(upstream_port);
+  auto stored = store.load();
+  if (!stored.ok()) return stored.error();
+  config::Config current = *stored->config;
+  config::WriteResult written;
+  if (current.systems.empty() && current.interfaces.empty() && current.upstreams.empty()) {
+    written = store.replace("demo", "import", *demo);
+  } else {
+    bool moved = false;
+    for (config::Upstream& u : current.upstreams) {
+      if (u.name == demo->upstreams.front().name && u.targets != demo->upstreams.front().targets) {
+        u.targets = demo->upstreams.front().targets;
+        moved = true;
+      }
+    }
+    if (moved) written = store.replace("demo", "import", current);
+  }
+  if (!written.ok()) return Error{ErrorCode::kInvalidArgument, written.refusal->message};
+  return {};
+}
+
+// A fresh admin token for this run's console, in place of the previous run's.
+Result<std::string> demo_token(config::ConfigStore& store) {
+  auto tokens = store.tokens();
+  if (!tokens.ok()) return tokens.error();
+  for (const config::TokenInfo& t : *tokens) {
+    if (t.name == "demo") (void)store.delete_token("demo", t.id);
+  }
+  auto made = store.create_token("demo", config::Role::kAdmin, "demo");
+  if (!made.ok()) return made.error();
+  return std::move(made->second);
+}
+
+// --demo: the demo configuration, kept in the database like any other, in front of a built-in echo
+// upstream, with a token for the web console.
+int serve_demo(const ServeSettings& settings) {
+  auto upstream = gateway::DemoUpstream::start(0);
+  std::string token;
+  Status ready = upstream.ok() ? Status{} : Status(upstream.error());
+  if (ready.ok()) {
+    auto store = config::ConfigStore::open({.path = settings.db});
+    if (!store.ok()) ready = store.error();
+    if (ready.ok()) ready = seed_demo(**store, (*upstream)->port());
+    if (ready.ok()) {
+      auto made = demo_token(**store);
+      if (made.ok()) token = std::move(*made);
+      else ready = made.error();
+    }
+  }
+  if (!ready.ok()) {
+    std::fprintf(stderr, "sluice serve --demo: %s: %s\n", settings.db.c_str(), ready.error().message.c_str());
+    return 1;
+  }
+  const config::Config defaults;
+  print_demo_help(port_of(settings.listen.empty() ? defaults.listen : settings.listen, 8080),
+                  port_of(settings.admin_listen.empty() ? defaults.admin_listen : settings.admin_listen, 9090),
+                  token);
+  return serve_database(settings);
+}
+
 int run(const ServeOptions& o) {
-  const int sources = int{!o.config_path.empty()} + int{o.demo} + int{!o.db.empty()} + int{!o.config_from.empty()};
+  const int sources = int{!o.config_path.empty()} + int{o.demo || !o.db.empty()} + int{!o.config_from.empty()};
   if (sources > 1) {
-    std::fprintf(stderr, "sluice serve: give one of --db FILE, --config FILE, --config-from URL or --demo\n");
+    std::fprintf(stderr, "sluice serve: give one of --db FILE (with --demo or not), --config FILE or --config-from URL\n");
     return 2;
   }
   const ServeSettings settings{o.listen, o.admin_listen, o.threads, o.store, o.access_log, o.check,
                                o.print_config, o.db.empty() ? "./sluice.db" : o.db, o.config_from, o.token,
                                o.fleet_size};
+  if (o.demo && !o.check && !o.print_config) return serve_demo(settings);
   if (o.config_path.empty() && !o.demo) {
     return o.config_from.empty() ? serve_database(settings) : serve_follower(settings);
   }
@@ -114,7 +186,6 @@ int run(const ServeOptions& o) {
   std::fprintf(stderr, "sluice: serving on port %u (admin on port %u), %d thread%s, limits in %s\n",
                static_cast<unsigned>(gw->port()), static_cast<unsigned>(gw->admin_port()), o.threads,
                o.threads == 1 ? "" : "s", limits_where(settings, *cfg).c_str());
-  if (o.demo) print_demo_help(gw->port(), gw->admin_port());
   gw->wait();
   std::fprintf(stderr, "sluice: stopped\n");
   return 0;
@@ -136,7 +207,9 @@ void add_serve_command(CLI::App& app) {
   serve->add_option("--config-from", o->config_from,
                     "Follow a primary: http://host:port of its admin listener (needs --token)");
   serve->add_option("--token", o->token, "With --config-from: an admin token of the primary (read role suffices)");
-  serve->add_flag("--demo", o->demo, "Run the built-in demo configuration in front of a built-in echo upstream");
+  serve->add_flag("--demo", o->demo,
+                  "Run the built-in demo configuration, kept in the database (--db; written there on the first "
+                  "run), in front of a built-in echo upstream, with an admin token for the web console");
   serve->add_option("--listen", o->listen,
                     "host:port for requests (default: the configuration's listen, 127.0.0.1:8080)");
   serve->add_option("--admin-listen", o->admin_listen,
@@ -160,7 +233,7 @@ void add_serve_command(CLI::App& app) {
       "  sluice serve --db ./sluice.db                        # then edit it: docs/admin-api.md\n"
       "  sluice serve --config-from http://primary:9090 --token T    # a follower of that instance\n"
       "  sluice serve --config sluice.yaml --check            # validate a file and exit\n"
-      "  sluice serve --demo                                  # a built-in demo, with curl lines to try\n"
+      "  sluice serve --demo --db demo.db                     # a built-in demo, with curl lines to try and the console\n"
       "Environment: SLUICE_SECRET_KEY (32 bytes as 64 hex digits or base64, e.g. openssl rand -hex 32) seals\n"
       "and opens the signing secrets of systems whose auth is hmac.\n"
       "The admin listener refuses an address off loopback until an admin token exists.\n"

@@ -148,5 +148,49 @@ TEST_F(ProcessTest, SigtermDrainsRequestsInFlightAndExitsZero) {
   EXPECT_FALSE(testing::can_connect(port_));
 }
 
+// make run: the demo keeps its configuration in a database, serves the console with a token made for
+// the run, and on a second run keeps the database, moves the demo upstream to the new echo server
+// and replaces the token.
+TEST_F(ProcessTest, TheDemoKeepsItsConfigurationInTheDatabaseWithATokenForTheConsole) {
+  const std::string db = dir_ + "/demo.db";
+  auto demo = [&] {
+    return std::make_unique<Child>(
+        std::vector<std::string>{SLUICE_BINARY, "serve", "--demo", "--db", db, "--listen",
+                                 "127.0.0.1:" + std::to_string(port_), "--admin-listen",
+                                 "127.0.0.1:" + std::to_string(admin_port_), "--access-log", "off"},
+        dir_);
+  };
+  auto token_of = [](const std::string& out) {
+    const std::string marker = "sign in with the admin token ";
+    const std::size_t at = out.find(marker);
+    if (at == std::string::npos) return std::string{};
+    const std::size_t from = at + marker.size();
+    return out.substr(from, out.find(' ', from) - from);
+  };
+  const std::vector<std::pair<std::string, std::string>> crm{{"X-System-Key", "crm"}};
+
+  auto first = demo();
+  ASSERT_TRUE(serving()) << first->stderr_text();
+  const std::string token = token_of(first->stdout_text());
+  ASSERT_FALSE(token.empty()) << first->stdout_text();
+  EXPECT_EQ(HttpClient(port_).request("GET", "/api/orders/7", crm).status, 200);
+  EXPECT_EQ(HttpClient(admin_port_).get("/").status, 200);
+  EXPECT_EQ(HttpClient(admin_port_).request("GET", "/admin/v1/whoami", {{"Authorization", "Bearer " + token}}).status,
+            200);
+  first->signal(SIGTERM);
+  ASSERT_EQ(first->wait_exit(10s), 0);
+
+  auto second = demo();
+  ASSERT_TRUE(serving()) << second->stderr_text();
+  const std::string next = token_of(second->stdout_text());
+  ASSERT_FALSE(next.empty());
+  EXPECT_NE(next, token);
+  EXPECT_EQ(HttpClient(port_).request("GET", "/api/orders/7", crm).status, 200);  // the new echo server
+  EXPECT_EQ(HttpClient(admin_port_).request("GET", "/admin/v1/whoami", {{"Authorization", "Bearer " + token}}).status,
+            401);
+  EXPECT_EQ(HttpClient(admin_port_).request("GET", "/admin/v1/whoami", {{"Authorization", "Bearer " + next}}).status,
+            200);
+}
+
 }  // namespace
 }  // namespace sluice::gateway
