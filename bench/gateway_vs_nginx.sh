@@ -79,14 +79,17 @@ http {
   }
 }
 CONF
-cat >"$work/sluice.yaml" <<CONF
-access_log: "off"
+# Both sluice configurations share the upstream and the system with its limit.
+common="access_log: \"off\"
 upstreams:
   - {name: app, targets: [127.0.0.1:$upstream_port], timeout: 5s}
 systems:
   - key: bench
     interfaces: [api]
-    limits: [{algorithm: sliding_window, limit: 100000000, period: 1s}]
+    limits: [{algorithm: sliding_window, limit: 100000000, period: 1s}]"
+# Every kind of limit, all decided for every request.
+cat >"$work/sluice.yaml" <<CONF
+$common
 interfaces:
   - id: api
     path: /api/*
@@ -96,16 +99,9 @@ interfaces:
 grants:
   - {system: bench, interface: api, limits: [{algorithm: fixed_window, limit: 1000000000, period: 1h}]}
 CONF
-
 # The Redis-backed sluice with one limit: the system's.
 cat >"$work/sluice-one.yaml" <<CONF
-access_log: "off"
-upstreams:
-  - {name: app, targets: [127.0.0.1:$upstream_port], timeout: 5s}
-systems:
-  - key: bench
-    interfaces: [api]
-    limits: [{algorithm: sliding_window, limit: 100000000, period: 1s}]
+$common
 interfaces:
   - {id: api, path: /api/*, upstream: app}
 CONF
