@@ -31,6 +31,8 @@ class KeyHash {
  private:
   std::uint64_t k1_;
   std::uint64_t k2_;
+  std::uint64_t k1_squared_;  // mod 2^61 - 1: Horner steps are taken two at a time
+  std::uint64_t k2_squared_;
 };
 
 }  // namespace sluice::detail
