@@ -14,7 +14,7 @@ local ALGORITHMS = {
 -- Calls f(algorithm, keys, params) for each of the ARGV[2] limits that follow, in order: each is
 -- its algorithm's code, then its ARGV.
 local function each_limit(f)
-  local n = tonumber(ARGV[2])
+  local n = ARGV[2] + 0
   local k, a = 1, 3
   for _ = 1, n do
     local alg = ALGORITHMS[ARGV[a]]
@@ -22,7 +22,7 @@ local function each_limit(f)
     local keys = {}
     for j = 1, alg[1] do keys[j] = KEYS[k + j - 1] end
     local p = alg[3](ARGV, a + 1)
-    p.extra = tonumber(ARGV[a + alg[2]])  -- each algorithm's last value
+    p.extra = (ARGV[a + alg[2]] + 0)  -- each algorithm's last value
     f(alg, keys, p)
     k, a = k + alg[1], a + 1 + alg[2]
   end

@@ -2,8 +2,8 @@
 -- Token bucket (interval): "missing:tick". ARGV: cost, quota, refill tokens, period_us, refund value.
 
 local function interval_params(argv, i)
-  return {cost = tonumber(argv[i]), quota = tonumber(argv[i + 1]), rate = tonumber(argv[i + 2]),
-          period = tonumber(argv[i + 3])}
+  return {cost = argv[i] + 0, quota = argv[i + 1] + 0, rate = argv[i + 2] + 0,
+          period = argv[i + 3] + 0}
 end
 
 

@@ -9,7 +9,7 @@ local function fmt(n)
 end
 
 local function leases_params(argv, i)
-  return {cost = tonumber(argv[i]), quota = tonumber(argv[i + 1]), period = tonumber(argv[i + 2]),
+  return {cost = argv[i] + 0, quota = argv[i + 1] + 0, period = argv[i + 2] + 0,
           lease = argv[i + 3]}
 end
 
@@ -20,7 +20,7 @@ local function leases_settle(keys, now, in_flight, latest)
     redis.call('DEL', keys[1], keys[2])
     return 0
   end
-  local reset = tonumber(last[2]) - now
+  local reset = last[2] + 0 - now
   local ttl = ttl_ms(reset)
   redis.call('HSET', keys[2], 'n', fmt(in_flight), 't', fmt(latest))
   redis.call('PEXPIRE', keys[1], ttl)
@@ -30,14 +30,14 @@ end
 
 local function leases_load(keys, now)
   local meta = redis.call('HMGET', keys[2], 'n', 't')
-  local in_flight, latest = tonumber(meta[1] or '0'), tonumber(meta[2] or '0')
+  local in_flight, latest = (meta[1] or 0) + 0, (meta[2] or 0) + 0
   local t = max(now, latest)
   -- In batches, so that unpack() stays within Lua's stack.
   while true do
     local expired = redis.call('ZRANGEBYSCORE', keys[1], '-inf', fmt(t), 'LIMIT', 0, 1000)
     if #expired == 0 then break end
     local permits = redis.call('HMGET', keys[2], unpack(expired))
-    for _, n in ipairs(permits) do in_flight = in_flight - tonumber(n) end
+    for _, n in ipairs(permits) do in_flight = in_flight - (n + 0) end
     redis.call('ZREM', keys[1], unpack(expired))
     redis.call('HDEL', keys[2], unpack(expired))
   end
@@ -65,11 +65,11 @@ local function leases_decide(keys, p, now)
         local ids, times = {}, {}
         for i = 1, #leases, 2 do
           ids[#ids + 1] = leases[i]
-          times[#times + 1] = tonumber(leases[i + 1])
+          times[#times + 1] = leases[i + 1] + 0
         end
         if #ids == 0 then return times, {} end
         local counts = redis.call('HMGET', keys[2], unpack(ids))
-        for i, v in ipairs(counts) do counts[i] = tonumber(v) end
+        for i, v in ipairs(counts) do counts[i] = v + 0 end
         return times, counts
       end)
       d[4] = gone - now
@@ -85,7 +85,7 @@ local function leases_release(keys, now, lease)
   local permits = redis.call('HGET', keys[2], lease)
   if not permits or redis.call('ZREM', keys[1], lease) == 0 then return 0 end
   redis.call('HDEL', keys[2], lease)
-  redis.call('HINCRBY', keys[2], 'n', -tonumber(permits))
+  redis.call('HINCRBY', keys[2], 'n', -(permits + 0))
   local in_flight, t = leases_load(keys, now)
   leases_settle(keys, now, in_flight, t)
   return 1

@@ -5,7 +5,7 @@
 
 local function log_entry(v)
   local at, n = string.match(v, '^(%d+):(%d+)$')
-  return tonumber(at), tonumber(n)
+  return at + 0, n + 0
 end
 
 -- Saves total and latest with the TTL of the newest entry, or forgets the state when it is empty.

@@ -5,16 +5,16 @@
 -- whole us and fraction (computed exactly by the client), and the refund value (unused).
 
 local function meter_params(argv, i)
-  return {cost = tonumber(argv[i]), quota = tonumber(argv[i + 1]), upu = tonumber(argv[i + 2]),
-          upt = tonumber(argv[i + 3]), cap_us = tonumber(argv[i + 4]), cap_f = tonumber(argv[i + 5]),
-          cost_us = tonumber(argv[i + 6]), cost_f = tonumber(argv[i + 7])}
+  return {cost = argv[i] + 0, quota = argv[i + 1] + 0, upu = argv[i + 2] + 0,
+          upt = argv[i + 3] + 0, cap_us = argv[i + 4] + 0, cap_f = argv[i + 5] + 0,
+          cost_us = argv[i + 6] + 0, cost_f = argv[i + 7] + 0}
 end
 
 local function meter_load(key)
   local v = redis.call('GET', key)
   if not v then return 0, 0 end
   local us, f = string.match(v, '^(%d+):(%d+)$')
-  return tonumber(us), tonumber(f)
+  return us + 0, f + 0
 end
 
 -- ceil(units / units_per_token) for the quantity (us, f).

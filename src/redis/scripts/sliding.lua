@@ -9,7 +9,7 @@ local function sliding_load(key)
   local v = redis.call('GET', key)
   if not v then return 0, 0, 0, false end
   local w, a, b = string.match(v, '^(%d+):(%d+):(%d+)$')
-  return tonumber(w), tonumber(a), tonumber(b), true
+  return w + 0, a + 0, b + 0, true
 end
 
 local function sliding_decide(keys, p, now)
