@@ -72,9 +72,6 @@ KeyHash::KeyHash(std::uint64_t point1, std::uint64_t point2)
 // its leading coefficient is never 0, so keys with different numbers of chunks are polynomials of
 // different degrees, and keys with the same number differ in some chunk — in the last one when only
 // their lengths differ. The empty key is the constant 1. Both hashes share the chunks.
-//
-// Chunks are taken two at a time where they can be — (h + a) k^2 + b k, which is two Horner steps
-// with independent multiplications — so the chain of dependent multiplications is half as long.
 Hash128 KeyHash::operator()(std::string_view key) const {
   const char* p = key.data();
   std::size_t n = key.size();
