@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <set>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -197,7 +198,12 @@ TEST(Load, RateLimitHeadersAreSummedUp) {
   EXPECT_EQ(rl.remaining.min, 0);
   EXPECT_EQ(rl.retry_after_s.count, 30u);
   EXPECT_EQ(rl.rejected_without_retry_after, 0u);
-  EXPECT_EQ(rl.window_checks, 78u);  // every response after the first on each connection
+  // Every response after the first on each connection. Which connections got requests is up to
+  // the scheduler (one may connect after the other has sent them all), so they are counted.
+  std::set<int> connections;
+  for (const Arrival& a : server.arrivals()) connections.insert(a.connection);
+  ASSERT_GE(connections.size(), 1u);
+  EXPECT_EQ(rl.window_checks, 80u - connections.size());
   EXPECT_EQ(rl.window_rises, 0u);
 }
 

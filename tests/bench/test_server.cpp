@@ -61,7 +61,8 @@ struct TestServer::Impl {
   };
 
   struct Session : std::enable_shared_from_this<Session> {
-    Session(Impl& server, tcp::socket s) : impl(server), socket(std::move(s)), timer(impl.io) {}
+    Session(Impl& server, tcp::socket s, int n)
+        : impl(server), socket(std::move(s)), timer(impl.io), connection(n) {}
 
     // Reads with recvmsg to get the kernel's receive time of the data (SO_TIMESTAMPNS): when the
     // request arrived, however long this thread takes to get to it.
@@ -99,6 +100,7 @@ struct TestServer::Impl {
       const auto head_end = input.find("\r\n\r\n");
       if (head_end == std::string::npos) return read();
       Arrival a;
+      a.connection = connection;
       std::size_t content_length = 0;
       const std::string head = input.substr(0, head_end);
       const auto first_line_end = head.find("\r\n");
@@ -159,6 +161,7 @@ struct TestServer::Impl {
     std::string input;
     std::string output;
     Nanos received{0};  // when the latest data arrived, by the kernel's clock (CLOCK_REALTIME)
+    int connection;
   };
 
   Answer decide(Arrival a) {
@@ -194,7 +197,7 @@ struct TestServer::Impl {
     acceptor.async_accept([this](error_code ec, tcp::socket socket) {
       if (ec) return;
       socket.set_option(tcp::no_delay(true), ec);
-      std::make_shared<Session>(*this, std::move(socket))->read();
+      std::make_shared<Session>(*this, std::move(socket), ++accepted)->read();
       accept();
     });
   }
@@ -202,6 +205,7 @@ struct TestServer::Impl {
   const TestServerOptions options;
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
+  int accepted = 0;  // on the io thread
   std::thread thread;
   mutable std::mutex mu;
   std::vector<Arrival> arrivals;               // guarded by mu

@@ -34,6 +34,7 @@ struct Arrival {
   std::string target;
   std::string key;  // the key header's value
   std::string body;
+  int connection = 0;  // which accepted connection it came on: 1, 2, ... in the order accepted
 };
 
 class TestServer {
