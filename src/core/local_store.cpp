@@ -221,16 +221,27 @@ Status LocalStore::acquire_all_at(Nanos now, std::span<const LimitRequest> reque
     std::int64_t saved_expiry;
     Fixed saved;  // the fixed-size state before the decision
   };
-  std::vector<Step> steps(requests.size());
-  std::vector<Shard*> locked;
-  locked.reserve(requests.size());
-  for (std::size_t i = 0; i < requests.size(); ++i) {
+  // A request rarely has more than a few limits: their bookkeeping stays on the stack then.
+  constexpr std::size_t kInline = 8;
+  const std::size_t n = requests.size();
+  std::array<Step, kInline> inline_steps;
+  std::array<Shard*, kInline> inline_shards;
+  std::vector<Step> heap_steps;
+  std::vector<Shard*> heap_shards;
+  if (n > kInline) {
+    heap_steps.resize(n);
+    heap_shards.resize(n);
+  }
+  const std::span<Step> steps = n > kInline ? std::span(heap_steps) : std::span(inline_steps).first(n);
+  std::span<Shard*> locked = n > kInline ? std::span(heap_shards) : std::span(inline_shards).first(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    steps[i] = Step{};
     steps[i].h = hash_of(requests[i].key);
     steps[i].shard = &shard_for(steps[i].h.hi);
-    locked.push_back(steps[i].shard);
+    locked[i] = steps[i].shard;
   }
   std::sort(locked.begin(), locked.end());
-  locked.erase(std::unique(locked.begin(), locked.end()), locked.end());
+  locked = locked.first(static_cast<std::size_t>(std::unique(locked.begin(), locked.end()) - locked.begin()));
   for (Shard* s : locked) s->mu.lock();
 
   const std::int64_t now_us = to_us(now);
