@@ -54,19 +54,28 @@ Decision decide(GcraState& state, const Limit& limit, Nanos now, std::int64_t co
   const std::int64_t upt = p.units_per_token;
   if (upu == 1 && cost <= p.quota) {
     // The common case of whole microseconds per token: the TAT and the bucket's depth (the time to
-    // refill it, at most 100 years) fit in 64 bits. Only admissions are answered here.
+    // refill it, at most 100 years) fit in 64 bits, and a unit is a microsecond. The same answers
+    // as the general case below, in 64-bit arithmetic.
     const std::int64_t now_us = to_us(now);
     const std::int64_t base = std::max(static_cast<std::int64_t>(load(state)), now_us);
     const std::int64_t wait = base + cost * upt - now_us;
-    if (wait <= p.quota * upt) {
+    const std::int64_t capacity = p.quota * upt;
+    Decision d = start(limit);
+    if (wait <= capacity) {
       if (cost > 0) store(state, base + cost * upt);
-      Decision d = start(limit);
       d.allowed = true;
       d.remaining = p.quota - static_cast<std::int64_t>(
                                   p.by_units_per_token.divide_up(static_cast<std::uint64_t>(wait)));
       d.reset_after = from_us(wait);
       return d;
     }
+    const std::int64_t depth = base - now_us;
+    d.remaining = std::max<std::int64_t>(
+        0, p.quota - static_cast<std::int64_t>(
+                         p.by_units_per_token.divide_up(static_cast<std::uint64_t>(depth))));
+    d.reset_after = from_us(depth);
+    d.retry_after = from_us(wait - capacity);
+    return d;
   }
   const i128 now_u = static_cast<i128>(to_us(now)) * upu;
   const i128 tat = load(state);
