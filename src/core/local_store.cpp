@@ -145,19 +145,19 @@ struct alignas(64) LocalStore::Shard {
   Decision decide_key(FlatTable<P>& table, const Hash128& h, const Limit& limit, Nanos now,
                       std::int64_t cost, std::uint64_t lease, std::size_t cap) {
     const std::int64_t now_us = to_us(now);
-    if (auto* slot = table.find(h)) {
-      const Decision d = run(slot->payload, limit, now, cost, lease);
-      settle(table, *slot, now_us, d);
-      return d;
-    }
-    // Decide on a fresh state first; keep it only when it differs from a fresh one.
+    // A key not held decides on a fresh state, kept only when it differs from a fresh one. One
+    // Decision for both paths, so that it is built where the caller wants it (no copy: a copy of
+    // the fields just written stalls on store forwarding).
+    auto* slot = table.find(h);
     P fresh{};
-    const Decision d = run(fresh, limit, now, cost, lease);
-    if (d.reset_after.count() > 0) {
+    Decision d = run(slot != nullptr ? slot->payload : fresh, limit, now, cost, lease);
+    if (slot != nullptr) {
+      settle(table, *slot, now_us, d);
+    } else if (d.reset_after.count() > 0) {
       make_room(table, now_us, cap);
-      auto& slot = table.insert(h);
-      slot.payload = std::move(fresh);
-      slot.expires_us = now_us + to_us(d.reset_after);
+      auto& inserted = table.insert(h);
+      inserted.payload = std::move(fresh);
+      inserted.expires_us = now_us + to_us(d.reset_after);
     }
     return d;
   }
