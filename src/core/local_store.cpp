@@ -232,8 +232,10 @@ Status LocalStore::acquire_all_at(Nanos now, std::span<const LimitRequest> reque
     heap_steps.resize(n);
     heap_shards.resize(n);
   }
-  const std::span<Step> steps = n > kInline ? std::span(heap_steps) : std::span(inline_steps).first(n);
-  std::span<Shard*> locked = n > kInline ? std::span(heap_shards) : std::span(inline_shards).first(n);
+  const std::span<Step> steps =
+      n > kInline ? std::span(heap_steps) : std::span(inline_steps).first(n);
+  std::span<Shard*> locked =
+      n > kInline ? std::span(heap_shards) : std::span(inline_shards).first(n);
   for (std::size_t i = 0; i < n; ++i) {
     steps[i] = Step{};
     steps[i].h = hash_of(requests[i].key);
@@ -241,7 +243,8 @@ Status LocalStore::acquire_all_at(Nanos now, std::span<const LimitRequest> reque
     locked[i] = steps[i].shard;
   }
   std::sort(locked.begin(), locked.end());
-  locked = locked.first(static_cast<std::size_t>(std::unique(locked.begin(), locked.end()) - locked.begin()));
+  locked = locked.first(
+      static_cast<std::size_t>(std::unique(locked.begin(), locked.end()) - locked.begin()));
   for (Shard* s : locked) s->mu.lock();
 
   const std::int64_t now_us = to_us(now);

@@ -22,7 +22,7 @@ local function each_limit(f)
     local keys = {}
     for j = 1, alg[1] do keys[j] = KEYS[k + j - 1] end
     local p = alg[3](ARGV, a + 1)
-    p.extra = (ARGV[a + alg[2]] + 0)  -- each algorithm's last value
+    p.extra = ARGV[a + alg[2]] + 0  -- each algorithm's last value
     f(alg, keys, p)
     k, a = k + alg[1], a + 1 + alg[2]
   end
