@@ -4,6 +4,7 @@
 
 #include <cassert>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <variant>
 
@@ -32,6 +33,11 @@ class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}          // NOLINT(google-explicit-constructor)
   Result(Error error) : v_(std::move(error)) {}      // NOLINT(google-explicit-constructor)
+  // The value that make() returns, built where the Result keeps it rather than moved there (for
+  // hot paths: moving a struct whose fields were just stored stalls on store forwarding).
+  template <class F>
+    requires std::is_same_v<std::invoke_result_t<F&>, T>
+  Result(std::in_place_t, F&& make) : v_(std::in_place_index<0>, Built<F>{make}) {}
 
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
@@ -47,6 +53,12 @@ class [[nodiscard]] Result {
   const Error& error() const { assert(!ok()); return std::get<1>(v_); }
 
  private:
+  template <class F>
+  struct Built {
+    F& make;
+    operator T() const { return make(); }  // NOLINT(google-explicit-constructor)
+  };
+
   std::variant<T, Error> v_;
 };
 

@@ -198,8 +198,10 @@ Result<Decision> LocalStore::acquire_at(Nanos now, std::string_view key, const L
       limit.algorithm() == Algorithm::kConcurrency ? next_lease_.fetch_add(1) : 0;
   Shard& shard = shard_for(h.hi);
   std::lock_guard lock(shard.mu);
-  return shard.with_table(limit, [&](auto& table) {
-    return shard.decide_key(table, h, limit, now, cost, lease, keys_per_shard_);
+  return Result<Decision>(std::in_place, [&] {
+    return shard.with_table(limit, [&](auto& table) {
+      return shard.decide_key(table, h, limit, now, cost, lease, keys_per_shard_);
+    });
   });
 }
 
