@@ -37,72 +37,51 @@ const Limit& gcra() {
   return limit;
 }
 
-// --- One key, one thread, time passed in (advancing 1 us per decision) -------------------------
+// --- One key, one thread, time passed in ---------------------------------------------------------
 
-void BM_TokenBucket_TimePassedIn(benchmark::State& state) {
-  GcraState s;
+// Decisions on one state of type State, the time advancing `step` before each.
+template <class State>
+void time_passed_in(benchmark::State& state, const Limit& limit, Nanos step) {
+  State s;
   Nanos now = SystemClock::instance().now();
   for (auto _ : state) {
-    now += 1us;
-    benchmark::DoNotOptimize(decide(s, bucket(), now, 1));
+    now += step;
+    benchmark::DoNotOptimize(decide(s, limit, now, 1));
   }
+}
+
+void BM_TokenBucket_TimePassedIn(benchmark::State& state) {
+  time_passed_in<GcraState>(state, bucket(), 1us);
 }
 BENCHMARK(BM_TokenBucket_TimePassedIn);
 
 // The same bucket asked ten times faster than it refills: after the first 1,000, nine decisions in
 // ten reject (as Go's Allow benchmark does once its bucket is empty).
 void BM_TokenBucket_TimePassedIn_Rejecting(benchmark::State& state) {
-  GcraState s;
-  Nanos now = SystemClock::instance().now();
-  for (auto _ : state) {
-    now += 100ns;
-    benchmark::DoNotOptimize(decide(s, bucket(), now, 1));
-  }
+  time_passed_in<GcraState>(state, bucket(), 100ns);
 }
 BENCHMARK(BM_TokenBucket_TimePassedIn_Rejecting);
 
-void BM_Gcra_TimePassedIn(benchmark::State& state) {
-  GcraState s;
-  Nanos now = SystemClock::instance().now();
-  for (auto _ : state) {
-    now += 1us;
-    benchmark::DoNotOptimize(decide(s, gcra(), now, 1));
-  }
-}
+void BM_Gcra_TimePassedIn(benchmark::State& state) { time_passed_in<GcraState>(state, gcra(), 1us); }
 BENCHMARK(BM_Gcra_TimePassedIn);
 
 // A rate that does not divide the period (3 per second): the meter's units are not microseconds.
 void BM_Gcra_RationalRate_TimePassedIn(benchmark::State& state) {
   static const Limit limit = *Limit::gcra({.limit = 3'000'007, .period = 3s, .burst = 1000});
-  GcraState s;
-  Nanos now = SystemClock::instance().now();
-  for (auto _ : state) {
-    now += 1us;
-    benchmark::DoNotOptimize(decide(s, limit, now, 1));
-  }
+  time_passed_in<GcraState>(state, limit, 1us);
 }
 BENCHMARK(BM_Gcra_RationalRate_TimePassedIn);
 
 void BM_IntervalBucket_TimePassedIn(benchmark::State& state) {
   static const Limit limit = *Limit::token_bucket(
       {.capacity = 1000, .refill_tokens = 1000, .refill_period = 1ms, .refill = Refill::kInterval});
-  IntervalBucketState s;
-  Nanos now = SystemClock::instance().now();
-  for (auto _ : state) {
-    now += 1us;
-    benchmark::DoNotOptimize(decide(s, limit, now, 1));
-  }
+  time_passed_in<IntervalBucketState>(state, limit, 1us);
 }
 BENCHMARK(BM_IntervalBucket_TimePassedIn);
 
 void BM_SlidingWindow_TimePassedIn(benchmark::State& state) {
   static const Limit limit = *Limit::sliding_window({.limit = 1'000'000, .period = 1s});
-  SlidingWindowState s;
-  Nanos now = SystemClock::instance().now();
-  for (auto _ : state) {
-    now += 1us;
-    benchmark::DoNotOptimize(decide(s, limit, now, 1));
-  }
+  time_passed_in<SlidingWindowState>(state, limit, 1us);
 }
 BENCHMARK(BM_SlidingWindow_TimePassedIn);
 
