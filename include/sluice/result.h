@@ -33,8 +33,9 @@ class [[nodiscard]] Result {
  public:
   Result(T value) : v_(std::move(value)) {}          // NOLINT(google-explicit-constructor)
   Result(Error error) : v_(std::move(error)) {}      // NOLINT(google-explicit-constructor)
-  // The value that make() returns, built where the Result keeps it rather than moved there (for
-  // hot paths: moving a struct whose fields were just stored stalls on store forwarding).
+  // The value that make() returns, built where the Result keeps it rather than moved there (GCC
+  // elides the move through Built's conversion; elsewhere it is at worst the move Result(T) makes).
+  // For hot paths: moving a struct whose fields were just stored stalls on store forwarding.
   template <class F>
     requires std::is_same_v<std::invoke_result_t<F&>, T>
   Result(std::in_place_t, F&& make) : v_(std::in_place_index<0>, Built<F>{make}) {}
