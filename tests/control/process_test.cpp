@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
@@ -70,17 +71,27 @@ class ControlProcessTest : public ::testing::Test {
     std::uint16_t admin = 0;
   };
 
-  // On free ports, or on the ones given (a restart where the last one was).
+  // On ports the process picks itself (port 0, read back from the line it prints once serving: a
+  // port chosen here and passed on could be taken by a test running alongside in between), or on
+  // the ones given (a restart where the last one was).
   Server serve(const std::vector<std::string>& source, std::uint16_t port = 0, std::uint16_t admin_port = 0) {
     Server s;
-    s.port = port != 0 ? port : testing::free_port();
-    s.admin = admin_port != 0 ? admin_port : testing::free_port();
-    std::vector<std::string> argv{SLUICE_BINARY, "serve", "--listen", "127.0.0.1:" + std::to_string(s.port),
-                                  "--admin-listen", "127.0.0.1:" + std::to_string(s.admin), "--access-log", "off"};
+    std::vector<std::string> argv{SLUICE_BINARY, "serve", "--listen", "127.0.0.1:" + std::to_string(port),
+                                  "--admin-listen", "127.0.0.1:" + std::to_string(admin_port), "--access-log", "off"};
     argv.insert(argv.end(), source.begin(), source.end());
     s.child = std::make_unique<Child>(argv, testing::temp_dir());
-    EXPECT_TRUE(testing::eventually([&] { return HttpClient(s.port).get("/_sluice/healthz").status == 200; }))
-        << s.child->stderr_text();
+    EXPECT_TRUE(testing::eventually([&] {
+      unsigned listen = 0, admin = 0;
+      const std::string err = s.child->stderr_text();
+      const std::size_t at = err.find("serving on port ");
+      if (at == std::string::npos ||
+          std::sscanf(err.c_str() + at, "serving on port %u (admin on port %u)", &listen, &admin) != 2) {
+        return false;
+      }
+      s.port = static_cast<std::uint16_t>(listen);
+      s.admin = static_cast<std::uint16_t>(admin);
+      return HttpClient(s.port).get("/_sluice/healthz").status == 200;
+    })) << s.child->stderr_text();
     return s;
   }
 
