@@ -34,10 +34,13 @@ class SystemClock final : public Clock {
 class FastClock final : public Clock {
  public:
   FastClock();
+  // Defined inline below: the fast path is a few loads, the counter read and a multiply, and a
+  // call costs a measurable share of that (BM_TokenBucket_ClockRead/FastClock 34.4 -> 32.7 ns).
   Nanos now() const noexcept override;
   static const FastClock& instance();
 
  private:
+  Nanos slow_now() const noexcept;
   Nanos reanchor() const noexcept;
   bool unchanged(std::uint32_t seq) const noexcept;
   void begin_write(std::uint32_t seq) const noexcept;
@@ -53,6 +56,37 @@ class FastClock final : public Clock {
   mutable std::atomic<std::uint64_t> max_ticks_{0};        // re-anchor after this many ticks
   mutable std::atomic<bool> writing_{false};               // one writer at a time
 };
+
+// A sequence-lock read (Boehm, "Can seqlocks get along with programming language memory models?"):
+// the fields are atomics read relaxed between two reads of seq_; a changed or odd seq_ means a
+// writer was busy, and the slow path answers instead. Uncalibrated (or where the counter is not
+// invariant) the scale is 0, which sends every read down the slow path too.
+inline bool FastClock::unchanged(std::uint32_t seq) const noexcept {
+  // ThreadSanitizer does not model fences: in its builds the sequence lock uses read-modify-writes,
+  // which order at least as strongly (and every field is atomic, so there is no data race to find).
+#if defined(__SANITIZE_THREAD__)
+  return seq_.fetch_add(0, std::memory_order_acq_rel) == seq;
+#else
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return seq_.load(std::memory_order_relaxed) == seq;
+#endif
+}
+
+inline Nanos FastClock::now() const noexcept {
+#if defined(__x86_64__)
+  const std::uint32_t seq = seq_.load(std::memory_order_acquire);
+  const std::int64_t base_ns = base_ns_.load(std::memory_order_relaxed);
+  const std::uint64_t base_tsc = base_tsc_.load(std::memory_order_relaxed);
+  const std::uint64_t scale = ns_per_tick_q32_.load(std::memory_order_relaxed);
+  const std::uint64_t max_ticks = max_ticks_.load(std::memory_order_relaxed);
+  if ((seq & 1) != 0 || !unchanged(seq) || scale == 0) return slow_now();
+  const std::uint64_t elapsed = __builtin_ia32_rdtsc() - base_tsc;
+  if (elapsed > max_ticks) return slow_now();
+  return Nanos{base_ns + static_cast<std::int64_t>((elapsed * scale) >> 32)};
+#else
+  return slow_now();
+#endif
+}
 
 // Monotonic time since an arbitrary epoch (CLOCK_MONOTONIC): for measuring durations.
 class SteadyClock final : public Clock {

@@ -56,17 +56,7 @@ const FastClock& FastClock::instance() {
   return clock;
 }
 
-// ThreadSanitizer does not model fences: in its builds the sequence lock uses read-modify-writes,
-// which order at least as strongly (and every field is atomic, so there is no data race to find).
-bool FastClock::unchanged(std::uint32_t seq) const noexcept {
-#if defined(__SANITIZE_THREAD__)
-  return seq_.fetch_add(0, std::memory_order_acq_rel) == seq;
-#else
-  std::atomic_thread_fence(std::memory_order_acquire);
-  return seq_.load(std::memory_order_relaxed) == seq;
-#endif
-}
-
+// See unchanged() in the header.
 void FastClock::begin_write(std::uint32_t seq) const noexcept {
 #if defined(__SANITIZE_THREAD__)
   seq_.exchange(seq + 1, std::memory_order_acq_rel);
@@ -76,21 +66,7 @@ void FastClock::begin_write(std::uint32_t seq) const noexcept {
 #endif
 }
 
-// A sequence-lock read (Boehm, "Can seqlocks get along with programming language memory models?"):
-// the fields are atomics read relaxed between two reads of seq_; a changed or odd seq_ means a
-// writer was busy, and the slow path answers instead.
-Nanos FastClock::now() const noexcept {
-  if (!usable_) return read(CLOCK_REALTIME);
-  const std::uint32_t seq = seq_.load(std::memory_order_acquire);
-  const std::int64_t base_ns = base_ns_.load(std::memory_order_relaxed);
-  const std::uint64_t base_tsc = base_tsc_.load(std::memory_order_relaxed);
-  const std::uint64_t scale = ns_per_tick_q32_.load(std::memory_order_relaxed);
-  const std::uint64_t max_ticks = max_ticks_.load(std::memory_order_relaxed);
-  if ((seq & 1) != 0 || !unchanged(seq) || scale == 0) return reanchor();
-  const std::uint64_t elapsed = ticks() - base_tsc;
-  if (elapsed > max_ticks) return reanchor();
-  return Nanos{base_ns + static_cast<std::int64_t>((elapsed * scale) >> 32)};
-}
+Nanos FastClock::slow_now() const noexcept { return usable_ ? reanchor() : read(CLOCK_REALTIME); }
 
 // Reads CLOCK_REALTIME and, if no other thread is doing so, publishes a new anchor with the rate
 // measured over the whole time since construction.
