@@ -313,23 +313,54 @@ void append_headers(const Verdict& v, config::RateLimitHeaders form,
   }
 }
 
+namespace {
+
+// The length of the segment separator at path[i]: '/', and what some servers also split on ('\\',
+// %2F, %5C); 0 if there is none.
+std::size_t separator_at(std::string_view path, std::size_t i) {
+  if (path[i] == '/' || path[i] == '\\') return 1;
+  if (path[i] != '%' || i + 2 >= path.size()) return 0;
+  const char a = path[i + 1];
+  const char b = static_cast<char>(path[i + 2] | 0x20);  // lower case
+  return (a == '2' && b == 'f') || (a == '5' && b == 'c') ? 3 : 0;
+}
+
+}  // namespace
+
 bool path_is_clean(std::string_view path) {
   if (path.empty() || path[0] != '/') return false;
-  if (path.find('\0') != std::string_view::npos) return false;
-  std::size_t start = 1;
-  while (start <= path.size()) {
-    std::size_t end = path.find('/', start);
-    if (end == std::string_view::npos) end = path.size();
-    std::string seg(path.substr(start, end - start));
-    for (std::size_t i = 0; (i = seg.find("%2", i)) != std::string::npos;) {
-      if (i + 2 < seg.size() && (seg[i + 2] == 'e' || seg[i + 2] == 'E')) {
-        seg.replace(i, 3, ".");
-      } else {
-        ++i;
-      }
+  // The current segment: how many dots (also %2E) it has, whether anything else, and whether its
+  // path parameters (";...", which Java servers drop before resolving dots) have begun.
+  int dots = 0;
+  bool other = false;
+  bool params = false;
+  for (std::size_t i = 1; i <= path.size();) {
+    const std::size_t sep = i == path.size() ? 1 : separator_at(path, i);
+    if (sep > 0) {
+      if (!other && (dots == 1 || dots == 2)) return false;
+      dots = 0;
+      other = params = false;
+      i += sep;
+      continue;
     }
-    if (seg == "." || seg == "..") return false;
-    start = end + 1;
+    const char c = path[i];
+    const bool escape = c == '%' && i + 2 < path.size();
+    if (c == '\0' || (escape && path[i + 1] == '0' && path[i + 2] == '0')) return false;
+    if (params) {
+      ++i;
+    } else if (c == ';') {
+      params = true;
+      ++i;
+    } else if (c == '.') {
+      ++dots;
+      ++i;
+    } else if (escape && path[i + 1] == '2' && (path[i + 2] | 0x20) == 'e') {
+      ++dots;
+      i += 3;
+    } else {
+      other = true;
+      ++i;
+    }
   }
   return true;
 }

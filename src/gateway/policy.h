@@ -149,7 +149,9 @@ void append_headers(const Verdict& verdict, config::RateLimitHeaders form,
                     std::vector<std::pair<std::string_view, std::string>>& out);
 
 // Percent-decodes nothing and refuses what could route differently upstream: a path that does not
-// start with '/', or has '.' / '..' segments (also %2e-encoded) or a NUL.
+// start with '/', has a NUL (also %00), or a '.' / '..' segment — with dots also written %2E, and
+// segments also split where some servers split them ('\', %2F, %5C) and cut at ';' (path
+// parameters, which Java servers drop: "/public/..;/admin" is "/admin" to them).
 bool path_is_clean(std::string_view path);
 
 // The value of one query parameter (raw, not decoded); empty when absent.

@@ -365,6 +365,26 @@ TEST(PolicyPaths, DotSegmentsAreRefusedEvenWhenEncoded) {
   EXPECT_FALSE(path_is_clean("/api/.%2e"));
   EXPECT_FALSE(path_is_clean("api/x"));
   EXPECT_FALSE(path_is_clean("http://host/x"));
+  EXPECT_TRUE(path_is_clean("/"));
+  EXPECT_TRUE(path_is_clean("/api/.../x"));
+  EXPECT_TRUE(path_is_clean("/api/a.b;v=1/c"));
+}
+
+// What other servers take for a separator or drop from a segment does not hide a dot segment:
+// Tomcat, Jetty and Spring resolve "/public/..;/admin" to "/admin".
+TEST(PolicyPaths, DotSegmentsAreRefusedWhereOtherServersWouldSeeThem) {
+  EXPECT_FALSE(path_is_clean("/public/..;/admin"));
+  EXPECT_FALSE(path_is_clean("/public/.;x=1/admin"));
+  EXPECT_FALSE(path_is_clean("/public/..%2fadmin"));
+  EXPECT_FALSE(path_is_clean("/public%2F..%2Fadmin"));
+  EXPECT_FALSE(path_is_clean("/public/..\\admin"));
+  EXPECT_FALSE(path_is_clean("/public\\..\\admin"));
+  EXPECT_FALSE(path_is_clean("/public/..%5cadmin"));
+  EXPECT_FALSE(path_is_clean("/public/%2E%2e;/admin"));
+  EXPECT_FALSE(path_is_clean("/api/x%00.json"));
+  EXPECT_TRUE(path_is_clean("/api/a%2fb"));      // an encoded slash alone is no dot segment
+  EXPECT_TRUE(path_is_clean("/api/..x;/y"));     // nor is a name that starts with dots
+  EXPECT_TRUE(path_is_clean("/api/x;..;/y"));    // nor dots inside path parameters
 }
 
 TEST(PolicyPaths, QueryParametersAreFoundByName) {
