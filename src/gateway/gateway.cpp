@@ -85,17 +85,26 @@ class FieldsLookup final : public HeaderLookup {
 };
 
 // The hop-by-hop fields (RFC 9110 7.6.1), which a proxy does not forward, and the ones the
-// Connection field names. Transfer-Encoding stays: the serializer frames the body by it.
+// Connection fields name — except the message's framing (Content-Length, Transfer-Encoding) and
+// Host: the body is forwarded as it was framed, so a "Connection: content-length" that dropped the
+// length would let the body pass as a second request that no check has seen.
 void strip_hop_by_hop(http::fields& f) {
-  const std::string connection(f[http::field::connection]);
-  for (std::size_t start = 0; start < connection.size();) {
-    std::size_t end = connection.find(',', start);
-    if (end == std::string::npos) end = connection.size();
-    std::string_view token(connection.data() + start, end - start);
-    while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
-    while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
-    if (!token.empty() && !beast::iequals(token, "transfer-encoding")) f.erase(token);
-    start = end + 1;
+  for (auto it = f.find(http::field::connection); it != f.end() && it->name() == http::field::connection; ++it) {
+    const std::string_view value = it->value();
+    for (std::size_t start = 0; start <= value.size();) {
+      std::size_t end = value.find(',', start);
+      if (end == std::string_view::npos) end = value.size();
+      std::string_view token = value.substr(start, end - start);
+      while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
+      while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+      // Erasing other fields leaves `it` and `value` valid; the Connection fields go below.
+      const http::field known = http::string_to_field(token);
+      if (!token.empty() && known != http::field::content_length && known != http::field::transfer_encoding &&
+          known != http::field::host && known != http::field::connection) {
+        f.erase(token);
+      }
+      start = end + 1;
+    }
   }
   for (auto field : {http::field::connection, http::field::keep_alive, http::field::proxy_connection,
                      http::field::te, http::field::trailer, http::field::upgrade,
@@ -447,6 +456,9 @@ Task<void> Worker::session(Socket socket) {
     error_code rec = read_ec;
     if (rec == asio::error::operation_aborted && deadline->timed_out) rec = beast::error::timeout;
     const std::shared_ptr<const Snapshot> snap = snapshot();
+    // Nothing of the previous request's context may outlive it: its entries point into the snapshot
+    // it was decided on, which a reload may have freed since.
+    ctx.clear();
     if (rec) {
       // A connection closed or timed out between requests just ends; anything else is answered.
       const bool quiet = rec == http::error::end_of_stream || rec == asio::error::operation_aborted ||
@@ -543,7 +555,9 @@ Task<bool> Worker::respond_json(Exchange& x, unsigned status, std::string body, 
   if (!x.request_id.empty()) res.set("X-Request-Id", x.request_id);
   for (const auto& [name, value] : extra) res.set(name, value);
   res.body() = std::move(body);
-  res.keep_alive(!close && x.parser.is_header_done() && x.parser.get().keep_alive() &&
+  // The connection carries on only when the whole request was read: an unread body would be taken
+  // for the next request.
+  res.keep_alive(!close && x.parser.is_done() && x.parser.get().keep_alive() &&
                  !gw.draining.load(std::memory_order_acquire));
   res.prepare_payload();
   x.client.expires_after(x.snapshot->config().header_timeout);
@@ -721,7 +735,6 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
 
   const auto t0 = Clock::now();
   Context& ctx = x.ctx;
-  ctx.clear();
   // A signed request's body hash comes in "body_sha256" (hex); no field: an empty body.
   std::string body_hash = config::sha256_hex("");
   if (const auto given = str("body_sha256")) body_hash = std::string(*given);
@@ -772,7 +785,6 @@ Task<bool> Worker::proxy(Exchange& x) {
   auto& req = x.parser.get();
   const config::Config& cfg = x.snapshot->config();
   Context& ctx = x.ctx;
-  ctx.clear();
   FieldsLookup lookup(req);
   Request r;
   r.method = req.method_string();
@@ -844,6 +856,8 @@ Task<bool> Worker::proxy(Exchange& x) {
   if (ctx.system != nullptr) req.set("X-Sluice-System", ctx.system->system->key);
   req.erase(kApiKeyHeader);  // a secret of the caller's: X-Sluice-System says whose it was
   const bool has_body = x.parser.chunked() || x.parser.content_length().value_or(0) > 0;
+  // One Content-Length, as the parser read it (it accepts repeats of the same value).
+  if (!x.parser.chunked() && x.parser.content_length()) req.content_length(*x.parser.content_length());
   const bool head = req.method() == http::verb::head;
 
   const auto& targets = up.upstream->targets;
@@ -949,8 +963,8 @@ Task<bool> Worker::proxy(Exchange& x) {
   auto& res = rp->get();
   const unsigned status = res.result_int();
   const Nanos upstream_latency = since(up_start);
-  record(status < 600 && up.failure_statuses.test(status), upstream_latency);
-  const bool upstream_keep_alive = res.keep_alive();
+  // The parser's view, which also knows a body that ends when the upstream closes.
+  const bool upstream_keep_alive = rp->keep_alive();
   strip_hop_by_hop(res);
   HeaderList extra;
   append_headers(ctx.verdict, cfg.rate_limit_headers, extra);
@@ -967,15 +981,19 @@ Task<bool> Worker::proxy(Exchange& x) {
                                           chunk, itf.timeout, itf.timeout);
   const bool upstream_ok = !sent.read;
   const error_code ec = sent.write;
+  // Judged once the body is in: an upstream that stalls or breaks off after a good status failed.
+  record((status < 600 && up.failure_statuses.test(status)) || !upstream_ok, upstream_latency);
   if (!upstream_ok && !sent.started) {
     // The upstream broke off before the first piece of the body: nothing was sent yet.
-    const bool ok = co_await respond(x, Reason::kUpstreamConnectFailed, nullptr, true);
-    finish(x, 502, Reason::kUpstreamConnectFailed, upstream_latency);
+    const Reason why = sent.read == beast::error::timeout ? Reason::kUpstreamTimeout : Reason::kUpstreamConnectFailed;
+    const bool ok = co_await respond(x, why, nullptr, true);
+    finish(x, status_of(why), why, upstream_latency);
     (void)ok;
     co_return false;
   }
   // The upstream connection goes back to the pool when the exchange ended cleanly.
-  if (upstream_ok && !ec && rp->is_done() && upstream_keep_alive && (!has_body || x.parser.is_done())) {
+  if (upstream_ok && !ec && rp->is_done() && upstream_keep_alive && up_buffer.size() == 0 &&
+      (!has_body || x.parser.is_done())) {
     auto& pool = idle[pool_key];
     if (pool.size() < static_cast<std::size_t>(up.upstream->max_idle_connections)) {
       conn->expires_never();
