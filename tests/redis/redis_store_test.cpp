@@ -12,6 +12,7 @@
 #include <chrono>
 #include <sstream>
 
+#include "redis/scripts.h"
 #include "store_fixture.h"
 
 namespace sluice::testing {
@@ -151,6 +152,26 @@ TEST_F(RedisStoreTest, EveryKeyHasATtlUntilFull) {
     EXPECT_GE(n, 1) << limit.to_string();
     server_->cli({"FLUSHALL"});
   }
+}
+
+// A refund (a cluster's acquire_all giving back what one slot took) can remove the only entry of
+// a sliding log still in the window. The state is then forgotten, rather than saved with a TTL of
+// zero or less, which Redis refuses after the entry is already gone (the count then stayed).
+TEST_F(RedisStoreTest, ARefundThatLeavesOnlyExpiredLogEntriesForgetsTheLog) {
+  std::istringstream time(server_->cli({"TIME"}));
+  long long seconds = 0, micros = 0;
+  time >> seconds >> micros;
+  const long long now = seconds * 1'000'000 + micros;
+  const std::string old_at = std::to_string(now - 60'500'000);  // out of a 60 s window
+  const std::string new_at = std::to_string(now - 1'000'000);   // in it, taken back below
+  server_->cli({"RPUSH", "t:log", old_at + ":1", new_at + ":1"});
+  server_->cli({"SET", "t:meta", "2:" + new_at});
+  // KEYS: the list and the meta key; ARGV: no pinned time, one limit: the sliding log's code,
+  // cost 1, limit 2, period 60 s in microseconds, and the time the entry to take back was logged.
+  const std::string reply = server_->cli({"EVAL", redis::detail::kRefundScript.source, "2", "t:log", "t:meta", "",
+                                          "1", "sl", "1", "2", "60000000", new_at});
+  EXPECT_EQ(reply, "1");
+  EXPECT_EQ(server_->cli({"EXISTS", "t:log", "t:meta"}), "0");
 }
 
 TEST_F(RedisStoreTest, ReloadsScriptsAfterScriptFlush) {

@@ -8,14 +8,15 @@ local function log_entry(v)
   return at + 0, n + 0
 end
 
--- Saves total and latest with the TTL of the newest entry, or forgets the state when it is empty.
+-- Saves total and latest with the TTL of the newest entry, or forgets the state when it is empty
+-- or its newest entry has left the window too (a refund can leave only such entries).
 local function log_settle(keys, p, now, total, latest)
-  if total == 0 then
+  local reset = 0
+  if total > 0 then reset = log_entry(redis.call('LINDEX', keys[1], -1)) + p.period - now end
+  if reset <= 0 then
     redis.call('DEL', keys[1], keys[2])
     return 0
   end
-  local newest = log_entry(redis.call('LINDEX', keys[1], -1))
-  local reset = newest + p.period - now
   local ttl = ttl_ms(reset)
   redis.call('SET', keys[2], pair(total, latest), 'PX', ttl)
   redis.call('PEXPIRE', keys[1], ttl)
