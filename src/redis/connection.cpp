@@ -122,9 +122,11 @@ void Connection::handshake() {
   }
 }
 
+// The backoff starts over once the server answers a command (see on_read), not here: a server that
+// accepts and closes at once (at maxclients, say) would otherwise be retried without pause.
 void Connection::set_ready() {
   state_ = State::kReady;
-  failures_ = 0;
+  answered_ = false;
   connect_timer_.cancel();
   // Queued ahead of every caller's command; a failure here only means NOSCRIPT later.
   const SteadyTime deadline = std::chrono::steady_clock::now() + options_.command_timeout;
@@ -206,6 +208,10 @@ void Connection::on_read(std::uint64_t generation, std::size_t n) {
     }
     if (raw == nullptr) break;
     Reply reply(static_cast<redisReply*>(raw));
+    if (state_ == State::kReady && !answered_) {
+      answered_ = true;
+      failures_ = 0;
+    }
     if (pending_.empty()) {
       return disconnect(Error{ErrorCode::kProtocol, "redis: a reply nobody asked for"});
     }
@@ -272,6 +278,7 @@ void Connection::disconnect(Error why) {
   state_ = State::kIdle;
   if (was_ready) {
     why.message += why.code == ErrorCode::kStoreUnavailable ? "; the command may have run" : "";
+    if (!answered_) ++failures_;
   } else {
     ++failures_;
     for (auto& f : std::exchange(attempt_waiters_, {})) f(why);
@@ -286,8 +293,8 @@ void Connection::disconnect(Error why) {
 }
 
 void Connection::retry_later() {
-  // 10ms, 20ms, 40ms ... up to reconnect_max; the first retry after losing a working connection is
-  // immediate.
+  // 10ms, 20ms, 40ms ... up to reconnect_max; the first retry after losing a connection that had
+  // answered is immediate.
   auto delay = std::chrono::milliseconds(0);
   if (failures_ > 0) {
     const int shift = std::min(failures_ - 1, 16);

@@ -102,6 +102,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool stopping_ = false;
   std::uint64_t generation_ = 0;  // one per socket; completions of an older socket are ignored
   int failures_ = 0;              // consecutive failed attempts, for the backoff
+  bool answered_ = false;         // the server has answered since the connection became ready
   std::vector<UniqueFunction<void(Status)>> attempt_waiters_;
 
   std::deque<Pending> pending_;  // in the order the replies will come

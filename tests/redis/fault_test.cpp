@@ -10,6 +10,11 @@
 #include <future>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "store_fixture.h"
 
 namespace sluice::testing {
@@ -193,6 +198,41 @@ TEST(RedisFaults, BackOnRedisWithinASecondOfItAnsweringAgain) {
   const auto answering = Clock::now();
   ASSERT_TRUE(eventually([&] { return !store->acquire("k", limit)->fallback; }, 5s));
   EXPECT_LT(Clock::now() - answering, 1s);
+}
+
+// A server that accepts every connection and closes it at once (Redis at maxclients does so after
+// an error line): the connection is "ready" (no AUTH or SELECT to wait for) but never answers, so
+// each reconnect waits longer, as after a failed connect, instead of trying again at once.
+TEST(RedisFaults, AServerThatClosesAtOnceIsRetriedWithBackoff) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(::listen(listener, 64), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::atomic<int> accepted{0};
+  std::thread closer([&] {
+    for (int c; (c = ::accept(listener, nullptr, nullptr)) >= 0;) {
+      ++accepted;
+      ::close(c);
+    }
+  });
+  const auto start = Clock::now();
+  {
+    auto store = RedisStore::open({.address = "redis://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)),
+                                   .reconnect_min = 20ms,
+                                   .reconnect_max = 1s});
+    ASSERT_TRUE(store.ok());
+    // The first attempt, then retries after 20, 40 and 80 ms: at least 140 ms for five
+    // connections (without the backoff they take a millisecond or so).
+    ASSERT_TRUE(eventually([&] { return accepted.load() >= 5; }, 10s));
+    EXPECT_GE(Clock::now() - start, 140ms) << accepted.load() << " connections";
+  }
+  ::shutdown(listener, SHUT_RDWR);
+  closer.join();
+  ::close(listener);
 }
 
 }  // namespace
