@@ -2,6 +2,7 @@
 
 #include <boost/asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <sstream>
@@ -67,13 +68,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
 
   void start() override {
     for (const Endpoint& seed : options_.address.nodes) node(seed);
-    connect_timer_.expires_after(options_.connect_timeout * 5);
-    connect_timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
-      auto self = weak.lock();
-      if (ec || !self) return;
-      self->finish_connect(Error{ErrorCode::kStoreUnavailable,
-                                 "redis cluster: not connected to every master in time"});
-    });
+    arm_connect_timer();
   }
 
   void stop() override {
@@ -89,6 +84,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     if (connected()) return f(Status{});
     if (stopped_) return f(Error{ErrorCode::kStoreUnavailable, "redis cluster: closed"});
     connect_waiters_.push_back(std::move(f));
+    if (!connect_timer_armed_) arm_connect_timer();  // a waiter after the first ones gave up
   }
 
   void send(int slot, std::string_view command, Callback callback, SteadyTime deadline) override {
@@ -104,6 +100,19 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   bool cluster() const override { return true; }
 
  private:
+  // Gives the waiters for a complete slot map 5 connect timeouts.
+  void arm_connect_timer() {
+    connect_timer_armed_ = true;
+    connect_timer_.expires_after(options_.connect_timeout * 5);
+    connect_timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+      auto self = weak.lock();
+      if (ec || !self) return;
+      self->connect_timer_armed_ = false;
+      self->finish_connect(Error{ErrorCode::kStoreUnavailable,
+                                 "redis cluster: not connected to every master in time"});
+    });
+  }
+
   std::shared_ptr<Connection> node(const Endpoint& endpoint) {
     const std::string name = endpoint.to_string();
     auto it = nodes_.find(name);
@@ -133,7 +142,10 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   void on_reply(int slot, std::string_view command, Callback callback, SteadyTime deadline,
                 int hops, Result<Reply> r) {
     if (!r.ok()) {
-      if (r.error().code == ErrorCode::kStoreUnavailable) refresh_soon();
+      // A master that stopped answering may have been replaced (a host lost without a FIN looks
+      // like this until TCP gives up): the map says.
+      const ErrorCode code = r.error().code;
+      if (code == ErrorCode::kStoreUnavailable || code == ErrorCode::kTimeout) refresh_soon();
       return callback(std::move(r));
     }
     if (!is_error(*r)) return callback(std::move(r));
@@ -183,13 +195,17 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     });
   }
 
+  // Asks a ready node for the map: the next one after the node asked last, in name order, so that
+  // a node that hangs or has lost its view of the cluster is not the only one asked.
   void refresh() {
     if (stopped_) return;
     std::shared_ptr<Connection> c;
-    for (auto& [name, n] : nodes_) {
-      if (n->ready()) {
-        c = n;
-        break;
+    auto it = nodes_.upper_bound(last_asked_);
+    for (std::size_t n = 0; n < nodes_.size() && !c; ++n, ++it) {
+      if (it == nodes_.end()) it = nodes_.begin();
+      if (it->second->ready()) {
+        c = it->second;
+        last_asked_ = it->first;
       }
     }
     if (!c) return;  // a connection that becomes ready asks again
@@ -239,7 +255,11 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
         }
       }
     }
-    if (listed.empty()) return;
+    // A node that was reset or lost its nodes.conf knows only itself and owns no slot: a view that
+    // covers fewer slots than the map has is not taken (a failover moves slots, it keeps them all).
+    const auto covered = std::count_if(owner.begin(), owner.end(), [](const std::string& o) { return !o.empty(); });
+    const auto covered_now = kSlots - std::count(slots_.begin(), slots_.end(), nullptr);
+    if (listed.empty() || covered == 0 || (loaded_ && covered < covered_now)) return;
     for (const auto& [name, endpoint] : listed) node(endpoint);
     for (auto it = nodes_.begin(); it != nodes_.end();) {
       if (listed.count(it->first) == 0) {
@@ -286,6 +306,8 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   std::vector<Connection*> slots_;  // the master of each slot (owned by nodes_), or nullptr
   std::vector<UniqueFunction<void(Status)>> connect_waiters_;
   SteadyTime last_refresh_{};
+  std::string last_asked_;  // the node the last refresh asked
+  bool connect_timer_armed_ = false;
   bool loaded_ = false;
   bool connected_once_ = false;
   bool refreshing_ = false;
