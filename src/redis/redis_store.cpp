@@ -175,7 +175,11 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
     const Kind kind = kind_of(*r.limit);
     Request q{std::string(r.key), {}, {}, 0, *r.limit, r.cost, 0, r.on_store_failure, 0};
     q.state.reserve(options.prefix.size() + r.key.size() + 8);
-    q.state.append(options.prefix).append("{").append(r.key).append("}:").append(kind.suffix);
+    // The key is the hash tag. Redis ignores an empty tag ("{}", also "{}x}") and hashes the whole
+    // name, which would part a state from its meta key: such keys, and those starting with the '='
+    // that marks them (so that no two keys meet), get "{=" instead of "{".
+    const bool escape = r.key.empty() || r.key.front() == '}' || r.key.front() == '=';
+    q.state.append(options.prefix).append(escape ? "{=" : "{").append(r.key).append("}:").append(kind.suffix);
     if (kind.two_keys) q.state2 = q.state + ":meta";
     q.slot = detail::key_slot(q.state);
     if (r.limit->algorithm() == Algorithm::kConcurrency && r.cost > 0) q.lease = next_lease();
@@ -465,7 +469,10 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
                                            [](const Decision& d) { return d.allowed; });
     if (!all && batches.size() > 1) {
       // A cluster: other slots admitted what this call as a whole rejects. Give it back, then
-      // answer (so that the caller's next call sees it given back).
+      // answer (so that the caller's next call sees it given back). A refund to a node that is
+      // not connected completes inside eval(): the count starts at one for this loop, so that
+      // such a completion cannot answer before the loop is over, and the answer goes out once.
+      outstanding = 1;
       for (Batch& batch : batches) {
         if (!batch.admitted) continue;
         ++outstanding;
@@ -476,7 +483,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
                    },
                    impl->deadline());
       }
-      if (outstanding > 0) return;
+      if (--outstanding > 0) return;
     }
     deliver();
   }

@@ -52,6 +52,26 @@ TEST_F(ClusterTest, APrefixWithAHashTagPutsEveryKeyInOneSlot) {
   EXPECT_EQ(calls("evalsha"), 1);
 }
 
+// The limits with two keys (a sliding log and its meta key, leases and theirs) need both in one
+// slot, also for keys that cannot be a hash tag as they are.
+TEST_F(ClusterTest, KeysThatAreNoHashTagAsTheyAreStillKeepTheirStateInOneSlot) {
+  auto store = open_store(cluster_->address());
+  ASSERT_NE(store, nullptr);
+  const Limit log = make(Limit::sliding_log({.limit = 1, .period = 1h}));
+  const Limit jobs = make(Limit::concurrency({.limit = 1, .lease_timeout = 1h}));
+  for (const std::string key : {"", "}x", "=", "=}", "}"}) {
+    for (const Limit* limit : {&log, &jobs}) {
+      const auto first = store->acquire(key, *limit);
+      ASSERT_TRUE(first.ok()) << "key '" << key << "': " << first.error().message;
+      EXPECT_TRUE(first->allowed) << "key '" << key << "'";
+      EXPECT_FALSE(first->fallback) << "key '" << key << "'";
+      const auto second = store->acquire(key, *limit);
+      ASSERT_TRUE(second.ok()) << "key '" << key << "': " << second.error().message;
+      EXPECT_FALSE(second->allowed) << "key '" << key << "': its own state, shared with no other key";
+    }
+  }
+}
+
 TEST_F(ClusterTest, FollowsAskAndMovedWhileASlotMigrates) {
   auto store = open_store(cluster_->address());
   ASSERT_NE(store, nullptr);
