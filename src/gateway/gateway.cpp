@@ -7,9 +7,11 @@
 // worker's metrics shard.
 #include "gateway/gateway.h"
 
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <array>
 #include <atomic>
 #include <boost/asio/as_tuple.hpp>
@@ -126,6 +128,13 @@ bool framing_is_clean(const RequestParser& p) {
   return count <= 1 && (count == 0 || p.chunked());
 }
 
+// Whether an idle upstream connection is still open and has sent nothing unasked.
+bool still_open(Stream& s) {
+  char c = 0;
+  const ssize_t n = ::recv(s.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
 Reason reason_of_read_error(const error_code& ec) {
   if (ec == http::error::header_limit) return Reason::kHeaderTooLarge;
   if (ec == http::error::body_limit) return Reason::kBodyTooLarge;
@@ -188,7 +197,9 @@ struct RelayResult {
 
 // Sends a message already parsed up to its body: `head`, then the body piece by piece as the parser
 // reads it from `from`, chunk-framed when `chunked`. The head goes out with the first piece, in one
-// write, and each piece in one write with its framing.
+// write, and each piece in one write with its framing. Each piece is what one read brought (at most
+// kRelayChunk), so a body that trickles (server-sent events, a slow upload) is passed on as it
+// comes, and read_timeout bounds each read, not the whole body.
 template <bool isRequest>
 Task<RelayResult> relay(Stream& from, beast::flat_buffer& buffer,
                                               http::parser<isRequest, http::buffer_body>& parser,
@@ -204,7 +215,7 @@ Task<RelayResult> relay(Stream& from, beast::flat_buffer& buffer,
       parser.get().body().data = chunk;
       parser.get().body().size = kRelayChunk;
       from.expires_after(read_timeout);
-      auto [rec, rn] = co_await http::async_read(from, buffer, parser, kTok);
+      auto [rec, rn] = co_await http::async_read_some(from, buffer, parser, kTok);
       if (rec && rec != http::error::need_buffer) co_return RelayResult{rec, {}, head_sent};
       n = kRelayChunk - parser.get().body().size;
     }
@@ -218,6 +229,8 @@ Task<RelayResult> relay(Stream& from, beast::flat_buffer& buffer,
     } else if (chunked && last) {
       tail = kLast;
     }
+    // A read that brought only framing (a chunk header) has nothing to pass on yet.
+    if (n == 0 && !last) continue;
     const std::array<asio::const_buffer, 4> pieces{
         head_sent ? asio::const_buffer() : asio::buffer(head), asio::buffer(size_line, size_len),
         asio::buffer(chunk, n), asio::buffer(tail.data(), tail.size())};
@@ -878,11 +891,18 @@ Task<bool> Worker::proxy(Exchange& x) {
   bool body_failed = false;  // the client's body was bad (413/400/timeout) rather than the upstream
   for (int attempt = 0; attempt < 2 && !rp; ++attempt) {
     bool reused = false;
-    if (auto& pool = idle[pool_key]; !pool.empty() && attempt == 0) {
-      conn = std::move(pool.back());
+    auto& pool = idle[pool_key];
+    while (attempt == 0 && !reused && !pool.empty()) {
+      UpConn pooled = std::move(pool.back());
       pool.pop_back();
-      reused = true;
-    } else {
+      // A request with a body cannot be sent again once its body is streamed: it takes no pooled
+      // connection the upstream has closed meanwhile (an idle timeout shorter than ours).
+      if (!has_body || still_open(*pooled)) {
+        conn = std::move(pooled);
+        reused = true;
+      }
+    }
+    if (!reused) {
       auto [timed_out, fresh] = co_await connect(target, up.upstream->connect_timeout);
       if (!fresh) {
         failure = timed_out ? Reason::kUpstreamTimeout : Reason::kUpstreamConnectFailed;

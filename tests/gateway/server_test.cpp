@@ -88,12 +88,14 @@ std::string str(const boost::json::object& o, const char* key) {
   return it != o.end() && it->value().is_string() ? std::string(it->value().as_string()) : "";
 }
 
-// An upstream that ends each response by closing the connection (HTTP/1.1 with neither
-// Content-Length nor chunked framing), after reading the request header and its Content-Length body.
-// Or, given a response, one that sends it and then holds the connection until the gateway closes it.
+// An upstream that reads a request (the header and its Content-Length body), sends `response`, and
+// then closes the connection — or, with `hold`, keeps it until the gateway closes it. By default the
+// response ends with the connection (HTTP/1.1 with neither Content-Length nor chunked framing).
 class ClosingUpstream {
  public:
-  explicit ClosingUpstream(std::string stalled_response = "") : stalled_(std::move(stalled_response)) {
+  explicit ClosingUpstream(std::string response = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nhello",
+                           bool hold = false)
+      : response_(std::move(response)), hold_(hold) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -113,6 +115,7 @@ class ClosingUpstream {
   }
   std::uint16_t port() const { return port_; }
   int requests() const { return requests_.load(); }
+  int closed() const { return closed_.load(); }  // connections it has closed
 
  private:
   void serve() {
@@ -134,20 +137,21 @@ class ClosingUpstream {
       }
       if (need != std::string::npos && in.size() >= need) {
         ++requests_;
-        const std::string out =
-            stalled_.empty() ? "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nhello" : stalled_;
-        (void)::send(c, out.data(), out.size(), MSG_NOSIGNAL);
-        while (!stalled_.empty() && ::recv(c, buf, sizeof buf, 0) > 0) {
+        (void)::send(c, response_.data(), response_.size(), MSG_NOSIGNAL);
+        while (hold_ && ::recv(c, buf, sizeof buf, 0) > 0) {
         }
       }
       ::close(c);
+      ++closed_;
     }
   }
 
-  const std::string stalled_;
+  const std::string response_;
+  const bool hold_;
   int fd_ = -1;
   std::uint16_t port_ = 0;
   std::atomic<int> requests_{0};
+  std::atomic<int> closed_{0};
   std::thread thread_;
 };
 
@@ -347,7 +351,7 @@ TEST_F(GatewayTest, AConnectionTheUpstreamClosedIsNotPooled) {
 // A good status followed by a body that never comes is a timeout (504, before anything was sent),
 // and the breaker counts it as the failure it is.
 TEST_F(GatewayTest, AnUpstreamThatStallsAfterItsHeaderTimesOutAndCountsAsAFailure) {
-  ClosingUpstream stalling("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhel");
+  ClosingUpstream stalling("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", true);
   gw_.reset();
   start(config_text("", stalling.port()));
   HttpClient c(gw_->port());
@@ -359,6 +363,33 @@ TEST_F(GatewayTest, AnUpstreamThatStallsAfterItsHeaderTimesOutAndCountsAsAFailur
   const HttpResponse open = c.get("/closing", "crm");
   EXPECT_EQ(open.status, 503) << "two failures in a window of two open the breaker";
   EXPECT_EQ(stalling.requests(), 2);
+}
+
+// What the upstream has sent reaches the client before the rest comes (a stream of events, say):
+// here the header and three bytes of ten, then the upstream stalls until the gateway gives up.
+TEST_F(GatewayTest, APartOfTheBodyIsPassedOnWithoutWaitingForTheRest) {
+  ClosingUpstream trickling("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhel", true);
+  gw_.reset();
+  start(config_text("", trickling.port()));
+  const std::string out = raw("GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n\r\n", 5s);
+  EXPECT_EQ(testing::raw_status(out), 200) << out;
+  EXPECT_EQ(out.substr(out.find("\r\n\r\n") + 4), "hel") << "then cut off, as the upstream was";
+}
+
+// An upstream that closes idle connections sooner than the gateway: a request with a body (which
+// cannot be sent twice) is not sent on a pooled connection the upstream has closed.
+TEST_F(GatewayTest, ARequestWithABodyTakesNoPooledConnectionTheUpstreamClosed) {
+  ClosingUpstream closing("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
+  gw_.reset();
+  start(config_text("", closing.port()));
+  HttpClient c(gw_->port());
+  for (int i = 0; i < 3; ++i) {
+    const HttpResponse r = c.request("POST", "/closing", {{"X-System-Key", "crm"}}, "payload");
+    EXPECT_EQ(r.status, 200) << i;
+    EXPECT_EQ(r.body, "hello") << i;
+    ASSERT_TRUE(testing::eventually([&] { return closing.closed() == i + 1; }));
+  }
+  EXPECT_EQ(closing.requests(), 3);
 }
 
 TEST_F(GatewayTest, UpstreamConnectionsAreReused) {
