@@ -484,7 +484,11 @@ class Validator {
                          std::all_of(c.api_key_sha256.begin(), c.api_key_sha256.end(),
                                      [](char ch) { return std::isxdigit(static_cast<unsigned char>(ch)) != 0; });
         if (!hex) add(path + ".api_key_sha256", "must be the API key's SHA-256 in 64 hex digits");
-        if (hex && !api_keys_.insert(c.api_key_sha256).second) {
+        // Compared as the bytes the gateway looks keys up by: "AB" and "ab" are the same key.
+        std::string lower = c.api_key_sha256;
+        std::transform(lower.begin(), lower.end(), lower.begin(),
+                       [](char ch) { return static_cast<char>(std::tolower(static_cast<unsigned char>(ch))); });
+        if (hex && !api_keys_.insert(std::move(lower)).second) {
           add(path + ".api_key_sha256", "another credential has the same API key");
         }
         if (!c.sealed_secret.empty()) add(path + ".sealed_secret", "belongs to hmac credentials only");

@@ -402,6 +402,34 @@ Result<StoredConfig> ConfigStore::read_config() {
   return Error{ErrorCode::kInvalidArgument, message};
 }
 
+// Each system's credentials as stored, in systems that have nothing else: for a replacement of a
+// configuration that does not read as a whole. A row that does not read is left out.
+Result<std::vector<System>> ConfigStore::read_credentials() {
+  std::vector<System> systems;
+  Stmt s(db_, "SELECT system, id, kind, api_key_sha256, sealed_secret, created, expires FROM credentials "
+              "ORDER BY system, position");
+  while (s.step() == SQLITE_ROW) {
+    Credential c;
+    c.id = s.text(1);
+    const std::string kind = s.text(2);
+    if (kind != to_string(Auth::kApiKey) && kind != to_string(Auth::kHmac)) continue;
+    c.kind = kind == to_string(Auth::kHmac) ? Auth::kHmac : Auth::kApiKey;
+    if (!s.null(3)) c.api_key_sha256 = s.text(3);
+    if (!s.null(4)) c.sealed_secret = s.text(4);
+    const auto created = parse_time(s.text(5));
+    if (!created) continue;
+    c.created = *created;
+    if (!s.null(6)) c.expires = parse_time(s.text(6));
+    if (systems.empty() || systems.back().key != s.text(0)) {
+      systems.emplace_back();
+      systems.back().key = s.text(0);
+    }
+    systems.back().credentials.push_back(std::move(c));
+  }
+  if (!s.finished()) return db_error(db_, "cannot read the credentials of " + options_.path);
+  return systems;
+}
+
 Result<StoredConfig> ConfigStore::load() {
   std::lock_guard lock(mu_);
   Transaction tx(db_, false);  // one snapshot of the file for the revision and every table
@@ -534,6 +562,13 @@ WriteResult ConfigStore::write(std::string_view actor, const Change& change, std
     return refused(Refusal::Kind::kFailed, current.error().message, *revision);
   }
   Config next = current.ok() ? *current->config : Config{};
+  if (!current.ok()) {
+    // The credentials have a table of their own, and only hashes and sealed secrets in it: nothing
+    // could restore them, so they are carried over even when the rest does not read.
+    auto kept = read_credentials();
+    if (!kept.ok()) return refused(Refusal::Kind::kFailed, kept.error().message, *revision);
+    next.systems = std::move(*kept);
+  }
   ChangeRecord record;
   if (std::optional<Refusal> r = change(next, record)) return WriteResult{std::move(r), *revision};
   if (std::vector<Problem> problems = validate(next); !problems.empty()) {

@@ -138,6 +138,7 @@ class ConfigStore {
   Status exec(const char* sql);
   Result<std::int64_t> read_revision();
   Result<StoredConfig> read_config();
+  Result<std::vector<System>> read_credentials();
   Status write_config(const Config& config);
   Status add_audit(std::string_view actor, const ChangeRecord& record, std::int64_t revision);
   Result<std::int64_t> bump_revision();

@@ -24,7 +24,12 @@ class Reader {
   std::vector<Problem>& problems() { return problems_; }
 
   void config(const YAML::Node& root, Config& c) {
-    if (root.IsNull()) return;
+    // An empty document is refused rather than read as the defaults: it is far more often a file
+    // caught half-written, or a body that came out empty, than a wish to serve nothing.
+    if (root.IsNull()) {
+      fail(root, "", "is empty (write {} for the built-in defaults)");
+      return;
+    }
     if (!root.IsMap()) {
       fail(root, "", "must be a mapping of settings (listen, upstreams, systems, interfaces, grants, ...)");
       return;

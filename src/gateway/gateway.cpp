@@ -676,7 +676,9 @@ Task<Reason> Worker::authenticate(Exchange& x, Request& r, std::string_view targ
   if (!body) co_return Reason::kBadRequest;
   x.body = std::move(*body);
   x.body_read = true;
-  reason = verify_signature(r, target, config::sha256_hex(x.body), *x.snapshot, *gw.nonces, now);
+  // Judged at the time the body is in, not when the header came: a replay that holds its body back
+  // until the original's nonce has expired must find its timestamp expired too.
+  reason = verify_signature(r, target, config::sha256_hex(x.body), *x.snapshot, *gw.nonces, gw.now_seconds());
   if (reason != Reason::kOk) x.ctx.interface = x.snapshot->route(r.method, r.path);
   co_return reason;
 }

@@ -2,6 +2,8 @@
 // database and export out of it, entity bodies read on their own, credentials and breaker overrides.
 #include <gtest/gtest.h>
 
+#include <cctype>
+
 #include <boost/json.hpp>
 #include <fstream>
 #include <sstream>
@@ -108,7 +110,8 @@ TEST(ConfigIoTest, CredentialProblemsNameTheirFields) {
   c.systems[1].credentials[0].sealed_secret = "plain text secret";
   Credential twin;
   twin.id = "ak_twin";
-  twin.api_key_sha256 = sha256_hex("new key");  // the same key as crm's
+  twin.api_key_sha256 = sha256_hex("new key");  // the same key as crm's, in capitals
+  for (char& ch : twin.api_key_sha256) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   c.systems[1].credentials.push_back(twin);
   std::vector<std::string> paths;
   for (const Problem& p : validate(c)) paths.push_back(p.path);
@@ -118,6 +121,17 @@ TEST(ConfigIoTest, CredentialProblemsNameTheirFields) {
                        "systems[1].credentials[0].sealed_secret",
                        "systems[1].credentials[1].api_key_sha256",
                    }));
+}
+
+// A file caught half-written, or a body that came out empty, is refused rather than served as a
+// configuration with nothing in it; "{}" still asks for the defaults.
+TEST(ConfigIoTest, AnEmptyDocumentIsRefused) {
+  for (const char* text : {"", "\n", "# nothing but a comment\n"}) {
+    const auto r = load_yaml(text, "sluice.yaml");
+    ASSERT_TRUE(std::holds_alternative<std::vector<Problem>>(r)) << "'" << text << "'";
+    EXPECT_NE(std::get<std::vector<Problem>>(r).front().message.find("is empty"), std::string::npos);
+  }
+  EXPECT_TRUE((std::holds_alternative<std::shared_ptr<const Config>>(load_yaml("{}", "sluice.yaml"))));
 }
 
 TEST(ConfigIoTest, BadCredentialAndForceFieldsInAFileAreReportedWithLines) {

@@ -10,6 +10,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/json.hpp>
 #include <numeric>
 
@@ -144,6 +148,32 @@ TEST_F(ServerAuthTest, ASignedRequestThatExpectsContinueGetsOneContinueThenItsAn
   EXPECT_EQ(continues, 1u) << out;
   EXPECT_NE(out.find("HTTP/1.1 200 OK"), std::string::npos) << out;
   EXPECT_NE(out.find("\"body\":\"hello\""), std::string::npos) << out;
+}
+
+// The signature's window is judged once the body is in: a request whose body comes after the window
+// has closed is refused, whenever its header came (else a replay could hold its body back until
+// the original's nonce had been forgotten). "100 Continue" says the gateway has the header.
+TEST_F(ServerAuthTest, ASignatureIsJudgedWhenItsBodyIsInNotWhenItsHeaderCame) {
+  const std::string body = "hello";
+  std::string head = "POST /echo/c HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n"
+                     "Connection: close\r\n";
+  for (const auto& [k, v] : signed_headers("POST", "/echo/c", body, "n-late")) head += k + ": " + v + "\r\n";
+  head += "\r\n";
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::socket s(io);
+  s.connect({boost::asio::ip::make_address("127.0.0.1"), gw_->port()});
+  boost::asio::write(s, boost::asio::buffer(head));
+  std::string got;
+  char buf[4096];
+  while (got.find("\r\n\r\n") == std::string::npos) got.append(buf, s.read_some(boost::asio::buffer(buf)));
+  ASSERT_NE(got.find("100 Continue"), std::string::npos) << got;
+  clock_.advance(std::chrono::seconds(301));
+  boost::asio::write(s, boost::asio::buffer(body));
+  std::string out;
+  for (boost::system::error_code ec; !ec;) out.append(buf, s.read_some(boost::asio::buffer(buf), ec));
+  EXPECT_EQ(testing::raw_status(out), 401) << out;
+  EXPECT_NE(out.find("signature_expired"), std::string::npos) << out;
+  EXPECT_EQ(upstream_->requests(), 0);
 }
 
 TEST_F(ServerAuthTest, CallersThatFailAuthenticationCreateNoLimitState) {

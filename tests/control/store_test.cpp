@@ -258,6 +258,27 @@ TEST_F(StoreTest, ReplacingKeepsTheCredentialsOfSystemsListedWithoutAny) {
   EXPECT_EQ(loaded->config->systems[0].credentials[0].id, "ak_1");
 }
 
+// An import is how rows broken by hand get fixed; it must not also lose the credentials, which are
+// kept only as hashes and sealed secrets and so could not be given again.
+TEST_F(StoreTest, ReplacingAConfigurationBrokenByHandKeepsTheCredentialsToo) {
+  Config with = *parse(base_yaml());
+  Credential k;
+  k.id = "ak_1";
+  k.api_key_sha256 = sha256_hex("key");
+  k.created = 1'800'000'000;
+  k.expires = 1'900'000'000;
+  with.systems[0].credentials.push_back(k);
+  ASSERT_TRUE(store_->replace("test", "config.import", with).ok());
+  hand_edit(path_, "UPDATE limits SET spec = 'not json' WHERE scope = 'system' AND system = 'crm'");
+  ASSERT_FALSE(store_->load().ok());
+  const WriteResult fixed = store_->replace("test", "config.import", *parse(base_yaml()));
+  ASSERT_TRUE(fixed.ok());
+  const auto loaded = store_->load();
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  ASSERT_EQ(loaded->config->systems[0].credentials.size(), 1u);
+  EXPECT_EQ(loaded->config->systems[0].credentials[0], k);
+}
+
 TEST_F(StoreTest, AQuickCheckOfAHealthyFileSaysOk) { EXPECT_TRUE(store_->check().ok()); }
 
 }  // namespace
