@@ -192,6 +192,7 @@ auto CircuitBreaker::call(F&& fn) {
   if (!permit.admitted()) return Out(rejection(permit));
   const Nanos start = times_calls() ? now() : Nanos{0};
   auto elapsed = [&] { return times_calls() ? now() - start : Nanos{0}; };
+  bool recorded = false;  // an exception after the outcome was recorded (handing it over) is not one more
   try {
     if constexpr (std::is_void_v<R>) {
       fn();
@@ -202,10 +203,11 @@ auto CircuitBreaker::call(F&& fn) {
       bool failed = false;
       if constexpr (std::is_same_v<R, Status> || detail::kIsResult<R>) failed = !r.ok();
       record(permit, failed, elapsed());
+      recorded = true;
       return Out(std::move(r));
     }
   } catch (...) {
-    record(permit, true, elapsed());
+    if (!recorded) record(permit, true, elapsed());
     throw;
   }
 }

@@ -28,7 +28,8 @@ class SystemClock final : public Clock {
 };
 
 // Wall-clock time like SystemClock at about half the cost: the CPU's time-stamp counter, scaled by
-// a rate measured against CLOCK_REALTIME and re-anchored to it every 100 ms (so it follows NTP).
+// a rate measured against CLOCK_MONOTONIC (which NTP slews but no clock step moves) and re-anchored
+// to CLOCK_REALTIME every 100 ms (so it follows NTP and steps).
 // Readings may differ from SystemClock's by a microsecond or so, and may step back by as much at a
 // re-anchor. Where the counter is not invariant (or on other CPUs) it is SystemClock.
 class FastClock final : public Clock {
@@ -46,8 +47,8 @@ class FastClock final : public Clock {
   void begin_write(std::uint32_t seq) const noexcept;
 
   const bool usable_;
-  const std::int64_t first_ns_;
-  const std::uint64_t first_tsc_;
+  std::int64_t first_ns_ = 0;    // CLOCK_MONOTONIC at construction, for the rate
+  std::uint64_t first_tsc_ = 0;  // the counter then
   // The published calibration, read under a sequence lock: seq_ is odd while a writer updates it.
   mutable std::atomic<std::uint32_t> seq_{0};
   mutable std::atomic<std::int64_t> base_ns_{0};

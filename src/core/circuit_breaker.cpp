@@ -63,6 +63,11 @@ Status CircuitBreakerOptions::validate() const {
   if (Status s = positive("half_open_probes", half_open_probes); !s) return s;
   if (Status s = positive("backoff_multiplier", backoff_multiplier); !s) return s;
   if (consecutive_failures < 0) return invalid_argument("consecutive_failures must not be negative");
+  if (window == BreakerWindow::kCount && minimum_calls > window_size) {
+    return invalid_argument("minimum_calls (" + std::to_string(minimum_calls) + ") must not exceed window_size (" +
+                            std::to_string(window_size) +
+                            "): a count window never holds more calls than its size, so no rate would be judged");
+  }
   if (window == BreakerWindow::kTime && window_duration < std::chrono::milliseconds(10)) {
     return invalid_argument("window_duration must be at least 10ms, got " + format_duration(window_duration));
   }

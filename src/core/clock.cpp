@@ -32,6 +32,24 @@ bool invariant_tsc() { return false; }
 std::uint64_t ticks() { return 0; }
 #endif
 
+// A reading of a clock with the counter read just before and after it: the counter at the middle,
+// and the spread, which is large when something (a preemption) came between them.
+struct Paired {
+  std::int64_t ns = 0;
+  std::uint64_t tsc = 0;
+  std::uint64_t spread = 0;
+};
+
+Paired paired(clockid_t id) {
+  const std::uint64_t t0 = ticks();
+  const std::int64_t ns = read(id).count();
+  const std::uint64_t t1 = ticks();
+  return {ns, t0 + (t1 - t0) / 2, t1 - t0};
+}
+
+// A pair whose readings are further apart than this does not describe one instant.
+constexpr std::uint64_t kMaxSpreadNs = 5'000;
+
 }  // namespace
 
 Nanos SystemClock::now() const noexcept { return read(CLOCK_REALTIME); }
@@ -48,8 +66,16 @@ const SteadyClock& SteadyClock::instance() {
   return clock;
 }
 
-FastClock::FastClock()
-    : usable_(invariant_tsc()), first_ns_(read(CLOCK_REALTIME).count()), first_tsc_(ticks()) {}
+FastClock::FastClock() : usable_(invariant_tsc()) {
+  // The baseline of the rate: the tightest of a few pairs.
+  Paired best = paired(CLOCK_MONOTONIC);
+  for (int i = 0; i < 4; ++i) {
+    const Paired p = paired(CLOCK_MONOTONIC);
+    if (p.spread < best.spread) best = p;
+  }
+  first_ns_ = best.ns;
+  first_tsc_ = best.tsc;
+}
 
 const FastClock& FastClock::instance() {
   static const FastClock clock;
@@ -69,20 +95,28 @@ void FastClock::begin_write(std::uint32_t seq) const noexcept {
 Nanos FastClock::slow_now() const noexcept { return usable_ ? reanchor() : read(CLOCK_REALTIME); }
 
 // Reads CLOCK_REALTIME and, if no other thread is doing so, publishes a new anchor with the rate
-// measured over the whole time since construction.
+// measured over the whole time since construction — against CLOCK_MONOTONIC, which NTP slews as it
+// slews the wall clock but which no step moves: a step of the wall clock (chrony's makestep at
+// boot, say) would otherwise skew the rate for minutes after.
 Nanos FastClock::reanchor() const noexcept {
-  const Nanos now = read(CLOCK_REALTIME);
-  const std::uint64_t tsc = ticks();
-  const std::int64_t since_ns = now.count() - first_ns_;
-  const std::uint64_t since_ticks = tsc - first_tsc_;
+  const Paired wall = paired(CLOCK_REALTIME);
+  const Paired mono = paired(CLOCK_MONOTONIC);
+  const Nanos now{wall.ns};
+  const std::int64_t since_ns = mono.ns - first_ns_;
+  const std::uint64_t since_ticks = mono.tsc - first_tsc_;
   if (since_ns < kCalibrateAfterNs || since_ticks == 0) return now;
-  if (writing_.exchange(true, std::memory_order_acquire)) return now;
   const auto scale = static_cast<std::uint64_t>(
       (static_cast<unsigned __int128>(since_ns) << 32) / since_ticks);
+  // A counter from 1 MHz to 100 GHz; anything else is a broken counter, not a rate to publish.
+  if (scale < (std::uint64_t{1} << 32) / 100 || scale > (std::uint64_t{1000} << 32)) return now;
+  // A pair a preemption came between would shift every reading until the next anchor.
+  const auto spread_ns = [scale](std::uint64_t t) { return (static_cast<unsigned __int128>(t) * scale) >> 32; };
+  if (spread_ns(wall.spread) > kMaxSpreadNs || spread_ns(mono.spread) > kMaxSpreadNs) return now;
+  if (writing_.exchange(true, std::memory_order_acquire)) return now;
   const std::uint32_t seq = seq_.load(std::memory_order_relaxed);
   begin_write(seq);
-  base_ns_.store(now.count(), std::memory_order_relaxed);
-  base_tsc_.store(tsc, std::memory_order_relaxed);
+  base_ns_.store(wall.ns, std::memory_order_relaxed);
+  base_tsc_.store(wall.tsc, std::memory_order_relaxed);
   ns_per_tick_q32_.store(scale, std::memory_order_relaxed);
   max_ticks_.store(scale == 0 ? 0 : (static_cast<std::uint64_t>(kReanchorNs) << 32) / scale,
                    std::memory_order_relaxed);

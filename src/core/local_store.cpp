@@ -248,31 +248,18 @@ Status LocalStore::acquire_all_at(Nanos now, std::span<const LimitRequest> reque
   locked = locked.first(
       static_cast<std::size_t>(std::unique(locked.begin(), locked.end()) - locked.begin()));
   for (Shard* s : locked) s->mu.lock();
+  // Held until the call returns, or throws (a table that cannot grow, a state that cannot be made).
+  struct Unlock {
+    std::span<Shard*> shards;
+    ~Unlock() {
+      for (Shard* s : shards) s->mu.unlock();
+    }
+  } unlock{locked};
 
   const std::int64_t now_us = to_us(now);
-  bool all_allowed = true;
-  for (std::size_t i = 0; i < requests.size(); ++i) {
-    const LimitRequest& r = requests[i];
-    Step& step = steps[i];
-    const std::uint64_t lease =
-        r.limit->algorithm() == Algorithm::kConcurrency ? next_lease_.fetch_add(1) : 0;
-    decisions[i] = step.shard->with_table(*r.limit, [&](auto& table) {
-      using P = typename std::decay_t<decltype(table)>::PayloadType;
-      const auto* slot = table.find(step.h);
-      step.existed = slot != nullptr;
-      if constexpr (kIsFixed<P>) {
-        if (slot != nullptr) {
-          step.saved = std::bit_cast<Fixed>(slot->payload);
-          step.saved_expiry = slot->expires_us;
-        }
-      }
-      return step.shard->decide_key(table, step.h, *r.limit, now, r.cost, lease, keys_per_shard_);
-    });
-    all_allowed = all_allowed && decisions[i].allowed;
-  }
-
-  if (!all_allowed) {
-    for (std::size_t i = requests.size(); i-- > 0;) {
+  // Gives back what the first `decided` requests took, last first.
+  auto undo_admitted = [&](std::size_t decided) {
+    for (std::size_t i = decided; i-- > 0;) {
       if (!decisions[i].allowed) continue;
       const LimitRequest& r = requests[i];
       const Step& step = steps[i];
@@ -298,8 +285,34 @@ Status LocalStore::acquire_all_at(Nanos now, std::span<const LimitRequest> reque
         }
       });
     }
+  };
+  bool all_allowed = true;
+  std::size_t decided = 0;
+  try {
+    for (; decided < n; ++decided) {
+      const LimitRequest& r = requests[decided];
+      Step& step = steps[decided];
+      const std::uint64_t lease =
+          r.limit->algorithm() == Algorithm::kConcurrency ? next_lease_.fetch_add(1) : 0;
+      decisions[decided] = step.shard->with_table(*r.limit, [&](auto& table) {
+        using P = typename std::decay_t<decltype(table)>::PayloadType;
+        const auto* slot = table.find(step.h);
+        step.existed = slot != nullptr;
+        if constexpr (kIsFixed<P>) {
+          if (slot != nullptr) {
+            step.saved = std::bit_cast<Fixed>(slot->payload);
+            step.saved_expiry = slot->expires_us;
+          }
+        }
+        return step.shard->decide_key(table, step.h, *r.limit, now, r.cost, lease, keys_per_shard_);
+      });
+      all_allowed = all_allowed && decisions[decided].allowed;
+    }
+  } catch (...) {
+    undo_admitted(decided);  // all or nothing holds when a step throws too
+    throw;
   }
-  for (Shard* s : locked) s->mu.unlock();
+  if (!all_allowed) undo_admitted(n);
   return {};
 }
 

@@ -283,6 +283,36 @@ TEST(BreakerOptions, ValidationNamesTheField) {
   o.failure_rate = 0;
   EXPECT_FALSE(o.validate().ok());
   EXPECT_TRUE(CircuitBreakerOptions{}.validate().ok());
+  o = {};
+  o.window_size = 5;
+  o.minimum_calls = 10;
+  EXPECT_EQ(o.validate().error().message,
+            "minimum_calls (10) must not exceed window_size (5): a count window never holds more calls than its "
+            "size, so no rate would be judged");
+  o.window = BreakerWindow::kTime;  // a time window holds any number
+  EXPECT_TRUE(o.validate().ok());
+}
+
+// A call whose result cannot be handed over (its conversion throws after the outcome was recorded)
+// is recorded once, as what it was, not a second time as a failure.
+TEST_F(BreakerTest, ACallIsRecordedOnceEvenWhenHandingItsResultOverThrows) {
+  struct Fragile {
+    Fragile() = default;
+    Fragile(const Fragile&) = default;
+    Fragile(Fragile&&) { throw std::runtime_error("cannot move"); }
+  };
+  CircuitBreakerOptions o = options();
+  o.window_size = 2;
+  o.minimum_calls = 2;
+  o.failure_rate = 50;
+  CircuitBreaker b(o);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_THROW((void)b.call([] { return Fragile{}; }), std::runtime_error);
+  }
+  const BreakerStats s = b.stats();
+  EXPECT_EQ(s.calls, 2);
+  EXPECT_EQ(s.failures, 0);
+  EXPECT_EQ(b.state(), BreakerState::kClosed);
 }
 
 }  // namespace
