@@ -27,7 +27,9 @@ std::string header_safe(std::string s) {
   return s;
 }
 
-std::vector<CompiledLimit> compile(Scope scope, const std::string& owner,
+// owner names the limits (RateLimit-Policy); key_owner goes into their store keys, and must tell
+// owners apart where owner cannot (a grant's system and interface may both hold a '/').
+std::vector<CompiledLimit> compile(Scope scope, const std::string& owner, const std::string& key_owner,
                                    const std::vector<config::LimitRule>& rules) {
   std::vector<CompiledLimit> out;
   std::map<std::string, int> seen;  // identical unnamed limits, by description
@@ -48,7 +50,7 @@ std::vector<CompiledLimit> compile(Scope scope, const std::string& owner,
     if (r.key_by == config::KeyBy::kHeader || r.key_by == config::KeyBy::kQuery) by += ":" + r.key_name;
     const std::string description = r.limit.to_string() + "|" + by;
     const std::string tag = r.name.empty() ? "#" + std::to_string(seen[description]++) : "=" + r.name;
-    c.key = std::string(1, scope_char(scope)) + "|" + owner + "|" + description + "|" + tag + "|";
+    c.key = std::string(1, scope_char(scope)) + "|" + key_owner + "|" + description + "|" + tag + "|";
     out.push_back(std::move(c));
   }
   return out;
@@ -133,7 +135,7 @@ Snapshot::Snapshot(std::shared_ptr<const config::Config> config, BreakerRegistry
     e.index = i;
     std::string error;
     e.pattern = config::PathPattern::parse(f.path, &error).value_or(config::PathPattern{});
-    e.limits = compile(Scope::kInterface, f.id, f.limits);
+    e.limits = compile(Scope::kInterface, f.id, f.id, f.limits);
     e.upstream = upstream_by_name.at(f.upstream);
     e.timeout = f.timeout.value_or(e.upstream->upstream->timeout);
     if (f.concurrency) {
@@ -157,12 +159,15 @@ Snapshot::Snapshot(std::shared_ptr<const config::Config> config, BreakerRegistry
 
   grants_.reserve(c.grants.size());
   for (const config::Grant& g : c.grants) {
-    grants_.push_back(GrantEntry{&g, compile(Scope::kGrant, g.system + "/" + g.interface, g.limits)});
+    // "a/b" + "c" and "a" + "b/c" are two grants: the key says where the system ends.
+    grants_.push_back(GrantEntry{&g, compile(Scope::kGrant, g.system + "/" + g.interface,
+                                             std::to_string(g.system.size()) + ":" + g.system + "/" + g.interface,
+                                             g.limits)});
   }
   for (const config::System& s : c.systems) {
     SystemEntry e;
     e.system = &s;
-    e.limits = compile(Scope::kSystem, s.key, s.limits);
+    e.limits = compile(Scope::kSystem, s.key, s.key, s.limits);
     e.permitted.assign(interfaces_.size(), s.all_interfaces);
     for (const std::string& id : s.interfaces) e.permitted[interface_index.at(id)] = true;
     e.has_permissions = s.all_interfaces || !s.interfaces.empty();

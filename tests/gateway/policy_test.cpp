@@ -348,6 +348,30 @@ TEST_F(PolicyTest, AnUnchangedLimitKeepsItsStateAcrossAReload) {
   EXPECT_EQ(call("GET", "/api/orders", "crm"), Reason::kSystemRateLimited);  // 5 in all, reload or not
 }
 
+// Ids may hold a '/': the grants (a/b, c) and (a, b/c) are two grants with two counters.
+TEST(PolicyKeys, GrantsWhoseNamesJoinAlikeKeepTheirOwnCounters) {
+  auto config = parse(R"(
+upstreams: [{name: app, targets: ["127.0.0.1:1"]}]
+interfaces:
+  - {id: c, path: /c, upstream: app}
+  - {id: b/c, path: /bc, upstream: app}
+systems:
+  - {key: a/b, interfaces: [c]}
+  - {key: a, interfaces: [b/c]}
+grants:
+  - {system: a/b, interface: c, limits: [{algorithm: fixed_window, limit: 1, period: 1h}]}
+  - {system: a, interface: b/c, limits: [{algorithm: fixed_window, limit: 1, period: 1h}]}
+)");
+  ASSERT_NE(config, nullptr);
+  BreakerRegistry breakers(BreakerRegistry::Options{});
+  const Snapshot snapshot(config, breakers, 1);
+  const GrantEntry* first = snapshot.grant(*snapshot.system("a/b"), *snapshot.route("GET", "/c"));
+  const GrantEntry* second = snapshot.grant(*snapshot.system("a"), *snapshot.route("GET", "/bc"));
+  ASSERT_TRUE(first != nullptr && second != nullptr);
+  EXPECT_NE(first->limits[0].key, second->limits[0].key);
+  EXPECT_EQ(first->limits[0].name, second->limits[0].name) << "both are named a/b/c to the caller";
+}
+
 TEST_F(PolicyTest, KeysDependOnTheLimitNotOnItsPlaceInTheList) {
   std::string reordered = kConfig;
   reordered.replace(reordered.find("  - {key: erp"), 0, "  - {key: new, interfaces: [\"*\"]}\n");
