@@ -186,6 +186,12 @@ class GatewayTest : public ::testing::Test {
     gw_ = std::move(*g);
   }
 
+  // A gateway whose "closing" upstream is `up`, in place of the one SetUp started.
+  void restart_in_front_of(const ClosingUpstream& up) {
+    gw_.reset();
+    start(config_text("", up.port()));
+  }
+
   HttpResponse get(const std::string& target, const std::string& key = "crm") {
     HttpClient c(gw_->port());
     return c.get(target, key);
@@ -337,8 +343,7 @@ TEST_F(GatewayTest, ARequestOnAKeptAliveConnectionStartsWithAFreshContext) {
 // body, which cannot be retried) gets a fresh connection rather than a 502.
 TEST_F(GatewayTest, AConnectionTheUpstreamClosedIsNotPooled) {
   ClosingUpstream closing;
-  gw_.reset();
-  start(config_text("", closing.port()));
+  restart_in_front_of(closing);
   HttpClient c(gw_->port());
   for (int i = 0; i < 3; ++i) {
     const HttpResponse r = c.request("POST", "/closing", {{"X-System-Key", "crm"}}, "payload");
@@ -352,8 +357,7 @@ TEST_F(GatewayTest, AConnectionTheUpstreamClosedIsNotPooled) {
 // and the breaker counts it as the failure it is.
 TEST_F(GatewayTest, AnUpstreamThatStallsAfterItsHeaderTimesOutAndCountsAsAFailure) {
   ClosingUpstream stalling("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", true);
-  gw_.reset();
-  start(config_text("", stalling.port()));
+  restart_in_front_of(stalling);
   HttpClient c(gw_->port());
   for (int i = 0; i < 2; ++i) {
     const HttpResponse r = c.get("/closing", "crm");
@@ -369,8 +373,7 @@ TEST_F(GatewayTest, AnUpstreamThatStallsAfterItsHeaderTimesOutAndCountsAsAFailur
 // here the header and three bytes of ten, then the upstream stalls until the gateway gives up.
 TEST_F(GatewayTest, APartOfTheBodyIsPassedOnWithoutWaitingForTheRest) {
   ClosingUpstream trickling("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhel", true);
-  gw_.reset();
-  start(config_text("", trickling.port()));
+  restart_in_front_of(trickling);
   const std::string out = raw("GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n\r\n", 5s);
   EXPECT_EQ(testing::raw_status(out), 200) << out;
   EXPECT_EQ(out.substr(out.find("\r\n\r\n") + 4), "hel") << "then cut off, as the upstream was";
@@ -380,8 +383,7 @@ TEST_F(GatewayTest, APartOfTheBodyIsPassedOnWithoutWaitingForTheRest) {
 // cannot be sent twice) is not sent on a pooled connection the upstream has closed.
 TEST_F(GatewayTest, ARequestWithABodyTakesNoPooledConnectionTheUpstreamClosed) {
   ClosingUpstream closing("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
-  gw_.reset();
-  start(config_text("", closing.port()));
+  restart_in_front_of(closing);
   HttpClient c(gw_->port());
   for (int i = 0; i < 3; ++i) {
     const HttpResponse r = c.request("POST", "/closing", {{"X-System-Key", "crm"}}, "payload");
