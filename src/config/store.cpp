@@ -419,7 +419,10 @@ Result<std::vector<System>> ConfigStore::read_credentials() {
     const auto created = parse_time(s.text(5));
     if (!created) continue;
     c.created = *created;
-    if (!s.null(6)) c.expires = parse_time(s.text(6));
+    if (!s.null(6)) {
+      c.expires = parse_time(s.text(6));
+      if (!c.expires) continue;  // never read as "does not expire"
+    }
     if (systems.empty() || systems.back().key != s.text(0)) {
       systems.emplace_back();
       systems.back().key = s.text(0);

@@ -18,6 +18,8 @@ CircuitBreakerOptions clamped(CircuitBreakerOptions o) {
   o.window_size = std::max(o.window_size, 1);
   o.window_duration = std::max(o.window_duration, Nanos{std::chrono::milliseconds(10)});
   o.minimum_calls = std::max(o.minimum_calls, 1);
+  // A count window never holds more than its size: a larger minimum would never be reached.
+  if (o.window == BreakerWindow::kCount) o.minimum_calls = std::min(o.minimum_calls, o.window_size);
   o.failure_rate = std::clamp(o.failure_rate, 0, 100);
   o.slow_call_rate = std::clamp(o.slow_call_rate, 0, 100);
   o.consecutive_failures = std::max(o.consecutive_failures, 0);
@@ -63,11 +65,6 @@ Status CircuitBreakerOptions::validate() const {
   if (Status s = positive("half_open_probes", half_open_probes); !s) return s;
   if (Status s = positive("backoff_multiplier", backoff_multiplier); !s) return s;
   if (consecutive_failures < 0) return invalid_argument("consecutive_failures must not be negative");
-  if (window == BreakerWindow::kCount && minimum_calls > window_size) {
-    return invalid_argument("minimum_calls (" + std::to_string(minimum_calls) + ") must not exceed window_size (" +
-                            std::to_string(window_size) +
-                            "): a count window never holds more calls than its size, so no rate would be judged");
-  }
   if (window == BreakerWindow::kTime && window_duration < std::chrono::milliseconds(10)) {
     return invalid_argument("window_duration must be at least 10ms, got " + format_duration(window_duration));
   }

@@ -199,12 +199,12 @@ struct RelayResult {
 // reads it from `from`, chunk-framed when `chunked`. The head goes out with the first piece, in one
 // write, and each piece in one write with its framing. Each piece is what one read brought (at most
 // kRelayChunk), so a body that trickles (server-sent events, a slow upload) is passed on as it
-// comes, and read_timeout bounds each read, not the whole body.
-template <bool isRequest>
-Task<RelayResult> relay(Stream& from, beast::flat_buffer& buffer,
-                                              http::parser<isRequest, http::buffer_body>& parser,
-                                              Stream& to, const std::string& head, bool chunked,
-                                              char* chunk, Nanos read_timeout, Nanos write_timeout) {
+// comes, and read_timeout bounds each read, not the whole body. on_first() runs once the first
+// piece is in, before it is written.
+template <bool isRequest, class OnFirst>
+Task<RelayResult> relay(Stream& from, beast::flat_buffer& buffer, http::parser<isRequest, http::buffer_body>& parser,
+                        Stream& to, const std::string& head, bool chunked, char* chunk, Nanos read_timeout,
+                        Nanos write_timeout, OnFirst on_first) {
   static constexpr std::string_view kCrlf = "\r\n";
   static constexpr std::string_view kCrlfLast = "\r\n0\r\n\r\n";
   static constexpr std::string_view kLast = "0\r\n\r\n";
@@ -231,6 +231,7 @@ Task<RelayResult> relay(Stream& from, beast::flat_buffer& buffer,
     }
     // A read that brought only framing (a chunk header) has nothing to pass on yet.
     if (n == 0 && !last) continue;
+    if (!head_sent) on_first();
     const std::array<asio::const_buffer, 4> pieces{
         head_sent ? asio::const_buffer() : asio::buffer(head), asio::buffer(size_line, size_len),
         asio::buffer(chunk, n), asio::buffer(tail.data(), tail.size())};
@@ -581,11 +582,8 @@ Task<bool> Worker::respond_json(Exchange& x, unsigned status, std::string body, 
 Task<bool> Worker::respond(Exchange& x, Reason reason, const Verdict* verdict, bool close) {
   HeaderList headers;
   if (verdict != nullptr) append_headers(*verdict, x.snapshot->config().rate_limit_headers, headers);
-  // A request whose body was not read cannot be followed by another on the same connection.
-  const bool unread_body = x.parser.is_header_done() && !x.parser.is_done();
   co_return co_await respond_json(x, static_cast<unsigned>(status_of(reason)),
-                                  error_body(reason, x.snapshot->config().language), headers,
-                                  close || unread_body);
+                                  error_body(reason, x.snapshot->config().language), headers, close);
 }
 
 Task<std::optional<std::string>> Worker::read_body(Exchange& x, std::size_t limit) {
@@ -936,7 +934,7 @@ Task<bool> Worker::proxy(Exchange& x) {
       ec = wec;
     } else {
       const RelayResult sent = co_await relay(x.client, x.buffer, x.parser, us, wire, x.parser.chunked(), chunk,
-                                              cfg.header_timeout, itf.timeout);
+                                              cfg.header_timeout, itf.timeout, [] {});
       if (sent.read) {
         failure = reason_of_read_error(sent.read);
         body_failed = true;
@@ -999,12 +997,16 @@ Task<bool> Worker::proxy(Exchange& x) {
   res.version(11);
   wire.clear();
   append_head(wire, res);
+  // The breaker judges the call by its status once the first piece of the body is in — not at the
+  // end, or a stream would hold a half-open probe for as long as it lasts — and as failed when the
+  // upstream stalls or breaks off before that piece.
+  const bool failure_status = status < 600 && up.failure_statuses.test(status);
   const RelayResult sent = co_await relay(*conn, up_buffer, *rp, x.client, wire, with_body && res.chunked(),
-                                          chunk, itf.timeout, itf.timeout);
+                                          chunk, itf.timeout, itf.timeout,
+                                          [&] { record(failure_status, upstream_latency); });
   const bool upstream_ok = !sent.read;
   const error_code ec = sent.write;
-  // Judged once the body is in: an upstream that stalls or breaks off after a good status failed.
-  record((status < 600 && up.failure_statuses.test(status)) || !upstream_ok, upstream_latency);
+  record(failure_status || !upstream_ok, upstream_latency);  // when on_first did not
   if (!upstream_ok && !sent.started) {
     // The upstream broke off before the first piece of the body: nothing was sent yet.
     const Reason why = sent.read == beast::error::timeout ? Reason::kUpstreamTimeout : Reason::kUpstreamConnectFailed;

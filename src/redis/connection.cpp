@@ -208,7 +208,8 @@ void Connection::on_read(std::uint64_t generation, std::size_t n) {
     }
     if (raw == nullptr) break;
     Reply reply(static_cast<redisReply*>(raw));
-    if (state_ == State::kReady && !answered_) {
+    // An error is no answer: a server at maxclients sends one, then closes.
+    if (state_ == State::kReady && !answered_ && reply->type != REDIS_REPLY_ERROR) {
       answered_ = true;
       failures_ = 0;
     }

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <future>
+#include <string_view>
 #include <thread>
 
 #include <arpa/inet.h>
@@ -200,8 +201,8 @@ TEST(RedisFaults, BackOnRedisWithinASecondOfItAnsweringAgain) {
   EXPECT_LT(Clock::now() - answering, 1s);
 }
 
-// A server that accepts every connection and closes it at once (Redis at maxclients does so after
-// an error line): the connection is "ready" (no AUTH or SELECT to wait for) but never answers, so
+// A server that accepts every connection, says it is full and closes it, as Redis at maxclients
+// does: the connection is "ready" (no AUTH or SELECT to wait for) but never answers a command, so
 // each reconnect waits longer, as after a failed connect, instead of trying again at once.
 TEST(RedisFaults, AServerThatClosesAtOnceIsRetriedWithBackoff) {
   const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -216,6 +217,8 @@ TEST(RedisFaults, AServerThatClosesAtOnceIsRetriedWithBackoff) {
   std::thread closer([&] {
     for (int c; (c = ::accept(listener, nullptr, nullptr)) >= 0;) {
       ++accepted;
+      static constexpr std::string_view kFull = "-ERR max number of clients reached\r\n";
+      (void)::send(c, kFull.data(), kFull.size(), MSG_NOSIGNAL);
       ::close(c);
     }
   });

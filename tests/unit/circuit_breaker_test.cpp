@@ -283,14 +283,20 @@ TEST(BreakerOptions, ValidationNamesTheField) {
   o.failure_rate = 0;
   EXPECT_FALSE(o.validate().ok());
   EXPECT_TRUE(CircuitBreakerOptions{}.validate().ok());
-  o = {};
+}
+
+// A count window smaller than minimum_calls (window 5 with the default minimum of 10) judges its
+// rates once it is full, rather than never.
+TEST_F(BreakerTest, ACountWindowSmallerThanTheMinimumJudgesOnceFull) {
+  CircuitBreakerOptions o = options();
   o.window_size = 5;
   o.minimum_calls = 10;
-  EXPECT_EQ(o.validate().error().message,
-            "minimum_calls (10) must not exceed window_size (5): a count window never holds more calls than its "
-            "size, so no rate would be judged");
-  o.window = BreakerWindow::kTime;  // a time window holds any number
-  EXPECT_TRUE(o.validate().ok());
+  o.failure_rate = 50;
+  CircuitBreaker b(o);
+  calls(b, 4, true);
+  EXPECT_EQ(b.state(), BreakerState::kClosed);
+  calls(b, 1, true);
+  EXPECT_EQ(b.state(), BreakerState::kOpen);
 }
 
 // A call whose result cannot be handed over (its conversion throws after the outcome was recorded)
