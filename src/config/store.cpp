@@ -14,6 +14,11 @@
 namespace sluice::config {
 namespace {
 
+// Every credential, by system: read_config and read_credentials read them alike.
+constexpr const char* kSelectCredentials =
+    "SELECT system, id, kind, api_key_sha256, sealed_secret, created, expires FROM credentials "
+    "ORDER BY system, position";
+
 namespace json = boost::json;
 
 // The tables that hold the configuration and the tokens: any change to them moves the revision.
@@ -297,8 +302,7 @@ Result<StoredConfig> ConfigStore::read_config() {
   };
   std::map<std::string, json::array> credentials;
   {
-    Stmt s(db_, "SELECT system, id, kind, api_key_sha256, sealed_secret, created, expires FROM credentials "
-                "ORDER BY system, position");
+    Stmt s(db_, kSelectCredentials);
     while (s.step() == SQLITE_ROW) {
       json::object c;
       c["id"] = s.text(1);
@@ -406,8 +410,7 @@ Result<StoredConfig> ConfigStore::read_config() {
 // configuration that does not read as a whole. A row that does not read is left out.
 Result<std::vector<System>> ConfigStore::read_credentials() {
   std::vector<System> systems;
-  Stmt s(db_, "SELECT system, id, kind, api_key_sha256, sealed_secret, created, expires FROM credentials "
-              "ORDER BY system, position");
+  Stmt s(db_, kSelectCredentials);
   while (s.step() == SQLITE_ROW) {
     Credential c;
     c.id = s.text(1);
