@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <array>
 #include <atomic>
 #include <boost/asio/as_tuple.hpp>
@@ -23,6 +24,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
+#include <boost/container/small_vector.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 #include <condition_variable>
@@ -86,34 +88,51 @@ class FieldsLookup final : public HeaderLookup {
   const http::fields& f_;
 };
 
-// The hop-by-hop fields (RFC 9110 7.6.1), which a proxy does not forward, and the ones the
-// Connection fields name — except the message's framing (Content-Length, Transfer-Encoding) and
-// Host: the body is forwarded as it was framed, so a "Connection: content-length" that dropped the
-// length would let the body pass as a second request that no check has seen.
-void strip_hop_by_hop(http::fields& f) {
-  for (auto it = f.find(http::field::connection); it != f.end() && it->name() == http::field::connection; ++it) {
-    const std::string_view value = it->value();
-    for (std::size_t start = 0; start <= value.size();) {
-      std::size_t end = value.find(',', start);
-      if (end == std::string_view::npos) end = value.size();
-      std::string_view token = value.substr(start, end - start);
-      while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
-      while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
-      // Erasing other fields leaves `it` and `value` valid; the Connection fields go below.
-      const http::field known = http::string_to_field(token);
-      if (!token.empty() && known != http::field::content_length && known != http::field::transfer_encoding &&
-          known != http::field::host && known != http::field::connection) {
-        f.erase(token);
+// The fields a proxy does not forward (RFC 9110 7.6.1): the hop-by-hop ones, and those a Connection
+// field names — except the message's framing (Content-Length, Transfer-Encoding) and Host: the body is
+// forwarded as it was framed, so a "Connection: content-length" that dropped the length would let
+// the body pass as a second request that no check has seen.
+class HopFields {
+ public:
+  explicit HopFields(const http::fields& f) {
+    for (auto it = f.find(http::field::connection); it != f.end() && it->name() == http::field::connection; ++it) {
+      const std::string_view value = it->value();
+      for (std::size_t start = 0; start <= value.size();) {
+        std::size_t end = value.find(',', start);
+        if (end == std::string_view::npos) end = value.size();
+        std::string_view token = value.substr(start, end - start);
+        while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
+        while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+        const http::field known = http::string_to_field(token);
+        if (!token.empty() && known != http::field::content_length && known != http::field::transfer_encoding &&
+            known != http::field::host) {
+          named_.push_back(token);
+        }
+        start = end + 1;
       }
-      start = end + 1;
     }
   }
-  for (auto field : {http::field::connection, http::field::keep_alive, http::field::proxy_connection,
-                     http::field::te, http::field::trailer, http::field::upgrade,
-                     http::field::proxy_authenticate, http::field::proxy_authorization}) {
-    f.erase(field);
+
+  bool drops(const http::fields::value_type& field) const {
+    switch (field.name()) {
+      case http::field::connection:
+      case http::field::keep_alive:
+      case http::field::proxy_connection:
+      case http::field::te:
+      case http::field::trailer:
+      case http::field::upgrade:
+      case http::field::proxy_authenticate:
+      case http::field::proxy_authorization:
+        return true;
+      default:
+        return std::any_of(named_.begin(), named_.end(),
+                           [&](std::string_view n) { return beast::iequals(n, field.name_string()); });
+    }
   }
-}
+
+ private:
+  boost::container::small_vector<std::string_view, 4> named_;
+};
 
 // Whether the request's framing is unambiguous: Transfer-Encoding, when present, is exactly
 // "chunked" (the parser refuses it next to Content-Length, and two different Content-Lengths).
@@ -161,32 +180,87 @@ std::string json_string(std::string_view s) {
 // An upstream connection (Beast streams move, but do not move-assign).
 using UpConn = std::unique_ptr<Stream>;
 
-// The header fields and the blank line that ends them, as HTTP/1.1 puts them on the wire.
-void append_fields(std::string& out, const http::fields& f) {
-  for (const auto& field : f) {
-    out.append(field.name_string());
-    out += ": ";
-    out.append(field.value());
-    out += "\r\n";
+void append_field(std::string& out, std::string_view name, std::string_view value) {
+  out.append(name);
+  out += ": ";
+  out.append(value);
+  out += "\r\n";
+}
+
+// The request as the upstream gets it, written straight from the client's (which stays as it came):
+// its fields but the hop-by-hop ones, Expect (answered here), every Content-Length (one goes up, as
+// the parser read it: it accepts repeats of the same value), the caller's API key (a secret of its
+// own: X-Sluice-System says whose it was), and the X-Forwarded-*, X-Request-Id and X-Sluice-System
+// fields the gateway sets itself; X-Forwarded-For keeps what earlier proxies said.
+void append_upstream_head(std::string& out, const RequestParser& p, std::string_view client_ip,
+                          std::string_view request_id, std::string_view system) {
+  const auto& req = p.get();
+  const HopFields hop(req);
+  out.append(req.method_string());
+  out += ' ';
+  out.append(req.target());
+  out += " HTTP/1.1\r\n";
+  boost::container::small_vector<std::string_view, 2> forwarded_for;
+  for (const auto& f : req) {
+    if (hop.drops(f) || f.name() == http::field::expect || f.name() == http::field::content_length) continue;
+    const std::string_view name = f.name_string();
+    if (f.name() == http::field::unknown) {
+      if (beast::iequals(name, "X-Forwarded-For")) {
+        forwarded_for.push_back(f.value());
+        continue;
+      }
+      if (beast::iequals(name, "X-Forwarded-Proto") || beast::iequals(name, "X-Request-Id") ||
+          beast::iequals(name, "X-Sluice-System") || beast::iequals(name, kApiKeyHeader)) {
+        continue;
+      }
+    }
+    append_field(out, name, f.value());
+  }
+  out += "X-Forwarded-For: ";
+  for (const std::string_view v : forwarded_for) {
+    out.append(v);
+    out += ", ";
+  }
+  out.append(client_ip);
+  out += "\r\nX-Forwarded-Proto: http\r\n";
+  append_field(out, "X-Request-Id", request_id);
+  if (!system.empty()) append_field(out, "X-Sluice-System", system);
+  if (!p.chunked() && p.content_length()) {
+    char digits[24];
+    const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, *p.content_length());
+    append_field(out, "Content-Length", std::string_view(digits, static_cast<std::size_t>(end - digits)));
   }
   out += "\r\n";
 }
 
-void append_head(std::string& out, const http::request_header<>& h) {
-  out.append(h.method_string());
-  out += ' ';
-  out.append(h.target());
-  out += " HTTP/1.1\r\n";
-  append_fields(out, h);
-}
-
-void append_head(std::string& out, const http::response_header<>& h) {
+// The upstream's response as the client gets it: its fields but the hop-by-hop ones and those the
+// gateway sets (extra: the rate-limit fields; X-Request-Id), then those; the body chunk-framed when
+// chunk_it (it has no length of its own), and "Connection: close" unless keep_alive.
+void append_client_head(std::string& out, const ResponseParser& p, const HeaderList& extra,
+                        std::string_view request_id, bool chunk_it, bool keep_alive) {
+  const auto& res = p.get();
+  const HopFields hop(res);
+  const unsigned status = res.result_int();
   out += "HTTP/1.1 ";
-  out += std::to_string(h.result_int());
+  out += static_cast<char>('0' + status / 100 % 10);
+  out += static_cast<char>('0' + status / 10 % 10);
+  out += static_cast<char>('0' + status % 10);
   out += ' ';
-  out.append(h.reason());
+  out.append(res.reason());
   out += "\r\n";
-  append_fields(out, h);
+  for (const auto& f : res) {
+    if (hop.drops(f)) continue;
+    const std::string_view name = f.name_string();
+    const bool replaced = std::any_of(extra.begin(), extra.end(),
+                                      [&](const auto& e) { return beast::iequals(e.first, name); }) ||
+                          (f.name() == http::field::unknown && beast::iequals(name, "X-Request-Id"));
+    if (!replaced) append_field(out, name, f.value());
+  }
+  for (const auto& [name, value] : extra) append_field(out, name, value);
+  append_field(out, "X-Request-Id", request_id);
+  if (chunk_it) out += "Transfer-Encoding: chunked\r\n";
+  if (!keep_alive) out += "Connection: close\r\n";
+  out += "\r\n";
 }
 
 struct RelayResult {
@@ -214,8 +288,19 @@ Task<RelayResult> relay(Stream& from, beast::flat_buffer& buffer, http::parser<i
     if (!parser.is_done()) {
       parser.get().body().data = chunk;
       parser.get().body().size = kRelayChunk;
-      from.expires_after(read_timeout);
-      auto [rec, rn] = co_await http::async_read_some(from, buffer, parser, kTok);
+      // What the buffer holds already (often the whole body, which came with the header) is parsed
+      // in place; only for what is missing is there a read.
+      error_code rec = http::error::need_more;
+      if (buffer.size() > 0) {
+        const std::size_t used = parser.put(buffer.data(), rec);
+        buffer.consume(used);
+        if (!rec && used == 0 && !parser.is_done()) rec = http::error::need_more;
+      }
+      if (rec == http::error::need_more) {
+        from.expires_after(read_timeout);
+        auto [read_ec, rn] = co_await http::async_read_some(from, buffer, parser, kTok);
+        rec = read_ec;
+      }
       if (rec && rec != http::error::need_buffer) co_return RelayResult{rec, {}, head_sent};
       n = kRelayChunk - parser.get().body().size;
     }
@@ -384,18 +469,39 @@ struct Worker {
   Task<void> session(Socket socket);
 
   struct Exchange;
-  Task<bool> serve(Exchange& x);
+  // The request's id, path and query; whether it goes upstream (proxy) rather than being answered
+  // by the gateway itself (answer: bad requests and the /_sluice/ endpoints).
+  bool prepare(Exchange& x);
+  Task<bool> answer(Exchange& x);
   Task<bool> proxy(Exchange& x);
   Task<bool> decide_endpoint(Exchange& x);
-  Task<Reason> authenticate(Exchange& x, Request& r, std::string_view target, const std::string* body_sha256_hex);
+  // Caller authentication, before the access checks and any limit key. identify reads the header
+  // fields; a system that signs its requests then needs verify (the body's hash is given, /decide)
+  // or verify_body (reads the body, up to max_body_bytes, and checks its hash).
+  CallerCheck identify(Exchange& x, Request& r);
+  Reason verify(Exchange& x, const Request& r, std::string_view target, std::string_view body_sha256_hex);
+  Task<Reason> verify_body(Exchange& x, const Request& r, std::string_view target);
   Task<bool> respond(Exchange& x, Reason reason, const Verdict* verdict, bool close);
   Task<bool> respond_json(Exchange& x, unsigned status, std::string body, const HeaderList& extra,
                                bool close);
   Task<std::optional<std::string>> read_body(Exchange& x, std::size_t limit);
   Task<std::pair<bool, UpConn>> connect(const config::Target& target, Nanos timeout);
+  // Sends the request upstream and reads the response header into *x.up_parser (see proxy()).
+  struct Sent {
+    UpConn conn;                        // null when failed
+    Reason failure = Reason::kOk;
+    bool body_failed = false;  // the client's body was bad (413/400/timeout) rather than the upstream
+  };
+  Task<Sent> send_upstream(Exchange& x, const InterfaceEntry& itf, const config::Target& target,
+                           std::vector<UpConn>& pool, bool has_body, bool expects_continue);
   // Step 3: the limits that apply, all at once, then the shadow ones; counts what the store could
-  // not decide. The verdict's reason.
-  Task<Reason> decide_limits(Exchange& x, const Request& r);
+  // not decide. decide_limits_now plans them and, when the store is in this process, decides them
+  // at once (the hot path: no coroutine frame, no handler) and returns the verdict's reason; when
+  // it returns nullopt, decide_limits asks the networked store.
+  std::optional<Reason> decide_limits_now(Exchange& x, const Request& r);
+  Task<Reason> decide_limits(Exchange& x);
+  void judge_limits(Exchange& x, const Status& status);
+  void judge_shadow_limits(Exchange& x, const Status& status);
   void finish(Exchange& x, int status, Reason reason, std::optional<Nanos> upstream_latency);
   void release_leases(Exchange& x);
 };
@@ -417,6 +523,8 @@ struct Worker::Exchange {
   char* chunk = nullptr;
   beast::flat_buffer* up_buffer = nullptr;
   std::string* head = nullptr;  // the serialized header of the message being relayed
+  std::optional<ResponseParser>* up_parser = nullptr;  // the upstream's response
+  Request request{};  // what the policy sees of a proxied request
   bool leases_held = false;
   bool decided = false;
   std::string body{};  // read before proxying when a signature covers it
@@ -435,6 +543,7 @@ Task<void> Worker::session(Socket socket) {
   beast::flat_buffer up_buffer;
   const auto chunk = std::make_unique<char[]>(kRelayChunk);
   std::string head;
+  std::optional<ResponseParser> up_parser;
   Context ctx;
   std::optional<RequestParser> parser;
   // The header deadline is a timer of its own rather than the stream's expiry, which would close
@@ -487,8 +596,13 @@ Task<void> Worker::session(Socket socket) {
       break;
     }
     conn.busy = true;
-    Exchange x{stream, buffer, *parser, ctx, client_ip, snap, Clock::now(), {}, "", "", chunk.get(), &up_buffer, &head};
-    const bool keep = co_await serve(x);
+    Exchange x{stream, buffer, *parser, ctx, client_ip, snap, Clock::now(), {}, "", "", chunk.get(), &up_buffer, &head, &up_parser};
+    bool keep = false;
+    if (prepare(x)) {
+      keep = co_await proxy(x);
+    } else {
+      keep = co_await answer(x);
+    }
     conn.busy = false;
     if (!keep) break;
   }
@@ -510,10 +624,8 @@ void Worker::release_leases(Exchange& x) {
   x.leases_held = false;
 }
 
-Task<Reason> Worker::decide_limits(Exchange& x, const Request& r) {
+void Worker::judge_limits(Exchange& x, const Status& status) {
   Context& ctx = x.ctx;
-  plan_limits(r, ctx);
-  auto [status] = co_await limiter->async_acquire_all(ctx.enforced, ctx.decisions, kTok);
   judge(status, ctx);
   x.leases_held = true;
   bool failed = !status.ok();
@@ -523,13 +635,36 @@ Task<Reason> Worker::decide_limits(Exchange& x, const Request& r) {
     gw.metrics->count_fallback(ctx.enforced[i].on_store_failure);
   }
   if (failed) gw.metrics->count_store_error();
+}
+
+void Worker::judge_shadow_limits(Exchange& x, const Status& status) {
+  Context& ctx = x.ctx;
+  judge_shadow(status, ctx);
+  const bool failed = !status.ok() || std::any_of(ctx.shadow_decisions.begin(), ctx.shadow_decisions.end(),
+                                                  [](const Decision& d) { return d.fallback; });
+  if (failed) gw.metrics->count_store_error();
+}
+
+std::optional<Reason> Worker::decide_limits_now(Exchange& x, const Request& r) {
+  Context& ctx = x.ctx;
+  plan_limits(r, ctx);
+  const std::optional<Status> status = limiter->acquire_all_now(ctx.enforced, ctx.decisions);
+  if (!status) return std::nullopt;
+  judge_limits(x, *status);
+  if (ctx.verdict.reason == Reason::kOk && !ctx.shadow.empty()) {
+    judge_shadow_limits(x, limiter->acquire_each_now(ctx.shadow, ctx.shadow_decisions).value());
+  }
+  x.decided = true;
+  return ctx.verdict.reason;
+}
+
+Task<Reason> Worker::decide_limits(Exchange& x) {
+  Context& ctx = x.ctx;
+  auto [status] = co_await limiter->async_acquire_all(ctx.enforced, ctx.decisions, kTok);
+  judge_limits(x, status);
   if (ctx.verdict.reason == Reason::kOk && !ctx.shadow.empty()) {
     auto [shadow_status] = co_await limiter->async_acquire_each(ctx.shadow, ctx.shadow_decisions, kTok);
-    judge_shadow(shadow_status, ctx);
-    const bool shadow_failed =
-        !shadow_status.ok() || std::any_of(ctx.shadow_decisions.begin(), ctx.shadow_decisions.end(),
-                                           [](const Decision& d) { return d.fallback; });
-    if (shadow_failed) gw.metrics->count_store_error();
+    judge_shadow_limits(x, shadow_status);
   }
   x.decided = true;
   co_return ctx.verdict.reason;
@@ -601,7 +736,7 @@ Task<std::optional<std::string>> Worker::read_body(Exchange& x, std::size_t limi
   co_return body;
 }
 
-Task<bool> Worker::serve(Exchange& x) {
+bool Worker::prepare(Exchange& x) {
   auto& req = x.parser.get();
   const std::uint64_t id = next_request++;
   if (auto given = req["X-Request-Id"]; !given.empty() && given.size() <= 128) {
@@ -619,50 +754,51 @@ Task<bool> Worker::serve(Exchange& x) {
   const std::size_t q = target.find('?');
   x.path = target.substr(0, q);
   x.query = q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
+  return framing_is_clean(x.parser) && path_is_clean(x.path) && !x.path.starts_with("/_sluice/");
+}
+
+Task<bool> Worker::answer(Exchange& x) {
+  auto& req = x.parser.get();
   if (!framing_is_clean(x.parser) || !path_is_clean(x.path)) {
     co_await respond(x, Reason::kBadRequest, nullptr, true);
     finish(x, 400, Reason::kBadRequest, std::nullopt);
     co_return false;
   }
-  if (x.path.starts_with("/_sluice/")) {
-    if (x.path == "/_sluice/healthz") {
-      const bool draining = gw.draining.load(std::memory_order_acquire);
-      const bool ok = co_await respond_json(x, draining ? 503 : 200,
-                                            draining ? R"({"status":"draining"})" : R"({"status":"ok"})", {},
-                                            false);
-      finish(x, draining ? 503 : 200, draining ? Reason::kDraining : Reason::kOk, std::nullopt);
-      co_return ok;
-    }
-    if (x.path == "/_sluice/v1/decide") {
-      if (req.method() != http::verb::post) {
-        const bool ok = co_await respond(x, Reason::kMethodNotAllowed, nullptr, false);
-        finish(x, 405, Reason::kMethodNotAllowed, std::nullopt);
-        co_return ok;
-      }
-      co_return co_await decide_endpoint(x);
-    }
-    const bool ok = co_await respond(x, Reason::kNotFound, nullptr, false);
-    finish(x, 404, Reason::kNotFound, std::nullopt);
+  if (x.path == "/_sluice/healthz") {
+    const bool draining = gw.draining.load(std::memory_order_acquire);
+    const bool ok = co_await respond_json(x, draining ? 503 : 200,
+                                          draining ? R"({"status":"draining"})" : R"({"status":"ok"})", {}, false);
+    finish(x, draining ? 503 : 200, draining ? Reason::kDraining : Reason::kOk, std::nullopt);
     co_return ok;
   }
-  co_return co_await proxy(x);
+  if (x.path == "/_sluice/v1/decide") {
+    if (req.method() != http::verb::post) {
+      const bool ok = co_await respond(x, Reason::kMethodNotAllowed, nullptr, false);
+      finish(x, 405, Reason::kMethodNotAllowed, std::nullopt);
+      co_return ok;
+    }
+    co_return co_await decide_endpoint(x);
+  }
+  // Another path under /_sluice/.
+  const bool ok = co_await respond(x, Reason::kNotFound, nullptr, false);
+  finish(x, 404, Reason::kNotFound, std::nullopt);
+  co_return ok;
 }
 
-// Caller authentication, before the access checks and any limit key. A signed request's body is read
-// here (up to max_body_bytes) to check its hash, unless the hash is given (/decide).
-Task<Reason> Worker::authenticate(Exchange& x, Request& r, std::string_view target,
-                                       const std::string* body_sha256_hex) {
-  const std::int64_t now = gw.now_seconds();
-  const CallerCheck check = identify_caller(r, *x.snapshot, now);
+CallerCheck Worker::identify(Exchange& x, Request& r) {
+  const CallerCheck check = identify_caller(r, *x.snapshot, gw.now_seconds());
   // A refused caller is counted against the interface it asked for (its system is not proven).
   if (check.reason != Reason::kOk) x.ctx.interface = x.snapshot->route(r.method, r.path);
-  if (check.reason != Reason::kOk || !check.needs_signature) co_return check.reason;
-  Reason reason = Reason::kOk;
-  if (body_sha256_hex != nullptr) {
-    reason = verify_signature(r, target, *body_sha256_hex, *x.snapshot, *gw.nonces, now);
-    if (reason != Reason::kOk) x.ctx.interface = x.snapshot->route(r.method, r.path);
-    co_return reason;
-  }
+  return check;
+}
+
+Reason Worker::verify(Exchange& x, const Request& r, std::string_view target, std::string_view body_sha256_hex) {
+  const Reason reason = verify_signature(r, target, body_sha256_hex, *x.snapshot, *gw.nonces, gw.now_seconds());
+  if (reason != Reason::kOk) x.ctx.interface = x.snapshot->route(r.method, r.path);
+  return reason;
+}
+
+Task<Reason> Worker::verify_body(Exchange& x, const Request& r, std::string_view target) {
   const auto max = static_cast<std::uint64_t>(x.snapshot->config().max_body_bytes);
   if (x.parser.content_length().value_or(0) > max) co_return Reason::kBodyTooLarge;
   if (beast::iequals(x.parser.get()[http::field::expect], "100-continue")) {
@@ -676,9 +812,7 @@ Task<Reason> Worker::authenticate(Exchange& x, Request& r, std::string_view targ
   x.body_read = true;
   // Judged at the time the body is in, not when the header came: a replay that holds its body back
   // until the original's nonce has expired must find its timestamp expired too.
-  reason = verify_signature(r, target, config::sha256_hex(x.body), *x.snapshot, *gw.nonces, gw.now_seconds());
-  if (reason != Reason::kOk) x.ctx.interface = x.snapshot->route(r.method, r.path);
-  co_return reason;
+  co_return verify(x, r, target, config::sha256_hex(x.body));
 }
 
 Task<bool> Worker::decide_endpoint(Exchange& x) {
@@ -751,9 +885,17 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
   // A signed request's body hash comes in "body_sha256" (hex); no field: an empty body.
   std::string body_hash = config::sha256_hex("");
   if (const auto given = str("body_sha256")) body_hash = std::string(*given);
-  Reason reason = path_is_clean(r.path) ? co_await authenticate(x, r, full, &body_hash) : Reason::kBadRequest;
+  Reason reason = Reason::kBadRequest;
+  if (path_is_clean(r.path)) {
+    const CallerCheck caller = identify(x, r);
+    reason = caller.reason;
+    if (reason == Reason::kOk && caller.needs_signature) reason = verify(x, r, full, body_hash);
+  }
   if (reason == Reason::kOk) reason = check_access(r, *x.snapshot, ctx);
-  if (reason == Reason::kOk) reason = co_await decide_limits(x, r);
+  if (reason == Reason::kOk) {
+    const std::optional<Reason> now = decide_limits_now(x, r);
+    reason = now ? *now : co_await decide_limits(x);
+  }
   ctx.verdict.reason = reason;
   gw.metrics->observe_decision(index, since(t0));
   HeaderList extra;
@@ -794,12 +936,109 @@ Task<std::pair<bool, UpConn>> Worker::connect(const config::Target& target, Nano
   co_return std::pair{false, std::move(c)};
 }
 
+// On a pooled connection when one is idle; a pooled connection the upstream had closed is retried
+// once on a fresh one when nothing of the body was consumed.
+Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf, const config::Target& target,
+                                         std::vector<UpConn>& pool, bool has_body, bool expects_continue) {
+  auto& req = x.parser.get();
+  const UpstreamEntry& up = *itf.upstream;
+  const bool head = req.method() == http::verb::head;
+  UpConn conn;
+  beast::flat_buffer& up_buffer = *x.up_buffer;
+  up_buffer.clear();
+  std::optional<ResponseParser>& rp = *x.up_parser;
+  rp.reset();
+  std::string& wire = *x.head;
+  Reason failure = Reason::kOk;
+  bool body_failed = false;
+  for (int attempt = 0; attempt < 2 && !rp; ++attempt) {
+    bool reused = false;
+    while (attempt == 0 && !reused && !pool.empty()) {
+      UpConn pooled = std::move(pool.back());
+      pool.pop_back();
+      // A request with a body cannot be sent again once its body is streamed: it takes no pooled
+      // connection the upstream has closed meanwhile (an idle timeout shorter than ours).
+      if (!has_body || still_open(*pooled)) {
+        conn = std::move(pooled);
+        reused = true;
+      }
+    }
+    if (!reused) {
+      auto [timed_out, fresh] = co_await connect(target, up.upstream->connect_timeout);
+      if (!fresh) {
+        failure = timed_out ? Reason::kUpstreamTimeout : Reason::kUpstreamConnectFailed;
+        break;
+      }
+      conn = std::move(fresh);
+    }
+    if (expects_continue && attempt == 0 && has_body && !x.continue_sent) {
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      co_await asio::async_write(x.client, asio::buffer(kContinue), kTok);
+    }
+    Stream& us = *conn;
+    us.expires_after(itf.timeout);
+    wire.clear();
+    append_upstream_head(wire, x.parser, x.client_ip, x.request_id,
+                         x.ctx.system != nullptr ? std::string_view(x.ctx.system->system->key) : std::string_view());
+    error_code ec;
+    if (x.body_read) {
+      // Read already (its signature covers it): the header and all of it in one write.
+      char size_line[24];
+      std::size_t size_len = 0;
+      std::string_view tail;
+      if (x.parser.chunked()) {
+        if (!x.body.empty()) size_len = static_cast<std::size_t>(std::snprintf(size_line, sizeof size_line, "%zx\r\n", x.body.size()));
+        tail = x.body.empty() ? "0\r\n\r\n" : "\r\n0\r\n\r\n";
+      }
+      const std::array<asio::const_buffer, 4> pieces{asio::buffer(wire), asio::buffer(size_line, size_len),
+                                                     asio::buffer(x.body), asio::buffer(tail.data(), tail.size())};
+      auto [wec, wn] = co_await asio::async_write(us, pieces, kTok);
+      ec = wec;
+    } else {
+      const RelayResult sent = co_await relay(x.client, x.buffer, x.parser, us, wire, x.parser.chunked(), x.chunk,
+                                              x.snapshot->config().header_timeout, itf.timeout, [] {});
+      if (sent.read) {
+        failure = reason_of_read_error(sent.read);
+        body_failed = true;
+      }
+      ec = sent.write;
+    }
+    if (body_failed) break;
+    if (!ec) {
+      // The response header, skipping interim (1xx) responses.
+      while (true) {
+        rp.emplace();
+        rp->body_limit(boost::none);
+        rp->header_limit(64 * 1024);
+        if (head) rp->skip(true);
+        auto [hec, hn] = co_await http::async_read_header(us, up_buffer, *rp, kTok);
+        ec = hec;
+        if (ec || rp->get().result_int() / 100 != 1 || rp->get().result_int() == 101) break;
+      }
+    }
+    if (!ec) break;
+    const bool nothing_back = !rp || !rp->got_some();
+    rp.reset();
+    conn.reset();
+    up_buffer.clear();
+    if (reused) pool.clear();  // the upstream closed them: they are all likely stale
+    if (ec == beast::error::timeout) {
+      failure = Reason::kUpstreamTimeout;
+      break;
+    }
+    failure = Reason::kUpstreamConnectFailed;
+    if (!(reused && nothing_back && !has_body)) break;
+  }
+  if (!rp) co_return Sent{UpConn(), failure, body_failed};
+  co_return Sent{std::move(conn), Reason::kOk, false};
+}
+
 Task<bool> Worker::proxy(Exchange& x) {
   auto& req = x.parser.get();
   const config::Config& cfg = x.snapshot->config();
   Context& ctx = x.ctx;
   FieldsLookup lookup(req);
-  Request r;
+  Request& r = x.request;
   r.method = req.method_string();
   r.path = x.path;
   r.query = x.query;
@@ -810,9 +1049,14 @@ Task<bool> Worker::proxy(Exchange& x) {
   r.headers = &lookup;
 
   const auto t0 = Clock::now();
-  Reason reason = co_await authenticate(x, r, req.target(), nullptr);
+  const CallerCheck caller = identify(x, r);
+  Reason reason = caller.reason;
+  if (reason == Reason::kOk && caller.needs_signature) reason = co_await verify_body(x, r, req.target());
   if (reason == Reason::kOk) reason = check_access(r, *x.snapshot, ctx);
-  if (reason == Reason::kOk) reason = co_await decide_limits(x, r);
+  if (reason == Reason::kOk) {
+    const std::optional<Reason> now = decide_limits_now(x, r);
+    reason = now ? *now : co_await decide_limits(x);
+  }
   gw.metrics->observe_decision(index, since(t0));
   if (reason != Reason::kOk) {
     ctx.verdict.reason = reason;
@@ -854,155 +1098,48 @@ Task<bool> Worker::proxy(Exchange& x) {
   // The request as the upstream sees it.
   const bool expects_continue = beast::iequals(req[http::field::expect], "100-continue");
   const bool client_keep_alive = req.keep_alive();
-  strip_hop_by_hop(req);
-  req.erase(http::field::expect);
-  req.version(11);
-  req.keep_alive(true);
-  {
-    const std::string_view forwarded = req["X-Forwarded-For"];
-    std::string xff = forwarded.empty() ? std::string(x.client_ip) : std::string(forwarded) + ", " + std::string(x.client_ip);
-    req.set("X-Forwarded-For", xff);
-  }
-  req.set("X-Forwarded-Proto", "http");
-  req.set("X-Request-Id", x.request_id);
-  req.erase("X-Sluice-System");
-  if (ctx.system != nullptr) req.set("X-Sluice-System", ctx.system->system->key);
-  req.erase(kApiKeyHeader);  // a secret of the caller's: X-Sluice-System says whose it was
   const bool has_body = x.parser.chunked() || x.parser.content_length().value_or(0) > 0;
-  // One Content-Length, as the parser read it (it accepts repeats of the same value).
-  if (!x.parser.chunked() && x.parser.content_length()) req.content_length(*x.parser.content_length());
-  const bool head = req.method() == http::verb::head;
 
   const auto& targets = up.upstream->targets;
   const config::Target& target = targets[next_target++ % targets.size()];
-  const std::string pool_key = target.host + ":" + std::to_string(target.port);
+  std::vector<UpConn>& pool = idle[target.host + ":" + std::to_string(target.port)];
   const auto up_start = Clock::now();
 
-  // Sends the request and reads the response header, on a pooled connection when one is idle; a
-  // pooled connection the upstream had closed is retried once on a fresh one when nothing of the
-  // body was consumed.
-  UpConn conn;
-  beast::flat_buffer& up_buffer = *x.up_buffer;
-  up_buffer.clear();
-  std::optional<ResponseParser> rp;
-  std::string& wire = *x.head;
-  char* const chunk = x.chunk;
-  Reason failure = Reason::kOk;
-  bool body_failed = false;  // the client's body was bad (413/400/timeout) rather than the upstream
-  for (int attempt = 0; attempt < 2 && !rp; ++attempt) {
-    bool reused = false;
-    auto& pool = idle[pool_key];
-    while (attempt == 0 && !reused && !pool.empty()) {
-      UpConn pooled = std::move(pool.back());
-      pool.pop_back();
-      // A request with a body cannot be sent again once its body is streamed: it takes no pooled
-      // connection the upstream has closed meanwhile (an idle timeout shorter than ours).
-      if (!has_body || still_open(*pooled)) {
-        conn = std::move(pooled);
-        reused = true;
-      }
-    }
-    if (!reused) {
-      auto [timed_out, fresh] = co_await connect(target, up.upstream->connect_timeout);
-      if (!fresh) {
-        failure = timed_out ? Reason::kUpstreamTimeout : Reason::kUpstreamConnectFailed;
-        break;
-      }
-      conn = std::move(fresh);
-    }
-    if (expects_continue && attempt == 0 && has_body && !x.continue_sent) {
-      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-      co_await asio::async_write(x.client, asio::buffer(kContinue), kTok);
-    }
-    Stream& us = *conn;
-    us.expires_after(itf.timeout);
-    wire.clear();
-    append_head(wire, req);
-    error_code ec;
-    if (x.body_read) {
-      // Read already (its signature covers it): the header and all of it in one write.
-      char size_line[24];
-      std::size_t size_len = 0;
-      std::string_view tail;
-      if (x.parser.chunked()) {
-        if (!x.body.empty()) size_len = static_cast<std::size_t>(std::snprintf(size_line, sizeof size_line, "%zx\r\n", x.body.size()));
-        tail = x.body.empty() ? "0\r\n\r\n" : "\r\n0\r\n\r\n";
-      }
-      const std::array<asio::const_buffer, 4> pieces{asio::buffer(wire), asio::buffer(size_line, size_len),
-                                                     asio::buffer(x.body), asio::buffer(tail.data(), tail.size())};
-      auto [wec, wn] = co_await asio::async_write(us, pieces, kTok);
-      ec = wec;
-    } else {
-      const RelayResult sent = co_await relay(x.client, x.buffer, x.parser, us, wire, x.parser.chunked(), chunk,
-                                              cfg.header_timeout, itf.timeout, [] {});
-      if (sent.read) {
-        failure = reason_of_read_error(sent.read);
-        body_failed = true;
-      }
-      ec = sent.write;
-    }
-    if (body_failed) break;
-    if (!ec) {
-      // The response header, skipping interim (1xx) responses.
-      while (true) {
-        rp.emplace();
-        rp->body_limit(boost::none);
-        rp->header_limit(64 * 1024);
-        if (head) rp->skip(true);
-        auto [hec, hn] = co_await http::async_read_header(us, up_buffer, *rp, kTok);
-        ec = hec;
-        if (ec || rp->get().result_int() / 100 != 1 || rp->get().result_int() == 101) break;
-      }
-    }
-    if (!ec) break;
-    const bool nothing_back = !rp || !rp->got_some();
-    rp.reset();
-    conn.reset();
-    up_buffer.clear();
-    if (reused) idle[pool_key].clear();  // the upstream closed them: they are all likely stale
-    if (ec == beast::error::timeout) {
-      failure = Reason::kUpstreamTimeout;
-      break;
-    }
-    failure = Reason::kUpstreamConnectFailed;
-    if (!(reused && nothing_back && !has_body)) break;
-  }
-  if (!rp) {
-    if (body_failed) {
+  Sent sent_up = co_await send_upstream(x, itf, target, pool, has_body, expects_continue);
+  UpConn conn = std::move(sent_up.conn);
+  if (!conn) {
+    if (sent_up.body_failed) {
       release_permit();
     } else {
       record(true, since(up_start));
     }
-    const bool ok = co_await respond(x, failure, nullptr, true);
-    finish(x, status_of(failure), failure, since(up_start));
+    const bool ok = co_await respond(x, sent_up.failure, nullptr, true);
+    finish(x, status_of(sent_up.failure), sent_up.failure, since(up_start));
     (void)ok;
     co_return false;
   }
+  std::optional<ResponseParser>& rp = *x.up_parser;
+  beast::flat_buffer& up_buffer = *x.up_buffer;
+  std::string& wire = *x.head;
 
   // The response, header then body piece by piece, back to the client.
-  auto& res = rp->get();
-  const unsigned status = res.result_int();
+  const unsigned status = rp->get().result_int();
   const Nanos upstream_latency = since(up_start);
   // The parser's view, which also knows a body that ends when the upstream closes.
   const bool upstream_keep_alive = rp->keep_alive();
-  strip_hop_by_hop(res);
   HeaderList extra;
   append_headers(ctx.verdict, cfg.rate_limit_headers, extra);
-  for (const auto& [name, value] : extra) res.set(name, value);
-  res.set("X-Request-Id", x.request_id);
   const bool with_body = body_expected(req.method(), status);
-  if (with_body && !res.has_content_length() && !res.chunked()) res.chunked(true);
+  const bool chunk_it = with_body && !rp->content_length() && !rp->chunked();
   const bool keep_client = client_keep_alive && !gw.draining.load(std::memory_order_acquire);
-  res.keep_alive(keep_client);
-  res.version(11);
   wire.clear();
-  append_head(wire, res);
+  append_client_head(wire, *rp, extra, x.request_id, chunk_it, keep_client);
   // The breaker judges the call by its status once the first piece of the body is in — not at the
   // end, or a stream would hold a half-open probe for as long as it lasts — and as failed when the
   // upstream stalls or breaks off before that piece.
   const bool failure_status = status < 600 && up.failure_statuses.test(status);
-  const RelayResult sent = co_await relay(*conn, up_buffer, *rp, x.client, wire, with_body && res.chunked(),
-                                          chunk, itf.timeout, itf.timeout,
+  const RelayResult sent = co_await relay(*conn, up_buffer, *rp, x.client, wire, with_body && (chunk_it || rp->chunked()),
+                                          x.chunk, itf.timeout, itf.timeout,
                                           [&] { record(failure_status, upstream_latency); });
   const bool upstream_ok = !sent.read;
   const error_code ec = sent.write;
@@ -1018,7 +1155,6 @@ Task<bool> Worker::proxy(Exchange& x) {
   // The upstream connection goes back to the pool when the exchange ended cleanly.
   if (upstream_ok && !ec && rp->is_done() && upstream_keep_alive && up_buffer.size() == 0 &&
       (!has_body || x.parser.is_done())) {
-    auto& pool = idle[pool_key];
     if (pool.size() < static_cast<std::size_t>(up.upstream->max_idle_connections)) {
       conn->expires_never();
       pool.push_back(std::move(conn));

@@ -46,6 +46,18 @@ class Limiter {
   virtual void release(std::string_view key, const Limit& limit, std::uint64_t lease,
                        Handler done) = 0;
 
+  // The same decisions from a store that answers before the call returns, without a handler (whose
+  // type erasure costs an allocation per request): the store's status. nullopt from a store that
+  // answers later (the default): call acquire_all / acquire_each instead.
+  virtual std::optional<Status> acquire_all_now(std::span<const LimitRequest> /*requests*/,
+                                                std::span<Decision> /*decisions*/) {
+    return std::nullopt;
+  }
+  virtual std::optional<Status> acquire_each_now(std::span<const LimitRequest> /*requests*/,
+                                                 std::span<Decision> /*decisions*/) {
+    return std::nullopt;
+  }
+
   // Awaitable forms for any Asio completion token (use_awaitable, a callback, ...).
   template <class Token>
   auto async_acquire_all(std::span<const LimitRequest> requests, std::span<Decision> decisions,
@@ -76,6 +88,10 @@ class StoreLimiter final : public Limiter {
   void acquire_each(std::span<const LimitRequest> requests, std::span<Decision> decisions,
                     Handler done) override;
   void release(std::string_view key, const Limit& limit, std::uint64_t lease, Handler done) override;
+  std::optional<Status> acquire_all_now(std::span<const LimitRequest> requests,
+                                        std::span<Decision> decisions) override;
+  std::optional<Status> acquire_each_now(std::span<const LimitRequest> requests,
+                                         std::span<Decision> decisions) override;
 
  private:
   Store& store_;

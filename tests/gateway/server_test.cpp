@@ -293,6 +293,37 @@ TEST_F(GatewayTest, ProxyingPassesTheRequestThroughAndAddsTheForwardingFields) {
   EXPECT_EQ(r.header("x-request-id"), "req-42");
 }
 
+// Several X-Forwarded-For fields (from proxies in front) are one list, the client's address last.
+TEST_F(GatewayTest, EveryEarlierForwardedForGoesUpInOneField) {
+  const std::string out = raw("GET /echo/x HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n"
+                              "X-Forwarded-For: 203.0.113.9\r\nx-forwarded-for: 198.51.100.7, 10.0.0.1\r\n"
+                              "Connection: close\r\n\r\n");
+  ASSERT_EQ(testing::raw_status(out), 200) << out;
+  const auto h = json(out.substr(out.find("\r\n\r\n") + 4)).at("headers").as_object();
+  EXPECT_EQ(str(h, "X-Forwarded-For"), "203.0.113.9, 198.51.100.7, 10.0.0.1, 127.0.0.1");
+}
+
+// The upstream's response reaches the client without its hop-by-hop fields (and those its
+// Connection field names), with the gateway's X-Request-Id instead of its own, and framed anew.
+TEST_F(GatewayTest, TheUpstreamsHopByHopFieldsAndRequestIdStayBehind) {
+  ClosingUpstream upstream("HTTP/1.1 201 Made\r\nConnection: X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\n"
+                           "X-Request-Id: upstream-id\r\nX-Kept: yes\r\nContent-Length: 2\r\n\r\nok",
+                           ClosingUpstream::After::kClose);
+  restart_in_front_of(upstream);
+  const std::string out = raw("GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n"
+                              "X-Request-Id: mine\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(out.substr(0, out.find("\r\n")), "HTTP/1.1 201 Made");
+  const std::string head = out.substr(0, out.find("\r\n\r\n") + 2);
+  EXPECT_NE(head.find("\r\nX-Kept: yes\r\n"), std::string::npos) << head;
+  EXPECT_NE(head.find("\r\nX-Request-Id: mine\r\n"), std::string::npos) << head;
+  EXPECT_EQ(head.find("upstream-id"), std::string::npos) << head;
+  EXPECT_EQ(head.find("X-Hop"), std::string::npos) << head;
+  EXPECT_EQ(head.find("Keep-Alive"), std::string::npos) << head;
+  EXPECT_NE(head.find("\r\nConnection: close\r\n"), std::string::npos) << head;
+  EXPECT_NE(head.find("\r\nContent-Length: 2\r\n"), std::string::npos) << head;
+  EXPECT_EQ(out.substr(out.find("\r\n\r\n") + 4), "ok");
+}
+
 TEST_F(GatewayTest, AClientsSluiceSystemHeaderNeverReachesTheUpstream) {
   HttpClient c(gw_->port());
   const HttpResponse r = c.request("GET", "/public", {{"X-Sluice-System", "crm"}});
