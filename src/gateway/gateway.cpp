@@ -103,18 +103,28 @@ class HopFields {
         std::string_view token = value.substr(start, end - start);
         while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
         while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
-        const http::field known = http::string_to_field(token);
-        if (!token.empty() && known != http::field::content_length && known != http::field::transfer_encoding &&
-            known != http::field::host) {
-          named_.push_back(token);
-        }
         start = end + 1;
+        if (token.empty() || beast::iequals(token, "close")) continue;
+        const http::field known = http::string_to_field(token);
+        if (known == http::field::content_length || known == http::field::transfer_encoding ||
+            known == http::field::host || always_dropped(known)) {
+          continue;
+        }
+        named_.push_back({known, token});
       }
     }
   }
 
   bool drops(const http::fields::value_type& field) const {
-    switch (field.name()) {
+    const http::field name = field.name();
+    return always_dropped(name) || std::any_of(named_.begin(), named_.end(), [&](const Named& n) {
+             return n.known == name && (name != http::field::unknown || beast::iequals(n.text, field.name_string()));
+           });
+  }
+
+ private:
+  static bool always_dropped(http::field name) {
+    switch (name) {
       case http::field::connection:
       case http::field::keep_alive:
       case http::field::proxy_connection:
@@ -125,13 +135,15 @@ class HopFields {
       case http::field::proxy_authorization:
         return true;
       default:
-        return std::any_of(named_.begin(), named_.end(),
-                           [&](std::string_view n) { return beast::iequals(n, field.name_string()); });
+        return false;
     }
   }
 
- private:
-  boost::container::small_vector<std::string_view, 4> named_;
+  struct Named {
+    http::field known;  // unknown: compare text
+    std::string_view text;
+  };
+  boost::container::small_vector<Named, 4> named_;
 };
 
 // Whether the request's framing is unambiguous: Transfer-Encoding, when present, is exactly
@@ -181,10 +193,7 @@ std::string json_string(std::string_view s) {
 using UpConn = std::unique_ptr<Stream>;
 
 void append_field(std::string& out, std::string_view name, std::string_view value) {
-  out.append(name);
-  out += ": ";
-  out.append(value);
-  out += "\r\n";
+  out.append(name).append(": ", 2).append(value).append("\r\n", 2);
 }
 
 // The request as the upstream gets it, written straight from the client's (which stays as it came):
@@ -233,11 +242,13 @@ void append_upstream_head(std::string& out, const RequestParser& p, std::string_
   out += "\r\n";
 }
 
-// The upstream's response as the client gets it: its fields but the hop-by-hop ones and those the
-// gateway sets (extra: the rate-limit fields; X-Request-Id), then those; the body chunk-framed when
-// chunk_it (it has no length of its own), and "Connection: close" unless keep_alive.
-void append_client_head(std::string& out, const ResponseParser& p, const HeaderList& extra,
-                        std::string_view request_id, bool chunk_it, bool keep_alive) {
+// The upstream's response as the client gets it: the verdict's rate-limit fields and X-Request-Id,
+// then the upstream's fields but the hop-by-hop ones and those the gateway has set; the body
+// chunk-framed when chunk_it (it has no length of its own), and "Connection: close" unless
+// keep_alive.
+void append_client_head(std::string& out, const ResponseParser& p, const Verdict& verdict,
+                        config::RateLimitHeaders form, std::string_view request_id, bool chunk_it,
+                        bool keep_alive) {
   const auto& res = p.get();
   const HopFields hop(res);
   const unsigned status = res.result_int();
@@ -248,16 +259,15 @@ void append_client_head(std::string& out, const ResponseParser& p, const HeaderL
   out += ' ';
   out.append(res.reason());
   out += "\r\n";
+  const HeaderNames set = write_header_lines(verdict, form, out);
+  append_field(out, "X-Request-Id", request_id);
   for (const auto& f : res) {
     if (hop.drops(f)) continue;
     const std::string_view name = f.name_string();
-    const bool replaced = std::any_of(extra.begin(), extra.end(),
-                                      [&](const auto& e) { return beast::iequals(e.first, name); }) ||
+    const bool replaced = std::any_of(set.begin(), set.end(), [&](std::string_view n) { return beast::iequals(n, name); }) ||
                           (f.name() == http::field::unknown && beast::iequals(name, "X-Request-Id"));
     if (!replaced) append_field(out, name, f.value());
   }
-  for (const auto& [name, value] : extra) append_field(out, name, value);
-  append_field(out, "X-Request-Id", request_id);
   if (chunk_it) out += "Transfer-Encoding: chunked\r\n";
   if (!keep_alive) out += "Connection: close\r\n";
   out += "\r\n";
@@ -1127,13 +1137,11 @@ Task<bool> Worker::proxy(Exchange& x) {
   const Nanos upstream_latency = since(up_start);
   // The parser's view, which also knows a body that ends when the upstream closes.
   const bool upstream_keep_alive = rp->keep_alive();
-  HeaderList extra;
-  append_headers(ctx.verdict, cfg.rate_limit_headers, extra);
   const bool with_body = body_expected(req.method(), status);
   const bool chunk_it = with_body && !rp->content_length() && !rp->chunked();
   const bool keep_client = client_keep_alive && !gw.draining.load(std::memory_order_acquire);
   wire.clear();
-  append_client_head(wire, *rp, extra, x.request_id, chunk_it, keep_client);
+  append_client_head(wire, *rp, ctx.verdict, cfg.rate_limit_headers, x.request_id, chunk_it, keep_client);
   // The breaker judges the call by its status once the first piece of the body is in — not at the
   // end, or a stream would hold a half-open probe for as long as it lasts — and as failed when the
   // upstream stalls or breaks off before that piece.

@@ -1,6 +1,7 @@
 #include "gateway/policy.h"
 
 #include <algorithm>
+#include <charconv>
 #include <array>
 #include <cassert>
 
@@ -287,30 +288,67 @@ std::int64_t ceil_seconds(Nanos d) {
   return (d.count() + 999'999'999) / 1'000'000'000;
 }
 
-void append_headers(const Verdict& v, config::RateLimitHeaders form,
-                    std::vector<std::pair<std::string_view, std::string>>& out) {
-  if (v.retry_after) out.emplace_back("Retry-After", std::to_string(std::max<std::int64_t>(1, ceil_seconds(*v.retry_after))));
+namespace {
+
+void append_int(std::string& out, std::int64_t v) {
+  char digits[24];
+  const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, v);
+  out.append(digits, static_cast<std::size_t>(end - digits));
+}
+
+// Writes the fields a verdict calls for: field(name) returns the string to append that field's
+// value to.
+template <class Field>
+void write_fields(const Verdict& v, config::RateLimitHeaders form, Field&& field) {
+  if (v.retry_after) append_int(field("Retry-After"), std::max<std::int64_t>(1, ceil_seconds(*v.retry_after)));
   if (!v.quota) return;
   const Quota& q = *v.quota;
   const std::int64_t remaining = std::max<std::int64_t>(q.remaining, 0);
   switch (form) {
     case config::RateLimitHeaders::kDraft: {
-      std::string name = "\"";
-      name += q.name;
-      name += '"';
-      out.emplace_back("RateLimit-Policy", name + ";q=" + std::to_string(q.limit) + ";w=" +
-                                               std::to_string(ceil_seconds(q.window)));
-      out.emplace_back("RateLimit", name + ";r=" + std::to_string(remaining) + ";t=" +
-                                        std::to_string(ceil_seconds(q.reset)));
+      std::string& policy = field("RateLimit-Policy");
+      policy += '"';
+      policy += q.name;
+      policy += "\";q=";
+      append_int(policy, q.limit);
+      policy += ";w=";
+      append_int(policy, ceil_seconds(q.window));
+      std::string& state = field("RateLimit");
+      state += '"';
+      state += q.name;
+      state += "\";r=";
+      append_int(state, remaining);
+      state += ";t=";
+      append_int(state, ceil_seconds(q.reset));
       break;
     }
     case config::RateLimitHeaders::kLegacy:
-      out.emplace_back("X-RateLimit-Limit", std::to_string(q.limit));
-      out.emplace_back("X-RateLimit-Remaining", std::to_string(remaining));
-      out.emplace_back("X-RateLimit-Reset", std::to_string(ceil_seconds(q.reset)));
+      append_int(field("X-RateLimit-Limit"), q.limit);
+      append_int(field("X-RateLimit-Remaining"), remaining);
+      append_int(field("X-RateLimit-Reset"), ceil_seconds(q.reset));
       break;
     case config::RateLimitHeaders::kNone: break;
   }
+}
+
+}  // namespace
+
+void append_headers(const Verdict& v, config::RateLimitHeaders form,
+                    std::vector<std::pair<std::string_view, std::string>>& out) {
+  write_fields(v, form, [&](std::string_view name) -> std::string& { return out.emplace_back(name, "").second; });
+}
+
+HeaderNames write_header_lines(const Verdict& v, config::RateLimitHeaders form, std::string& out) {
+  HeaderNames names;
+  write_fields(v, form, [&](std::string_view name) -> std::string& {
+    if (!names.empty()) out += "\r\n";
+    names.push_back(name);
+    out.append(name);
+    out += ": ";
+    return out;
+  });
+  if (!names.empty()) out += "\r\n";
+  return names;
 }
 
 namespace {

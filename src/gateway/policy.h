@@ -3,6 +3,7 @@
 // reason, message, Retry-After, RateLimit fields). Thread-compatible: one Context per request.
 #pragma once
 
+#include <boost/container/static_vector.hpp>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -147,6 +148,9 @@ std::int64_t ceil_seconds(Nanos d);
 // configured form), appended to out as (name, value).
 void append_headers(const Verdict& verdict, config::RateLimitHeaders form,
                     std::vector<std::pair<std::string_view, std::string>>& out);
+// The same fields as header lines ("Name: value\r\n") appended to out; returns their names.
+using HeaderNames = boost::container::static_vector<std::string_view, 4>;
+HeaderNames write_header_lines(const Verdict& verdict, config::RateLimitHeaders form, std::string& out);
 
 // Percent-decodes nothing and refuses what could route differently upstream: a path that does not
 // start with '/', has a NUL (also %00), or a '.' / '..' segment — with dots also written %2E, and
