@@ -18,6 +18,7 @@
 #include "gateway/console.h"
 #include "gateway/gateway.h"
 #include "gateway/redis_limiter.h"
+#include "sluice/redis/address.h"
 #include "sluice/local_store.h"
 
 namespace sluice::cli {
@@ -164,6 +165,17 @@ redis::RedisStoreOptions redis_options(const ServeSettings& s, const config::Con
 bool limit_store(const ServeSettings& s, const config::Config& cfg, const std::string& source,
                  gateway::GatewayOptions& options) {
   if ((s.store.empty() ? cfg.store : s.store) == "local") return true;
+  if (s.store.empty()) {
+    // A follower whose token has the read role is not given the store's password.
+    const auto address = redis::parse_address(cfg.store);
+    if (address.ok() && address->password == config::kRedactedPassword) {
+      std::fprintf(stderr,
+                   "sluice serve: %s gives the limit store's password to admin tokens only: follow it with an "
+                   "admin token, or name the store here with --store\n",
+                   source.c_str());
+      return false;
+    }
+  }
   auto made = gateway::redis_limiters(redis_options(s, cfg));
   if (!made.ok()) {
     std::fprintf(stderr,

@@ -65,6 +65,19 @@ const char* to_string(BreakerForce force) {
   return "none";
 }
 
+std::string redact_store_password(std::string_view store) {
+  // As redis::parse_address reads it: the credentials run to the last '@', the password from the
+  // first ':' in them (all of them without one).
+  const std::size_t scheme = store.find("://");
+  const std::size_t at = store.rfind('@');
+  if (scheme == std::string_view::npos || at == std::string_view::npos || at < scheme + 3) return std::string(store);
+  const std::size_t begin = scheme + 3;
+  const std::size_t colon = store.substr(begin, at - begin).find(':');
+  const std::size_t password = colon == std::string_view::npos ? begin : begin + colon + 1;
+  if (password == at) return std::string(store);
+  return std::string(store.substr(0, password)).append(kRedactedPassword).append(store.substr(at));
+}
+
 std::string format_time(std::int64_t unix_seconds) {
   const std::time_t t = static_cast<std::time_t>(unix_seconds);
   std::tm tm{};

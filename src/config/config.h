@@ -178,6 +178,11 @@ std::optional<Target> parse_target(std::string_view text);
 // settings describe equally.
 std::string describe(const Breaker& breaker);
 
+// A store URL with its password (redis://[user:]PASSWORD@host...) replaced by kRedactedPassword,
+// for those who may read the configuration but not the store's secret; without one, unchanged.
+inline constexpr std::string_view kRedactedPassword = "REDACTED";
+std::string redact_store_password(std::string_view store);
+
 // Unix seconds as RFC 3339 in UTC ("2026-11-30T10:00:00Z"), and back (nullopt when it is not one).
 std::string format_time(std::int64_t unix_seconds);
 std::optional<std::int64_t> parse_time(std::string_view text);

@@ -164,6 +164,9 @@ void redact(json::value& v) {
     json::object& o = v.as_object();
     o.erase("api_key_sha256");
     o.erase("sealed_secret");
+    if (auto* store = o.if_contains("store"); store != nullptr && store->is_string()) {
+      *store = redact_store_password(store->as_string());
+    }
     for (auto& kv : o) redact(kv.value());
   } else if (v.is_array()) {
     for (json::value& e : v.as_array()) redact(e);

@@ -39,7 +39,8 @@ struct StoredConfig {
 };
 
 // One audit row: who changed what and when, with the JSON of the thing before and after (null when
-// created or deleted). Secrets never appear: credentials show their id, kind and times only.
+// created or deleted). Secrets never appear: credentials show their id, kind and times only, and the
+// limit store's URL no password.
 struct AuditEntry {
   std::int64_t id = 0;
   std::int64_t at = 0;  // Unix seconds
@@ -149,7 +150,8 @@ class ConfigStore {
   sqlite3* db_ = nullptr;  // guarded by mu_
 };
 
-// A JSON text with the secrets of credentials (API key hashes, sealed secrets) taken out.
+// A JSON text with the secrets of credentials (API key hashes, sealed secrets) taken out, and the
+// password of a "store" URL redacted.
 std::string redact_credentials(std::string_view json);
 
 }  // namespace sluice::config

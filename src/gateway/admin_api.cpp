@@ -525,8 +525,14 @@ AdminResponse AdminApi::config_route(Call& call) const {
       r.hold = std::min(*wait, options_.max_wait);
       return r;
     }
-    const config::StoredConfig stored = current();
+    config::StoredConfig stored = current();
     if (!stored.config) return error(503, "store_unavailable", "The configuration cannot be read now.");
+    if (call.principal.role != config::Role::kAdmin) {
+      // The limit store's password is for admin tokens (and the followers that hold one) only.
+      auto shown = std::make_shared<config::Config>(*stored.config);
+      shown->store = config::redact_store_password(shown->store);
+      stored.config = std::move(shown);
+    }
     const std::string format = call.param("format");
     const bool yaml = format == "yaml" || (format.empty() && req.header("Accept").find("yaml") != std::string_view::npos);
     AdminResponse r;

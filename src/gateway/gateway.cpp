@@ -1219,7 +1219,10 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
     } else if (req.method() == http::verb::get && path == "/healthz") {
       out = {200, "application/json", draining ? R"({"status":"draining"})" : R"({"status":"ok"})"};
     } else if (req.method() == http::verb::get && path == "/config") {
-      out = {200, "application/yaml", config::to_yaml(snapshot()->config())};
+      // Without the store's password: a read token or a loopback caller may see this.
+      config::Config shown = snapshot()->config();
+      shown.store = config::redact_store_password(shown.store);
+      out = {200, "application/yaml", config::to_yaml(shown)};
     } else {
       AdminHandler handler;
       {

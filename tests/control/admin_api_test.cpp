@@ -446,6 +446,34 @@ TEST_F(AdminApiTest, TheConfigurationExportsAsJsonOrYamlWithItsRevisionAsETag) {
   EXPECT_EQ(call("GET", "/admin/v1/config?format=yaml").raw.content_type, "application/yaml");
 }
 
+// The limit store's password goes to admin tokens (a follower needs it) and to nobody else: not
+// to a read token, not into the audit log.
+TEST_F(AdminApiTest, TheStoresPasswordIsForAdminTokensOnly) {
+  config::Config c = *store_->load()->config;
+  c.store = "redis://:s3cret@127.0.0.1:6379/2";
+  ASSERT_TRUE(store_->replace("setup", "config.replace", c).ok());
+  const Reply admin = call("GET", "/admin/v1/config");
+  EXPECT_EQ(admin.str("store"), "redis://:s3cret@127.0.0.1:6379/2");
+  const Reply read = call("GET", "/admin/v1/config", "", {}, &read_);
+  EXPECT_EQ(read.status, 200);
+  EXPECT_EQ(read.str("store"), "redis://:REDACTED@127.0.0.1:6379/2");
+  EXPECT_EQ(call("GET", "/admin/v1/config?format=yaml", "", {}, &read_).raw.body.find("s3cret"), std::string::npos);
+  const Reply audit = call("GET", "/admin/v1/audit");
+  EXPECT_EQ(audit.status, 200);
+  EXPECT_NE(audit.raw.body.find("REDACTED"), std::string::npos) << audit.raw.body;
+  EXPECT_EQ(audit.raw.body.find("s3cret"), std::string::npos) << audit.raw.body;
+}
+
+TEST(RedactStorePasswordTest, OnlyThePasswordIsReplaced) {
+  EXPECT_EQ(config::redact_store_password("redis://:pw@h:1"), "redis://:REDACTED@h:1");
+  EXPECT_EQ(config::redact_store_password("redis://user:p@ss:w@h:1/3"), "redis://user:REDACTED@h:1/3");
+  EXPECT_EQ(config::redact_store_password("redis://pw@h"), "redis://REDACTED@h");
+  EXPECT_EQ(config::redact_store_password("redis-cluster://:pw@a:1,b:2"), "redis-cluster://:REDACTED@a:1,b:2");
+  for (const char* unchanged : {"redis://h:1", "redis://user:@h", "local", "redis-cluster://a:1,b:2"}) {
+    EXPECT_EQ(config::redact_store_password(unchanged), unchanged);
+  }
+}
+
 TEST_F(AdminApiTest, PuttingTheConfigurationReplacesAllOfItOrNothing) {
   const std::int64_t before = revision();
   const Reply bad = call("PUT", "/admin/v1/config",

@@ -169,6 +169,22 @@ TEST_F(ControlProcessTest, OfWritersInTwoProcessesHoldingOneETagExactlyOneWinsAn
             1);
 }
 
+// A follower whose token has the read role is not given the limit store's password: it says so and
+// stops, rather than failing at Redis with a made-up one.
+TEST_F(ControlProcessTest, AFollowerWithAReadTokenIsToldThatTheStoresPasswordIsForAdminTokens) {
+  testing::write_file(yaml_, "store: redis://:s3cret@127.0.0.1:1\n" + control_test::base_yaml(upstream_->port()));
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  Server primary = serve({"--db", db_});
+  std::string err;
+  const std::string primary_url = "http://127.0.0.1:" + std::to_string(primary.admin);
+  EXPECT_NE(sluice({"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--config-from", primary_url,
+                    "--token", token("read")},
+                   nullptr, &err),
+            0);
+  EXPECT_NE(err.find("gives the limit store's password to admin tokens only"), std::string::npos) << err;
+  EXPECT_EQ(err.find("s3cret"), std::string::npos) << err;
+}
+
 TEST_F(ControlProcessTest, AFollowerPullsFromItsPrimaryAndKeepsServingWhenThePrimaryIsKilled) {
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
   const std::string t = token("admin");
