@@ -68,6 +68,7 @@ class LocalStore final : public Store {
   std::size_t keys_per_shard_;
   std::unique_ptr<Shard[]> shards_;
   std::unique_ptr<const detail::KeyHash> hash_;  // a key's identity; see src/core/key_hash.h
+  const std::uint64_t id_;                        // never reused, unlike an address (for hash_of's memo)
   std::atomic<std::uint64_t> next_lease_{1};
 };
 

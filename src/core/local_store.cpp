@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -163,8 +165,27 @@ struct alignas(64) LocalStore::Shard {
   }
 };
 
+namespace {
+
+std::atomic<std::uint64_t> next_store_id{1};
+
+// Long keys are hashed once per thread and then remembered by their address: a caller that decides
+// the same long keys over and over (the gateway, whose limits' keys spell out their rules) pays a
+// compare instead of a hash (about 430 instructions for 60 bytes). An entry is checked against the
+// key's bytes and the store, so a key that changed or moved, or another store, is hashed afresh.
+constexpr std::size_t kMemoMinBytes = 32;
+struct MemoEntry {
+  std::uint64_t store = 0;
+  const char* at = nullptr;
+  std::string key;
+  detail::Hash128 hash{};
+};
+thread_local std::array<MemoEntry, 64> memo;
+
+}  // namespace
+
 LocalStore::LocalStore(LocalStoreOptions options)
-    : clock_(options.clock != nullptr ? options.clock : &FastClock::instance()) {
+    : clock_(options.clock != nullptr ? options.clock : &FastClock::instance()), id_(next_store_id.fetch_add(1)) {
   std::size_t shards = options.shards;
   if (shards == 0) shards = 16 * std::max(1U, std::thread::hardware_concurrency());
   shards = pow2_at_least(shards);
@@ -177,7 +198,14 @@ LocalStore::LocalStore(LocalStoreOptions options)
 LocalStore::~LocalStore() = default;
 
 detail::Hash128 LocalStore::hash_of(std::string_view key) const {
-  return FlatTable<GcraState>::usable((*hash_)(key));
+  if (key.size() < kMemoMinBytes) return FlatTable<GcraState>::usable((*hash_)(key));
+  MemoEntry& e = memo[(reinterpret_cast<std::uintptr_t>(key.data()) >> 3) % memo.size()];
+  if (e.store == id_ && e.at == key.data() && e.key == key) return e.hash;
+  e.hash = FlatTable<GcraState>::usable((*hash_)(key));
+  e.store = id_;
+  e.at = key.data();
+  e.key.assign(key);
+  return e.hash;
 }
 
 LocalStore::Shard& LocalStore::shard_for(std::uint64_t hash_hi) const {

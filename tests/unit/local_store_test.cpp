@@ -35,6 +35,25 @@ TEST_F(LocalStoreTest, KeysAreIndependent) {
   EXPECT_EQ(store_.size(), 2u);
 }
 
+// Long keys' hashes are remembered by address: a key rewritten in place, or the same bytes asked of
+// another store, is still its own key.
+TEST_F(LocalStoreTest, ALongKeyRewrittenInPlaceIsAnotherKey) {
+  const Limit limit = make(Limit::fixed_window({.limit = 1, .period = 1s}));
+  std::string key(64, 'a');
+  const char* const at = key.data();
+  EXPECT_TRUE(store_.acquire(key, limit)->allowed);
+  EXPECT_FALSE(store_.acquire(key, limit)->allowed);
+  key[63] = 'b';
+  ASSERT_EQ(key.data(), at);
+  EXPECT_TRUE(store_.acquire(key, limit)->allowed) << "the rewritten key had the first one's count";
+  key[63] = 'a';
+  EXPECT_FALSE(store_.acquire(key, limit)->allowed);
+  LocalStore other{LocalStoreOptions{.clock = &clock_}};
+  EXPECT_TRUE(other.acquire(key, limit)->allowed);
+  EXPECT_FALSE(other.acquire(key, limit)->allowed);
+  EXPECT_EQ(other.size(), 1u);
+}
+
 TEST_F(LocalStoreTest, RefusesCostsOutOfRange) {
   const Limit limit = make(Limit::fixed_window({.limit = 2, .period = 1s}));
   const auto zero = store_.acquire("a", limit, 0);
