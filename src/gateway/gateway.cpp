@@ -150,10 +150,30 @@ Nanos wall_now() {
   return std::chrono::duration_cast<Nanos>(std::chrono::system_clock::now().time_since_epoch());
 }
 
+// A field's value (the first of that name), from a pass over the fields as they came: a request has
+// few, and Beast's own lookup is a case-insensitive tree search, dearer than the pass. found says
+// whether there was one.
+std::string_view find_field(const Fields& fields, std::string_view name, bool* found = nullptr) {
+  for (const auto& f : fields) {
+    if (f.name_string().size() == name.size() && beast::iequals(f.name_string(), name)) {
+      if (found != nullptr) *found = true;
+      return f.value();
+    }
+  }
+  if (found != nullptr) *found = false;
+  return {};
+}
+std::string_view find_field(const Fields& fields, http::field name) {
+  for (const auto& f : fields) {
+    if (f.name() == name) return f.value();
+  }
+  return {};
+}
+
 class FieldsLookup final : public HeaderLookup {
  public:
   explicit FieldsLookup(const Fields& f) : f_(f) {}
-  std::string_view get(std::string_view name) const override { return f_[name]; }
+  std::string_view get(std::string_view name) const override { return find_field(f_, name); }
 
  private:
   const Fields& f_;
@@ -166,8 +186,9 @@ class FieldsLookup final : public HeaderLookup {
 class HopFields {
  public:
   explicit HopFields(const Fields& f) {
-    for (auto it = f.find(http::field::connection); it != f.end() && it->name() == http::field::connection; ++it) {
-      const std::string_view value = it->value();
+    for (const auto& field : f) {
+      if (field.name() != http::field::connection) continue;
+      const std::string_view value = field.value();
       for (std::size_t start = 0; start <= value.size();) {
         std::size_t end = value.find(',', start);
         if (end == std::string_view::npos) end = value.size();
@@ -222,10 +243,10 @@ class HopFields {
 bool framing_is_clean(const RequestParser& p) {
   const auto& req = p.get();
   std::size_t count = 0;
-  for (auto it = req.find(http::field::transfer_encoding);
-       it != req.end() && it->name() == http::field::transfer_encoding; ++it) {
+  for (const auto& f : req) {
+    if (f.name() != http::field::transfer_encoding) continue;
     ++count;
-    if (!beast::iequals(it->value(), "chunked")) return false;
+    if (!beast::iequals(f.value(), "chunked")) return false;
   }
   return count <= 1 && (count == 0 || p.chunked());
 }
@@ -839,7 +860,7 @@ Task<bool> Worker::respond_json(Exchange& x, unsigned status, std::string body, 
   res.body() = std::move(body);
   // The connection carries on only when the whole request was read: an unread body would be taken
   // for the next request.
-  res.keep_alive(!close && x.parser.is_done() && x.parser.get().keep_alive() &&
+  res.keep_alive(!close && x.parser.is_done() && x.parser.keep_alive() &&
                  !gw.draining.load(std::memory_order_acquire));
   res.prepare_payload();
   x.client.arm(x.snapshot->config().header_timeout);
@@ -872,7 +893,7 @@ Task<std::optional<std::string>> Worker::read_body(Exchange& x, std::size_t limi
 bool Worker::prepare(Exchange& x) {
   auto& req = x.parser.get();
   const std::uint64_t id = next_request++;
-  if (auto given = req["X-Request-Id"]; !given.empty() && given.size() <= 128) {
+  if (auto given = find_field(req, "X-Request-Id"); !given.empty() && given.size() <= 128) {
     x.request_id = std::string(given);
   } else {
     // "%08x%02zx%014llx" of the prefix, the worker and the counter, without snprintf (which was
@@ -934,7 +955,7 @@ Reason Worker::verify(Exchange& x, const Request& r, std::string_view target, st
 Task<Reason> Worker::verify_body(Exchange& x, const Request& r, std::string_view target) {
   const auto max = static_cast<std::uint64_t>(x.snapshot->config().max_body_bytes);
   if (x.parser.content_length().value_or(0) > max) co_return Reason::kBodyTooLarge;
-  if (beast::iequals(x.parser.get()[http::field::expect], "100-continue")) {
+  if (beast::iequals(find_field(x.parser.get(), http::field::expect), "100-continue")) {
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
     co_await asio::async_write(x.client.socket(), asio::buffer(kContinue), kTok);
     x.continue_sent = true;
@@ -950,7 +971,7 @@ Task<Reason> Worker::verify_body(Exchange& x, const Request& r, std::string_view
 
 Task<bool> Worker::decide_endpoint(Exchange& x) {
   const config::Config& cfg = x.snapshot->config();
-  if (beast::iequals(x.parser.get()[http::field::expect], "100-continue")) {
+  if (beast::iequals(find_field(x.parser.get(), http::field::expect), "100-continue")) {
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
     co_await asio::async_write(x.client.socket(), asio::buffer(kContinue), kTok);
   }
@@ -1175,9 +1196,7 @@ Task<bool> Worker::proxy(Exchange& x) {
   r.method = req.method_string();
   r.path = x.path;
   r.query = x.query;
-  const auto key_field = req.find(cfg.system_key_header);
-  r.has_system_key = key_field != req.end();
-  if (r.has_system_key) r.system_key = key_field->value();
+  r.system_key = find_field(req, cfg.system_key_header, &r.has_system_key);
   r.client_ip = x.client_ip;
   r.headers = &lookup;
 
@@ -1229,8 +1248,8 @@ Task<bool> Worker::proxy(Exchange& x) {
   } in_flight{*gw.metrics};
 
   // The request as the upstream sees it.
-  const bool expects_continue = beast::iequals(req[http::field::expect], "100-continue");
-  const bool client_keep_alive = req.keep_alive();
+  const bool expects_continue = beast::iequals(find_field(req, http::field::expect), "100-continue");
+  const bool client_keep_alive = x.parser.keep_alive();
   const bool has_body = x.parser.chunked() || x.parser.content_length().value_or(0) > 0;
 
   const auto& targets = up.upstream->targets;
