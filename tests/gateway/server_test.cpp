@@ -458,6 +458,32 @@ TEST_F(GatewayTest, BodiesStreamBothWays) {
   EXPECT_EQ(big.body.size(), 300000u);
 }
 
+// A client with a small receive window takes a large body a little at a time, so the gateway waits
+// on it between pieces: every byte arrives, once.
+TEST_F(GatewayTest, ALargeBodyToAClientWithASmallWindowArrivesWhole) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  const int small = 4096;
+  ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(gw_->port());
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  constexpr std::size_t kBytes = 4 << 20;
+  const std::string request = "GET /echo/big?bytes=" + std::to_string(kBytes) +
+                              " HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  ASSERT_EQ(testing::raw_status(out), 200) << out.substr(0, 200);
+  const std::string body = out.substr(out.find("\r\n\r\n") + 4);
+  EXPECT_EQ(body.size(), kBytes);
+  EXPECT_EQ(body.find_first_not_of('x'), std::string::npos);
+}
+
 TEST_F(GatewayTest, TheBreakerOpensOnUpstreamFailuresAndClosesAfterRecovery) {
   HttpClient c(gw_->port());
   for (int i = 0; i < 4; ++i) EXPECT_EQ(c.get("/flaky?status=500", "crm").status, 500);
