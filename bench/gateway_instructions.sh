@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# User-space instructions per proxied request, sluice against nginx, counted by callgrind: a figure
+# the host's speed does not move (requests/s and CPU time on a shared machine swing by 2x within an
+# hour; see docs/benchmarks.md, "Gateway"). The setups are gateway_vs_nginx.sh's: sluice with every
+# kind of limit active and never rejecting (local store), nginx as a proxy with a limit_req, both in
+# front of one nginx `return 200` upstream that runs natively. Each proxy runs under valgrind's
+# callgrind; after a warm-up request its counters are zeroed, wrk runs for --duration seconds, and the
+# counters are dumped: instructions divided by the requests wrk made. Kernel work is not counted (both
+# make the same system calls per request: two sendmsg and two recvmsg, by strace).
+#
+#   bench/gateway_instructions.sh [--duration S] [--sluice BINARY]
+#
+# Needs build/sluice (make build), and nginx, wrk and valgrind (scripts/bootstrap --bench).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+duration=5 sluice=build/sluice
+while (($#)); do
+  case "$1" in
+    --duration) duration=$2; shift 2 ;;
+    --sluice) sluice=$2; shift 2 ;;
+    *) echo "usage: $0 [--duration S] [--sluice BINARY]" >&2; exit 2 ;;
+  esac
+done
+for tool in nginx wrk valgrind callgrind_control callgrind_annotate; do
+  command -v "$tool" >/dev/null || { echo "$tool is missing: run scripts/bootstrap --bench" >&2; exit 1; }
+done
+[[ -x $sluice ]] || { echo "$sluice is missing: run make build" >&2; exit 1; }
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+upstream_port=$(free_port) nginx_port=$(free_port) sluice_port=$(free_port) admin_port=$(free_port)
+
+mkdir -p "$work/upstream" "$work/proxy"
+cat >"$work/upstream/nginx.conf" <<CONF
+worker_processes 1;
+pid $work/upstream/nginx.pid;
+error_log $work/upstream/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  server { listen 127.0.0.1:$upstream_port; location / { return 200 "ok\n"; } }
+}
+CONF
+# One process (no master), so that callgrind counts the worker itself.
+cat >"$work/proxy/nginx.conf" <<CONF
+master_process off;
+daemon off;
+pid $work/proxy/nginx.pid;
+error_log $work/proxy/error.log;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  limit_req_zone \$binary_remote_addr zone=bench:10m rate=10000000r/s;
+  upstream app { server 127.0.0.1:$upstream_port; keepalive 64; }
+  server {
+    listen 127.0.0.1:$nginx_port;
+    location / {
+      limit_req zone=bench burst=10000000 nodelay;
+      proxy_pass http://app;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+    }
+  }
+}
+CONF
+cat >"$work/sluice.yaml" <<CONF
+access_log: "off"
+upstreams:
+  - {name: app, targets: [127.0.0.1:$upstream_port], timeout: 5s}
+systems:
+  - key: bench
+    interfaces: [api]
+    limits: [{algorithm: sliding_window, limit: 100000000, period: 1s}]
+interfaces:
+  - id: api
+    path: /api/*
+    upstream: app
+    concurrency: 100000
+    limits: [{algorithm: token_bucket, capacity: 100000000, rate: 100000000, per: 1s}]
+grants:
+  - {system: bench, interface: api, limits: [{algorithm: fixed_window, limit: 1000000000, period: 1h}]}
+CONF
+
+nginx -p "$work/upstream" -c "$work/upstream/nginx.conf" -g 'daemon off;' & pids+=($!)
+
+# Runs a proxy ("$@", answering on port $1, named $2) under callgrind; prints the requests wrk made
+# and the instructions they took.
+count() {
+  local port=$1 name=$2
+  shift 2
+  valgrind --tool=callgrind --callgrind-out-file="$work/$name.%p" "$@" 2>"$work/$name.err" &
+  local pid=$!
+  pids+=("$pid")
+  local url="http://127.0.0.1:$port/api/x"
+  for _ in $(seq 200); do
+    [[ $(curl -s -o /dev/null -w '%{http_code}' -H 'X-System-Key: bench' "$url") == 200 ]] && break
+    sleep 0.1
+  done
+  [[ $(curl -s -o /dev/null -w '%{http_code}' -H 'X-System-Key: bench' "$url") == 200 ]] \
+    || { echo "$name does not answer 200:" >&2; cat "$work/$name.err" >&2; exit 1; }
+  callgrind_control -z "$pid" >/dev/null 2>&1
+  local requests
+  requests=$(wrk -t1 -c32 -d"${duration}s" -H 'X-System-Key: bench' "$url" | awk '/requests in/ {print $1}')
+  callgrind_control -d "$pid" >/dev/null 2>&1
+  local dump
+  dump=$(ls "$work/$name.$pid".* | head -n 1)
+  kill "$pid"
+  wait "$pid" 2>/dev/null || true
+  echo "$requests $(callgrind_annotate "$dump" | awk '/PROGRAM TOTALS/ {gsub(",", "", $1); print $1}')"
+}
+
+read -r sluice_requests sluice_ir < <(count "$sluice_port" sluice "$sluice" serve --config "$work/sluice.yaml" \
+  --threads 1 --listen "127.0.0.1:$sluice_port" --admin-listen "127.0.0.1:$admin_port")
+read -r nginx_requests nginx_ir < <(count "$nginx_port" nginx nginx -p "$work/proxy" -c "$work/proxy/nginx.conf")
+
+per() { echo $(($2 / $1)); }
+printf '%-38s %10s %14s %12s\n' "proxy" "requests" "instructions" "per request"
+printf '%-38s %10s %14s %12s\n' "sluice (limits active, local store)" "$sluice_requests" "$sluice_ir" \
+  "$(per "$sluice_requests" "$sluice_ir")"
+printf '%-38s %10s %14s %12s\n' "nginx proxy (limit_req)" "$nginx_requests" "$nginx_ir" \
+  "$(per "$nginx_requests" "$nginx_ir")"
+echo "sluice / nginx user-space instructions per request: $(echo "scale=2; $(per "$sluice_requests" "$sluice_ir") / $(per "$nginx_requests" "$nginx_ir")" | bc)x"
