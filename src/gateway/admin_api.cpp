@@ -849,8 +849,9 @@ AdminResponse AdminApi::audit_route(Call& call) const {
     boost::system::error_code ec;
     json::object o{{"id", e.id},         {"at", config::format_time(e.at)}, {"actor", e.actor},
                    {"action", e.action}, {"target", e.target},             {"revision", e.revision}};
-    o["before"] = json::parse(e.before, ec);
-    o["after"] = json::parse(e.after, ec);
+    // Redacted as written; again here for rows written before the store's password was.
+    o["before"] = json::parse(config::redact_credentials(e.before), ec);
+    o["after"] = json::parse(config::redact_credentials(e.after), ec);
     items.push_back(std::move(o));
   }
   json::value next = nullptr;

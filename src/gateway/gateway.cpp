@@ -270,7 +270,8 @@ using DeadlineHook =
 // (a timer per read and write, as beast::basic_stream arms, was a tenth of a proxied request's CPU).
 // The deadline bounds every operation until the next arm() or disarm(): one pending when it passes,
 // or started after, is cancelled, and timed() turns its operation_aborted into
-// beast::error::timeout. Belongs to its worker's thread; does not move.
+// beast::error::timeout (as it does any error once the deadline has passed: a connect that moves on
+// to a resolved name's next address fails otherwise). Belongs to its worker's thread; does not move.
 class TimedSocket : public DeadlineHook {
  public:
   using List = boost::intrusive::list<TimedSocket, boost::intrusive::constant_time_size<false>>;
@@ -282,16 +283,15 @@ class TimedSocket : public DeadlineHook {
 
   Socket& socket() { return socket_; }
   void arm(Nanos timeout) {
-    deadline_ = coarse_now() + timeout;
+    const Nanos now = coarse_now();
+    deadline_ = timeout >= Nanos::max() - now ? Nanos::max() : now + timeout;  // 106751d: never
     timed_out_ = false;
   }
   void disarm() {
     deadline_ = Nanos::max();
     timed_out_ = false;
   }
-  error_code timed(const error_code& ec) const {
-    return ec == asio::error::operation_aborted && timed_out_ ? error_code(beast::error::timeout) : ec;
-  }
+  error_code timed(const error_code& ec) const { return ec && timed_out_ ? error_code(beast::error::timeout) : ec; }
   // The sweep: cancels what is pending once the deadline has passed (again at every sweep, for an
   // operation started after it).
   void check(Nanos now) {
@@ -363,7 +363,7 @@ void append_upstream_head(std::string& out, const RequestParser& p, std::string_
     const std::string_view name = f.name_string();
     if (f.name() == http::field::unknown) {
       if (beast::iequals(name, "X-Forwarded-For")) {
-        forwarded_for.push_back(f.value());
+        if (f.value().find_first_not_of(" \t") != std::string_view::npos) forwarded_for.push_back(f.value());
         continue;
       }
       if (beast::iequals(name, "X-Forwarded-Proto") || beast::iequals(name, "X-Request-Id") ||

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <boost/json.hpp>
+#include <sqlite3.h>
 #include <functional>
 #include <thread>
 
@@ -55,7 +56,8 @@ struct Reply {
 class AdminApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    store_ = control_test::open_store(testing::temp_dir() + "/sluice.db", &clock_);
+    db_ = testing::temp_dir() + "/sluice.db";
+    store_ = control_test::open_store(db_, &clock_);
     ASSERT_TRUE(store_->replace("setup", "config.import", *parse(base_yaml())).ok());
     admin_ = store_->create_token("setup", config::Role::kAdmin, "ops")->second;
     read_ = store_->create_token("setup", config::Role::kRead, "grafana")->second;
@@ -109,6 +111,7 @@ class AdminApiTest : public ::testing::Test {
   std::int64_t revision() { return *store_->revision(); }
 
   ManualClock clock_{kT0};
+  std::string db_;
   std::unique_ptr<config::ConfigStore> store_;
   std::shared_ptr<AdminAuth> auth_ = std::make_shared<AdminAuth>();
   config::SecretKey key_ = *config::SecretKey::parse(config::to_hex(config::random_bytes(32)));
@@ -462,6 +465,16 @@ TEST_F(AdminApiTest, TheStoresPasswordIsForAdminTokensOnly) {
   EXPECT_EQ(audit.status, 200);
   EXPECT_NE(audit.raw.body.find("REDACTED"), std::string::npos) << audit.raw.body;
   EXPECT_EQ(audit.raw.body.find("s3cret"), std::string::npos) << audit.raw.body;
+  // Rows written before the password was redacted on the way in are redacted on the way out.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
+  EXPECT_EQ(sqlite3_exec(db, R"(UPDATE audit SET after = '{"store":"redis://:0ld@127.0.0.1:6379"}')", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  const Reply old = call("GET", "/admin/v1/audit", "", {}, &read_);
+  EXPECT_EQ(old.status, 200);
+  EXPECT_EQ(old.raw.body.find("0ld"), std::string::npos) << old.raw.body;
 }
 
 TEST(RedactStorePasswordTest, OnlyThePasswordIsReplaced) {

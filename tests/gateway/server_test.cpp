@@ -293,10 +293,12 @@ TEST_F(GatewayTest, ProxyingPassesTheRequestThroughAndAddsTheForwardingFields) {
   EXPECT_EQ(r.header("x-request-id"), "req-42");
 }
 
-// Several X-Forwarded-For fields (from proxies in front) are one list, the client's address last.
+// Several X-Forwarded-For fields (from proxies in front) are one list, the client's address last;
+// an empty one adds no empty entry.
 TEST_F(GatewayTest, EveryEarlierForwardedForGoesUpInOneField) {
   const std::string out = raw("GET /echo/x HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n"
                               "X-Forwarded-For: 203.0.113.9\r\nx-forwarded-for: 198.51.100.7, 10.0.0.1\r\n"
+                              "X-Forwarded-For:   \r\n"
                               "Connection: close\r\n\r\n");
   ASSERT_EQ(testing::raw_status(out), 200) << out;
   const auto h = json(out.substr(out.find("\r\n\r\n") + 4)).at("headers").as_object();
@@ -482,6 +484,13 @@ TEST_F(GatewayTest, ALargeBodyToAClientWithASmallWindowArrivesWhole) {
   const std::string body = out.substr(out.find("\r\n\r\n") + 4);
   EXPECT_EQ(body.size(), kBytes);
   EXPECT_EQ(body.find_first_not_of('x'), std::string::npos);
+}
+
+// A timeout as long as a duration can be (meant as "never") does not wrap around into the past.
+TEST_F(GatewayTest, ATimeoutAsLongAsADurationCanBeNeverFires) {
+  ASSERT_TRUE(gw_->reload(parse(replace_all(config_text(), "timeout: 300ms", "timeout: 106751d"))).ok());
+  HttpClient c(gw_->port());
+  EXPECT_EQ(c.get("/echo/x?delay_ms=50", "crm").status, 200);
 }
 
 TEST_F(GatewayTest, TheBreakerOpensOnUpstreamFailuresAndClosesAfterRecovery) {
