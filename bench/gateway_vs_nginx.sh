@@ -40,71 +40,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source bench/gateway_setup.sh
 upstream_port=$(free_port) nginx_port=$(free_port) sluice_port=$(free_port) admin_port=$(free_port)
 redis_port=$(free_port) sluice_redis_port=$(free_port) redis_admin_port=$(free_port)
 sluice_one_port=$(free_port) one_admin_port=$(free_port)
 
-mkdir -p "$work/upstream" "$work/proxy"
-cat >"$work/upstream/nginx.conf" <<CONF
-worker_processes 1;
-pid $work/upstream/nginx.pid;
-error_log $work/upstream/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  server { listen 127.0.0.1:$upstream_port; location / { return 200 "ok\n"; } }
-}
-CONF
-cat >"$work/proxy/nginx.conf" <<CONF
-worker_processes $threads;
-pid $work/proxy/nginx.pid;
-error_log $work/proxy/error.log;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  keepalive_requests 1000000;
-  limit_req_zone \$binary_remote_addr zone=bench:10m rate=10000000r/s;
-  upstream app { server 127.0.0.1:$upstream_port; keepalive 64; }
-  server {
-    listen 127.0.0.1:$nginx_port;
-    location / {
-      limit_req zone=bench burst=10000000 nodelay;
-      proxy_pass http://app;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
-    }
-  }
-}
-CONF
-# Both sluice configurations share the upstream and the system with its limit.
-common="access_log: \"off\"
-upstreams:
-  - {name: app, targets: [127.0.0.1:$upstream_port], timeout: 5s}
-systems:
-  - key: bench
-    interfaces: [api]
-    limits: [{algorithm: sliding_window, limit: 100000000, period: 1s}]"
-# Every kind of limit, all decided for every request.
-cat >"$work/sluice.yaml" <<CONF
-$common
-interfaces:
-  - id: api
-    path: /api/*
-    upstream: app
-    concurrency: 100000
-    limits: [{algorithm: token_bucket, capacity: 100000000, rate: 100000000, per: 1s}]
-grants:
-  - {system: bench, interface: api, limits: [{algorithm: fixed_window, limit: 1000000000, period: 1h}]}
-CONF
+write_upstream_conf "$work/upstream" "$upstream_port"
+write_proxy_conf "$work/proxy" "$nginx_port" "$upstream_port" "worker_processes $threads;"
+write_sluice_yaml "$work/sluice.yaml" "$upstream_port"
 # The Redis-backed sluice with one limit: the system's.
-cat >"$work/sluice-one.yaml" <<CONF
-$common
-interfaces:
-  - {id: api, path: /api/*, upstream: app}
-CONF
+write_sluice_yaml "$work/sluice-one.yaml" "$upstream_port" one
 
 nginx -p "$work/upstream" -c "$work/upstream/nginx.conf" -g 'daemon off;' & pids+=($!)
 nginx -p "$work/proxy" -c "$work/proxy/nginx.conf" -g 'daemon off;' & pids+=($!)
