@@ -45,6 +45,7 @@ bench: build
 	bench/core_vs_go.sh $(BUILD)
 	bench/loadtest_vs_wrk.sh $(BUILD)
 	bench/gateway_vs_nginx.sh
+	bench/gateway_instructions.sh
 	BUILD=$(BUILD) bench/redis_compare.py
 
 clean:
