@@ -301,7 +301,12 @@ int serve_follower(const ServeSettings& s) {
   if (!secret_key_from_environment(secret_key)) return 1;
   // Here the admin API knows one token: the one this instance follows with, in the role it has there.
   auto auth = std::make_shared<gateway::AdminAuth>();
-  auth->set_tokens({config::TokenInfo{"follower", "follower token", *role, 0, "", config::sha256_hex(s.token)}});
+  const config::TokenInfo token{"follower", "follower token", *role, 0, "", config::sha256_hex(s.token)};
+  auth->set_tokens({token});
+  // Revoked on the primary, it stops working here too.
+  follow.token_accepted = [auth, token](bool accepted) {
+    auth->set_tokens(accepted ? std::vector<config::TokenInfo>{token} : std::vector<config::TokenInfo>{});
+  };
   Running r;
   if (!start(s, first->config, auth, secret_key, r)) return 1;
   gateway::Gateway& gw = *r.gateway;

@@ -196,9 +196,20 @@ void Follower::run() {
       failed(r.error().message);
       continue;
     }
+    if (r->status == 401 && token_accepted_) {
+      token_accepted_ = false;
+      options_.log("following " + options_.primary +
+                   ": the primary no longer takes this follower's token (revoked?); this admin API takes no token "
+                   "until it does");
+      if (options_.token_accepted) options_.token_accepted(false);
+    }
     if (r->status != 200 && r->status != 304) {
       failed(answer_error(*r));
       continue;
+    }
+    if (!token_accepted_) {
+      token_accepted_ = true;
+      if (options_.token_accepted) options_.token_accepted(true);
     }
     if (r->status == 200) {
       auto parsed = parse_answer(*r, options_.primary);

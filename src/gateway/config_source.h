@@ -71,6 +71,9 @@ class Follower {
     InstallConfig install{};
     LogLine log{};
     const Clock* clock = nullptr;  // wall clock for last_contact; nullptr: SystemClock
+    // Whether the primary still takes the token: called with false when it answers a poll 401 (the
+    // token was revoked there), with true when a poll goes through again.
+    std::function<void(bool)> token_accepted{};
   };
 
   // One request for the primary's current configuration (the one to start with).
@@ -98,6 +101,7 @@ class Follower {
   std::condition_variable cv_;
   bool stop_ = false;    // guarded by mu_
   SourceHealth health_;  // guarded by mu_
+  bool token_accepted_ = true;  // run()'s thread only
   std::thread thread_;
 };
 

@@ -169,6 +169,32 @@ TEST_F(ControlProcessTest, OfWritersInTwoProcessesHoldingOneETagExactlyOneWinsAn
             1);
 }
 
+// A token revoked on the primary stops opening the follower's admin API too.
+TEST_F(ControlProcessTest, ATokenRevokedOnThePrimaryIsRefusedByItsFollower) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  const std::string t = token("admin");
+  const std::string follower_token = token("read");
+  Server primary = serve({"--db", db_});
+  Server follower = serve({"--config-from", "http://127.0.0.1:" + std::to_string(primary.admin), "--token",
+                           follower_token});
+  EXPECT_EQ(admin(follower, follower_token, "GET", "/admin/v1/stats").status, 200);
+  const HttpResponse tokens = admin(primary, t, "GET", "/admin/v1/tokens");
+  ASSERT_EQ(tokens.status, 200) << tokens.body;
+  std::string id;
+  const boost::json::value listed = boost::json::parse(tokens.body);
+  for (const auto& item : listed.at("items").as_array()) {
+    if (item.at("role").as_string() == "read") id = std::string(item.at("id").as_string());
+  }
+  ASSERT_FALSE(id.empty()) << tokens.body;
+  ASSERT_EQ(admin(primary, t, "DELETE", "/admin/v1/tokens/" + id).status, 204);
+  EXPECT_TRUE(testing::eventually(
+      [&] { return admin(follower, follower_token, "GET", "/admin/v1/stats").status == 401; }, 10s))
+      << follower.child->stderr_text();
+  EXPECT_NE(follower.child->stderr_text().find("no longer takes this follower's token"), std::string::npos)
+      << follower.child->stderr_text();
+  EXPECT_EQ(status(follower, "/users/1", "crm"), 200) << "it keeps serving what it has";
+}
+
 // A follower whose token has the read role is not given the limit store's password: it says so and
 // stops, rather than failing at Redis with a made-up one.
 TEST_F(ControlProcessTest, AFollowerWithAReadTokenIsToldThatTheStoresPasswordIsForAdminTokens) {
