@@ -27,16 +27,7 @@ for tool in nginx wrk valgrind callgrind_control callgrind_annotate; do
 done
 [[ -x $sluice ]] || { echo "$sluice is missing: run make build" >&2; exit 1; }
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-source bench/gateway_setup.sh
+source bench/gateway_setup.sh  # $work, pids (killed on exit), the setups
 upstream_port=$(free_port) nginx_port=$(free_port) sluice_port=$(free_port) admin_port=$(free_port)
 write_upstream_conf "$work/upstream" "$upstream_port"
 # One process (no master), so that callgrind counts the worker itself.

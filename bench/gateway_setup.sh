@@ -1,6 +1,16 @@
 # The setups bench/gateway_vs_nginx.sh and bench/gateway_instructions.sh share, sourced by both:
 # an nginx `return 200` upstream, nginx as a proxy in front of it with a limit_req that never
-# rejects, and sluice's configurations with limits active that never reject.
+# rejects, and sluice's configurations with limits active that never reject. Sourcing makes $work,
+# a temporary directory, and pids, the processes to kill: both go when the script exits.
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

@@ -31,16 +31,7 @@ for tool in nginx wrk redis-server redis-cli; do
 done
 [[ -x build/sluice ]] || { echo "build/sluice is missing: run make build" >&2; exit 1; }
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
-source bench/gateway_setup.sh
+source bench/gateway_setup.sh  # $work, pids (killed on exit), the setups
 upstream_port=$(free_port) nginx_port=$(free_port) sluice_port=$(free_port) admin_port=$(free_port)
 redis_port=$(free_port) sluice_redis_port=$(free_port) redis_admin_port=$(free_port)
 sluice_one_port=$(free_port) one_admin_port=$(free_port)

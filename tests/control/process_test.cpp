@@ -95,6 +95,12 @@ class ControlProcessTest : public ::testing::Test {
     return s;
   }
 
+  // A follower of primary's, following with token.
+  Server follow(const Server& primary, const std::string& token) {
+    return serve({"--config-from", admin_url(primary), "--token", token});
+  }
+  static std::string admin_url(const Server& s) { return "http://127.0.0.1:" + std::to_string(s.admin); }
+
   static HttpResponse admin(const Server& s, const std::string& token, const std::string& method,
                             const std::string& target, const std::string& body = "") {
     return HttpClient(s.admin).request(method, target, {{"Authorization", "Bearer " + token}}, body);
@@ -175,8 +181,7 @@ TEST_F(ControlProcessTest, ATokenRevokedOnThePrimaryIsRefusedByItsFollower) {
   const std::string t = token("admin");
   const std::string follower_token = token("read");
   Server primary = serve({"--db", db_});
-  Server follower = serve({"--config-from", "http://127.0.0.1:" + std::to_string(primary.admin), "--token",
-                           follower_token});
+  Server follower = follow(primary, follower_token);
   EXPECT_EQ(admin(follower, follower_token, "GET", "/admin/v1/stats").status, 200);
   const HttpResponse tokens = admin(primary, t, "GET", "/admin/v1/tokens");
   ASSERT_EQ(tokens.status, 200) << tokens.body;
@@ -202,9 +207,8 @@ TEST_F(ControlProcessTest, AFollowerWithAReadTokenIsToldThatTheStoresPasswordIsF
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
   Server primary = serve({"--db", db_});
   std::string err;
-  const std::string primary_url = "http://127.0.0.1:" + std::to_string(primary.admin);
-  EXPECT_NE(sluice({"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--config-from", primary_url,
-                    "--token", token("read")},
+  EXPECT_NE(sluice({"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--config-from",
+                    admin_url(primary), "--token", token("read")},
                    nullptr, &err),
             0);
   EXPECT_NE(err.find("gives the limit store's password to admin tokens only"), std::string::npos) << err;
@@ -216,8 +220,7 @@ TEST_F(ControlProcessTest, AFollowerPullsFromItsPrimaryAndKeepsServingWhenThePri
   const std::string t = token("admin");
   const std::string follower_token = token("read");
   Server primary = serve({"--db", db_});
-  Server follower = serve({"--config-from", "http://127.0.0.1:" + std::to_string(primary.admin), "--token",
-                           follower_token});
+  Server follower = follow(primary, follower_token);
   EXPECT_EQ(status(follower, "/users/1", "erp"), 403);
 
   ASSERT_EQ(admin(primary, t, "PUT", "/admin/v1/systems/erp", R"({"interfaces":["orders","users"]})").status, 200);
@@ -227,8 +230,7 @@ TEST_F(ControlProcessTest, AFollowerPullsFromItsPrimaryAndKeepsServingWhenThePri
   EXPECT_EQ(read_only.status, 403);  // a read token; an admin one would get 409 read_only
 
   // A follower stops at once on SIGTERM, though its long poll would wait 30 s for news.
-  Server second = serve({"--config-from", "http://127.0.0.1:" + std::to_string(primary.admin), "--token",
-                         follower_token});
+  Server second = follow(primary, follower_token);
   const auto asked = std::chrono::steady_clock::now();
   second.child->signal(SIGTERM);
   EXPECT_EQ(second.child->wait_exit(10s), 0);
@@ -443,7 +445,7 @@ TEST_F(ControlProcessTest, ConfigApplyReplacesAPrimarysConfigurationOrShowsItsPr
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
   const std::string t = token("admin");
   Server s = serve({"--db", db_});
-  const std::string url = "http://127.0.0.1:" + std::to_string(s.admin);
+  const std::string url = admin_url(s);
   std::string text = control_test::base_yaml(upstream_->port());
   text.replace(text.find("{key: erp, interfaces: [orders]}"), 32, "{key: erp, interfaces: [orders, users]}");
   const std::string next = dir_ + "/next.yaml";
