@@ -40,6 +40,7 @@
 #include "config/yaml.h"
 #include "gateway/access_log.h"
 #include "gateway/caller_auth.h"
+#include "gateway/message_parser.h"
 #include "gateway/policy.h"
 #include "sluice/local_store.h"
 
@@ -70,78 +71,6 @@ constexpr std::size_t kDecideBodyLimit = 64 * 1024;
 constexpr std::size_t kRelayChunk = 16 * 1024;
 
 using Clock = std::chrono::steady_clock;
-// Beast's header fields take an allocation each (and the target and the reason one more): about ten
-// per proxied request. The data plane's come from per-thread free lists by size instead of malloc.
-// (Not under AddressSanitizer, which should see every block come and go.)
-class FieldPool {
- public:
-  static void* allocate(std::size_t bytes) {
-    const std::size_t c = size_class(bytes);
-    if (c >= kClasses) return ::operator new(bytes);
-    FieldPool& p = instance();
-    if (Block* b = p.free_[c]) {
-      p.free_[c] = b->next;
-      --p.count_[c];
-      return b;
-    }
-    return ::operator new((c + 1) * kStep);
-  }
-  static void deallocate(void* block, std::size_t bytes) noexcept {
-    const std::size_t c = size_class(bytes);
-    FieldPool& p = instance();
-    if (c >= kClasses || p.count_[c] >= kKeep) {
-      ::operator delete(block);
-      return;
-    }
-    p.free_[c] = new (block) Block{p.free_[c]};
-    ++p.count_[c];
-  }
-
-  FieldPool() = default;
-  FieldPool(const FieldPool&) = delete;
-  FieldPool& operator=(const FieldPool&) = delete;
-  ~FieldPool() {
-    for (Block* b : free_) {
-      while (b != nullptr) ::operator delete(std::exchange(b, b->next));
-    }
-  }
-
- private:
-  struct Block {
-    Block* next;
-  };
-  static constexpr std::size_t kStep = 32;
-#if defined(__SANITIZE_ADDRESS__)
-  static constexpr std::size_t kClasses = 0;
-#else
-  static constexpr std::size_t kClasses = 16;  // blocks of up to 512 bytes
-#endif
-  static constexpr std::size_t kKeep = 1024;   // free blocks kept per size and thread
-
-  static std::size_t size_class(std::size_t bytes) { return bytes == 0 ? 0 : (bytes - 1) / kStep; }
-  static FieldPool& instance() {
-    thread_local FieldPool pool;
-    return pool;
-  }
-
-  std::array<Block*, kClasses> free_{};
-  std::array<std::size_t, kClasses> count_{};
-};
-
-template <class T>
-struct FieldAllocator {
-  using value_type = T;
-  FieldAllocator() = default;
-  template <class U>
-  FieldAllocator(const FieldAllocator<U>&) noexcept {}  // NOLINT(google-explicit-constructor)
-  T* allocate(std::size_t n) { return static_cast<T*>(FieldPool::allocate(n * sizeof(T))); }
-  void deallocate(T* p, std::size_t n) noexcept { FieldPool::deallocate(p, n * sizeof(T)); }
-  friend bool operator==(const FieldAllocator&, const FieldAllocator&) { return true; }
-};
-
-using Fields = http::basic_fields<FieldAllocator<char>>;
-using RequestParser = http::request_parser<http::buffer_body, FieldAllocator<char>>;
-using ResponseParser = http::response_parser<http::buffer_body, FieldAllocator<char>>;
 using HeaderList = std::vector<std::pair<std::string_view, std::string>>;
 
 Nanos since(Clock::time_point t) { return std::chrono::duration_cast<Nanos>(Clock::now() - t); }
@@ -153,7 +82,7 @@ Nanos wall_now() {
 // A field's value (the first of that name), from a pass over the fields as they came: a request has
 // few, and Beast's own lookup is a case-insensitive tree search, dearer than the pass. found says
 // whether there was one.
-std::string_view find_field(const Fields& fields, std::string_view name, bool* found = nullptr) {
+std::string_view find_field(std::span<const HeadField> fields, std::string_view name, bool* found = nullptr) {
   for (const auto& f : fields) {
     if (f.name_string().size() == name.size() && beast::iequals(f.name_string(), name)) {
       if (found != nullptr) *found = true;
@@ -163,7 +92,7 @@ std::string_view find_field(const Fields& fields, std::string_view name, bool* f
   if (found != nullptr) *found = false;
   return {};
 }
-std::string_view find_field(const Fields& fields, http::field name) {
+std::string_view find_field(std::span<const HeadField> fields, http::field name) {
   for (const auto& f : fields) {
     if (f.name() == name) return f.value();
   }
@@ -172,11 +101,11 @@ std::string_view find_field(const Fields& fields, http::field name) {
 
 class FieldsLookup final : public HeaderLookup {
  public:
-  explicit FieldsLookup(const Fields& f) : f_(f) {}
+  explicit FieldsLookup(std::span<const HeadField> f) : f_(f) {}
   std::string_view get(std::string_view name) const override { return find_field(f_, name); }
 
  private:
-  const Fields& f_;
+  std::span<const HeadField> f_;
 };
 
 // The fields a proxy does not forward (RFC 9110 7.6.1): the hop-by-hop ones, and those a Connection
@@ -185,7 +114,7 @@ class FieldsLookup final : public HeaderLookup {
 // the body pass as a second request that no check has seen.
 class HopFields {
  public:
-  explicit HopFields(const Fields& f) {
+  explicit HopFields(std::span<const HeadField> f) {
     for (const auto& field : f) {
       if (field.name() != http::field::connection) continue;
       const std::string_view value = field.value();
@@ -207,7 +136,7 @@ class HopFields {
     }
   }
 
-  bool drops(const Fields::value_type& field) const {
+  bool drops(const HeadField& field) const {
     const http::field name = field.name();
     return always_dropped(name) || std::any_of(named_.begin(), named_.end(), [&](const Named& n) {
              return n.known == name && (name != http::field::unknown || beast::iequals(n.text, field.name_string()));
@@ -241,9 +170,8 @@ class HopFields {
 // Whether the request's framing is unambiguous: Transfer-Encoding, when present, is exactly
 // "chunked" (the parser refuses it next to Content-Length, and two different Content-Lengths).
 bool framing_is_clean(const RequestParser& p) {
-  const auto& req = p.get();
   std::size_t count = 0;
-  for (const auto& f : req) {
+  for (const HeadField& f : p.fields()) {
     if (f.name() != http::field::transfer_encoding) continue;
     ++count;
     if (!beast::iequals(f.value(), "chunked")) return false;
@@ -351,14 +279,13 @@ void append_field(std::string& out, std::string_view name, std::string_view valu
 // fields the gateway sets itself; X-Forwarded-For keeps what earlier proxies said.
 void append_upstream_head(std::string& out, const RequestParser& p, std::string_view client_ip,
                           std::string_view request_id, std::string_view system) {
-  const auto& req = p.get();
-  const HopFields hop(req);
-  out.append(req.method_string());
+  const HopFields hop(p.fields());
+  out.append(p.method_string());
   out += ' ';
-  out.append(req.target());
+  out.append(p.target());
   out += " HTTP/1.1\r\n";
   boost::container::small_vector<std::string_view, 2> forwarded_for;
-  for (const auto& f : req) {
+  for (const HeadField& f : p.fields()) {
     if (hop.drops(f) || f.name() == http::field::expect || f.name() == http::field::content_length) continue;
     const std::string_view name = f.name_string();
     if (f.name() == http::field::unknown) {
@@ -397,19 +324,18 @@ void append_upstream_head(std::string& out, const RequestParser& p, std::string_
 void append_client_head(std::string& out, const ResponseParser& p, const Verdict& verdict,
                         config::RateLimitHeaders form, std::string_view request_id, bool chunk_it,
                         bool keep_alive) {
-  const auto& res = p.get();
-  const HopFields hop(res);
-  const unsigned status = res.result_int();
+  const HopFields hop(p.fields());
+  const unsigned status = p.status();
   out += "HTTP/1.1 ";
   out += static_cast<char>('0' + status / 100 % 10);
   out += static_cast<char>('0' + status / 10 % 10);
   out += static_cast<char>('0' + status % 10);
   out += ' ';
-  out.append(res.reason());
+  out.append(p.reason());
   out += "\r\n";
   const HeaderNames set = write_header_lines(verdict, form, out);
   append_field(out, "X-Request-Id", request_id);
-  for (const auto& f : res) {
+  for (const HeadField& f : p.fields()) {
     if (hop.drops(f)) continue;
     const std::string_view name = f.name_string();
     const bool replaced = std::any_of(set.begin(), set.end(), [&](std::string_view n) { return beast::iequals(n, name); }) ||
@@ -435,7 +361,7 @@ struct RelayResult {
 // piece is in, before it is written.
 template <bool isRequest, class OnFirst>
 Task<RelayResult> relay(TimedSocket& from, beast::flat_buffer& buffer,
-                        http::parser<isRequest, http::buffer_body, FieldAllocator<char>>& parser,
+                        MessageParser<isRequest>& parser,
                         TimedSocket& to, const std::string& head, bool chunked, char* chunk, Nanos read_timeout,
                         Nanos write_timeout, OnFirst on_first) {
   static constexpr std::string_view kCrlf = "\r\n";
@@ -445,8 +371,8 @@ Task<RelayResult> relay(TimedSocket& from, beast::flat_buffer& buffer,
   while (true) {
     std::size_t n = 0;
     if (!parser.is_done()) {
-      parser.get().body().data = chunk;
-      parser.get().body().size = kRelayChunk;
+      parser.body().data = chunk;
+      parser.body().size = kRelayChunk;
       // What the buffer holds already (often the whole body, which came with the header) is parsed
       // in place; only for what is missing is there a read.
       error_code rec = http::error::need_more;
@@ -461,7 +387,7 @@ Task<RelayResult> relay(TimedSocket& from, beast::flat_buffer& buffer,
         rec = from.timed(read_ec);
       }
       if (rec && rec != http::error::need_buffer) co_return RelayResult{rec, {}, head_sent};
-      n = kRelayChunk - parser.get().body().size;
+      n = kRelayChunk - parser.body().size;
     }
     const bool last = parser.is_done();
     char size_line[24];
@@ -698,6 +624,7 @@ struct Worker::Exchange {
   beast::flat_buffer* up_buffer = nullptr;
   std::string* head = nullptr;  // the serialized header of the message being relayed
   std::optional<ResponseParser>* up_parser = nullptr;  // the upstream's response
+  HeadText* up_head = nullptr;                         // where *up_parser keeps its head
   Request request{};  // what the policy sees of a proxied request
   bool leases_held = false;
   bool decided = false;
@@ -717,11 +644,13 @@ Task<void> Worker::session(Socket socket) {
   beast::flat_buffer up_buffer;
   const auto chunk = std::make_unique<char[]>(kRelayChunk);
   std::string head;
+  HeadText up_head;
   std::optional<ResponseParser> up_parser;
   Context ctx;
+  HeadText request_head;
   std::optional<RequestParser> parser;
   while (!gw.draining.load(std::memory_order_acquire)) {
-    parser.emplace();
+    parser.emplace(request_head);
     parser->header_limit(kHeaderLimit);
     {
       const config::Config& cfg = snapshot()->config();
@@ -751,7 +680,7 @@ Task<void> Worker::session(Socket socket) {
       break;
     }
     conn.busy = true;
-    Exchange x{stream, buffer, *parser, ctx, client_ip, snap, Clock::now(), {}, "", "", chunk.get(), &up_buffer, &head, &up_parser};
+    Exchange x{stream, buffer, *parser, ctx, client_ip, snap, Clock::now(), {}, "", "", chunk.get(), &up_buffer, &head, &up_parser, &up_head};
     bool keep = false;
     if (prepare(x)) {
       keep = co_await proxy(x);
@@ -840,8 +769,8 @@ void Worker::finish(Exchange& x, int status, Reason reason, std::optional<Nanos>
   r.request_id = x.request_id;
   r.system = system;
   r.interface = interface;
-  r.method = x.parser.get().method_string();
-  r.path = x.path.empty() ? std::string_view(x.parser.get().target().data(), x.parser.get().target().size()) : x.path;
+  r.method = x.parser.method_string();
+  r.path = x.path.empty() ? x.parser.target() : x.path;
   r.status = status;
   r.reason = reason;
   r.latency = since(x.start);
@@ -879,21 +808,21 @@ Task<std::optional<std::string>> Worker::read_body(Exchange& x, std::size_t limi
   std::string body;
   char chunk[4096];
   while (!x.parser.is_done()) {
-    x.parser.get().body().data = chunk;
-    x.parser.get().body().size = sizeof chunk;
+    x.parser.body().data = chunk;
+    x.parser.body().size = sizeof chunk;
     x.client.arm(x.snapshot->config().header_timeout);
     auto [ec, n] = co_await http::async_read(x.client.socket(), x.buffer, x.parser, kTok);
     if (ec && ec != http::error::need_buffer) co_return std::nullopt;
-    body.append(chunk, sizeof chunk - x.parser.get().body().size);
+    body.append(chunk, sizeof chunk - x.parser.body().size);
     if (body.size() > limit) co_return std::nullopt;
   }
   co_return body;
 }
 
 bool Worker::prepare(Exchange& x) {
-  auto& req = x.parser.get();
+  const RequestParser& req = x.parser;
   const std::uint64_t id = next_request++;
-  if (auto given = find_field(req, "X-Request-Id"); !given.empty() && given.size() <= 128) {
+  if (auto given = find_field(req.fields(), "X-Request-Id"); !given.empty() && given.size() <= 128) {
     x.request_id = std::string(given);
   } else {
     // "%08x%02zx%014llx" of the prefix, the worker and the counter, without snprintf (which was
@@ -912,7 +841,7 @@ bool Worker::prepare(Exchange& x) {
 }
 
 Task<bool> Worker::answer(Exchange& x) {
-  auto& req = x.parser.get();
+  const RequestParser& req = x.parser;
   if (!framing_is_clean(x.parser) || !path_is_clean(x.path)) {
     co_await respond(x, Reason::kBadRequest, nullptr, true);
     finish(x, 400, Reason::kBadRequest, std::nullopt);
@@ -955,7 +884,7 @@ Reason Worker::verify(Exchange& x, const Request& r, std::string_view target, st
 Task<Reason> Worker::verify_body(Exchange& x, const Request& r, std::string_view target) {
   const auto max = static_cast<std::uint64_t>(x.snapshot->config().max_body_bytes);
   if (x.parser.content_length().value_or(0) > max) co_return Reason::kBodyTooLarge;
-  if (beast::iequals(find_field(x.parser.get(), http::field::expect), "100-continue")) {
+  if (beast::iequals(find_field(x.parser.fields(), http::field::expect), "100-continue")) {
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
     co_await asio::async_write(x.client.socket(), asio::buffer(kContinue), kTok);
     x.continue_sent = true;
@@ -971,7 +900,7 @@ Task<Reason> Worker::verify_body(Exchange& x, const Request& r, std::string_view
 
 Task<bool> Worker::decide_endpoint(Exchange& x) {
   const config::Config& cfg = x.snapshot->config();
-  if (beast::iequals(find_field(x.parser.get(), http::field::expect), "100-continue")) {
+  if (beast::iequals(find_field(x.parser.fields(), http::field::expect), "100-continue")) {
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
     co_await asio::async_write(x.client.socket(), asio::buffer(kContinue), kTok);
   }
@@ -1094,7 +1023,7 @@ Task<std::pair<bool, UpConn>> Worker::connect(const config::Target& target, Nano
 // once on a fresh one when nothing of the body was consumed.
 Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf, const config::Target& target,
                                          std::vector<UpConn>& pool, bool has_body, bool expects_continue) {
-  auto& req = x.parser.get();
+  const RequestParser& req = x.parser;
   const UpstreamEntry& up = *itf.upstream;
   const bool head = req.method() == http::verb::head;
   UpConn conn;
@@ -1161,13 +1090,13 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
     if (!ec) {
       // The response header, skipping interim (1xx) responses.
       while (true) {
-        rp.emplace();
+        rp.emplace(*x.up_head);
         rp->body_limit(boost::none);
         rp->header_limit(64 * 1024);
         if (head) rp->skip(true);
         auto [hec, hn] = co_await http::async_read_header(us.socket(), up_buffer, *rp, kTok);
         ec = us.timed(hec);
-        if (ec || rp->get().result_int() / 100 != 1 || rp->get().result_int() == 101) break;
+        if (ec || rp->status() / 100 != 1 || rp->status() == 101) break;
       }
     }
     if (!ec) break;
@@ -1188,15 +1117,15 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
 }
 
 Task<bool> Worker::proxy(Exchange& x) {
-  auto& req = x.parser.get();
+  const RequestParser& req = x.parser;
   const config::Config& cfg = x.snapshot->config();
   Context& ctx = x.ctx;
-  FieldsLookup lookup(req);
+  FieldsLookup lookup(req.fields());
   Request& r = x.request;
   r.method = req.method_string();
   r.path = x.path;
   r.query = x.query;
-  r.system_key = find_field(req, cfg.system_key_header, &r.has_system_key);
+  r.system_key = find_field(req.fields(), cfg.system_key_header, &r.has_system_key);
   r.client_ip = x.client_ip;
   r.headers = &lookup;
 
@@ -1248,7 +1177,7 @@ Task<bool> Worker::proxy(Exchange& x) {
   } in_flight{*gw.metrics};
 
   // The request as the upstream sees it.
-  const bool expects_continue = beast::iequals(find_field(req, http::field::expect), "100-continue");
+  const bool expects_continue = beast::iequals(find_field(req.fields(), http::field::expect), "100-continue");
   const bool client_keep_alive = x.parser.keep_alive();
   const bool has_body = x.parser.chunked() || x.parser.content_length().value_or(0) > 0;
 
@@ -1275,7 +1204,7 @@ Task<bool> Worker::proxy(Exchange& x) {
   std::string& wire = *x.head;
 
   // The response, header then body piece by piece, back to the client.
-  const unsigned status = rp->get().result_int();
+  const unsigned status = rp->status();
   const Nanos upstream_latency = since(up_start);
   // The parser's view, which also knows a body that ends when the upstream closes.
   const bool upstream_keep_alive = rp->keep_alive();
