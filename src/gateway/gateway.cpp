@@ -1232,10 +1232,10 @@ Task<bool> Worker::proxy(Exchange& x) {
     } else {
       record(true, since(up_start));
     }
-    const bool ok = co_await respond(x, sent_up.failure, nullptr, true);
+    // The client's connection carries on when its request was read whole (respond_json checks).
+    const bool keep = co_await respond(x, sent_up.failure, nullptr, false);
     finish(x, status_of(sent_up.failure), sent_up.failure, since(up_start));
-    (void)ok;
-    co_return false;
+    co_return keep;
   }
   std::optional<ResponseParser>& rp = *x.up_parser;
   beast::flat_buffer& up_buffer = *x.up_buffer;

@@ -175,11 +175,13 @@ class GatewayTest : public ::testing::Test {
     start(config_text());
   }
 
-  // closing_port: the port of a ClosingUpstream, or 0 for none.
-  std::string config_text(const std::string& extra = "", std::uint16_t closing_port = 0) const {
+  // closing_port: the port of a ClosingUpstream, or 0 for none; dead_port: the "dead" upstream's
+  // (by default one nothing listens on).
+  std::string config_text(const std::string& extra = "", std::uint16_t closing_port = 0,
+                          std::uint16_t dead_port = 0) const {
     std::string text = replace_all(kConfig, "{UP}", std::to_string(upstream_->port()));
     text = replace_all(text, "{CLOSING}", std::to_string(closing_port != 0 ? closing_port : testing::free_port()));
-    return replace_all(text, "{DEAD}", std::to_string(testing::free_port())) + extra;
+    return replace_all(text, "{DEAD}", std::to_string(dead_port != 0 ? dead_port : testing::free_port())) + extra;
   }
 
   void start(const std::string& text) {
@@ -517,9 +519,63 @@ TEST_F(GatewayTest, AnUnreachableUpstreamIs502AndASlowOneIs504) {
   const HttpResponse dead = c.get("/dead", "crm");
   EXPECT_EQ(dead.status, 502);
   EXPECT_EQ(str(json(dead.body), "reason"), "upstream_connect_failed");
+  EXPECT_TRUE(dead.keep_alive) << "a request read whole leaves its connection open";
   const HttpResponse slow = c.get("/echo/x?delay_ms=2000", "crm");
   EXPECT_EQ(slow.status, 504);
   EXPECT_EQ(str(json(slow.body), "reason"), "upstream_timeout");
+  EXPECT_TRUE(slow.keep_alive);
+}
+
+// A body the upstream never took is still on the client's connection: it closes.
+TEST_F(GatewayTest, AnUnreachableUpstreamClosesAConnectionWithABodyUnread) {
+  const std::string reply = raw(
+      "POST /dead HTTP/1.1\r\nHost: x\r\nX-System-Key: crm\r\nContent-Length: 5\r\n\r\nhello"
+      "GET /echo/x HTTP/1.1\r\nHost: x\r\nX-System-Key: crm\r\n\r\n");
+  EXPECT_TRUE(reply.starts_with("HTTP/1.1 502")) << reply;
+  EXPECT_NE(reply.find("Connection: close"), std::string::npos) << reply;
+  EXPECT_EQ(reply.find("HTTP/1.1 200"), std::string::npos) << "the body was not taken for a request";
+}
+
+// A listener whose accept queue is full (backlog 0, one connection in it, none accepted): the
+// kernel drops further SYNs, so a connect to it neither succeeds nor fails until it gives up.
+class FullListener {
+ public:
+  FullListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd_, 0) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      ADD_FAILURE() << "cannot listen";
+    }
+    port_ = ntohs(addr.sin_port);
+    filler_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(filler_, reinterpret_cast<sockaddr*>(&addr), len) != 0) ADD_FAILURE() << "cannot fill the queue";
+  }
+  ~FullListener() {
+    ::close(filler_);
+    ::close(fd_);
+  }
+  std::uint16_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int filler_ = -1;
+  std::uint16_t port_ = 0;
+};
+
+TEST_F(GatewayTest, AConnectThatHangsIs504OnceTheConnectTimeoutPasses) {
+  const FullListener hanging;
+  gw_.reset();
+  start(replace_all(config_text("", 0, hanging.port()), "connect_timeout: 2s", "connect_timeout: 200ms"));
+  HttpClient c(gw_->port());
+  const HttpResponse r = c.get("/dead", "crm");
+  EXPECT_EQ(r.status, 504);
+  EXPECT_EQ(str(json(r.body), "reason"), "upstream_timeout");
+  EXPECT_TRUE(r.keep_alive) << "the client's connection is not at fault";
+  EXPECT_EQ(c.get("/echo/next", "crm").status, 200) << "and serves its next request";
 }
 
 TEST_F(GatewayTest, TheInFlightLimitRefusesWhileARequestIsInProgress) {
