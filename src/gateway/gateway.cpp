@@ -563,7 +563,12 @@ struct Worker {
   };
   std::unordered_set<Conn*> conns;  // touched on this worker's thread only
 
-  std::unordered_map<std::string, std::vector<UpConn>> idle;  // by "host:port"
+  struct TargetHash {
+    std::size_t operator()(const config::Target& t) const {
+      return std::hash<std::string_view>()(t.host) * 31 + t.port;
+    }
+  };
+  std::unordered_map<config::Target, std::vector<UpConn>, TargetHash> idle;  // by host and port
   std::size_t next_target = 0;
   std::uint64_t next_request = 0;
   std::string log_line;
@@ -1221,7 +1226,7 @@ Task<bool> Worker::proxy(Exchange& x) {
 
   const auto& targets = up.upstream->targets;
   const config::Target& target = targets[next_target++ % targets.size()];
-  std::vector<UpConn>& pool = idle[target.host + ":" + std::to_string(target.port)];
+  std::vector<UpConn>& pool = idle[target];
   const auto up_start = Clock::now();
 
   Sent sent_up = co_await send_upstream(x, itf, target, pool, has_body, expects_continue);
