@@ -46,7 +46,10 @@ void Metrics::count_request(std::size_t shard, std::string_view system, std::str
                             Reason reason, int status) {
   Shard& s = shards_[shard % shard_count_];
   std::lock_guard lock(s.mu);
-  ++s.requests[RequestKey{std::string(system), std::string(interface), reason, status}];
+  const auto key = std::tuple<std::string_view, std::string_view, Reason, int>(system, interface, reason, status);
+  auto it = s.requests.find(key);
+  if (it == s.requests.end()) it = s.requests.emplace(RequestKey(system, interface, reason, status), 0).first;
+  ++it->second;
 }
 
 void Metrics::observe_decision(std::size_t shard, Nanos duration) {

@@ -62,7 +62,7 @@ class Metrics {
   struct alignas(64) Shard {
     mutable std::mutex mu;
     // All guarded by mu:
-    std::map<RequestKey, std::uint64_t> requests;
+    std::map<RequestKey, std::uint64_t, std::less<>> requests;  // found by views: no key built per request
     std::map<ShadowKey, std::uint64_t> shadow;
     std::array<std::uint64_t, kBuckets.size() + 1> buckets{};
     std::uint64_t decisions = 0;
