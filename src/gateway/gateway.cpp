@@ -41,6 +41,7 @@
 #include "gateway/access_log.h"
 #include "gateway/caller_auth.h"
 #include "gateway/message_parser.h"
+#include "gateway/write_now.h"
 #include "gateway/policy.h"
 #include "sluice/local_store.h"
 
@@ -387,7 +388,7 @@ struct RelayResult {
 
 // Sends a message already parsed up to its body: `head`, then the body piece by piece as the parser
 // reads it from `from`, chunk-framed when `chunked`. The head goes out with the first piece, in one
-// write, and each piece in one write with its framing. Each piece is what one read brought (at most
+// write, and each piece in one write with its framing (at once when the socket takes it all). Each piece is what one read brought (at most
 // kRelayChunk), so a body that trickles (server-sent events, a slow upload) is passed on as it
 // comes, and read_timeout bounds each read, not the whole body. on_first() runs once the first
 // piece is in, before it is written.
@@ -436,9 +437,14 @@ Task<RelayResult> relay(TimedSocket& from, beast::flat_buffer& buffer,
         head_sent ? asio::const_buffer() : asio::buffer(head), asio::buffer(size_line, size_len),
         asio::buffer(chunk, n), asio::buffer(tail.data(), tail.size())};
     if (asio::buffer_size(pieces) > 0) {
-      to.arm(write_timeout);
-      auto [wec, wn] = co_await asio::async_write(to.socket(), pieces, kTok);
-      if (wec) co_return RelayResult{{}, to.timed(wec), true};
+      error_code wec;
+      const auto rest = write_now(to.socket(), pieces, wec);
+      if (!wec && asio::buffer_size(rest) > 0) {
+        to.arm(write_timeout);
+        auto [aec, an] = co_await asio::async_write(to.socket(), rest, kTok);
+        wec = to.timed(aec);
+      }
+      if (wec) co_return RelayResult{{}, wec, true};
     }
     head_sent = true;
     if (last) co_return RelayResult{{}, {}, true};
@@ -1055,6 +1061,7 @@ Task<std::pair<bool, UpConn>> Worker::connect(const config::Target& target, Nano
   }
   if (ec) co_return std::pair{ec == beast::error::timeout, UpConn()};
   c->socket().set_option(tcp::no_delay(true), ec);
+  c->socket().non_blocking(true, ec);  // for write_now
   co_return std::pair{false, std::move(c)};
 }
 
@@ -1402,6 +1409,7 @@ Task<void> Gateway::Impl::accept_loop() {
     }
     error_code oec;
     socket.set_option(tcp::no_delay(true), oec);
+    socket.non_blocking(true, oec);  // for write_now
     asio::co_spawn(w.ioc, w.session(std::move(socket)), asio::detached);
   }
 }
