@@ -168,18 +168,6 @@ class HopFields {
   boost::container::small_vector<Named, 4> named_;
 };
 
-// Whether the request's framing is unambiguous: Transfer-Encoding, when present, is exactly
-// "chunked" (the parser refuses it next to Content-Length, and two different Content-Lengths).
-bool framing_is_clean(const RequestParser& p) {
-  std::size_t count = 0;
-  for (const HeadField& f : p.fields()) {
-    if (f.name() != http::field::transfer_encoding) continue;
-    ++count;
-    if (!beast::iequals(f.value(), "chunked")) return false;
-  }
-  return count <= 1 && (count == 0 || p.chunked());
-}
-
 // CLOCK_MONOTONIC_COARSE: a read costs a few nanoseconds (it reads no counter) and moves in steps of
 // the kernel's tick, 1 to 4 ms: enough for timeouts.
 Nanos coarse_now() {
@@ -250,7 +238,7 @@ bool still_open(TimedSocket& s) {
 // Feeds the parser what the buffer holds, consuming what it used: need_more when it takes more
 // input to go on.
 template <bool isRequest>
-error_code parse_buffered(http::basic_parser<isRequest>& parser, beast::flat_buffer& buffer) {
+error_code parse_buffered(MessageParser<isRequest>& parser, beast::flat_buffer& buffer) {
   if (buffer.size() == 0) return http::error::need_more;
   error_code ec;
   const std::size_t used = parser.put(buffer.data(), ec);
@@ -267,7 +255,7 @@ auto read_more(TimedSocket& from, beast::flat_buffer& buffer) {
 // What a failed read means for the message: the connection's close ends a message that runs to it
 // (then {}, and the parser is done); before any byte it is http::error::end_of_stream.
 template <bool isRequest>
-error_code read_failed(http::basic_parser<isRequest>& parser, const error_code& ec) {
+error_code read_failed(MessageParser<isRequest>& parser, const error_code& ec) {
   if (ec != asio::error::eof) return ec;
   if (!parser.got_some()) return http::error::end_of_stream;
   error_code eof_ec;
@@ -855,9 +843,14 @@ Task<std::optional<std::string>> Worker::read_body(Exchange& x, std::size_t limi
   while (!x.parser.is_done()) {
     x.parser.body().data = chunk;
     x.parser.body().size = sizeof chunk;
-    x.client.arm(x.snapshot->config().header_timeout);
-    auto [ec, n] = co_await http::async_read(x.client.socket(), x.buffer, x.parser, kTok);
-    if (ec && ec != http::error::need_buffer) co_return std::nullopt;
+    error_code ec = parse_buffered(x.parser, x.buffer);
+    if (ec == http::error::need_more) {
+      x.client.arm(x.snapshot->config().header_timeout);
+      auto [read_ec, n] = co_await read_more(x.client, x.buffer);
+      x.buffer.commit(n);
+      ec = read_ec ? read_failed(x.parser, x.client.timed(read_ec)) : parse_buffered(x.parser, x.buffer);
+    }
+    if (ec && ec != http::error::need_buffer && ec != http::error::need_more) co_return std::nullopt;
     body.append(chunk, sizeof chunk - x.parser.body().size);
     if (body.size() > limit) co_return std::nullopt;
   }
@@ -882,12 +875,12 @@ bool Worker::prepare(Exchange& x) {
   const std::size_t q = target.find('?');
   x.path = target.substr(0, q);
   x.query = q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
-  return framing_is_clean(x.parser) && path_is_clean(x.path) && !x.path.starts_with("/_sluice/");
+  return path_is_clean(x.path) && !x.path.starts_with("/_sluice/");
 }
 
 Task<bool> Worker::answer(Exchange& x) {
   const RequestParser& req = x.parser;
-  if (!framing_is_clean(x.parser) || !path_is_clean(x.path)) {
+  if (!path_is_clean(x.path)) {
     co_await respond(x, Reason::kBadRequest, nullptr, true);
     finish(x, 400, Reason::kBadRequest, std::nullopt);
     co_return false;
@@ -1137,7 +1130,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
       // The response header, skipping interim (1xx) responses.
       while (true) {
         rp.emplace(*x.up_head);
-        rp->body_limit(boost::none);
+        rp->body_limit(std::nullopt);
         rp->header_limit(64 * 1024);
         if (head) rp->skip(true);
         ec = parse_buffered(*rp, up_buffer);

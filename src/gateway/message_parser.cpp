@@ -1,73 +1,366 @@
 #include "gateway/message_parser.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/error.hpp>
 
 namespace sluice::gateway {
 
-template <bool isRequest>
-std::span<const HeadField> MessageParser<isRequest>::fields() const {
-  // The text may have moved as it grew (and the last field is new since the last call, or was set
-  // with the others): the fields learn where it is now.
-  if (!head_.fields.empty() && head_.fields.back().text_ != head_.text.data()) {
-    for (HeadField& f : head_.fields) f.text_ = head_.text.data();
+namespace http = boost::beast::http;
+using boost::system::error_code;
+
+namespace {
+
+// Character classes (RFC 9110 5.6.2 and 5.5).
+constexpr std::array<bool, 256> make_tchar() {
+  std::array<bool, 256> t{};
+  for (int c = '0'; c <= '9'; ++c) t[static_cast<std::size_t>(c)] = true;
+  for (int c = 'a'; c <= 'z'; ++c) t[static_cast<std::size_t>(c)] = true;
+  for (int c = 'A'; c <= 'Z'; ++c) t[static_cast<std::size_t>(c)] = true;
+  for (const char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
+  return t;
+}
+constexpr std::array<bool, 256> kTchar = make_tchar();
+
+// Field values and reason phrases: visible characters, space, tab and obs-text.
+constexpr std::array<bool, 256> make_text() {
+  std::array<bool, 256> t{};
+  for (int c = 0x20; c < 0x7f; ++c) t[static_cast<std::size_t>(c)] = true;
+  for (int c = 0x80; c <= 0xff; ++c) t[static_cast<std::size_t>(c)] = true;
+  t['\t'] = true;
+  return t;
+}
+constexpr std::array<bool, 256> kText = make_text();
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// A Content-Length: digits only, no larger than 2^64 - 1.
+std::optional<std::uint64_t> length_of(std::string_view s) {
+  if (s.empty() || s.size() > 20) return std::nullopt;
+  std::uint64_t v = 0;
+  for (const char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    const std::uint64_t digit = static_cast<std::uint64_t>(c - '0');
+    if (v > (UINT64_MAX - digit) / 10) return std::nullopt;
+    v = v * 10 + digit;
   }
-  return head_.fields;
+  return v;
 }
 
-template <bool isRequest>
-typename MessageParser<isRequest>::Span MessageParser<isRequest>::keep(std::string_view s) {
-  // The parser's header limit (at most 64 KiB here) keeps every offset far inside 32 bits.
-  const Span span{static_cast<std::uint32_t>(head_.text.size()), static_cast<std::uint32_t>(s.size())};
-  head_.text.append(s);
-  return span;
+// Calls f(token) for each element of a comma-separated list, skipping empty ones.
+template <class F>
+void for_each_token(std::string_view list, F&& f) {
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    std::size_t end = list.find(',', start);
+    if (end == std::string_view::npos) end = list.size();
+    const std::string_view token = trim(list.substr(start, end - start));
+    if (!token.empty()) f(token);
+    start = end + 1;
+  }
 }
 
-template <bool isRequest>
-void MessageParser<isRequest>::on_request_impl(boost::beast::http::verb method, boost::beast::string_view method_string,
-                                               boost::beast::string_view target, int /*version*/, error_code& ec) {
-  method_ = method;
-  first_ = keep(method_string);
-  second_ = keep(target);
-  ec = {};
-}
+}  // namespace
 
+// A chunked body, decoded by Beast's parser: it is given a head of its own that says only
+// "chunked", then the body bytes.
 template <bool isRequest>
-void MessageParser<isRequest>::on_response_impl(int status, boost::beast::string_view reason, int /*version*/,
-                                                error_code& ec) {
-  status_ = static_cast<unsigned>(status);
-  second_ = keep(reason);
-  ec = {};
-}
+class ChunkDecoder final : public http::basic_parser<isRequest> {
+ public:
+  ChunkDecoder(http::buffer_body::value_type& body, std::optional<std::uint64_t> body_limit,
+               std::size_t header_limit)
+      : body_(body) {
+    if (body_limit) {
+      this->body_limit(*body_limit);
+    } else {
+      this->body_limit(boost::none);
+    }
+    this->header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(header_limit, UINT32_MAX)));
+    static constexpr std::string_view kHead = isRequest ? "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                                        : "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    error_code ec;
+    this->put(boost::asio::const_buffer(kHead.data(), kHead.size()), ec);
+  }
 
-template <bool isRequest>
-void MessageParser<isRequest>::on_field_impl(boost::beast::http::field name, boost::beast::string_view name_string,
-                                             boost::beast::string_view value, error_code& ec) {
-  HeadField& f = head_.fields.emplace_back();
-  f.name_ = name;
-  const Span n = keep(name_string);
-  const Span v = keep(value);
-  f.name_at_ = n.at;
-  f.name_size_ = n.size;
-  f.value_at_ = v.at;
-  f.value_size_ = v.size;
-  ec = {};
-}
-
-// As http::buffer_body's reader does.
-template <bool isRequest>
-std::size_t MessageParser<isRequest>::write_body(boost::beast::string_view body, error_code& ec) {
-  if (body_.data == nullptr) {
-    ec = boost::beast::http::error::need_buffer;
+ private:
+  using string_view = boost::beast::string_view;
+  void on_request_impl(http::verb, string_view, string_view, int, error_code& ec) override { ec = {}; }
+  void on_response_impl(int, string_view, int, error_code& ec) override { ec = {}; }
+  void on_field_impl(http::field, string_view, string_view, error_code& ec) override { ec = {}; }  // trailers
+  void on_header_impl(error_code& ec) override { ec = {}; }
+  void on_body_init_impl(const boost::optional<std::uint64_t>&, error_code& ec) override { ec = {}; }
+  std::size_t on_body_impl(string_view, error_code& ec) override {
+    ec = {};
     return 0;
   }
-  const std::size_t n = std::min(body.size(), body_.size);
-  if (n > 0) std::memcpy(body_.data, body.data(), n);
+  void on_chunk_header_impl(std::uint64_t, string_view, error_code& ec) override { ec = {}; }
+  std::size_t on_chunk_body_impl(std::uint64_t, string_view piece, error_code& ec) override {
+    if (body_.data == nullptr) {
+      ec = http::error::need_buffer;
+      return 0;
+    }
+    const std::size_t n = std::min(piece.size(), body_.size);
+    if (n > 0) std::memcpy(body_.data, piece.data(), n);
+    body_.data = static_cast<char*>(body_.data) + n;
+    body_.size -= n;
+    ec = n == piece.size() ? error_code() : error_code(http::error::need_buffer);
+    return n;
+  }
+  void on_finish_impl(error_code& ec) override { ec = {}; }
+
+  http::buffer_body::value_type& body_;
+};
+
+template <bool isRequest>
+MessageParser<isRequest>::MessageParser(HeadText& head) : head_(head) {
+  head_.text.clear();
+  head_.fields.clear();
+}
+
+template <bool isRequest>
+MessageParser<isRequest>::~MessageParser() = default;
+
+template <bool isRequest>
+bool MessageParser<isRequest>::keep_alive() const {
+  if (to_eof_) return false;
+  return http11_ ? !close_ : keep_alive_ && !close_;
+}
+
+template <bool isRequest>
+std::size_t MessageParser<isRequest>::put(boost::asio::const_buffer input, error_code& ec) {
+  const char* data = static_cast<const char*>(input.data());
+  const std::size_t size = input.size();
+  ec = {};
+  if (size > 0) got_some_ = true;
+  switch (state_) {
+    case State::kHead:
+      return put_head(data, size, ec);
+    case State::kLength:
+    case State::kToEof:
+      return put_body(data, size, ec);
+    case State::kChunked: {
+      const std::size_t used = chunks_->put(input, ec);
+      if (chunks_->is_done()) state_ = State::kDone;
+      return used;
+    }
+    case State::kDone:
+      ec = http::error::stale_parser;
+      return 0;
+  }
+  return 0;
+}
+
+template <bool isRequest>
+void MessageParser<isRequest>::put_eof(error_code& ec) {
+  ec = {};
+  if (state_ == State::kToEof) {
+    state_ = State::kDone;
+  } else if (state_ != State::kDone) {
+    ec = http::error::partial_message;
+  }
+}
+
+template <bool isRequest>
+std::size_t MessageParser<isRequest>::put_head(const char* data, std::size_t size, error_code& ec) {
+  std::string_view in(data, size);
+  // Empty lines before a request line are ignored (RFC 9112 2.2): a client may send one after a body.
+  std::size_t skipped = 0;
+  if constexpr (isRequest) {
+    while (in.substr(skipped, 2) == "\r\n") skipped += 2;
+  }
+  const std::size_t from = std::max(scanned_, skipped);
+  const std::size_t end = in.find("\r\n\r\n", from);
+  if (end == std::string_view::npos) {
+    if (size >= header_limit_) {
+      ec = http::error::header_limit;
+      return 0;
+    }
+    scanned_ = size >= 3 ? size - 3 : 0;
+    ec = http::error::need_more;
+    return 0;
+  }
+  const std::size_t used = end + 4;
+  if (used > header_limit_) {
+    ec = http::error::header_limit;
+    return 0;
+  }
+  head_.text.assign(in.data() + skipped, used - skipped);
+  ec = parse_head(head_.text);
+  if (!ec) ec = frame();
+  return ec ? 0 : used;
+}
+
+// One pass over the head, which ends in CRLF CRLF: every scan stops at a CR at the latest (no class
+// of characters below takes one), so none runs past the end.
+template <bool isRequest>
+error_code MessageParser<isRequest>::parse_head(std::string_view head) {
+  const char* p = head.data();
+  if (error_code ec = parse_start_line(p)) return ec;
+  while (true) {
+    if (p[0] == '\r') return p[1] == '\n' ? error_code() : error_code(http::error::bad_line_ending);
+    if (p[0] == ' ' || p[0] == '\t') return http::error::bad_obs_fold;
+    const char* name = p;
+    while (kTchar[static_cast<unsigned char>(*p)]) ++p;
+    // No whitespace between the name and the colon (RFC 9112 5.1).
+    if (p == name || *p != ':') return http::error::bad_field;
+    const std::string_view name_string(name, static_cast<std::size_t>(p - name));
+    ++p;
+    while (*p == ' ' || *p == '\t') ++p;
+    const char* value = p;
+    while (kText[static_cast<unsigned char>(*p)]) ++p;
+    if (p[0] != '\r' || p[1] != '\n') return http::error::bad_value;
+    const char* value_end = p;
+    while (value_end > value && (value_end[-1] == ' ' || value_end[-1] == '\t')) --value_end;
+    p += 2;
+    if (error_code ec = add_field(name_string, std::string_view(value, static_cast<std::size_t>(value_end - value)))) {
+      return ec;
+    }
+  }
+}
+
+template <bool isRequest>
+error_code MessageParser<isRequest>::parse_start_line(const char*& p) {
+  // Compared a character at a time: the first that differs stops it, at the final CR at the latest.
+  const auto version = [&]() -> std::optional<bool> {
+    static constexpr std::string_view kHttp1 = "HTTP/1.";
+    for (std::size_t i = 0; i < kHttp1.size(); ++i) {
+      if (p[i] != kHttp1[i]) return std::nullopt;
+    }
+    if (p[7] != '0' && p[7] != '1') return std::nullopt;
+    p += 8;
+    return p[-1] == '1';
+  };
+  if constexpr (isRequest) {
+    // method SP request-target SP HTTP-version CRLF
+    const char* method = p;
+    while (kTchar[static_cast<unsigned char>(*p)]) ++p;
+    if (p == method || *p != ' ') return http::error::bad_method;
+    method_string_ = std::string_view(method, static_cast<std::size_t>(p - method));
+    method_ = http::string_to_verb(method_string_);
+    const char* target = ++p;
+    while (static_cast<unsigned char>(*p) > 0x20 && *p != 0x7f) ++p;
+    if (p == target || *p != ' ') return http::error::bad_target;
+    target_ = std::string_view(target, static_cast<std::size_t>(p - target));
+    ++p;
+    const auto v = version();
+    if (!v) return http::error::bad_version;
+    http11_ = *v;
+  } else {
+    // HTTP-version SP status-code SP [ reason-phrase ] CRLF; a missing SP after the code is let pass.
+    const auto v = version();
+    if (!v || *p != ' ') return http::error::bad_version;
+    http11_ = *v;
+    ++p;
+    const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+    if (p[0] < '1' || p[0] > '9' || !digit(p[1]) || !digit(p[2])) return http::error::bad_status;
+    status_ = static_cast<unsigned>((p[0] - '0') * 100 + (p[1] - '0') * 10 + (p[2] - '0'));
+    p += 3;
+    if (*p != ' ' && *p != '\r') return http::error::bad_status;
+    if (*p == ' ') {
+      const char* reason = ++p;
+      while (kText[static_cast<unsigned char>(*p)]) ++p;
+      reason_ = std::string_view(reason, static_cast<std::size_t>(p - reason));
+    }
+  }
+  if (p[0] != '\r' || p[1] != '\n') return isRequest ? http::error::bad_version : http::error::bad_reason;
+  p += 2;
+  return {};
+}
+
+template <bool isRequest>
+error_code MessageParser<isRequest>::add_field(std::string_view name, std::string_view value) {
+  const http::field known = http::string_to_field(name);
+  head_.fields.emplace_back(known, name, value);
+  switch (known) {
+    case http::field::connection:
+    case http::field::proxy_connection:
+      for_each_token(value, [&](std::string_view token) {
+        if (boost::beast::iequals(token, "close")) close_ = true;
+        if (boost::beast::iequals(token, "keep-alive")) keep_alive_ = true;
+      });
+      return {};
+    case http::field::content_length: {
+      const auto length = length_of(value);
+      if (!length) return http::error::bad_content_length;
+      if (content_length_ && *content_length_ != *length) return http::error::multiple_content_length;
+      content_length_ = length;
+      return {};
+    }
+    case http::field::transfer_encoding: {
+      ++transfer_encodings_;
+      // The last coding says whether the body is chunked (RFC 9112 6.1).
+      std::string_view last;
+      for_each_token(value, [&](std::string_view token) { last = token; });
+      chunked_ = boost::beast::iequals(last, "chunked");
+      if constexpr (isRequest) {
+        // A request's body length must not be guessed at: "chunked" alone, once, or nothing.
+        if (transfer_encodings_ > 1 || !boost::beast::iequals(value, "chunked")) {
+          return http::error::bad_transfer_encoding;
+        }
+      }
+      return {};
+    }
+    default:
+      return {};
+  }
+}
+
+// The body's framing (RFC 9112 6.3), once the head is in.
+template <bool isRequest>
+error_code MessageParser<isRequest>::frame() {
+  if (transfer_encodings_ > 0 && content_length_) return http::error::bad_transfer_encoding;
+  if (transfer_encodings_ > 0) content_length_.reset();
+  bool no_body = false;
+  if constexpr (isRequest) {
+    no_body = !chunked_ && content_length_.value_or(0) == 0;
+  } else {
+    no_body = skip_ || status_ / 100 == 1 || status_ == 204 || status_ == 304 ||
+              (!chunked_ && content_length_ == std::uint64_t{0});
+  }
+  if (no_body) {
+    state_ = State::kDone;
+    return {};
+  }
+  if (chunked_) {
+    chunks_ = std::make_unique<ChunkDecoder<isRequest>>(body_, body_limit_, header_limit_);
+    state_ = State::kChunked;
+    return {};
+  }
+  if (content_length_) {
+    if (body_limit_ && *content_length_ > *body_limit_) return http::error::body_limit;
+    remaining_ = *content_length_;
+    state_ = State::kLength;
+    return {};
+  }
+  // A response with neither: its body runs to the connection's end (a request's is empty, above).
+  to_eof_ = true;
+  state_ = State::kToEof;
+  return {};
+}
+
+template <bool isRequest>
+std::size_t MessageParser<isRequest>::put_body(const char* data, std::size_t size, error_code& ec) {
+  if (body_.data == nullptr) {
+    ec = http::error::need_buffer;
+    return 0;
+  }
+  std::size_t n = std::min(size, body_.size);
+  if (state_ == State::kLength) n = static_cast<std::size_t>(std::min<std::uint64_t>(n, remaining_));
+  if (n > 0) std::memcpy(body_.data, data, n);
   body_.data = static_cast<char*>(body_.data) + n;
   body_.size -= n;
-  ec = n == body.size() ? error_code() : error_code(boost::beast::http::error::need_buffer);
+  if (state_ == State::kLength) {
+    remaining_ -= n;
+    if (remaining_ == 0) state_ = State::kDone;
+  }
+  ec = n < size && state_ != State::kDone ? error_code(http::error::need_buffer) : error_code();
   return n;
 }
 

@@ -32,7 +32,6 @@ std::vector<std::pair<std::string, std::string>> fields_of(std::span<const HeadF
 TEST(MessageParserTest, ARequestsHeadIsKeptAsItCame) {
   HeadText text;
   RequestParser p(text);
-  p.eager(false);
   error_code ec;
   const std::string wire = "PATCH /api/orders/7?x=1 HTTP/1.1\r\nHost: a\r\nx-USER-id:  42 \r\nHost: b\r\n\r\n";
   EXPECT_EQ(put(p, wire, ec), wire.size());
@@ -173,6 +172,254 @@ TEST(MessageParserTest, ConflictingLengthsAreRefused) {
   error_code ec;
   put(p, "POST /x HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nab", ec);
   EXPECT_EQ(ec, http::error::multiple_content_length);
+}
+
+// --- strictness: what a proxy must not guess at is refused -------------------------------------
+
+struct Bad {
+  std::string wire;
+  http::error expected;
+};
+
+TEST(MessageParserTest, BadRequestHeadsAreRefusedWithTheirReason) {
+  const Bad cases[] = {
+      {"GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n", http::error::bad_obs_fold},
+      {"GET / HTTP/1.1\r\nHost : a\r\n\r\n", http::error::bad_field},
+      {"GET / HTTP/1.1\r\n: a\r\n\r\n", http::error::bad_field},
+      {"GET / HTTP/1.1\r\nNoColon\r\n\r\n", http::error::bad_field},
+      {"GET / HTTP/1.1\r\nX: a\nY: b\r\n\r\n", http::error::bad_value},  // a bare LF
+      {"GET / HTTP/1.1\r\nX: a\rY: b\r\n\r\n", http::error::bad_value},  // a bare CR
+      {std::string("GET / HTTP/1.1\r\nX: a\x01\r\n\r\n"), http::error::bad_value},
+      {std::string("GET / HTTP/1.1\r\nX: a\x7f\r\n\r\n"), http::error::bad_value},
+      {" / HTTP/1.1\r\n\r\n", http::error::bad_method},
+      {"GET  HTTP/1.1\r\n\r\n", http::error::bad_target},
+      {"GET /a b HTTP/1.1\r\n\r\n", http::error::bad_version},
+      {"GET / HTTP/2.0\r\n\r\n", http::error::bad_version},
+      {"GET / HTTP/1.2\r\n\r\n", http::error::bad_version},
+      {"GET / http/1.1\r\n\r\n", http::error::bad_version},
+      {"GET / HTTP/1.1 \r\n\r\n", http::error::bad_version},
+      {"GET /\r\n\r\n", http::error::bad_target},
+      {"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", http::error::bad_transfer_encoding},
+      {"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", http::error::bad_transfer_encoding},
+      {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+       http::error::bad_transfer_encoding},
+      {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+       http::error::bad_transfer_encoding},
+      {"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+       http::error::bad_transfer_encoding},
+      {"POST / HTTP/1.1\r\nContent-Length: +3\r\n\r\n", http::error::bad_content_length},
+      {"POST / HTTP/1.1\r\nContent-Length: 3, 3\r\n\r\n", http::error::bad_content_length},
+      {"POST / HTTP/1.1\r\nContent-Length:\r\n\r\n", http::error::bad_content_length},
+      {"POST / HTTP/1.1\r\nContent-Length: 18446744073709551616\r\n\r\n", http::error::bad_content_length},
+      {"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", http::error::multiple_content_length},
+  };
+  for (const Bad& c : cases) {
+    HeadText text;
+    RequestParser p(text);
+    error_code ec;
+    EXPECT_EQ(put(p, c.wire, ec), 0u) << c.wire;
+    EXPECT_EQ(ec, c.expected) << c.wire << ": " << ec.message();
+    EXPECT_FALSE(p.is_header_done()) << c.wire;
+  }
+}
+
+TEST(MessageParserTest, BadResponseHeadsAreRefusedWithTheirReason) {
+  const Bad cases[] = {
+      {"HTTP/1.1 20\r\n\r\n", http::error::bad_status},
+      {"HTTP/1.1 099 Low\r\n\r\n", http::error::bad_status},
+      {"HTTP/1.1 2000 OK\r\n\r\n", http::error::bad_status},
+      {"HTTP/1.1  200 OK\r\n\r\n", http::error::bad_status},
+      {"HTTP/3 200 OK\r\n\r\n", http::error::bad_version},
+      {"HTTP/1.1 200 O\x01K\r\n\r\n", http::error::bad_reason},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+       http::error::bad_transfer_encoding},
+      {"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 30\r\n\r\n", http::error::multiple_content_length},
+  };
+  for (const Bad& c : cases) {
+    HeadText text;
+    ResponseParser p(text);
+    error_code ec;
+    EXPECT_EQ(put(p, c.wire, ec), 0u) << c.wire;
+    EXPECT_EQ(ec, c.expected) << c.wire << ": " << ec.message();
+  }
+}
+
+TEST(MessageParserTest, AHeadPastTheLimitIsRefusedWhetherOrNotItEnded) {
+  HeadText text;
+  error_code ec;
+  {
+    RequestParser p(text);
+    p.header_limit(64);
+    const std::string wire = "GET / HTTP/1.1\r\nX: " + std::string(60, 'x') + "\r\n\r\n";
+    EXPECT_EQ(put(p, wire, ec), 0u);
+    EXPECT_EQ(ec, http::error::header_limit);
+  }
+  RequestParser p(text);
+  p.header_limit(64);
+  EXPECT_EQ(put(p, "GET / HTTP/1.1\r\nX: " + std::string(60, 'x'), ec), 0u);
+  EXPECT_EQ(ec, http::error::header_limit);
+}
+
+TEST(MessageParserTest, ABodyPastTheLimitIsRefusedAtTheHead) {
+  HeadText text;
+  RequestParser p(text);
+  p.body_limit(10);
+  error_code ec;
+  put(p, "POST / HTTP/1.1\r\nContent-Length: 11\r\n\r\n", ec);
+  EXPECT_EQ(ec, http::error::body_limit);
+}
+
+// A head that comes a byte at a time is found once its last byte is in, and not before.
+TEST(MessageParserTest, AHeadInPiecesIsParsedOnceItIsAllIn) {
+  HeadText text;
+  RequestParser p(text);
+  const std::string wire = "GET /x HTTP/1.1\r\nHost: a\r\n\r\n";
+  error_code ec;
+  for (std::size_t n = 1; n < wire.size(); ++n) {
+    EXPECT_EQ(put(p, wire.substr(0, n), ec), 0u) << n;
+    EXPECT_EQ(ec, http::error::need_more) << n;
+  }
+  EXPECT_EQ(put(p, wire, ec), wire.size());
+  EXPECT_FALSE(ec);
+  EXPECT_TRUE(p.is_done());
+  EXPECT_EQ(p.target(), "/x");
+}
+
+TEST(MessageParserTest, EmptyLinesBeforeARequestAreSkipped) {
+  HeadText text;
+  RequestParser p(text);
+  error_code ec;
+  const std::string wire = "\r\n\r\nGET /x HTTP/1.1\r\n\r\n";
+  EXPECT_EQ(put(p, wire, ec), wire.size());
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_EQ(p.target(), "/x");
+}
+
+TEST(MessageParserTest, ValuesKeepObsTextAndLoseTheWhitespaceAroundThem) {
+  HeadText text;
+  RequestParser p(text);
+  error_code ec;
+  put(p, "GET / HTTP/1.1\r\nX:\t caf\xc3\xa9 au lait \t\r\nEmpty:\r\n\r\n", ec);
+  ASSERT_FALSE(ec) << ec.message();
+  ASSERT_EQ(p.fields().size(), 2u);
+  EXPECT_EQ(p.fields()[0].value(), "caf\xc3\xa9 au lait");
+  EXPECT_EQ(p.fields()[1].value(), "");
+}
+
+TEST(MessageParserTest, TheSameLengthTwiceIsOneLength) {
+  HeadText text;
+  RequestParser p(text);
+  error_code ec;
+  put(p, "POST / HTTP/1.1\r\nContent-Length: 3\r\ncontent-length: 3\r\n\r\n", ec);
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_EQ(p.content_length(), 3u);
+  EXPECT_FALSE(p.is_done());
+}
+
+struct KeepAlive {
+  std::string wire;
+  bool keep;
+};
+
+TEST(MessageParserTest, KeepAliveFollowsTheVersionAndConnection) {
+  const KeepAlive cases[] = {
+      {"GET / HTTP/1.1\r\n\r\n", true},
+      {"GET / HTTP/1.1\r\nConnection: foo, Close\r\n\r\n", false},
+      {"GET / HTTP/1.1\r\nProxy-Connection: close\r\n\r\n", false},
+      {"GET / HTTP/1.0\r\n\r\n", false},
+      {"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", true},
+  };
+  for (const KeepAlive& c : cases) {
+    HeadText text;
+    RequestParser p(text);
+    error_code ec;
+    put(p, c.wire, ec);
+    ASSERT_FALSE(ec) << c.wire;
+    EXPECT_EQ(p.keep_alive(), c.keep) << c.wire;
+  }
+}
+
+// RFC 9112 6.3, for responses.
+struct Framing {
+  std::string wire;
+  bool skip;     // the answer to a HEAD request
+  bool done;     // no body
+  bool chunked;
+  bool to_eof;   // the body runs to the connection's end
+};
+
+TEST(MessageParserTest, AResponsesBodyIsFramedAsRfc9112Says) {
+  const Framing cases[] = {
+      {"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", false, true, false, false},
+      {"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", true, true, false, false},
+      {"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n", false, true, false, false},
+      {"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n", false, true, false, false},
+      {"HTTP/1.1 100 Continue\r\n\r\n", false, true, false, false},
+      {"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", false, false, false, false},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", false, false, true, false},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", false, false, true, false},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", false, false, false, true},
+      {"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n", false, false, false, true},
+      {"HTTP/1.1 200 OK\r\n\r\n", false, false, false, true},
+      {"HTTP/1.1 200\r\n\r\n", false, false, false, true},
+  };
+  for (const Framing& c : cases) {
+    HeadText text;
+    ResponseParser p(text);
+    p.skip(c.skip);
+    error_code ec;
+    EXPECT_EQ(put(p, c.wire, ec), c.wire.size()) << c.wire;
+    ASSERT_FALSE(ec) << c.wire << ": " << ec.message();
+    EXPECT_EQ(p.is_done(), c.done) << c.wire;
+    EXPECT_EQ(p.chunked(), c.chunked) << c.wire;
+    EXPECT_EQ(!p.keep_alive(), c.to_eof) << c.wire;
+  }
+}
+
+TEST(MessageParserTest, ABodyToTheConnectionsEndEndsThere) {
+  HeadText text;
+  ResponseParser p(text);
+  error_code ec;
+  put(p, "HTTP/1.1 200 OK\r\n\r\n", ec);
+  char buf[8];
+  p.body().data = buf;
+  p.body().size = sizeof buf;
+  EXPECT_EQ(put(p, "abc", ec), 3u);
+  EXPECT_FALSE(ec);
+  EXPECT_FALSE(p.is_done());
+  p.put_eof(ec);
+  EXPECT_FALSE(ec);
+  EXPECT_TRUE(p.is_done());
+  EXPECT_EQ(std::string_view(buf, 3), "abc");
+}
+
+TEST(MessageParserTest, TheEndOfTheConnectionBeforeTheEndOfAMessageIsAPartialMessage) {
+  HeadText text;
+  error_code ec;
+  {
+    RequestParser p(text);
+    put(p, "POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\n", ec);
+    p.put_eof(ec);
+    EXPECT_EQ(ec, http::error::partial_message);
+  }
+  RequestParser p(text);
+  put(p, "GET / HT", ec);
+  p.put_eof(ec);
+  EXPECT_EQ(ec, http::error::partial_message);
+}
+
+TEST(MessageParserTest, MalformedChunkingIsRefused) {
+  HeadText text;
+  RequestParser p(text);
+  error_code ec;
+  const std::string head = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+  put(p, head, ec);
+  ASSERT_FALSE(ec);
+  char buf[16];
+  p.body().data = buf;
+  p.body().size = sizeof buf;
+  put(p, "zz\r\nabc\r\n", ec);
+  EXPECT_EQ(ec, http::error::bad_chunk);
 }
 
 }  // namespace
