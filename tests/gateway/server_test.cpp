@@ -328,6 +328,17 @@ TEST_F(GatewayTest, TheUpstreamsHopByHopFieldsAndRequestIdStayBehind) {
   EXPECT_EQ(out.substr(out.find("\r\n\r\n") + 4), "ok");
 }
 
+// A response head the gateway cannot read exactly (here a folded field line) is not passed on.
+TEST_F(GatewayTest, AnUpstreamsMalformedHeadIs502) {
+  ClosingUpstream upstream("HTTP/1.1 200 OK\r\nX-Folded: a\r\n b\r\nContent-Length: 2\r\n\r\nok",
+                           ClosingUpstream::After::kClose);
+  restart_in_front_of(upstream);
+  const HttpResponse r = get("/closing");
+  EXPECT_EQ(r.status, 502);
+  EXPECT_EQ(str(json(r.body), "reason"), "upstream_connect_failed");
+  EXPECT_EQ(upstream.requests(), 1);
+}
+
 TEST_F(GatewayTest, AClientsSluiceSystemHeaderNeverReachesTheUpstream) {
   HttpClient c(gw_->port());
   const HttpResponse r = c.request("GET", "/public", {{"X-Sluice-System", "crm"}});
