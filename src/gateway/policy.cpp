@@ -244,7 +244,7 @@ void judge(const Status& store, Context& ctx) {
   if (rejected) return;
   for (std::size_t i = 0; i < ctx.decisions.size(); ++i) {
     if (ctx.decisions[i].lease != 0) {
-      ctx.leases.push_back(Lease{std::string(ctx.enforced[i].key), ctx.enforced[i].limit, ctx.decisions[i].lease});
+      ctx.leases.push_back(Lease{ctx.enforced[i].key, ctx.enforced[i].limit, ctx.decisions[i].lease});
     }
   }
 }
@@ -254,7 +254,7 @@ void judge_shadow(const Status& store, Context& ctx) {
   for (std::size_t i = 0; i < ctx.shadow_decisions.size(); ++i) {
     const Decision& d = ctx.shadow_decisions[i];
     if (!d.allowed) ctx.verdict.shadow_rejected.push_back(ctx.shadow_limits[i]);
-    if (d.lease != 0) ctx.leases.push_back(Lease{std::string(ctx.shadow[i].key), ctx.shadow[i].limit, d.lease});
+    if (d.lease != 0) ctx.leases.push_back(Lease{ctx.shadow[i].key, ctx.shadow[i].limit, d.lease});
   }
 }
 

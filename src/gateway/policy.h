@@ -92,9 +92,10 @@ struct Verdict {
   bool store_failed = false;
 };
 
-// A lease a request holds until it ends.
+// A lease a request holds until it ends. key is the limit request's: it points into the Context
+// (keys) or the snapshot, both of which outlive the request.
 struct Lease {
-  std::string key;
+  std::string_view key;
   const Limit* limit = nullptr;
   std::uint64_t id = 0;
 };
