@@ -1128,7 +1128,9 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
     }
     if (body_failed) break;
     if (!ec) {
-      // The response header, skipping interim (1xx) responses.
+      // The response header, skipping interim (1xx) responses: the upstream has the interface's
+      // timeout from the end of the request (its writes went at once, setting no deadline).
+      us.arm(itf.timeout);
       while (true) {
         rp.emplace(*x.up_head);
         rp->body_limit(std::nullopt);

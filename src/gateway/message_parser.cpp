@@ -14,6 +14,10 @@ using boost::system::error_code;
 
 namespace {
 
+// The most input a chunked body's framing may hold unparsed: a chunk's size line with its
+// extensions, or the trailers.
+constexpr std::size_t kChunkLineLimit = 64 * 1024;
+
 // Character classes (RFC 9110 5.6.2 and 5.5).
 constexpr std::array<bool, 256> make_tchar() {
   std::array<bool, 256> t{};
@@ -138,7 +142,7 @@ std::size_t MessageParser<isRequest>::put(boost::asio::const_buffer input, error
   const char* data = static_cast<const char*>(input.data());
   const std::size_t size = input.size();
   ec = {};
-  if (size > 0) got_some_ = true;
+  if (size > 0 && state_ != State::kHead) got_some_ = true;
   switch (state_) {
     case State::kHead:
       return put_head(data, size, ec);
@@ -148,6 +152,9 @@ std::size_t MessageParser<isRequest>::put(boost::asio::const_buffer input, error
     case State::kChunked: {
       const std::size_t used = chunks_->put(input, ec);
       if (chunks_->is_done()) state_ = State::kDone;
+      // Beast bounds neither a chunk's size line (its extensions) nor the trailers: what it cannot
+      // use of this much input, it never will.
+      if (ec == http::error::need_more && size >= kChunkLineLimit) ec = http::error::bad_chunk;
       return used;
     }
     case State::kDone:
@@ -170,11 +177,13 @@ void MessageParser<isRequest>::put_eof(error_code& ec) {
 template <bool isRequest>
 std::size_t MessageParser<isRequest>::put_head(const char* data, std::size_t size, error_code& ec) {
   std::string_view in(data, size);
-  // Empty lines before a request line are ignored (RFC 9112 2.2): a client may send one after a body.
+  // Empty lines before a request line are ignored (RFC 9112 2.2): a client may send one after a body
+  // (and one that sends nothing else and closes has sent nothing).
   std::size_t skipped = 0;
   if constexpr (isRequest) {
     while (in.substr(skipped, 2) == "\r\n") skipped += 2;
   }
+  if (size > skipped) got_some_ = true;
   const std::size_t from = std::max(scanned_, skipped);
   const std::size_t end = in.find("\r\n\r\n", from);
   if (end == std::string_view::npos) {
@@ -316,6 +325,12 @@ error_code MessageParser<isRequest>::add_field(std::string_view name, std::strin
 template <bool isRequest>
 error_code MessageParser<isRequest>::frame() {
   if (transfer_encodings_ > 0 && content_length_) return http::error::bad_transfer_encoding;
+  // HTTP/1.0 has no Transfer-Encoding: its framing is faulty (RFC 9112 6.1). A request is refused;
+  // a response's connection ends with it.
+  if (transfer_encodings_ > 0 && !http11_) {
+    if constexpr (isRequest) return http::error::bad_transfer_encoding;
+    close_ = true;
+  }
   if (transfer_encodings_ > 0) content_length_.reset();
   bool no_body = false;
   if constexpr (isRequest) {
@@ -359,6 +374,9 @@ std::size_t MessageParser<isRequest>::put_body(const char* data, std::size_t siz
   if (state_ == State::kLength) {
     remaining_ -= n;
     if (remaining_ == 0) state_ = State::kDone;
+  } else if (body_limit_ && (to_eof_received_ += n) > *body_limit_) {
+    ec = http::error::body_limit;
+    return n;
   }
   ec = n < size && state_ != State::kDone ? error_code(http::error::need_buffer) : error_code();
   return n;

@@ -3,8 +3,9 @@
 // pass over a copy kept in text a connection reuses from message to message, strictly: CRLF line
 // ends only, no obs-fold, no whitespace before a field's colon, no control characters. The framing
 // follows RFC 9112 section 6.3, refusing what a proxy must not guess at: a request's
-// Transfer-Encoding other than exactly "chunked", Transfer-Encoding next to Content-Length, and two
-// different Content-Lengths. A chunked body is decoded by Beast's parser; a body with a length, or
+// Transfer-Encoding other than exactly "chunked" (or in HTTP/1.0), Transfer-Encoding next to
+// Content-Length, and two different Content-Lengths. A chunked body is decoded by Beast's parser
+// (with a bound on its size lines and trailers, which Beast has not); a body with a length, or
 // one that runs to the connection's end, is passed through here. Body bytes go to a buffer the
 // caller provides, as with http::buffer_body.
 //
@@ -136,6 +137,7 @@ class MessageParser {
   bool chunked_ = false;
   int transfer_encodings_ = 0;
   bool to_eof_ = false;  // a response whose body runs to the connection's end
+  std::uint64_t to_eof_received_ = 0;
 
   std::unique_ptr<ChunkDecoder<isRequest>> chunks_;
   boost::beast::http::buffer_body::value_type body_{};

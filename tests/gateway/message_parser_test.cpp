@@ -422,5 +422,65 @@ TEST(MessageParserTest, MalformedChunkingIsRefused) {
   EXPECT_EQ(ec, http::error::bad_chunk);
 }
 
+// RFC 9112 6.1: HTTP/1.0 has no Transfer-Encoding.
+TEST(MessageParserTest, Http10WithTransferEncodingIsRefusedOrEndsItsConnection) {
+  HeadText text;
+  error_code ec;
+  {
+    RequestParser p(text);
+    put(p, "POST / HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n", ec);
+    EXPECT_EQ(ec, http::error::bad_transfer_encoding);
+  }
+  ResponseParser p(text);
+  put(p, "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n", ec);
+  ASSERT_FALSE(ec) << ec.message();
+  EXPECT_TRUE(p.chunked());
+  EXPECT_FALSE(p.keep_alive());
+}
+
+// Beast bounds neither; a client sending trailers without end would grow the buffer without end.
+TEST(MessageParserTest, EndlessTrailersAreRefused) {
+  HeadText text;
+  RequestParser p(text);
+  error_code ec;
+  put(p, "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", ec);
+  ASSERT_FALSE(ec);
+  char buf[16];
+  p.body().data = buf;
+  p.body().size = sizeof buf;
+  std::string body = "0\r\n";
+  while (body.size() < 70 * 1024) body += "X-Trailer: yes\r\n";
+  put(p, body, ec);
+  EXPECT_EQ(ec, http::error::bad_chunk);
+}
+
+TEST(MessageParserTest, ABodyToTheConnectionsEndKeepsToTheBodyLimit) {
+  HeadText text;
+  ResponseParser p(text);
+  p.body_limit(4);
+  error_code ec;
+  put(p, "HTTP/1.1 200 OK\r\n\r\n", ec);
+  ASSERT_FALSE(ec);
+  char buf[16];
+  p.body().data = buf;
+  p.body().size = sizeof buf;
+  EXPECT_EQ(put(p, "abc", ec), 3u);
+  EXPECT_FALSE(ec);
+  put(p, "de", ec);
+  EXPECT_EQ(ec, http::error::body_limit);
+}
+
+// A keep-alive client that sends a stray CRLF and closes has not begun a request.
+TEST(MessageParserTest, EmptyLinesAloneAreNotARequestBegun) {
+  HeadText text;
+  RequestParser p(text);
+  error_code ec;
+  put(p, "\r\n", ec);
+  EXPECT_EQ(ec, http::error::need_more);
+  EXPECT_FALSE(p.got_some());
+  put(p, "\r\nG", ec);
+  EXPECT_TRUE(p.got_some());
+}
+
 }  // namespace
 }  // namespace sluice::gateway

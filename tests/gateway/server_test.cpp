@@ -589,6 +589,32 @@ TEST_F(GatewayTest, AConnectThatHangsIs504OnceTheConnectTimeoutPasses) {
   EXPECT_EQ(c.get("/echo/next", "crm").status, 200) << "and serves its next request";
 }
 
+// The upstream's timeout runs from the end of the request: an upload that pauses longer than it
+// (a slow client, within its own header_timeout per read) is answered when the upstream answers.
+// The pause is real time: deadlines run on the monotonic clock.
+TEST_F(GatewayTest, ASlowUploadGivesTheUpstreamItsWholeTimeout) {
+  gw_.reset();
+  start(replace_all(config_text(), "header_timeout: 500ms", "header_timeout: 5s"));  // "echo": timeout 300ms
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(gw_->port());
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string first = "POST /echo/up?delay_ms=50 HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nContent-Length: 10\r\n"
+                            "Connection: close\r\n\r\nhello";
+  ASSERT_EQ(::send(fd, first.data(), first.size(), MSG_NOSIGNAL), static_cast<ssize_t>(first.size()));
+  std::this_thread::sleep_for(800ms);
+  ASSERT_EQ(::send(fd, "world", 5, MSG_NOSIGNAL), 5);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  EXPECT_EQ(testing::raw_status(out), 200) << out;
+  EXPECT_NE(out.find("\"body\":\"helloworld\""), std::string::npos) << out;
+}
+
 TEST_F(GatewayTest, TheInFlightLimitRefusesWhileARequestIsInProgress) {
   std::atomic<int> slow_status{0};
   std::thread slow([&] {
