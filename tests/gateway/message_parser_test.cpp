@@ -165,7 +165,7 @@ TEST(MessageParserTest, WithNoBufferTheBodyWaits) {
   EXPECT_FALSE(p.is_done());
 }
 
-// Framing errors are Beast's, unchanged: two different lengths are refused.
+// Two different lengths are refused.
 TEST(MessageParserTest, ConflictingLengthsAreRefused) {
   HeadText text;
   RequestParser p(text);

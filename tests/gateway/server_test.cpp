@@ -88,6 +88,43 @@ std::string str(const boost::json::object& o, const char* key) {
   return it != o.end() && it->value().is_string() ? std::string(it->value().as_string()) : "";
 }
 
+// A socket listening on a free loopback port (its port in *port), or -1.
+int listen_on_loopback(int backlog, std::uint16_t* port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd, backlog) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ADD_FAILURE() << "cannot listen";
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
+// A client socket connected to a loopback port (set up first by `before`, e.g. a small receive
+// window), or -1.
+template <class Before>
+int connect_to_loopback(std::uint16_t port, Before before) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (fd < 0 || !before(fd) || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ADD_FAILURE() << "cannot connect to port " << port;
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+int connect_to_loopback(std::uint16_t port) {
+  return connect_to_loopback(port, [](int) { return true; });
+}
+
 // An upstream that reads a request (the header and its Content-Length body), sends `response`, and
 // then, as `after` says: closes the connection; or shuts down its sending side only, which ends a
 // response framed by the connection's end, and counts what the gateway still sends on it (it must
@@ -99,16 +136,7 @@ class ClosingUpstream {
   explicit ClosingUpstream(std::string response = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nhello",
                            After after = After::kHalfClose)
       : response_(std::move(response)), after_(after) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd_, 16) != 0 ||
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      ADD_FAILURE() << "cannot listen";
-    }
-    port_ = ntohs(addr.sin_port);
+    fd_ = listen_on_loopback(16, &port_);
     thread_ = std::thread([this] { serve(); });
   }
   ~ClosingUpstream() {
@@ -476,15 +504,11 @@ TEST_F(GatewayTest, BodiesStreamBothWays) {
 // A client with a small receive window takes a large body a little at a time, so the gateway waits
 // on it between pieces: every byte arrives, once.
 TEST_F(GatewayTest, ALargeBodyToAClientWithASmallWindowArrivesWhole) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = connect_to_loopback(gw_->port(), [](int s) {
+    const int small = 4096;
+    return ::setsockopt(s, SOL_SOCKET, SO_RCVBUF, &small, sizeof small) == 0;
+  });
   ASSERT_GE(fd, 0);
-  const int small = 4096;
-  ASSERT_EQ(::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(gw_->port());
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
   constexpr std::size_t kBytes = 4 << 20;
   const std::string request = "GET /echo/big?bytes=" + std::to_string(kBytes) +
                               " HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nConnection: close\r\n\r\n";
@@ -552,18 +576,8 @@ TEST_F(GatewayTest, AnUnreachableUpstreamClosesAConnectionWithABodyUnread) {
 class FullListener {
  public:
   FullListener() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd_, 0) != 0 ||
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      ADD_FAILURE() << "cannot listen";
-    }
-    port_ = ntohs(addr.sin_port);
-    filler_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (::connect(filler_, reinterpret_cast<sockaddr*>(&addr), len) != 0) ADD_FAILURE() << "cannot fill the queue";
+    fd_ = listen_on_loopback(0, &port_);
+    filler_ = connect_to_loopback(port_);
   }
   ~FullListener() {
     ::close(filler_);
@@ -595,13 +609,8 @@ TEST_F(GatewayTest, AConnectThatHangsIs504OnceTheConnectTimeoutPasses) {
 TEST_F(GatewayTest, ASlowUploadGivesTheUpstreamItsWholeTimeout) {
   gw_.reset();
   start(replace_all(config_text(), "header_timeout: 500ms", "header_timeout: 5s"));  // "echo": timeout 300ms
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = connect_to_loopback(gw_->port());
   ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(gw_->port());
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
   const std::string first = "POST /echo/up?delay_ms=50 HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nContent-Length: 10\r\n"
                             "Connection: close\r\n\r\nhello";
   ASSERT_EQ(::send(fd, first.data(), first.size(), MSG_NOSIGNAL), static_cast<ssize_t>(first.size()));
