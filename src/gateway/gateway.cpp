@@ -376,10 +376,11 @@ struct RelayResult {
 
 // Sends a message already parsed up to its body: `head`, then the body piece by piece as the parser
 // reads it from `from`, chunk-framed when `chunked`. The head goes out with the first piece, in one
-// write, and each piece in one write with its framing (at once when the socket takes it all). Each piece is what one read brought (at most
-// kRelayChunk), so a body that trickles (server-sent events, a slow upload) is passed on as it
-// comes, and read_timeout bounds each read, not the whole body. on_first() runs once the first
-// piece is in, before it is written.
+// write, and each piece in one write with its framing (at once when the socket takes it all, which
+// sets no deadline on `to`). Each piece is what one read brought (at most kRelayChunk), so a body
+// that trickles (server-sent events, a slow upload) is passed on as it comes, and read_timeout
+// bounds each read, not the whole body. on_first() runs once the first piece is in, before it is
+// written.
 template <bool isRequest, class OnFirst>
 Task<RelayResult> relay(TimedSocket& from, beast::flat_buffer& buffer,
                         MessageParser<isRequest>& parser,
