@@ -118,22 +118,15 @@ class HopFields {
   explicit HopFields(std::span<const HeadField> f) {
     for (const auto& field : f) {
       if (field.name() != http::field::connection) continue;
-      const std::string_view value = field.value();
-      for (std::size_t start = 0; start <= value.size();) {
-        std::size_t end = value.find(',', start);
-        if (end == std::string_view::npos) end = value.size();
-        std::string_view token = value.substr(start, end - start);
-        while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
-        while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
-        start = end + 1;
-        if (token.empty() || beast::iequals(token, "close")) continue;
+      for_each_token(field.value(), [&](std::string_view token) {
+        if (beast::iequals(token, "close")) return;
         const http::field known = http::string_to_field(token);
         if (known == http::field::content_length || known == http::field::transfer_encoding ||
             known == http::field::host || always_dropped(known)) {
-          continue;
+          return;
         }
         named_.push_back({known, token});
-      }
+      });
     }
   }
 

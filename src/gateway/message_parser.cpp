@@ -39,12 +39,6 @@ constexpr std::array<bool, 256> make_text() {
 }
 constexpr std::array<bool, 256> kText = make_text();
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 // A Content-Length: digits only, no larger than 2^64 - 1.
 std::optional<std::uint64_t> length_of(std::string_view s) {
   if (s.empty() || s.size() > 20) return std::nullopt;
@@ -56,19 +50,6 @@ std::optional<std::uint64_t> length_of(std::string_view s) {
     v = v * 10 + digit;
   }
   return v;
-}
-
-// Calls f(token) for each element of a comma-separated list, skipping empty ones.
-template <class F>
-void for_each_token(std::string_view list, F&& f) {
-  std::size_t start = 0;
-  while (start <= list.size()) {
-    std::size_t end = list.find(',', start);
-    if (end == std::string_view::npos) end = list.size();
-    const std::string_view token = trim(list.substr(start, end - start));
-    if (!token.empty()) f(token);
-    start = end + 1;
-  }
 }
 
 }  // namespace

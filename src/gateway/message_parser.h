@@ -53,6 +53,21 @@ struct HeadText {
   std::vector<HeadField> fields;
 };
 
+// Calls f(token) for each element of a field's comma-separated list (RFC 9110 5.6.1), without the
+// whitespace around it, skipping empty ones.
+template <class F>
+void for_each_token(std::string_view list, F&& f) {
+  for (std::size_t start = 0; start <= list.size();) {
+    std::size_t end = list.find(',', start);
+    if (end == std::string_view::npos) end = list.size();
+    std::string_view token = list.substr(start, end - start);
+    while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
+    while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+    if (!token.empty()) f(token);
+    start = end + 1;
+  }
+}
+
 template <bool isRequest>
 class ChunkDecoder;
 
