@@ -1054,7 +1054,7 @@ Task<std::pair<bool, UpConn>> Worker::connect(const config::Target& target, Nano
 }
 
 // On a pooled connection when one is idle; a pooled connection the upstream had closed is retried
-// once on a fresh one when nothing of the body was consumed.
+// once on a fresh one when the request can be sent again (it has no body, or all of it is held).
 Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf, const config::Target& target,
                                          std::vector<UpConn>& pool, bool has_body, bool expects_continue) {
   const RequestParser& req = x.parser;
@@ -1068,14 +1068,15 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
   std::string& wire = *x.head;
   Reason failure = Reason::kOk;
   bool body_failed = false;
+  const bool resendable = !has_body || x.body_read;
   for (int attempt = 0; attempt < 2 && !rp; ++attempt) {
     bool reused = false;
     while (attempt == 0 && !reused && !pool.empty()) {
       UpConn pooled = std::move(pool.back());
       pool.pop_back();
-      // A request with a body cannot be sent again once its body is streamed: it takes no pooled
-      // connection the upstream has closed meanwhile (an idle timeout shorter than ours).
-      if (!has_body || still_open(*pooled)) {
+      // A request whose body is streamed cannot be sent again: it takes no pooled connection the
+      // upstream has closed meanwhile (an idle timeout shorter than ours).
+      if (resendable || still_open(*pooled)) {
         conn = std::move(pooled);
         reused = true;
       }
@@ -1139,8 +1140,11 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
         if (ec || rp->status() / 100 != 1 || rp->status() == 101) break;
       }
     }
-    if (!ec) break;
-    const bool nothing_back = !rp || !rp->got_some();
+    // Some servers answer an idle connection they close with a 408: on a pooled connection that
+    // answers no request of ours, and one that can be sent again goes on a fresh connection.
+    const bool idle_408 = !ec && reused && rp->status() == 408 && resendable;
+    if (!ec && !idle_408) break;
+    const bool nothing_back = idle_408 || !rp || !rp->got_some();
     rp.reset();
     conn.reset();
     up_buffer.clear();
@@ -1150,7 +1154,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
       break;
     }
     failure = Reason::kUpstreamConnectFailed;
-    if (!(reused && nothing_back && !has_body)) break;
+    if (!(reused && nothing_back && resendable)) break;
   }
   if (!rp) co_return Sent{UpConn(), failure, body_failed};
   co_return Sent{std::move(conn), Reason::kOk, false};

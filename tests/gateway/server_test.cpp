@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <boost/json.hpp>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -128,11 +130,13 @@ int connect_to_loopback(std::uint16_t port) {
 // An upstream that reads a request (the header and its Content-Length body), sends `response`, and
 // then, as `after` says: closes the connection; or shuts down its sending side only, which ends a
 // response framed by the connection's end, and counts what the gateway still sends on it (it must
-// not, the connection being over); or holds it until the gateway closes it. By default the
-// response is framed by the connection's end (HTTP/1.1 with neither Content-Length nor chunked).
+// not, the connection being over); or holds it until the gateway closes it; or (kIdle408) closes
+// it, the first once told to by time_out_idle() and as servers that time out an idle connection
+// with a 408 do, every later one at once. By default
+// the response is framed by the connection's end (HTTP/1.1 with neither Content-Length nor chunked).
 class ClosingUpstream {
  public:
-  enum class After { kClose, kHalfClose, kHold };
+  enum class After { kClose, kHalfClose, kHold, kIdle408 };
   explicit ClosingUpstream(std::string response = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nhello",
                            After after = After::kHalfClose)
       : response_(std::move(response)), after_(after) {
@@ -140,6 +144,11 @@ class ClosingUpstream {
     thread_ = std::thread([this] { serve(); });
   }
   ~ClosingUpstream() {
+    {
+      std::lock_guard lock(mutex_);
+      time_out_ = true;
+      changed_.notify_all();
+    }
     ::shutdown(fd_, SHUT_RDWR);  // wakes the accept()
     thread_.join();
     ::close(fd_);
@@ -148,6 +157,13 @@ class ClosingUpstream {
   int requests() const { return requests_.load(); }
   int closed() const { return closed_.load(); }  // connections it has closed
   int unasked() const { return unasked_.load(); }  // kHalfClose: connections the gateway wrote on after
+  // kIdle408: the first connection sends its 408 and closes; true once it has.
+  bool time_out_idle() {
+    std::unique_lock lock(mutex_);
+    time_out_ = true;
+    changed_.notify_all();
+    return changed_.wait_for(lock, 10s, [&] { return closed_ > 0; });
+  }
 
  private:
   void serve() {
@@ -171,7 +187,19 @@ class ClosingUpstream {
         ++requests_;
         (void)::send(c, response_.data(), response_.size(), MSG_NOSIGNAL);
         if (after_ == After::kHalfClose) ::shutdown(c, SHUT_WR);
-        if (after_ != After::kClose && ::recv(c, buf, sizeof buf, 0) > 0) {
+        if (after_ == After::kIdle408 && closed_ == 0) {
+          std::unique_lock lock(mutex_);
+          changed_.wait(lock, [&] { return time_out_; });
+          static constexpr std::string_view k408 =
+              "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+          (void)::send(c, k408.data(), k408.size(), MSG_NOSIGNAL);
+          ::close(c);
+          ++closed_;
+          changed_.notify_all();
+          continue;
+        }
+        const bool hold = after_ == After::kHalfClose || after_ == After::kHold;
+        if (hold && ::recv(c, buf, sizeof buf, 0) > 0) {
           if (after_ == After::kHalfClose) ++unasked_;
           while (::recv(c, buf, sizeof buf, 0) > 0) {
           }
@@ -189,6 +217,9 @@ class ClosingUpstream {
   std::atomic<int> requests_{0};
   std::atomic<int> closed_{0};
   std::atomic<int> unasked_{0};
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool time_out_ = false;  // kIdle408: time the waiting connection out
   std::thread thread_;
 };
 
@@ -478,6 +509,37 @@ TEST_F(GatewayTest, ARequestWithABodyTakesNoPooledConnectionTheUpstreamClosed) {
     ASSERT_TRUE(testing::eventually([&] { return closing.closed() == i + 1; }));
   }
   EXPECT_EQ(closing.requests(), 3);
+}
+
+// The same upstream for requests without a body: a pooled connection it closed fails before any
+// answer, and the request is sent again on a fresh connection.
+TEST_F(GatewayTest, ARequestWithoutABodyIsSentAgainWhenItsPooledConnectionWasClosed) {
+  ClosingUpstream closing("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", ClosingUpstream::After::kClose);
+  restart_in_front_of(closing);
+  HttpClient c(gw_->port());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(testing::eventually([&] { return closing.closed() == i; }));
+    const HttpResponse r = c.get("/closing", "crm");
+    EXPECT_EQ(r.status, 200) << i;
+    EXPECT_EQ(r.body, "hello") << i;
+  }
+  EXPECT_EQ(closing.requests(), 3);
+}
+
+// Some servers answer the idle connection they close with a 408. On a pooled connection that 408
+// answers no request of the gateway's: the request goes again on a fresh connection.
+TEST_F(GatewayTest, AnIdleConnections408IsNoAnswerAndTheRequestIsSentAgain) {
+  ClosingUpstream idle("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", ClosingUpstream::After::kIdle408);
+  restart_in_front_of(idle);
+  HttpClient c(gw_->port());
+  const HttpResponse first = c.get("/closing", "crm");
+  EXPECT_EQ(first.status, 200);
+  ASSERT_TRUE(idle.time_out_idle());  // the connection the gateway pooled: 408, then closed
+  const HttpResponse second = c.get("/closing", "crm");
+  EXPECT_EQ(second.status, 200);
+  EXPECT_EQ(second.body, "hello");
+  EXPECT_EQ(idle.requests(), 2);
+  EXPECT_EQ(idle.closed(), 2);
 }
 
 TEST_F(GatewayTest, UpstreamConnectionsAreReused) {
