@@ -173,6 +173,10 @@ Nanos coarse_now() {
 // the coarse clock before the operation it bounds is cancelled.
 constexpr Nanos kDeadlineSweep = std::chrono::milliseconds(10);
 
+// How long an upstream host name's addresses are used before it is resolved again (per worker).
+// Until a name resolves again, its last addresses stay in use.
+constexpr Nanos kResolveEvery = std::chrono::seconds(30);
+
 using DeadlineHook =
     boost::intrusive::list_base_hook<boost::intrusive::link_mode<boost::intrusive::auto_unlink>>;
 
@@ -557,6 +561,11 @@ struct Worker {
     }
   };
   std::unordered_map<config::Target, std::vector<UpConn>, TargetHash> idle;  // by host and port
+  struct Resolved {
+    std::vector<tcp::endpoint> endpoints;
+    Nanos refresh_at{};  // by clock()
+  };
+  std::unordered_map<config::Target, Resolved, TargetHash> resolved;  // targets named by host name
   std::size_t next_target = 0;
   std::uint64_t next_request = 0;
   std::string log_line;
@@ -608,7 +617,19 @@ struct Worker {
   Task<bool> respond_json(Exchange& x, unsigned status, std::string body, const HeaderList& extra,
                                bool close);
   Task<std::optional<std::string>> read_body(Exchange& x, std::size_t limit);
+  // A new connection to target, within timeout (name resolution included): whether it timed out,
+  // and the connection (null when it failed).
   Task<std::pair<bool, UpConn>> connect(const config::Target& target, Nanos timeout);
+  // A target's addresses, when its host is a name: from getaddrinfo, kept for kResolveEvery.
+  struct Resolution {
+    std::vector<tcp::endpoint> endpoints;  // empty when the name did not resolve
+    bool timed_out = false;
+  };
+  Task<Resolution> addresses_of(const config::Target& target, Nanos timeout);
+  Task<Resolution> resolve(const config::Target& target, Nanos timeout);
+  const sluice::Clock& clock() const {
+    return gw.options.clock != nullptr ? *gw.options.clock : SystemClock::instance();
+  }
   // Sends the request upstream and reads the response header into *x.up_parser (see proxy()).
   struct Sent {
     UpConn conn;                        // null when failed
@@ -1030,6 +1051,53 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
   co_return ok;
 }
 
+Task<Worker::Resolution> Worker::resolve(const config::Target& target, Nanos timeout) {
+  // getaddrinfo cannot be stopped: one that outlasts the timeout finishes unseen, on Asio's resolver
+  // thread, into a state it shares with the handler.
+  struct Pending {
+    explicit Pending(asio::io_context& ioc) : resolver(ioc.get_executor()), done(ioc.get_executor()) {}
+    Resolver resolver;
+    Timer done;
+    bool finished = false;
+    std::vector<tcp::endpoint> endpoints;
+  };
+  auto p = std::make_shared<Pending>(ioc);
+  p->done.expires_after(timeout);
+  p->resolver.async_resolve(target.host, std::to_string(target.port),
+                            [p](error_code ec, const Resolver::results_type& results) {
+                              p->finished = true;
+                              if (!ec) {
+                                for (const auto& r : results) p->endpoints.push_back(r.endpoint());
+                              }
+                              p->done.cancel();
+                            });
+  (void)co_await p->done.async_wait(kTok);
+  if (!p->finished) {
+    gw.metrics->count_resolution(Metrics::Resolution::kTimeout);
+    co_return Resolution{{}, true};
+  }
+  gw.metrics->count_resolution(p->endpoints.empty() ? Metrics::Resolution::kFailed : Metrics::Resolution::kOk);
+  co_return Resolution{std::move(p->endpoints), false};
+}
+
+Task<Worker::Resolution> Worker::addresses_of(const config::Target& target, Nanos timeout) {
+  const Nanos now = clock().now();
+  auto known = resolved.find(target);
+  if (known != resolved.end() && now < known->second.refresh_at) co_return Resolution{known->second.endpoints, false};
+  // A refresh has half the time, so that the last addresses still have the other half to connect.
+  Resolution r = co_await resolve(target, known != resolved.end() ? timeout / 2 : timeout);
+  // Looked up again: the map may have changed meanwhile.
+  auto it = resolved.find(target);
+  if (!r.endpoints.empty()) {
+    resolved.insert_or_assign(target, Resolved{r.endpoints, now + kResolveEvery});
+  } else if (it != resolved.end()) {
+    // The name did not resolve (or not in time): the last addresses serve until it does again.
+    it->second.refresh_at = now + kResolveEvery;
+    co_return Resolution{it->second.endpoints, false};
+  }
+  co_return r;
+}
+
 Task<std::pair<bool, UpConn>> Worker::connect(const config::Target& target, Nanos timeout) {
   auto c = std::make_unique<TimedSocket>(ioc, sockets);
   c->arm(timeout);
@@ -1039,13 +1107,10 @@ Task<std::pair<bool, UpConn>> Worker::connect(const config::Target& target, Nano
     auto [cec] = co_await c->socket().async_connect(tcp::endpoint(address, target.port), kTok);
     ec = c->timed(cec);
   } else {
-    Resolver resolver(ioc.get_executor());
-    auto [rec, results] = co_await resolver.async_resolve(target.host, std::to_string(target.port), kTok);
-    ec = rec;
-    if (!ec) {
-      auto [cec, endpoint] = co_await asio::async_connect(c->socket(), results, kTok);
-      ec = c->timed(cec);
-    }
+    const Resolution r = co_await addresses_of(target, timeout);
+    if (r.endpoints.empty()) co_return std::pair{r.timed_out, UpConn()};
+    auto [cec, endpoint] = co_await asio::async_connect(c->socket(), r.endpoints, kTok);
+    ec = c->timed(cec);
   }
   if (ec) co_return std::pair{ec == beast::error::timeout, UpConn()};
   c->socket().set_option(tcp::no_delay(true), ec);

@@ -144,6 +144,14 @@ std::string Metrics::render(const Snapshot& snapshot, std::span<const BreakerSta
              to_string(k.second) + "\"} " + std::to_string(n) + "\n";
     }
   }
+  out += "# HELP sluice_upstream_resolutions_total Upstream host names resolved, by result (ok, failed: no "
+         "address, timeout: not within connect_timeout).\n";
+  out += "# TYPE sluice_upstream_resolutions_total counter\n";
+  for (const auto& [result, name] : {std::pair{Resolution::kOk, "ok"}, std::pair{Resolution::kFailed, "failed"},
+                                     std::pair{Resolution::kTimeout, "timeout"}}) {
+    out += std::string("sluice_upstream_resolutions_total{result=\"") + name + "\"} " +
+           std::to_string(resolutions_[static_cast<std::size_t>(result)].load(std::memory_order_relaxed)) + "\n";
+  }
   out += "# HELP sluice_store_errors_total Limit store calls that failed.\n";
   out += "# TYPE sluice_store_errors_total counter\n";
   out += "sluice_store_errors_total " + std::to_string(store_errors_.load(std::memory_order_relaxed)) + "\n";

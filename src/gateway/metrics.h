@@ -47,6 +47,12 @@ class Metrics {
   std::uint64_t store_errors() const { return store_errors_.load(std::memory_order_relaxed); }
   void count_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_).fetch_add(1, std::memory_order_relaxed); }
   void count_breaker_transition(const std::string& upstream, BreakerState to);
+  // An upstream host name resolved (getaddrinfo): to addresses, to none, or not within the
+  // connect timeout.
+  enum class Resolution : std::uint8_t { kOk, kFailed, kTimeout };
+  void count_resolution(Resolution result) {
+    resolutions_[static_cast<std::size_t>(result)].fetch_add(1, std::memory_order_relaxed);
+  }
 
   void add_in_flight(std::int64_t delta) { in_flight_.fetch_add(delta, std::memory_order_relaxed); }
   std::int64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
@@ -73,6 +79,7 @@ class Metrics {
   std::size_t shard_count_;
   std::atomic<std::uint64_t> store_errors_{0};
   std::array<std::atomic<std::uint64_t>, 4> fallbacks_{};  // by OnStoreFailure
+  std::array<std::atomic<std::uint64_t>, 3> resolutions_{};  // by Resolution
   std::atomic<std::uint64_t> reloads_ok_{0};
   std::atomic<std::uint64_t> reloads_failed_{0};
   std::atomic<std::int64_t> in_flight_{0};

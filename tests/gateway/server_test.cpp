@@ -542,6 +542,40 @@ TEST_F(GatewayTest, AnIdleConnections408IsNoAnswerAndTheRequestIsSentAgain) {
   EXPECT_EQ(idle.closed(), 2);
 }
 
+// The value of a metric line that starts with `name` (-1 when there is none).
+long metric(const std::string& text, const std::string& name) {
+  const std::size_t at = text.find("\n" + name + " ");
+  return at == std::string::npos ? -1 : std::stol(text.substr(at + name.size() + 2));
+}
+
+// A target named by a host name is resolved once per 30 s, not for each connection; a name that
+// does not resolve fails the request as a connect failure would, and is counted.
+TEST_F(GatewayTest, UpstreamHostNamesResolveOnceInAWhileNotPerConnection) {
+  ClosingUpstream closing("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", ClosingUpstream::After::kClose);
+  gw_.reset();
+  std::string text = replace_all(config_text("", closing.port()), "127.0.0.1:" + std::to_string(closing.port()),
+                                 "localhost:" + std::to_string(closing.port()));
+  start(replace_all(text, "  - name: dead\n    targets: [127.0.0.1:", "  - name: dead\n    targets: [no-such-host.invalid:"));
+  const std::string ok = "sluice_upstream_resolutions_total{result=\"ok\"}";
+  HttpClient c(gw_->port());  // one connection: one worker, whose resolutions these are
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(c.get("/closing", "crm").status, 200) << i;
+    ASSERT_TRUE(testing::eventually([&] { return closing.closed() == i + 1; }));
+  }
+  EXPECT_EQ(closing.requests(), 3) << "three connections";
+  EXPECT_EQ(metric(metrics(), ok), 1);
+  clock_.advance(31s);
+  EXPECT_EQ(c.get("/closing", "crm").status, 200);
+  EXPECT_EQ(metric(metrics(), ok), 2) << "resolved again once 30 s passed";
+
+  const HttpResponse dead = c.get("/dead", "crm");
+  EXPECT_TRUE(dead.status == 502 || dead.status == 504) << dead.status;
+  const std::string m = metrics();
+  EXPECT_EQ(metric(m, "sluice_upstream_resolutions_total{result=\"failed\"}") +
+                metric(m, "sluice_upstream_resolutions_total{result=\"timeout\"}"),
+            1) << m;
+}
+
 TEST_F(GatewayTest, UpstreamConnectionsAreReused) {
   HttpClient c(gw_->port());
   for (int i = 0; i < 20; ++i) ASSERT_EQ(c.get("/echo/x", "crm").status, 200);
