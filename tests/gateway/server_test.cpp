@@ -139,7 +139,9 @@ class ClosingUpstream {
   enum class After { kClose, kHalfClose, kHold, kIdle408 };
   explicit ClosingUpstream(std::string response = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nhello",
                            After after = After::kHalfClose)
-      : response_(std::move(response)), after_(after) {
+      : ClosingUpstream(std::vector<std::string>{std::move(response)}, after) {}
+  // The i-th connection gets responses[i], and the last one every connection after.
+  ClosingUpstream(std::vector<std::string> responses, After after) : responses_(std::move(responses)), after_(after) {
     fd_ = listen_on_loopback(16, &port_);
     thread_ = std::thread([this] { serve(); });
   }
@@ -167,9 +169,10 @@ class ClosingUpstream {
 
  private:
   void serve() {
-    while (true) {
+    for (std::size_t i = 0;; ++i) {
       const int c = ::accept(fd_, nullptr, nullptr);
       if (c < 0) return;
+      const std::string& response = responses_[std::min(i, responses_.size() - 1)];
       std::string in;
       std::size_t need = std::string::npos;  // header and body, once the header is in
       char buf[4096];
@@ -185,7 +188,7 @@ class ClosingUpstream {
       }
       if (need != std::string::npos && in.size() >= need) {
         ++requests_;
-        (void)::send(c, response_.data(), response_.size(), MSG_NOSIGNAL);
+        (void)::send(c, response.data(), response.size(), MSG_NOSIGNAL);
         if (after_ == After::kHalfClose) ::shutdown(c, SHUT_WR);
         if (after_ == After::kIdle408 && closed_ == 0) {
           std::unique_lock lock(mutex_);
@@ -210,7 +213,7 @@ class ClosingUpstream {
     }
   }
 
-  const std::string response_;
+  const std::vector<std::string> responses_;
   const After after_;
   int fd_ = -1;
   std::uint16_t port_ = 0;
@@ -643,6 +646,35 @@ TEST_F(GatewayTest, TheBreakerOpensOnUpstreamFailuresAndClosesAfterRecovery) {
   const std::string m = metrics();
   EXPECT_NE(m.find("sluice_breaker_state{upstream=\"app\",state=\"closed\"} 1"), std::string::npos);
   EXPECT_NE(m.find("sluice_breaker_transitions_total{upstream=\"app\",state=\"half_open\"} 1"), std::string::npos);
+}
+
+// A half-open breaker judges its probe once the first piece of the body is in: a stream that goes
+// on for long closes the breaker when it starts, rather than holding the only probe until it ends.
+TEST_F(GatewayTest, AHalfOpenBreakerJudgesAStreamingProbeByItsFirstPiece) {
+  const std::string failure = "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  ClosingUpstream up({failure, failure, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhel"},
+                     ClosingUpstream::After::kHold);
+  restart_in_front_of(up);
+  HttpClient c(gw_->port());
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(c.get("/closing", "crm").status, 500) << i;
+  EXPECT_NE(metrics().find("sluice_breaker_state{upstream=\"closing\",state=\"open\"} 1"), std::string::npos);
+  clock_.advance(10s);
+
+  const int probe = connect_to_loopback(gw_->port());
+  ASSERT_GE(probe, 0);
+  const std::string request = "GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n\r\n";
+  ASSERT_EQ(::send(probe, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  std::string in;
+  char buf[4096];
+  while (in.find("\r\n\r\nhel") == std::string::npos) {
+    const ssize_t n = ::recv(probe, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << in;
+    in.append(buf, static_cast<std::size_t>(n));
+  }
+  // The stream is still going (7 bytes to come): the breaker has closed already.
+  const std::string m = metrics();
+  EXPECT_NE(m.find("sluice_breaker_state{upstream=\"closing\",state=\"closed\"} 1"), std::string::npos) << m;
+  ::close(probe);
 }
 
 TEST_F(GatewayTest, AnUnreachableUpstreamIs502AndASlowOneIs504) {
