@@ -267,6 +267,20 @@ Reason reason_of_read_error(const error_code& ec) {
   return Reason::kBadRequest;
 }
 
+bool is_idempotent(http::verb method) {
+  switch (method) {
+    case http::verb::get:
+    case http::verb::head:
+    case http::verb::options:
+    case http::verb::trace:
+    case http::verb::put:
+    case http::verb::delete_:
+      return true;
+    default:
+      return false;
+  }
+}
+
 bool body_expected(http::verb method, unsigned status) {
   return method != http::verb::head && status / 100 != 1 && status != 204 && status != 304;
 }
@@ -616,7 +630,10 @@ struct Worker {
   Task<bool> respond(Exchange& x, Reason reason, const Verdict* verdict, bool close);
   Task<bool> respond_json(Exchange& x, unsigned status, std::string body, const HeaderList& extra,
                                bool close);
-  Task<std::optional<std::string>> read_body(Exchange& x, std::size_t limit);
+  // Reads the request's body, up to limit bytes, into body: kOk, or why it could not.
+  Task<Reason> read_body(Exchange& x, std::size_t limit, std::string& body);
+  // Writes "100 Continue" (within header_timeout): false when it could not.
+  Task<bool> send_continue(Exchange& x);
   // A new connection to target, within timeout (name resolution included): whether it timed out,
   // and the connection (null when it failed).
   Task<std::pair<bool, UpConn>> connect(const config::Target& target, Nanos timeout);
@@ -841,9 +858,20 @@ Task<bool> Worker::respond_json(Exchange& x, unsigned status, std::string body, 
   res.keep_alive(!close && x.parser.is_done() && x.parser.keep_alive() &&
                  !gw.draining.load(std::memory_order_acquire));
   res.prepare_payload();
+  // An answer to HEAD has the length the body would have, and no body (which the client would take
+  // for the start of the next response).
+  if (x.parser.method() == http::verb::head) res.body().clear();
   x.client.arm(x.snapshot->config().header_timeout);
   auto [ec, n] = co_await http::async_write(x.client.socket(), res, kTok);
   co_return !ec && res.keep_alive();
+}
+
+Task<bool> Worker::send_continue(Exchange& x) {
+  static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+  x.client.arm(x.snapshot->config().header_timeout);
+  auto [ec, n] = co_await asio::async_write(x.client.socket(), asio::buffer(kContinue), kTok);
+  x.continue_sent = !ec;
+  co_return !ec;
 }
 
 Task<bool> Worker::respond(Exchange& x, Reason reason, const Verdict* verdict, bool close) {
@@ -853,8 +881,7 @@ Task<bool> Worker::respond(Exchange& x, Reason reason, const Verdict* verdict, b
                                   error_body(reason, x.snapshot->config().language), headers, close);
 }
 
-Task<std::optional<std::string>> Worker::read_body(Exchange& x, std::size_t limit) {
-  std::string body;
+Task<Reason> Worker::read_body(Exchange& x, std::size_t limit, std::string& body) {
   char chunk[4096];
   while (!x.parser.is_done()) {
     x.parser.body().data = chunk;
@@ -866,11 +893,11 @@ Task<std::optional<std::string>> Worker::read_body(Exchange& x, std::size_t limi
       x.buffer.commit(n);
       ec = read_ec ? read_failed(x.parser, x.client.timed(read_ec)) : parse_buffered(x.parser, x.buffer);
     }
-    if (ec && ec != http::error::need_buffer && ec != http::error::need_more) co_return std::nullopt;
+    if (ec && ec != http::error::need_buffer && ec != http::error::need_more) co_return reason_of_read_error(ec);
     body.append(chunk, sizeof chunk - x.parser.body().size);
-    if (body.size() > limit) co_return std::nullopt;
+    if (body.size() > limit) co_return Reason::kBodyTooLarge;
   }
-  co_return body;
+  co_return Reason::kOk;
 }
 
 bool Worker::prepare(Exchange& x) {
@@ -938,14 +965,11 @@ Reason Worker::verify(Exchange& x, const Request& r, std::string_view target, st
 Task<Reason> Worker::verify_body(Exchange& x, const Request& r, std::string_view target) {
   const auto max = static_cast<std::uint64_t>(x.snapshot->config().max_body_bytes);
   if (x.parser.content_length().value_or(0) > max) co_return Reason::kBodyTooLarge;
-  if (beast::iequals(find_field(x.parser.fields(), http::field::expect), "100-continue")) {
-    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    co_await asio::async_write(x.client.socket(), asio::buffer(kContinue), kTok);
-    x.continue_sent = true;
+  if (beast::iequals(find_field(x.parser.fields(), http::field::expect), "100-continue") &&
+      !co_await send_continue(x)) {
+    co_return Reason::kRequestTimeout;
   }
-  auto body = co_await read_body(x, max);
-  if (!body) co_return Reason::kBadRequest;
-  x.body = std::move(*body);
+  if (const Reason why = co_await read_body(x, max, x.body); why != Reason::kOk) co_return why;
   x.body_read = true;
   // Judged at the time the body is in, not when the header came: a replay that holds its body back
   // until the original's nonce has expired must find its timestamp expired too.
@@ -954,13 +978,18 @@ Task<Reason> Worker::verify_body(Exchange& x, const Request& r, std::string_view
 
 Task<bool> Worker::decide_endpoint(Exchange& x) {
   const config::Config& cfg = x.snapshot->config();
-  if (beast::iequals(find_field(x.parser.fields(), http::field::expect), "100-continue")) {
-    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    co_await asio::async_write(x.client.socket(), asio::buffer(kContinue), kTok);
+  if (beast::iequals(find_field(x.parser.fields(), http::field::expect), "100-continue") &&
+      !co_await send_continue(x)) {
+    co_return false;
   }
-  auto body = co_await read_body(x, kDecideBodyLimit);
+  std::optional<std::string> body(std::in_place);
+  if (const Reason why = co_await read_body(x, kDecideBodyLimit, *body); why != Reason::kOk) {
+    co_await respond(x, why, nullptr, true);
+    finish(x, status_of(why), why, std::nullopt);
+    co_return false;
+  }
   boost::json::value doc;
-  if (body) {
+  {
     boost::system::error_code jec;
     doc = boost::json::parse(*body, jec);
     if (jec || !doc.is_object()) body.reset();
@@ -1133,15 +1162,19 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
   std::string& wire = *x.head;
   Reason failure = Reason::kOk;
   bool body_failed = false;
+  // Whether the request can be written again (it has no body, or all of it is held), and whether
+  // it may be sent again after the upstream might have acted on it: only an idempotent one may
+  // (RFC 9110 9.2.2), as a POST could place an order twice.
   const bool resendable = !has_body || x.body_read;
+  const bool replayable = resendable && is_idempotent(req.method());
   for (int attempt = 0; attempt < 2 && !rp; ++attempt) {
     bool reused = false;
     while (attempt == 0 && !reused && !pool.empty()) {
       UpConn pooled = std::move(pool.back());
       pool.pop_back();
-      // A request whose body is streamed cannot be sent again: it takes no pooled connection the
-      // upstream has closed meanwhile (an idle timeout shorter than ours).
-      if (resendable || still_open(*pooled)) {
+      // A request that cannot be sent again takes no pooled connection the upstream has closed
+      // meanwhile (an idle timeout shorter than ours); one that can is sent again if it was.
+      if (replayable || still_open(*pooled)) {
         conn = std::move(pooled);
         reused = true;
       }
@@ -1154,9 +1187,10 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
       }
       conn = std::move(fresh);
     }
-    if (expects_continue && attempt == 0 && has_body && !x.continue_sent) {
-      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-      co_await asio::async_write(x.client.socket(), asio::buffer(kContinue), kTok);
+    if (expects_continue && attempt == 0 && has_body && !x.continue_sent && !co_await send_continue(x)) {
+      failure = Reason::kRequestTimeout;
+      body_failed = true;
+      break;
     }
     TimedSocket& us = *conn;
     us.arm(itf.timeout);
@@ -1209,7 +1243,8 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
     // answers no request of ours, and one that can be sent again goes on a fresh connection.
     const bool idle_408 = !ec && reused && rp->status() == 408 && resendable;
     if (!ec && !idle_408) break;
-    const bool nothing_back = idle_408 || !rp || !rp->got_some();
+    const bool written = rp.has_value();
+    const bool nothing_back = !rp || !rp->got_some();
     rp.reset();
     conn.reset();
     up_buffer.clear();
@@ -1219,7 +1254,10 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
       break;
     }
     failure = Reason::kUpstreamConnectFailed;
-    if (!(reused && nothing_back && resendable)) break;
+    // Sent again: a request the upstream did not take whole, or took and answered with nothing, when
+    // it may be.
+    const bool again = idle_408 || (reused && nothing_back && (written ? replayable : resendable));
+    if (!again) break;
   }
   if (!rp) co_return Sent{UpConn(), failure, body_failed};
   co_return Sent{std::move(conn), Reason::kOk, false};

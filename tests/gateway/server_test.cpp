@@ -132,11 +132,12 @@ int connect_to_loopback(std::uint16_t port) {
 // response framed by the connection's end, and counts what the gateway still sends on it (it must
 // not, the connection being over); or holds it until the gateway closes it; or (kIdle408) closes
 // it, the first once told to by time_out_idle() and as servers that time out an idle connection
-// with a 408 do, every later one at once. By default
-// the response is framed by the connection's end (HTTP/1.1 with neither Content-Length nor chunked).
+// with a 408 do, every later one at once; or (kDropNext) reads the next request and closes without
+// an answer, as an upstream that fails while acting on it. By default the response is framed by
+// the connection's end (HTTP/1.1 with neither Content-Length nor chunked).
 class ClosingUpstream {
  public:
-  enum class After { kClose, kHalfClose, kHold, kIdle408 };
+  enum class After { kClose, kHalfClose, kHold, kIdle408, kDropNext };
   explicit ClosingUpstream(std::string response = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nhello",
                            After after = After::kHalfClose)
       : ClosingUpstream(std::vector<std::string>{std::move(response)}, after) {}
@@ -152,11 +153,12 @@ class ClosingUpstream {
       changed_.notify_all();
     }
     ::shutdown(fd_, SHUT_RDWR);  // wakes the accept()
+    if (const int c = current_.load(); c >= 0) ::shutdown(c, SHUT_RDWR);  // and a recv() on a connection
     thread_.join();
     ::close(fd_);
   }
   std::uint16_t port() const { return port_; }
-  int requests() const { return requests_.load(); }
+  int requests() const { return requests_.load(); }  // read whole (kDropNext: and the next, begun)
   int closed() const { return closed_.load(); }  // connections it has closed
   int unasked() const { return unasked_.load(); }  // kHalfClose: connections the gateway wrote on after
   // kIdle408: the first connection sends its 408 and closes; true once it has.
@@ -172,6 +174,7 @@ class ClosingUpstream {
     for (std::size_t i = 0;; ++i) {
       const int c = ::accept(fd_, nullptr, nullptr);
       if (c < 0) return;
+      current_ = c;
       const std::string& response = responses_[std::min(i, responses_.size() - 1)];
       std::string in;
       std::size_t need = std::string::npos;  // header and body, once the header is in
@@ -201,6 +204,7 @@ class ClosingUpstream {
           changed_.notify_all();
           continue;
         }
+        if (after_ == After::kDropNext && ::recv(c, buf, sizeof buf, 0) > 0) ++requests_;
         const bool hold = after_ == After::kHalfClose || after_ == After::kHold;
         if (hold && ::recv(c, buf, sizeof buf, 0) > 0) {
           if (after_ == After::kHalfClose) ++unasked_;
@@ -208,6 +212,7 @@ class ClosingUpstream {
           }
         }
       }
+      current_ = -1;
       ::close(c);
       ++closed_;
     }
@@ -220,6 +225,7 @@ class ClosingUpstream {
   std::atomic<int> requests_{0};
   std::atomic<int> closed_{0};
   std::atomic<int> unasked_{0};
+  std::atomic<int> current_{-1};  // the connection being served
   std::mutex mutex_;
   std::condition_variable changed_;
   bool time_out_ = false;  // kIdle408: time the waiting connection out
@@ -529,6 +535,30 @@ TEST_F(GatewayTest, ARequestWithoutABodyIsSentAgainWhenItsPooledConnectionWasClo
   EXPECT_EQ(closing.requests(), 3);
 }
 
+// An upstream that takes a request on a pooled connection and closes it without an answer may have
+// acted on it: an idempotent request is sent again, a POST is not (it could place an order twice).
+TEST_F(GatewayTest, OnlyAnIdempotentRequestIsSentAgainAfterTheUpstreamTookIt) {
+  ClosingUpstream dropping("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", ClosingUpstream::After::kDropNext);
+  restart_in_front_of(dropping);
+  HttpClient c(gw_->port());
+  EXPECT_EQ(c.request("POST", "/closing", {{"X-System-Key", "crm"}}, "").status, 200);
+  const HttpResponse post = c.request("POST", "/closing", {{"X-System-Key", "crm"}}, "");
+  EXPECT_EQ(post.status, 502);
+  EXPECT_EQ(str(json(post.body), "reason"), "upstream_connect_failed");
+  EXPECT_EQ(dropping.requests(), 2) << "the POST went up once";
+}
+
+TEST_F(GatewayTest, AnIdempotentRequestIsSentAgainAfterTheUpstreamTookItAndClosed) {
+  ClosingUpstream dropping("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", ClosingUpstream::After::kDropNext);
+  restart_in_front_of(dropping);
+  HttpClient c(gw_->port());
+  EXPECT_EQ(c.get("/closing", "crm").status, 200);
+  const HttpResponse del = c.request("DELETE", "/closing", {{"X-System-Key", "crm"}}, "");
+  EXPECT_EQ(del.status, 200);
+  EXPECT_EQ(del.body, "hello");
+  EXPECT_EQ(dropping.requests(), 3) << "dropped once, then answered on a fresh connection";
+}
+
 // Some servers answer the idle connection they close with a 408. On a pooled connection that 408
 // answers no request of the gateway's: the request goes again on a fresh connection.
 TEST_F(GatewayTest, AnIdleConnections408IsNoAnswerAndTheRequestIsSentAgain) {
@@ -804,6 +834,28 @@ TEST_F(GatewayTest, DecideAnswersTheSameDecisionWithoutProxying) {
   EXPECT_EQ(c.request("POST", "/_sluice/v1/decide", {}, "not json").status, 400);
   EXPECT_EQ(c.request("GET", "/_sluice/v1/decide").status, 405);
   EXPECT_EQ(upstream_->requests(), 0);
+}
+
+// The gateway's own answers to HEAD carry the body's length and no body: a body would be read as
+// the start of the next response on the connection.
+TEST_F(GatewayTest, AnswersToHeadHaveNoBody) {
+  const std::string out = raw("HEAD /echo/x HTTP/1.1\r\nHost: a\r\n\r\n"
+                              "GET /_sluice/healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(testing::raw_status(out), 401) << out;
+  EXPECT_NE(out.find("Content-Length: "), std::string::npos) << out;
+  const std::size_t end = out.find("\r\n\r\n");
+  ASSERT_NE(end, std::string::npos) << out;
+  EXPECT_EQ(testing::raw_status(out.substr(end + 4)), 200) << "the next response follows the head at once: " << out;
+}
+
+// A body the gateway reads itself (/decide, or a signed request's) that is too large or too slow
+// gets 413 or 408, as a proxied one does.
+TEST_F(GatewayTest, ABodyTheGatewayReadsGets413WhenTooLargeAnd408WhenTooSlow) {
+  const std::string head = "POST /_sluice/v1/decide HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const std::string large = raw(head + "10001\r\n" + std::string(0x10001, 'x') + "\r\n0\r\n\r\n");
+  EXPECT_EQ(testing::raw_status(large), 413) << large.substr(0, 200);
+  const std::string slow = raw(head + "10\r\n{\"system\"", 5s);  // and then nothing, past header_timeout
+  EXPECT_EQ(testing::raw_status(slow), 408) << slow;
 }
 
 TEST_F(GatewayTest, HealthzAnswersOk) {
