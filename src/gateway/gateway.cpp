@@ -652,6 +652,7 @@ struct Worker {
     UpConn conn;                        // null when failed
     Reason failure = Reason::kOk;
     bool body_failed = false;  // the client's body was bad (413/400/timeout) rather than the upstream
+    Nanos upload{0};  // spent streaming the client's body up: the client's time, not the upstream's
   };
   Task<Sent> send_upstream(Exchange& x, const InterfaceEntry& itf, const config::Target& target,
                            std::vector<UpConn>& pool, bool has_body, bool expects_continue);
@@ -1162,6 +1163,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
   std::string& wire = *x.head;
   Reason failure = Reason::kOk;
   bool body_failed = false;
+  Nanos upload{0};
   // Whether the request can be written again (it has no body, or all of it is held), and whether
   // it may be sent again after the upstream might have acted on it: only an idempotent one may
   // (RFC 9110 9.2.2), as a POST could place an order twice.
@@ -1212,8 +1214,10 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
       auto [wec, wn] = co_await asio::async_write(us.socket(), pieces, kTok);
       ec = us.timed(wec);
     } else {
+      const auto upload_start = Clock::now();
       const RelayResult sent = co_await relay(x.client, x.buffer, x.parser, us, wire, x.parser.chunked(), x.chunk,
                                               x.snapshot->config().header_timeout, itf.timeout, [] {});
+      upload += since(upload_start);
       if (sent.read) {
         failure = reason_of_read_error(sent.read);
         body_failed = true;
@@ -1259,8 +1263,8 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
     const bool again = idle_408 || (reused && nothing_back && (written ? replayable : resendable));
     if (!again) break;
   }
-  if (!rp) co_return Sent{UpConn(), failure, body_failed};
-  co_return Sent{std::move(conn), Reason::kOk, false};
+  if (!rp) co_return Sent{UpConn(), failure, body_failed, upload};
+  co_return Sent{std::move(conn), Reason::kOk, false, upload};
 }
 
 Task<bool> Worker::proxy(Exchange& x) {
@@ -1335,15 +1339,17 @@ Task<bool> Worker::proxy(Exchange& x) {
 
   Sent sent_up = co_await send_upstream(x, itf, target, pool, has_body, expects_continue);
   UpConn conn = std::move(sent_up.conn);
+  // The upstream's time: to connect, and from the end of the request to the response header.
+  const Nanos upstream_latency = since(up_start) - sent_up.upload;
   if (!conn) {
     if (sent_up.body_failed) {
       release_permit();
     } else {
-      record(true, since(up_start));
+      record(true, upstream_latency);
     }
     // The client's connection carries on when its request was read whole (respond_json checks).
     const bool keep = co_await respond(x, sent_up.failure, nullptr, false);
-    finish(x, status_of(sent_up.failure), sent_up.failure, since(up_start));
+    finish(x, status_of(sent_up.failure), sent_up.failure, upstream_latency);
     co_return keep;
   }
   std::optional<ResponseParser>& rp = *x.up_parser;
@@ -1352,7 +1358,6 @@ Task<bool> Worker::proxy(Exchange& x) {
 
   // The response, header then body piece by piece, back to the client.
   const unsigned status = rp->status();
-  const Nanos upstream_latency = since(up_start);
   // The parser's view, which also knows a body that ends when the upstream closes.
   const bool upstream_keep_alive = rp->keep_alive();
   const bool with_body = body_expected(req.method(), status);

@@ -281,6 +281,19 @@ class GatewayTest : public ::testing::Test {
     return c.get("/metrics").body;
   }
 
+  // The access log's line for the request with this X-Request-Id, once it is written.
+  std::string access_log_line(const std::string& request_id) const {
+    std::string line;
+    EXPECT_TRUE(testing::eventually([&] {
+      std::ifstream in(log_path_);
+      for (std::string l; std::getline(in, l);) {
+        if (l.find("\"" + request_id + "\"") != std::string::npos) line = l;
+      }
+      return !line.empty();
+    })) << "no access log line for " << request_id;
+    return line;
+  }
+
   std::string raw(const std::string& bytes, std::chrono::milliseconds wait = 5s) {
     return testing::raw_exchange(gw_->port(), bytes, wait);
   }
@@ -770,7 +783,7 @@ TEST_F(GatewayTest, ASlowUploadGivesTheUpstreamItsWholeTimeout) {
   const int fd = connect_to_loopback(gw_->port());
   ASSERT_GE(fd, 0);
   const std::string first = "POST /echo/up?delay_ms=50 HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nContent-Length: 10\r\n"
-                            "Connection: close\r\n\r\nhello";
+                            "X-Request-Id: slow-upload\r\nConnection: close\r\n\r\nhello";
   ASSERT_EQ(::send(fd, first.data(), first.size(), MSG_NOSIGNAL), static_cast<ssize_t>(first.size()));
   std::this_thread::sleep_for(800ms);
   ASSERT_EQ(::send(fd, "world", 5, MSG_NOSIGNAL), 5);
@@ -780,6 +793,11 @@ TEST_F(GatewayTest, ASlowUploadGivesTheUpstreamItsWholeTimeout) {
   ::close(fd);
   EXPECT_EQ(testing::raw_status(out), 200) << out;
   EXPECT_NE(out.find("\"body\":\"helloworld\""), std::string::npos) << out;
+  // The upload's 800 ms are the client's: the upstream's latency (and the breaker's slow-call
+  // judgement) counts from the end of the request.
+  const auto logged = json(access_log_line("slow-upload"));
+  EXPECT_GE(logged.at("latency_ms").as_double(), 800.0);
+  EXPECT_LT(logged.at("upstream_latency_ms").as_double(), 700.0);
 }
 
 TEST_F(GatewayTest, TheInFlightLimitRefusesWhileARequestIsInProgress) {
@@ -898,16 +916,7 @@ TEST_F(GatewayTest, TheAdminListenerExportsTheConfigurationAsYaml) {
 TEST_F(GatewayTest, EachRequestWritesOneJsonAccessLogLine) {
   HttpClient c(gw_->port());
   c.request("GET", "/limited?q=1", {{"X-System-Key", "crm"}, {"X-Request-Id", "log-me"}});
-  std::string line;
-  ASSERT_TRUE(testing::eventually([&] {
-    std::ifstream in(log_path_);
-    std::string l;
-    while (std::getline(in, l)) {
-      if (l.find("\"log-me\"") != std::string::npos) line = l;
-    }
-    return !line.empty();
-  }));
-  const auto o = json(line);
+  const auto o = json(access_log_line("log-me"));
   EXPECT_EQ(str(o, "system"), "crm");
   EXPECT_EQ(str(o, "interface"), "limited");
   EXPECT_EQ(str(o, "method"), "GET");
