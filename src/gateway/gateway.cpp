@@ -352,10 +352,11 @@ void append_upstream_head(std::string& out, const RequestParser& p, std::string_
 // The upstream's response as the client gets it: the verdict's rate-limit fields and X-Request-Id,
 // then the upstream's fields but the hop-by-hop ones and those the gateway has set; the body
 // chunk-framed when chunk_it (it has no length of its own), and "Connection: close" unless
-// keep_alive.
+// keep_alive. An HTTP/1.0 client (not client11) knows no chunking: its body goes unframed, and it
+// is told "Connection: keep-alive" when the connection carries on, which HTTP/1.0 does not assume.
 void append_client_head(std::string& out, const ResponseParser& p, const Verdict& verdict,
                         config::RateLimitHeaders form, std::string_view request_id, bool chunk_it,
-                        bool keep_alive) {
+                        bool keep_alive, bool client11) {
   const HopFields hop(p.fields());
   const unsigned status = p.status();
   out += "HTTP/1.1 ";
@@ -368,14 +369,18 @@ void append_client_head(std::string& out, const ResponseParser& p, const Verdict
   const HeaderNames set = write_header_lines(verdict, form, out);
   append_field(out, "X-Request-Id", request_id);
   for (const HeadField& f : p.fields()) {
-    if (hop.drops(f)) continue;
+    if (hop.drops(f) || (!client11 && f.name() == http::field::transfer_encoding)) continue;
     const std::string_view name = f.name_string();
     const bool replaced = std::any_of(set.begin(), set.end(), [&](std::string_view n) { return beast::iequals(n, name); }) ||
                           (f.name() == http::field::unknown && beast::iequals(name, "X-Request-Id"));
     if (!replaced) append_field(out, name, f.value());
   }
   if (chunk_it) out += "Transfer-Encoding: chunked\r\n";
-  if (!keep_alive) out += "Connection: close\r\n";
+  if (!keep_alive) {
+    out += "Connection: close\r\n";
+  } else if (!client11) {
+    out += "Connection: keep-alive\r\n";
+  }
   out += "\r\n";
 }
 
@@ -849,7 +854,8 @@ void Worker::finish(Exchange& x, int status, Reason reason, std::optional<Nanos>
 
 Task<bool> Worker::respond_json(Exchange& x, unsigned status, std::string body, const HeaderList& extra,
                                      bool close) {
-  http::response<http::string_body> res{static_cast<http::status>(status), 11};
+  // To an HTTP/1.0 client in its version, whose keep-alive Beast then says in "Connection".
+  http::response<http::string_body> res{static_cast<http::status>(status), x.parser.http11() ? 11u : 10u};
   res.set(http::field::content_type, "application/json");
   if (!x.request_id.empty()) res.set("X-Request-Id", x.request_id);
   for (const auto& [name, value] : extra) res.set(name, value);
@@ -1361,15 +1367,20 @@ Task<bool> Worker::proxy(Exchange& x) {
   // The parser's view, which also knows a body that ends when the upstream closes.
   const bool upstream_keep_alive = rp->keep_alive();
   const bool with_body = body_expected(req.method(), status);
-  const bool chunk_it = with_body && !rp->content_length() && !rp->chunked();
-  const bool keep_client = client_keep_alive && !gw.draining.load(std::memory_order_acquire);
+  // A body without a length goes chunk-framed to an HTTP/1.1 client, and to an HTTP/1.0 one as it
+  // is, ended by closing the connection.
+  const bool client11 = x.parser.http11();
+  const bool chunk_it = client11 && with_body && !rp->content_length() && !rp->chunked();
+  const bool relay_chunked = client11 && with_body && (chunk_it || rp->chunked());
+  const bool keep_client = client_keep_alive && !gw.draining.load(std::memory_order_acquire) &&
+                           (client11 || !with_body || rp->content_length());
   wire.clear();
-  append_client_head(wire, *rp, ctx.verdict, cfg.rate_limit_headers, x.request_id, chunk_it, keep_client);
+  append_client_head(wire, *rp, ctx.verdict, cfg.rate_limit_headers, x.request_id, chunk_it, keep_client, client11);
   // The breaker judges the call by its status once the first piece of the body is in — not at the
   // end, or a stream would hold a half-open probe for as long as it lasts — and as failed when the
   // upstream stalls or breaks off before that piece.
   const bool failure_status = status < 600 && up.failure_statuses.test(status);
-  const RelayResult sent = co_await relay(*conn, up_buffer, *rp, x.client, wire, with_body && (chunk_it || rp->chunked()),
+  const RelayResult sent = co_await relay(*conn, up_buffer, *rp, x.client, wire, relay_chunked,
                                           x.chunk, itf.timeout, itf.timeout,
                                           [&] { record(failure_status, upstream_latency); });
   const bool upstream_ok = !sent.read;

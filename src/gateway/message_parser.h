@@ -105,6 +105,8 @@ class MessageParser {
   bool keep_alive() const;
   bool chunked() const { return chunked_; }
   std::optional<std::uint64_t> content_length() const { return content_length_; }
+  // Once the head is in: HTTP/1.1, rather than 1.0.
+  bool http11() const { return http11_; }
 
   // Requests.
   boost::beast::http::verb method() const { return method_; }

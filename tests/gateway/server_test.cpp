@@ -854,6 +854,34 @@ TEST_F(GatewayTest, DecideAnswersTheSameDecisionWithoutProxying) {
   EXPECT_EQ(upstream_->requests(), 0);
 }
 
+// An HTTP/1.0 client knows no chunking: a chunked body (or one without a length) reaches it
+// unframed, ended by the connection's close.
+TEST_F(GatewayTest, AnHttp10ClientGetsABodyWithoutALengthUnframedAndTheConnectionClosed) {
+  ClosingUpstream chunked("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+                          ClosingUpstream::After::kClose);
+  restart_in_front_of(chunked);
+  const std::string out =
+      raw("GET /closing HTTP/1.0\r\nHost: a\r\nX-System-Key: crm\r\nConnection: keep-alive\r\n\r\n");
+  EXPECT_EQ(testing::raw_status(out), 200) << out;
+  const std::string head = out.substr(0, out.find("\r\n\r\n") + 4);
+  EXPECT_EQ(head.find("Transfer-Encoding"), std::string::npos) << out;
+  EXPECT_NE(head.find("Connection: close"), std::string::npos) << out;
+  EXPECT_EQ(out.substr(head.size()), "hello") << "and then the connection's end";
+}
+
+// An HTTP/1.0 client that asks to keep its connection is told it is kept: HTTP/1.0 does not assume
+// it.
+TEST_F(GatewayTest, AnHttp10ClientsKeepAliveIsAnswered) {
+  const std::string out = raw("GET /echo/x HTTP/1.0\r\nHost: a\r\nX-System-Key: crm\r\nConnection: keep-alive\r\n\r\n"
+                              "GET /_sluice/healthz HTTP/1.0\r\nHost: a\r\nConnection: keep-alive\r\n\r\n"
+                              "GET /_sluice/healthz HTTP/1.0\r\nHost: a\r\n\r\n");
+  std::size_t responses = 0, kept = 0;
+  for (std::size_t at = 0; (at = out.find(" 200 OK\r\n", at)) != std::string::npos; ++at) ++responses;
+  for (std::size_t at = 0; (at = out.find("\r\nConnection: keep-alive\r\n", at)) != std::string::npos; ++at) ++kept;
+  EXPECT_EQ(responses, 3u) << out;
+  EXPECT_EQ(kept, 2u) << out;
+}
+
 // The gateway's own answers to HEAD carry the body's length and no body: a body would be read as
 // the start of the next response on the connection.
 TEST_F(GatewayTest, AnswersToHeadHaveNoBody) {
