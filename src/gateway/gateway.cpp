@@ -173,8 +173,8 @@ Nanos coarse_now() {
 // the coarse clock before the operation it bounds is cancelled.
 constexpr Nanos kDeadlineSweep = std::chrono::milliseconds(10);
 
-// How long an upstream host name's addresses are used before it is resolved again (per worker).
-// Until a name resolves again, its last addresses stay in use.
+// How long an upstream host name's addresses are used before it is looked up again (per worker, in
+// the background). Until a name resolves again, its last addresses stay in use.
 constexpr Nanos kResolveEvery = std::chrono::seconds(30);
 
 using DeadlineHook =
@@ -580,11 +580,20 @@ struct Worker {
     }
   };
   std::unordered_map<config::Target, std::vector<UpConn>, TargetHash> idle;  // by host and port
+  // Targets named by a host name: the addresses of their last lookup that found any, and the lookup
+  // in flight, which requests waiting for a first answer join.
+  struct Lookup {
+    bool done = false;
+    std::vector<tcp::endpoint> endpoints;  // when done: empty when the name did not resolve
+    std::vector<Timer*> waiters;           // cancelled when it is done
+  };
   struct Resolved {
     std::vector<tcp::endpoint> endpoints;
     Nanos refresh_at{};  // by clock()
+    std::shared_ptr<Lookup> lookup;
   };
-  std::unordered_map<config::Target, Resolved, TargetHash> resolved;  // targets named by host name
+  std::unordered_map<config::Target, Resolved, TargetHash> resolved;
+  Resolver resolver{ioc.get_executor()};
   std::size_t next_target = 0;
   std::uint64_t next_request = 0;
   std::string log_line;
@@ -642,13 +651,14 @@ struct Worker {
   // A new connection to target, within timeout (name resolution included): whether it timed out,
   // and the connection (null when it failed).
   Task<std::pair<bool, UpConn>> connect(const config::Target& target, Nanos timeout);
-  // A target's addresses, when its host is a name: from getaddrinfo, kept for kResolveEvery.
+  // A target's addresses, when its host is a name: its last ones (looked up again once kResolveEvery
+  // has passed), or, the first time, those of a lookup within timeout.
   struct Resolution {
     std::vector<tcp::endpoint> endpoints;  // empty when the name did not resolve
     bool timed_out = false;
   };
   Task<Resolution> addresses_of(const config::Target& target, Nanos timeout);
-  Task<Resolution> resolve(const config::Target& target, Nanos timeout);
+  void start_lookup(const config::Target& target, Resolved& entry);
   const sluice::Clock& clock() const {
     return gw.options.clock != nullptr ? *gw.options.clock : SystemClock::instance();
   }
@@ -1087,51 +1097,47 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
   co_return ok;
 }
 
-Task<Worker::Resolution> Worker::resolve(const config::Target& target, Nanos timeout) {
-  // getaddrinfo cannot be stopped: one that outlasts the timeout finishes unseen, on Asio's resolver
-  // thread, into a state it shares with the handler.
-  struct Pending {
-    explicit Pending(asio::io_context& ioc) : resolver(ioc.get_executor()), done(ioc.get_executor()) {}
-    Resolver resolver;
-    Timer done;
-    bool finished = false;
-    std::vector<tcp::endpoint> endpoints;
-  };
-  auto p = std::make_shared<Pending>(ioc);
-  p->done.expires_after(timeout);
-  p->resolver.async_resolve(target.host, std::to_string(target.port),
-                            [p](error_code ec, const Resolver::results_type& results) {
-                              p->finished = true;
-                              if (!ec) {
-                                for (const auto& r : results) p->endpoints.push_back(r.endpoint());
-                              }
-                              p->done.cancel();
-                            });
-  (void)co_await p->done.async_wait(kTok);
-  if (!p->finished) {
-    gw.metrics->count_resolution(Metrics::Resolution::kTimeout);
-    co_return Resolution{{}, true};
-  }
-  gw.metrics->count_resolution(p->endpoints.empty() ? Metrics::Resolution::kFailed : Metrics::Resolution::kOk);
-  co_return Resolution{std::move(p->endpoints), false};
+void Worker::start_lookup(const config::Target& target, Resolved& entry) {
+  auto lookup = std::make_shared<Lookup>();
+  entry.lookup = lookup;
+  resolver.async_resolve(target.host, std::to_string(target.port),
+                         [this, lookup, target](error_code ec, const Resolver::results_type& results) {
+                           lookup->done = true;
+                           if (!ec) {
+                             for (const auto& r : results) lookup->endpoints.push_back(r.endpoint());
+                           }
+                           gw.metrics->count_resolution(lookup->endpoints.empty() ? Metrics::Resolution::kFailed
+                                                                                  : Metrics::Resolution::kOk);
+                           Resolved& e = resolved[target];
+                           e.lookup.reset();
+                           e.refresh_at = clock().now() + kResolveEvery;
+                           // A name that did not resolve keeps its last addresses until it does again.
+                           if (!lookup->endpoints.empty()) e.endpoints = lookup->endpoints;
+                           for (Timer* waiter : lookup->waiters) waiter->cancel();
+                         });
 }
 
 Task<Worker::Resolution> Worker::addresses_of(const config::Target& target, Nanos timeout) {
-  const Nanos now = clock().now();
-  auto known = resolved.find(target);
-  if (known != resolved.end() && now < known->second.refresh_at) co_return Resolution{known->second.endpoints, false};
-  // A refresh has half the time, so that the last addresses still have the other half to connect.
-  Resolution r = co_await resolve(target, known != resolved.end() ? timeout / 2 : timeout);
-  // Looked up again: the map may have changed meanwhile.
-  auto it = resolved.find(target);
-  if (!r.endpoints.empty()) {
-    resolved.insert_or_assign(target, Resolved{r.endpoints, now + kResolveEvery});
-  } else if (it != resolved.end()) {
-    // The name did not resolve (or not in time): the last addresses serve until it does again.
-    it->second.refresh_at = now + kResolveEvery;
-    co_return Resolution{it->second.endpoints, false};
+  Resolved& entry = resolved[target];  // elements of an unordered_map stay put; none is erased
+  if (!entry.endpoints.empty()) {
+    // Refreshed in the background: no request waits for a name it has addresses for.
+    if (!entry.lookup && clock().now() >= entry.refresh_at) start_lookup(target, entry);
+    co_return Resolution{entry.endpoints, false};
   }
-  co_return r;
+  if (!entry.lookup) start_lookup(target, entry);
+  // The lookup in flight, joined rather than queued behind (Asio's resolver runs them one after
+  // another on one thread, and getaddrinfo cannot be stopped: one that hangs would hold them all).
+  const std::shared_ptr<Lookup> lookup = entry.lookup;
+  Timer waiter(ioc);
+  waiter.expires_after(timeout);
+  lookup->waiters.push_back(&waiter);
+  (void)co_await waiter.async_wait(kTok);
+  std::erase(lookup->waiters, &waiter);
+  if (!lookup->done) {
+    gw.metrics->count_resolution(Metrics::Resolution::kTimeout);
+    co_return Resolution{{}, true};
+  }
+  co_return Resolution{lookup->endpoints, false};
 }
 
 Task<std::pair<bool, UpConn>> Worker::connect(const config::Target& target, Nanos timeout) {

@@ -144,8 +144,8 @@ std::string Metrics::render(const Snapshot& snapshot, std::span<const BreakerSta
              to_string(k.second) + "\"} " + std::to_string(n) + "\n";
     }
   }
-  out += "# HELP sluice_upstream_resolutions_total Upstream host names resolved, by result (ok, failed: no "
-         "address, timeout: not within connect_timeout).\n";
+  out += "# HELP sluice_upstream_resolutions_total Upstream host name lookups, by result (ok; failed: no "
+         "address; timeout: requests that gave up waiting for a first lookup).\n";
   out += "# TYPE sluice_upstream_resolutions_total counter\n";
   for (const auto& [result, name] : {std::pair{Resolution::kOk, "ok"}, std::pair{Resolution::kFailed, "failed"},
                                      std::pair{Resolution::kTimeout, "timeout"}}) {

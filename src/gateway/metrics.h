@@ -47,8 +47,8 @@ class Metrics {
   std::uint64_t store_errors() const { return store_errors_.load(std::memory_order_relaxed); }
   void count_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_).fetch_add(1, std::memory_order_relaxed); }
   void count_breaker_transition(const std::string& upstream, BreakerState to);
-  // An upstream host name resolved (getaddrinfo): to addresses, to none, or not within the
-  // connect timeout.
+  // An upstream host name looked up (getaddrinfo): to addresses, or to none; or a request that gave
+  // up waiting for a first lookup (connect_timeout).
   enum class Resolution : std::uint8_t { kOk, kFailed, kTimeout };
   void count_resolution(Resolution result) {
     resolutions_[static_cast<std::size_t>(result)].fetch_add(1, std::memory_order_relaxed);
