@@ -177,6 +177,13 @@ constexpr Nanos kDeadlineSweep = std::chrono::milliseconds(10);
 // the background). Until a name resolves again, its last addresses stay in use.
 constexpr Nanos kResolveEvery = std::chrono::seconds(30);
 
+// A lingering close (RFC 9112 9.6): a connection closed with the client's input unread is reset,
+// and the reset can discard the response before the client reads it, or fail the upload it is
+// still sending (curl: "send failure"). The gateway shuts its sending side and reads and drops what
+// the client still sends, for up to this long and this much.
+constexpr Nanos kLingerTime = std::chrono::seconds(2);
+constexpr std::size_t kLingerBytes = std::size_t{16} << 20;
+
 using DeadlineHook =
     boost::intrusive::list_base_hook<boost::intrusive::link_mode<boost::intrusive::auto_unlink>>;
 
@@ -727,6 +734,7 @@ Task<void> Worker::session(Socket socket) {
   Context ctx;
   HeadText request_head;
   std::optional<RequestParser> parser;
+  bool unread = false;  // the client may still be sending: the close lingers
   while (!gw.draining.load(std::memory_order_acquire)) {
     parser.emplace(request_head);
     parser->header_limit(kHeaderLimit);
@@ -758,6 +766,7 @@ Task<void> Worker::session(Socket socket) {
         Exchange x{stream, buffer, *parser, ctx, client_ip, snap, Clock::now(), {}, "", ""};
         co_await respond(x, reason_of_read_error(rec), nullptr, true);
         finish(x, status_of(reason_of_read_error(rec)), reason_of_read_error(rec), std::nullopt);
+        unread = true;
       }
       break;
     }
@@ -770,7 +779,20 @@ Task<void> Worker::session(Socket socket) {
       keep = co_await answer(x);
     }
     conn.busy = false;
-    if (!keep) break;
+    if (!keep) {
+      unread = !parser->is_done() || buffer.size() > 0;
+      break;
+    }
+  }
+  if (unread) {
+    stream.socket().shutdown(Socket::shutdown_send, ec);
+    stream.arm(kLingerTime);
+    for (std::size_t dropped = 0; dropped < kLingerBytes;) {
+      buffer.clear();
+      auto [read_ec, n] = co_await read_more(stream, buffer);
+      if (read_ec) break;
+      dropped += n;
+    }
   }
   stream.socket().shutdown(Socket::shutdown_both, ec);
   stream.socket().close(ec);

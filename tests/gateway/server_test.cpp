@@ -1031,6 +1031,27 @@ TEST_F(GatewayTest, BadInputIsRefusedAndNeverReachesTheUpstream) {
   EXPECT_EQ(upstream_->requests(), 0);
 }
 
+// A client refused before its upload ends (413 at the header here) can send the rest and read the
+// answer: the gateway's close lingers, reading what still comes, rather than resetting the
+// connection, which would fail the client's sends.
+TEST_F(GatewayTest, ARefusedUploadCanFinishSendingBeforeTheConnectionCloses) {
+  const int fd = connect_to_loopback(gw_->port());
+  ASSERT_GE(fd, 0);
+  const std::string head =
+      "POST /echo/x HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nContent-Length: 1048576\r\n\r\n";
+  ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  EXPECT_EQ(testing::raw_status(out), 413) << out;
+  // The answer is in, and the gateway's side is shut: the body still goes, every byte of it.
+  const std::string piece(64 * 1024, 'x');
+  for (int i = 0; i < 16; ++i) {
+    ASSERT_EQ(::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL), static_cast<ssize_t>(piece.size())) << i;
+  }
+  ::close(fd);
+}
+
 TEST_F(GatewayTest, AHeaderThatTakesTooLongGets408AndTheConnectionClosed) {
   const auto start = std::chrono::steady_clock::now();
   const std::string out = raw("GET /echo/x HTTP/1.1\r\nHost: a\r\n", 5s);
