@@ -130,6 +130,11 @@ std::optional<Target> parse_target(std::string_view text) {
   return Target{std::string(host), static_cast<std::uint16_t>(value)};
 }
 
+std::string to_string(const Target& target) {
+  const bool v6 = target.host.find(':') != std::string::npos;
+  return (v6 ? "[" + target.host + "]" : target.host) + ":" + std::to_string(target.port);
+}
+
 // --- limits as fields ---------------------------------------------------------------------------
 
 namespace {

@@ -173,6 +173,8 @@ std::vector<std::pair<std::string, std::string>> limit_fields(const Limit& limit
 
 // "host:port" -> Target; nullopt when it is not one.
 std::optional<Target> parse_target(std::string_view text);
+// Target -> "host:port" ("[host]:port" for an IPv6 address), as parse_target reads it.
+std::string to_string(const Target& target);
 
 // The breaker's settings in one line, as the YAML file writes them ({window: 20, ...}); equal
 // settings describe equally.

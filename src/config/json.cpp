@@ -107,10 +107,7 @@ json::object to_json(const Upstream& u) {
   json::object out;
   out["name"] = u.name;
   json::array targets;
-  for (const Target& t : u.targets) {
-    const bool v6 = t.host.find(':') != std::string::npos;
-    targets.push_back(json::string((v6 ? "[" + t.host + "]" : t.host) + ":" + std::to_string(t.port)));
-  }
+  for (const Target& t : u.targets) targets.push_back(json::string(to_string(t)));
   out["targets"] = std::move(targets);
   out["connect_timeout"] = format_duration(u.connect_timeout);
   out["timeout"] = format_duration(u.timeout);

@@ -637,10 +637,7 @@ std::string to_yaml(const Config& c) {
   for (const Upstream& u : c.upstreams) {
     out << "  - name: " << quote(u.name) << "\n";
     std::vector<std::string> targets;
-    for (const Target& t : u.targets) {
-      const bool v6 = t.host.find(':') != std::string::npos;
-      targets.push_back((v6 ? "[" + t.host + "]" : t.host) + ":" + std::to_string(t.port));
-    }
+    for (const Target& t : u.targets) targets.push_back(to_string(t));
     out << "    targets: " << strings_flow(targets) << "\n";
     out << "    connect_timeout: " << format_duration(u.connect_timeout) << "\n";
     out << "    timeout: " << format_duration(u.timeout) << "\n";

@@ -177,6 +177,9 @@ constexpr Nanos kDeadlineSweep = std::chrono::milliseconds(10);
 // the background). Until a name resolves again, its last addresses stay in use.
 constexpr Nanos kResolveEvery = std::chrono::seconds(30);
 
+// How long a worker passes over an upstream target it could not connect to (while another is up).
+constexpr Nanos kTargetRest = std::chrono::seconds(5);
+
 // A lingering close (RFC 9112 9.6): a connection closed with the client's input unread is reset,
 // and the reset can discard the response before the client reads it, or fail the upload it is
 // still sending (curl: "send failure"). The gateway shuts its sending side and reads and drops what
@@ -601,6 +604,8 @@ struct Worker {
   };
   std::unordered_map<config::Target, Resolved, TargetHash> resolved;
   Resolver resolver{ioc.get_executor()};
+  // Targets that could not be connected to, until when they rest (by clock()).
+  std::unordered_map<config::Target, Nanos, TargetHash> resting;
   std::size_t next_target = 0;
   std::uint64_t next_request = 0;
   std::string log_line;
@@ -612,6 +617,23 @@ struct Worker {
       cached_generation = g;
     }
     return cached;
+  }
+
+  // The next target in turn, passing over resting ones unless every one rests.
+  const config::Target& next_target_of(const std::vector<config::Target>& targets) {
+    const std::size_t first = next_target++;
+    if (!resting.empty()) {
+      const Nanos now = clock().now();
+      for (std::size_t i = 0; i < targets.size(); ++i) {
+        const config::Target& t = targets[(first + i) % targets.size()];
+        const auto it = resting.find(t);
+        if (it == resting.end() || it->second <= now) {
+          next_target = first + i + 1;
+          return t;
+        }
+      }
+    }
+    return targets[first % targets.size()];
   }
 
   void close_idle_conns() {
@@ -674,6 +696,7 @@ struct Worker {
     UpConn conn;                        // null when failed
     Reason failure = Reason::kOk;
     bool body_failed = false;  // the client's body was bad (413/400/timeout) rather than the upstream
+    bool connect_failed = false;  // no connection could be opened: nothing was sent
     Nanos upload{0};  // spent streaming the client's body up: the client's time, not the upstream's
   };
   Task<Sent> send_upstream(Exchange& x, const InterfaceEntry& itf, const config::Target& target,
@@ -1197,6 +1220,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
   std::string& wire = *x.head;
   Reason failure = Reason::kOk;
   bool body_failed = false;
+  bool connect_failed = false;
   Nanos upload{0};
   // Whether the request can be written again (it has no body, or all of it is held), and whether
   // it may be sent again after the upstream might have acted on it: only an idempotent one may
@@ -1219,6 +1243,8 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
       auto [timed_out, fresh] = co_await connect(target, up.upstream->connect_timeout);
       if (!fresh) {
         failure = timed_out ? Reason::kUpstreamTimeout : Reason::kUpstreamConnectFailed;
+        connect_failed = true;
+        gw.metrics->count_connect_failure(up.upstream->name, target);
         break;
       }
       conn = std::move(fresh);
@@ -1297,8 +1323,8 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
     const bool again = idle_408 || (reused && nothing_back && (written ? replayable : resendable));
     if (!again) break;
   }
-  if (!rp) co_return Sent{UpConn(), failure, body_failed, upload};
-  co_return Sent{std::move(conn), Reason::kOk, false, upload};
+  if (!rp) co_return Sent{UpConn(), failure, body_failed, connect_failed, upload};
+  co_return Sent{std::move(conn), Reason::kOk, false, false, upload};
 }
 
 Task<bool> Worker::proxy(Exchange& x) {
@@ -1366,12 +1392,22 @@ Task<bool> Worker::proxy(Exchange& x) {
   const bool client_keep_alive = x.parser.keep_alive();
   const bool has_body = x.parser.chunked() || x.parser.content_length().value_or(0) > 0;
 
-  const auto& targets = up.upstream->targets;
-  const config::Target& target = targets[next_target++ % targets.size()];
-  std::vector<UpConn>& pool = idle[target];
   const auto up_start = Clock::now();
-
-  Sent sent_up = co_await send_upstream(x, itf, target, pool, has_body, expects_continue);
+  // The targets in turn. One that cannot be connected to has taken nothing of the request: the next
+  // is tried, each at most once, and it rests for kTargetRest (skipped while another is up).
+  const auto& targets = up.upstream->targets;
+  const config::Target* target = nullptr;
+  Sent sent_up;
+  for (std::size_t tried = 0; tried < targets.size(); ++tried) {
+    target = &next_target_of(targets);
+    sent_up = co_await send_upstream(x, itf, *target, idle[*target], has_body, expects_continue);
+    if (!sent_up.connect_failed) {
+      resting.erase(*target);
+      break;
+    }
+    resting.insert_or_assign(*target, clock().now() + kTargetRest);
+  }
+  std::vector<UpConn>& pool = idle[*target];
   UpConn conn = std::move(sent_up.conn);
   // The upstream's time: to connect, and from the end of the request to the response header.
   const Nanos upstream_latency = since(up_start) - sent_up.upload;

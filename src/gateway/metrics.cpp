@@ -73,6 +73,11 @@ void Metrics::count_breaker_transition(const std::string& upstream, BreakerState
   ++transitions_[{upstream, to}];
 }
 
+void Metrics::count_connect_failure(const std::string& upstream, const config::Target& target) {
+  std::lock_guard lock(connect_failures_mu_);
+  ++connect_failures_[{upstream, config::to_string(target)}];
+}
+
 bool store_up(std::span<const BreakerState> store_breakers) {
   return std::all_of(store_breakers.begin(), store_breakers.end(), [](BreakerState s) {
     return s == BreakerState::kClosed || s == BreakerState::kForcedClosed || s == BreakerState::kDisabled;
@@ -142,6 +147,16 @@ std::string Metrics::render(const Snapshot& snapshot, std::span<const BreakerSta
     for (const auto& [k, n] : transitions_) {
       out += "sluice_breaker_transitions_total{upstream=\"" + label(k.first) + "\",state=\"" +
              to_string(k.second) + "\"} " + std::to_string(n) + "\n";
+    }
+  }
+  out += "# HELP sluice_upstream_connect_failures_total Connections to an upstream's target that could not be "
+         "opened (refused, unreachable, timed out), by upstream and target.\n";
+  out += "# TYPE sluice_upstream_connect_failures_total counter\n";
+  {
+    std::lock_guard lock(connect_failures_mu_);
+    for (const auto& [k, n] : connect_failures_) {
+      out += "sluice_upstream_connect_failures_total{upstream=\"" + label(k.first) + "\",target=\"" +
+             label(k.second) + "\"} " + std::to_string(n) + "\n";
     }
   }
   out += "# HELP sluice_upstream_resolutions_total Upstream host name lookups, by result (ok; failed: no "

@@ -47,6 +47,8 @@ class Metrics {
   std::uint64_t store_errors() const { return store_errors_.load(std::memory_order_relaxed); }
   void count_reload(bool ok) { (ok ? reloads_ok_ : reloads_failed_).fetch_add(1, std::memory_order_relaxed); }
   void count_breaker_transition(const std::string& upstream, BreakerState to);
+  // A connection to an upstream's target that could not be opened (refused, unreachable, timed out).
+  void count_connect_failure(const std::string& upstream, const config::Target& target);
   // An upstream host name looked up (getaddrinfo): to addresses, or to none; or a request that gave
   // up waiting for a first lookup (connect_timeout).
   enum class Resolution : std::uint8_t { kOk, kFailed, kTimeout };
@@ -83,6 +85,8 @@ class Metrics {
   std::atomic<std::uint64_t> reloads_ok_{0};
   std::atomic<std::uint64_t> reloads_failed_{0};
   std::atomic<std::int64_t> in_flight_{0};
+  mutable std::mutex connect_failures_mu_;
+  std::map<std::pair<std::string, std::string>, std::uint64_t> connect_failures_;  // guarded; by upstream, target
   mutable std::mutex transitions_mu_;
   std::map<std::pair<std::string, BreakerState>, std::uint64_t> transitions_;  // guarded by transitions_mu_
 };

@@ -47,12 +47,15 @@ upstreams:
     targets: [127.0.0.1:{DEAD}]
     connect_timeout: 2s
     breaker: {enabled: false}
+  - name: spread
+    targets: [127.0.0.1:{DEAD}, 127.0.0.1:{UP}]
+    breaker: {window: 2, minimum_calls: 2, failure_rate: 50, open_for: 10s}
   - name: closing
     targets: [127.0.0.1:{CLOSING}]
     timeout: 300ms
     breaker: {window: 2, minimum_calls: 2, failure_rate: 50, open_for: 10s}
 systems:
-  - {key: crm, interfaces: [echo, limited, flaky, dead, slow, burst, closing]}
+  - {key: crm, interfaces: [echo, limited, flaky, dead, slow, burst, closing, spread]}
   - {key: erp, enabled: false, interfaces: ["*"]}
   - {key: lonely}
 interfaces:
@@ -63,6 +66,7 @@ interfaces:
   - {id: slow, path: /slow, upstream: slow, concurrency: 1}
   - {id: dead, path: /dead, upstream: dead}
   - {id: closing, path: /closing, upstream: closing}
+  - {id: spread, path: /spread/*, upstream: spread}
   - {id: off, path: /off, upstream: app, enabled: false}
   - {id: other, path: /other, upstream: app}
   - {id: public, path: /public, upstream: app, public: true}
@@ -585,7 +589,7 @@ TEST_F(GatewayTest, AnIdleConnections408IsNoAnswerAndTheRequestIsSentAgain) {
   EXPECT_EQ(second.status, 200);
   EXPECT_EQ(second.body, "hello");
   EXPECT_EQ(idle.requests(), 2);
-  EXPECT_EQ(idle.closed(), 2);
+  EXPECT_TRUE(testing::eventually([&] { return idle.closed() == 2; }));
 }
 
 // The value of a metric line that starts with `name` (-1 when there is none).
@@ -721,6 +725,25 @@ TEST_F(GatewayTest, AHalfOpenBreakerJudgesAStreamingProbeByItsFirstPiece) {
   const std::string m = metrics();
   EXPECT_NE(m.find("sluice_breaker_state{upstream=\"closing\",state=\"closed\"} 1"), std::string::npos) << m;
   ::close(probe);
+}
+
+// A target that cannot be connected to has taken nothing: the request goes to the next, and the
+// one that failed rests for 5 s (the breaker, judging the upstream, sees no failure).
+TEST_F(GatewayTest, ARequestGoesToTheNextTargetWhenOneCannotBeConnectedTo) {
+  HttpClient c(gw_->port());  // one connection: one worker, whose targets these are
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(c.get("/spread/x", "crm").status, 200) << i;
+  const std::string dead = "sluice_upstream_connect_failures_total{upstream=\"spread\",target=\"127.0.0.1:";
+  auto failures = [&] {
+    const std::string m = metrics();
+    const std::size_t at = m.find(dead);
+    return at == std::string::npos ? 0L : std::stol(m.substr(m.find("} ", at) + 2));
+  };
+  EXPECT_EQ(failures(), 1) << "tried once, then left to rest";
+  EXPECT_EQ(upstream_->requests(), 6);
+  EXPECT_NE(metrics().find("sluice_breaker_state{upstream=\"spread\",state=\"closed\"} 1"), std::string::npos);
+  clock_.advance(5s);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(c.get("/spread/x", "crm").status, 200) << i;
+  EXPECT_EQ(failures(), 2) << "tried again once its rest was over";
 }
 
 TEST_F(GatewayTest, AnUnreachableUpstreamIs502AndASlowOneIs504) {
