@@ -1283,6 +1283,9 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
         body_failed = true;
       }
       ec = sent.write;
+      // An upstream that refuses an upload may answer before it has all of it, and stop reading (a
+      // 413): the write fails, and its answer is what the client gets, read as any other would be.
+      if (ec && ec != beast::error::timeout && sent.started) ec = {};
     }
     if (body_failed) break;
     if (!ec) {

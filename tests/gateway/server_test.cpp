@@ -137,11 +137,12 @@ int connect_to_loopback(std::uint16_t port) {
 // not, the connection being over); or holds it until the gateway closes it; or (kIdle408) closes
 // it, the first once told to by time_out_idle() and as servers that time out an idle connection
 // with a 408 do, every later one at once; or (kDropNext) reads the next request and closes without
-// an answer, as an upstream that fails while acting on it. By default the response is framed by
+// an answer, as an upstream that fails while acting on it; or (kEarly) answers once the head is in
+// and closes with the body unread, as an upstream refusing an upload does. By default the response is framed by
 // the connection's end (HTTP/1.1 with neither Content-Length nor chunked).
 class ClosingUpstream {
  public:
-  enum class After { kClose, kHalfClose, kHold, kIdle408, kDropNext };
+  enum class After { kClose, kHalfClose, kHold, kIdle408, kDropNext, kEarly };
   explicit ClosingUpstream(std::string response = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nhello",
                            After after = After::kHalfClose)
       : ClosingUpstream(std::vector<std::string>{std::move(response)}, after) {}
@@ -190,7 +191,7 @@ class ClosingUpstream {
         const std::size_t end = in.find("\r\n\r\n");
         if (need == std::string::npos && end != std::string::npos) {
           const std::size_t cl = in.find("Content-Length: ");
-          need = end + 4 + (cl < end ? std::stoul(in.substr(cl + 16)) : 0);
+          need = end + 4 + (cl < end && after_ != After::kEarly ? std::stoul(in.substr(cl + 16)) : 0);
         }
       }
       if (need != std::string::npos && in.size() >= need) {
@@ -1052,6 +1053,37 @@ TEST_F(GatewayTest, BadInputIsRefusedAndNeverReachesTheUpstream) {
     EXPECT_NE(out.find("Connection: close"), std::string::npos) << c.name;
   }
   EXPECT_EQ(upstream_->requests(), 0);
+}
+
+// An upstream that refuses an upload before it has all of it answers early and stops reading: its
+// answer reaches the client, rather than a 502 for the write that failed, and the breaker counts
+// no failure.
+TEST_F(GatewayTest, AnUpstreamsEarlyAnswerToAnUploadReachesTheClient) {
+  ClosingUpstream refusing("HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo long",
+                           ClosingUpstream::After::kEarly);
+  gw_.reset();
+  start(replace_all(config_text("", refusing.port()), "max_body_bytes: 4096", "max_body_bytes: 67108864"));
+  const int fd = connect_to_loopback(gw_->port());
+  ASSERT_GE(fd, 0);
+  constexpr std::size_t kBody = 8u << 20;
+  const std::string head = "POST /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nContent-Length: " +
+                           std::to_string(kBody) + "\r\n\r\n";
+  std::thread upload([&] {
+    (void)::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+    const std::string piece(64 * 1024, 'x');
+    for (std::size_t sent = 0; sent < kBody; sent += piece.size()) {
+      if (::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL) <= 0) break;
+    }
+  });
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  ::shutdown(fd, SHUT_RDWR);
+  upload.join();
+  ::close(fd);
+  EXPECT_EQ(testing::raw_status(out), 413) << out.substr(0, 300);
+  EXPECT_EQ(out.substr(out.find("\r\n\r\n") + 4), "too long");
+  EXPECT_NE(metrics().find("sluice_breaker_state{upstream=\"closing\",state=\"closed\"} 1"), std::string::npos);
 }
 
 // A client refused before its upload ends (413 at the header here) can send the rest and read the
