@@ -1274,10 +1274,10 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
       auto [wec, wn] = co_await asio::async_write(us.socket(), pieces, kTok);
       ec = us.timed(wec);
     } else {
-      const auto upload_start = Clock::now();
+      const auto upload_start = has_body ? Clock::now() : Clock::time_point();
       const RelayResult sent = co_await relay(x.client, x.buffer, x.parser, us, wire, x.parser.chunked(), x.chunk,
                                               x.snapshot->config().header_timeout, itf.timeout, [] {});
-      upload += since(upload_start);
+      if (has_body) upload += since(upload_start);
       if (sent.read) {
         failure = reason_of_read_error(sent.read);
         body_failed = true;
@@ -1399,18 +1399,18 @@ Task<bool> Worker::proxy(Exchange& x) {
   // The targets in turn. One that cannot be connected to has taken nothing of the request: the next
   // is tried, each at most once, and it rests for kTargetRest (skipped while another is up).
   const auto& targets = up.upstream->targets;
-  const config::Target* target = nullptr;
+  std::vector<UpConn>* pool = nullptr;
   Sent sent_up;
   for (std::size_t tried = 0; tried < targets.size(); ++tried) {
-    target = &next_target_of(targets);
-    sent_up = co_await send_upstream(x, itf, *target, idle[*target], has_body, expects_continue);
+    const config::Target& target = next_target_of(targets);
+    pool = &idle[target];
+    sent_up = co_await send_upstream(x, itf, target, *pool, has_body, expects_continue);
     if (!sent_up.connect_failed) {
-      resting.erase(*target);
+      if (!resting.empty()) resting.erase(target);
       break;
     }
-    resting.insert_or_assign(*target, clock().now() + kTargetRest);
+    resting.insert_or_assign(target, clock().now() + kTargetRest);
   }
-  std::vector<UpConn>& pool = idle[*target];
   UpConn conn = std::move(sent_up.conn);
   // The upstream's time: to connect, and from the end of the request to the response header.
   const Nanos upstream_latency = since(up_start) - sent_up.upload;
@@ -1464,9 +1464,9 @@ Task<bool> Worker::proxy(Exchange& x) {
   // The upstream connection goes back to the pool when the exchange ended cleanly.
   if (upstream_ok && !ec && rp->is_done() && upstream_keep_alive && up_buffer.size() == 0 &&
       (!has_body || x.parser.is_done())) {
-    if (pool.size() < static_cast<std::size_t>(up.upstream->max_idle_connections)) {
+    if (pool->size() < static_cast<std::size_t>(up.upstream->max_idle_connections)) {
       conn->disarm();
-      pool.push_back(std::move(conn));
+      pool->push_back(std::move(conn));
     }
   }
   finish(x, static_cast<int>(status), Reason::kOk, upstream_latency);
