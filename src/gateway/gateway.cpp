@@ -174,8 +174,12 @@ Nanos coarse_now() {
 constexpr Nanos kDeadlineSweep = std::chrono::milliseconds(10);
 
 // How long an upstream host name's addresses are used before it is looked up again (per worker, in
-// the background). Until a name resolves again, its last addresses stay in use.
+// the background, when a connection is next opened). Until a name resolves again, its last
+// addresses stay in use.
 constexpr Nanos kResolveEvery = std::chrono::seconds(30);
+// How soon a name whose lookup failed is looked up again; meanwhile a name with no addresses fails
+// at once.
+constexpr Nanos kResolveRetry = std::chrono::seconds(1);
 
 // How long a worker passes over an upstream target it could not connect to (while another is up).
 constexpr Nanos kTargetRest = std::chrono::seconds(5);
@@ -397,7 +401,7 @@ void append_client_head(std::string& out, const ResponseParser& p, const Verdict
 struct RelayResult {
   error_code read;   // reading the body from `from` failed
   error_code write;  // writing to `to` failed
-  bool started = false;  // something was written
+  bool started = false;  // the head was written (a failed write may have sent part of it)
 };
 
 // Sends a message already parsed up to its body: `head`, then the body piece by piece as the parser
@@ -459,7 +463,7 @@ Task<RelayResult> relay(TimedSocket& from, beast::flat_buffer& buffer,
         auto [aec, an] = co_await asio::async_write(to.socket(), rest, kTok);
         wec = to.timed(aec);
       }
-      if (wec) co_return RelayResult{{}, wec, true};
+      if (wec) co_return RelayResult{{}, wec, head_sent};
     }
     head_sent = true;
     if (last) co_return RelayResult{{}, {}, true};
@@ -599,7 +603,7 @@ struct Worker {
   };
   struct Resolved {
     std::vector<tcp::endpoint> endpoints;
-    Nanos refresh_at{};  // by clock()
+    Nanos refresh_at{};  // by steady_clock()
     std::shared_ptr<Lookup> lookup;
   };
   std::unordered_map<config::Target, Resolved, TargetHash> resolved;
@@ -619,21 +623,24 @@ struct Worker {
     return cached;
   }
 
-  // The next target in turn, passing over resting ones unless every one rests.
-  const config::Target& next_target_of(const std::vector<config::Target>& targets) {
+  // The index of the next target in turn that this request has not tried, passing over resting
+  // ones unless every untried one rests.
+  std::size_t next_target_of(const std::vector<config::Target>& targets, std::span<const std::size_t> tried) {
     const std::size_t first = next_target++;
-    if (!resting.empty()) {
-      const Nanos now = clock().now();
-      for (std::size_t i = 0; i < targets.size(); ++i) {
-        const config::Target& t = targets[(first + i) % targets.size()];
-        const auto it = resting.find(t);
-        if (it == resting.end() || it->second <= now) {
-          next_target = first + i + 1;
-          return t;
-        }
+    if (resting.empty() && tried.empty()) return first % targets.size();
+    const Nanos now = steady_clock().now();
+    std::erase_if(resting, [&](const auto& rest) { return rest.second <= now; });
+    std::optional<std::size_t> resting_one;
+    for (std::size_t i = 0; i < targets.size(); ++i) {
+      const std::size_t at = (first + i) % targets.size();
+      if (std::find(tried.begin(), tried.end(), at) != tried.end()) continue;
+      if (!resting.contains(targets[at])) {
+        next_target = first + i + 1;
+        return at;
       }
+      if (!resting_one) resting_one = at;
     }
-    return targets[first % targets.size()];
+    return resting_one.value_or(first % targets.size());
   }
 
   void close_idle_conns() {
@@ -688,8 +695,10 @@ struct Worker {
   };
   Task<Resolution> addresses_of(const config::Target& target, Nanos timeout);
   void start_lookup(const config::Target& target, Resolved& entry);
-  const sluice::Clock& clock() const {
-    return gw.options.clock != nullptr ? *gw.options.clock : SystemClock::instance();
+  // For how long things last (a target's rest, a name's addresses): the clock tests inject, or a
+  // monotonic one, which no step of the wall clock moves.
+  const sluice::Clock& steady_clock() const {
+    return gw.options.clock != nullptr ? *gw.options.clock : SteadyClock::instance();
   }
   // Sends the request upstream and reads the response header into *x.up_parser (see proxy()).
   struct Sent {
@@ -808,6 +817,7 @@ Task<void> Worker::session(Socket socket) {
     }
   }
   if (unread) {
+    conn.busy = false;  // a drain closes it rather than wait
     stream.socket().shutdown(Socket::shutdown_send, ec);
     stream.arm(kLingerTime);
     for (std::size_t dropped = 0; dropped < kLingerBytes;) {
@@ -929,6 +939,8 @@ Task<bool> Worker::respond_json(Exchange& x, unsigned status, std::string body, 
 }
 
 Task<bool> Worker::send_continue(Exchange& x) {
+  // An HTTP/1.0 client gets no 1xx, which it would take for the answer (RFC 9110 15.2).
+  if (!x.parser.http11()) co_return true;
   static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
   x.client.arm(x.snapshot->config().header_timeout);
   auto [ec, n] = co_await asio::async_write(x.client.socket(), asio::buffer(kContinue), kTok);
@@ -1042,6 +1054,7 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
   const config::Config& cfg = x.snapshot->config();
   if (beast::iequals(find_field(x.parser.fields(), http::field::expect), "100-continue") &&
       !co_await send_continue(x)) {
+    finish(x, status_of(Reason::kRequestTimeout), Reason::kRequestTimeout, std::nullopt);
     co_return false;
   }
   std::optional<std::string> body(std::in_place);
@@ -1155,9 +1168,11 @@ void Worker::start_lookup(const config::Target& target, Resolved& entry) {
                                                                                   : Metrics::Resolution::kOk);
                            Resolved& e = resolved[target];
                            e.lookup.reset();
-                           e.refresh_at = clock().now() + kResolveEvery;
-                           // A name that did not resolve keeps its last addresses until it does again.
-                           if (!lookup->endpoints.empty()) e.endpoints = lookup->endpoints;
+                           // A name that did not resolve keeps its last addresses until it does
+                           // again, and is looked up again after kResolveRetry.
+                           const bool found = !lookup->endpoints.empty();
+                           e.refresh_at = steady_clock().now() + (found ? kResolveEvery : kResolveRetry);
+                           if (found) e.endpoints = lookup->endpoints;
                            for (Timer* waiter : lookup->waiters) waiter->cancel();
                          });
 }
@@ -1166,10 +1181,14 @@ Task<Worker::Resolution> Worker::addresses_of(const config::Target& target, Nano
   Resolved& entry = resolved[target];  // elements of an unordered_map stay put; none is erased
   if (!entry.endpoints.empty()) {
     // Refreshed in the background: no request waits for a name it has addresses for.
-    if (!entry.lookup && clock().now() >= entry.refresh_at) start_lookup(target, entry);
+    if (!entry.lookup && steady_clock().now() >= entry.refresh_at) start_lookup(target, entry);
     co_return Resolution{entry.endpoints, false};
   }
-  if (!entry.lookup) start_lookup(target, entry);
+  if (!entry.lookup) {
+    // A name that did not resolve a moment ago fails at once, rather than ask again per request.
+    if (steady_clock().now() < entry.refresh_at) co_return Resolution{{}, false};
+    start_lookup(target, entry);
+  }
   // The lookup in flight, joined rather than queued behind (Asio's resolver runs them one after
   // another on one thread, and getaddrinfo cannot be stopped: one that hangs would hold them all).
   const std::shared_ptr<Lookup> lookup = entry.lookup;
@@ -1285,7 +1304,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
       ec = sent.write;
       // An upstream that refuses an upload may answer before it has all of it, and stop reading (a
       // 413): the write fails, and its answer is what the client gets, read as any other would be.
-      if (ec && ec != beast::error::timeout && sent.started) ec = {};
+      if (ec && ec != beast::error::timeout && has_body && sent.started) ec = {};
     }
     if (body_failed) break;
     if (!ec) {
@@ -1306,9 +1325,11 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
         if (ec || rp->status() / 100 != 1 || rp->status() == 101) break;
       }
     }
-    // Some servers answer an idle connection they close with a 408: on a pooled connection that
-    // answers no request of ours, and one that can be sent again goes on a fresh connection.
-    const bool idle_408 = !ec && reused && rp->status() == 408 && resendable;
+    // Some servers answer an idle connection they close with a 408: on a pooled connection not
+    // checked before the write (a replayable request's), that answers no request of ours, and the
+    // request goes again on a fresh connection. (A checked one was open with nothing to read: its
+    // 408 came after the request, and may answer it.)
+    const bool idle_408 = !ec && reused && rp->status() == 408 && replayable;
     if (!ec && !idle_408) break;
     const bool written = rp.has_value();
     const bool nothing_back = !rp || !rp->got_some();
@@ -1401,15 +1422,18 @@ Task<bool> Worker::proxy(Exchange& x) {
   const auto& targets = up.upstream->targets;
   std::vector<UpConn>* pool = nullptr;
   Sent sent_up;
-  for (std::size_t tried = 0; tried < targets.size(); ++tried) {
-    const config::Target& target = next_target_of(targets);
+  boost::container::small_vector<std::size_t, 4> tried;
+  while (tried.size() < targets.size()) {
+    const std::size_t at = next_target_of(targets, tried);
+    const config::Target& target = targets[at];
     pool = &idle[target];
     sent_up = co_await send_upstream(x, itf, target, *pool, has_body, expects_continue);
     if (!sent_up.connect_failed) {
       if (!resting.empty()) resting.erase(target);
       break;
     }
-    resting.insert_or_assign(target, clock().now() + kTargetRest);
+    resting.insert_or_assign(target, steady_clock().now() + kTargetRest);
+    tried.push_back(at);
   }
   UpConn conn = std::move(sent_up.conn);
   // The upstream's time: to connect, and from the end of the request to the response header.
