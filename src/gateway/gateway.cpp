@@ -608,7 +608,7 @@ struct Worker {
   };
   std::unordered_map<config::Target, Resolved, TargetHash> resolved;
   Resolver resolver{ioc.get_executor()};
-  // Targets that could not be connected to, until when they rest (by clock()).
+  // Targets that could not be connected to, until when they rest (by steady_clock()).
   std::unordered_map<config::Target, Nanos, TargetHash> resting;
   std::size_t next_target = 0;
   std::uint64_t next_request = 0;
@@ -1057,19 +1057,15 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
     finish(x, status_of(Reason::kRequestTimeout), Reason::kRequestTimeout, std::nullopt);
     co_return false;
   }
-  std::optional<std::string> body(std::in_place);
-  if (const Reason why = co_await read_body(x, kDecideBodyLimit, *body); why != Reason::kOk) {
+  std::string body;
+  if (const Reason why = co_await read_body(x, kDecideBodyLimit, body); why != Reason::kOk) {
     co_await respond(x, why, nullptr, true);
     finish(x, status_of(why), why, std::nullopt);
     co_return false;
   }
-  boost::json::value doc;
-  {
-    boost::system::error_code jec;
-    doc = boost::json::parse(*body, jec);
-    if (jec || !doc.is_object()) body.reset();
-  }
-  const boost::json::object* o = body ? &doc.as_object() : nullptr;
+  boost::system::error_code jec;
+  const boost::json::value doc = boost::json::parse(body, jec);
+  const boost::json::object* o = !jec && doc.is_object() ? &doc.as_object() : nullptr;
   auto str = [&](const char* name) -> std::optional<std::string_view> {
     if (o == nullptr) return std::nullopt;
     auto it = o->find(name);
