@@ -50,12 +50,15 @@ upstreams:
   - name: spread
     targets: [127.0.0.1:{DEAD}, 127.0.0.1:{UP}]
     breaker: {window: 2, minimum_calls: 2, failure_rate: 50, open_for: 10s}
+  - name: spread3
+    targets: [127.0.0.1:{DEAD}, 127.0.0.2:{DEAD}, 127.0.0.1:{UP}]
+    breaker: {enabled: false}
   - name: closing
     targets: [127.0.0.1:{CLOSING}]
     timeout: 300ms
     breaker: {window: 2, minimum_calls: 2, failure_rate: 50, open_for: 10s}
 systems:
-  - {key: crm, interfaces: [echo, limited, flaky, dead, slow, burst, closing, spread]}
+  - {key: crm, interfaces: [echo, limited, flaky, dead, slow, burst, closing, spread, spread3]}
   - {key: erp, enabled: false, interfaces: ["*"]}
   - {key: lonely}
 interfaces:
@@ -67,6 +70,7 @@ interfaces:
   - {id: dead, path: /dead, upstream: dead}
   - {id: closing, path: /closing, upstream: closing}
   - {id: spread, path: /spread/*, upstream: spread}
+  - {id: spread3, path: /spread3/*, upstream: spread3}
   - {id: off, path: /off, upstream: app, enabled: false}
   - {id: other, path: /other, upstream: app}
   - {id: public, path: /public, upstream: app, public: true}
@@ -751,6 +755,27 @@ TEST_F(GatewayTest, ARequestGoesToTheNextTargetWhenOneCannotBeConnectedTo) {
   clock_.advance(5s);
   for (int i = 0; i < 2; ++i) EXPECT_EQ(c.get("/spread/x", "crm").status, 200) << i;
   EXPECT_EQ(failures(), 2) << "tried again once its rest was over";
+}
+
+// With two of three targets down, a request tries each at most once and reaches the third; the
+// two then rest, and later requests go straight to the third until their rest is over.
+TEST_F(GatewayTest, EachTargetIsTriedAtMostOnceAndTheFailedOnesRest) {
+  HttpClient c(gw_->port());
+  auto failures = [&] {
+    const std::string m = metrics();
+    long n = 0;
+    const std::string name = "sluice_upstream_connect_failures_total{upstream=\"spread3\"";
+    for (std::size_t at = 0; (at = m.find(name, at)) != std::string::npos; ++at) n += std::stol(m.substr(m.find("} ", at) + 2));
+    return n;
+  };
+  EXPECT_EQ(c.get("/spread3/x", "crm").status, 200);
+  EXPECT_EQ(failures(), 2) << "both down targets tried once, then the third";
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(c.get("/spread3/x", "crm").status, 200) << i;
+  EXPECT_EQ(failures(), 2) << "resting targets are passed over";
+  EXPECT_EQ(upstream_->requests(), 5);
+  clock_.advance(5s);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(c.get("/spread3/x", "crm").status, 200) << i;
+  EXPECT_EQ(failures(), 4) << "each tried once more when its rest was over";
 }
 
 TEST_F(GatewayTest, AnUnreachableUpstreamIs502AndASlowOneIs504) {
