@@ -603,6 +603,15 @@ long metric(const std::string& text, const std::string& name) {
   return at == std::string::npos ? -1 : std::stol(text.substr(at + name.size() + 2));
 }
 
+// The sum of the metric lines that start with `prefix` (a name and some of its labels).
+long metric_sum(const std::string& text, const std::string& prefix) {
+  long sum = 0;
+  for (std::size_t at = 0; (at = text.find("\n" + prefix, at)) != std::string::npos; ++at) {
+    sum += std::stol(text.substr(text.find("} ", at) + 2));
+  }
+  return sum;
+}
+
 // A target named by a host name is looked up once per 30 s (then in the background), not for each
 // connection; a name that does not resolve fails the request as a connect failure would, and is
 // counted.
@@ -744,11 +753,7 @@ TEST_F(GatewayTest, ARequestGoesToTheNextTargetWhenOneCannotBeConnectedTo) {
   HttpClient c(gw_->port());  // one connection: one worker, whose targets these are
   for (int i = 0; i < 6; ++i) EXPECT_EQ(c.get("/spread/x", "crm").status, 200) << i;
   const std::string dead = "sluice_upstream_connect_failures_total{upstream=\"spread\",target=\"127.0.0.1:";
-  auto failures = [&] {
-    const std::string m = metrics();
-    const std::size_t at = m.find(dead);
-    return at == std::string::npos ? 0L : std::stol(m.substr(m.find("} ", at) + 2));
-  };
+  auto failures = [&] { return metric_sum(metrics(), dead); };
   EXPECT_EQ(failures(), 1) << "tried once, then left to rest";
   EXPECT_EQ(upstream_->requests(), 6);
   EXPECT_NE(metrics().find("sluice_breaker_state{upstream=\"spread\",state=\"closed\"} 1"), std::string::npos);
@@ -761,13 +766,7 @@ TEST_F(GatewayTest, ARequestGoesToTheNextTargetWhenOneCannotBeConnectedTo) {
 // two then rest, and later requests go straight to the third until their rest is over.
 TEST_F(GatewayTest, EachTargetIsTriedAtMostOnceAndTheFailedOnesRest) {
   HttpClient c(gw_->port());
-  auto failures = [&] {
-    const std::string m = metrics();
-    long n = 0;
-    const std::string name = "sluice_upstream_connect_failures_total{upstream=\"spread3\"";
-    for (std::size_t at = 0; (at = m.find(name, at)) != std::string::npos; ++at) n += std::stol(m.substr(m.find("} ", at) + 2));
-    return n;
-  };
+  auto failures = [&] { return metric_sum(metrics(), "sluice_upstream_connect_failures_total{upstream=\"spread3\""); };
   EXPECT_EQ(c.get("/spread3/x", "crm").status, 200);
   EXPECT_EQ(failures(), 2) << "both down targets tried once, then the third";
   for (int i = 0; i < 4; ++i) EXPECT_EQ(c.get("/spread3/x", "crm").status, 200) << i;
