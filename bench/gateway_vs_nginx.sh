@@ -47,6 +47,7 @@ nginx -p "$work/proxy" -c "$work/proxy/nginx.conf" -g 'daemon off;' & pids+=($!)
 nginx_pid=$!
 redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
   --daemonize no >"$work/redis.log" 2>&1 & pids+=($!)
+redis_pid=$!
 for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
 build/sluice serve --config "$work/sluice.yaml" --threads "$threads" \
   --listen "127.0.0.1:$sluice_port" --admin-listen "127.0.0.1:$admin_port" 2>"$work/sluice.err" & pids+=($!)
@@ -75,19 +76,22 @@ cpu_ticks() {
   echo "$total"
 }
 
-# One wrk run against a proxy whose processes start at pid $2 (0 for none): prints
-# "requests_per_second p50_ms p99_ms cpu_us_per_request".
+# One wrk run against a proxy whose processes start at pid $2 (0 for none), with the redis-server of
+# pid $3 behind it (0 for none): prints "requests_per_second p50_ms p99_ms cpu_us_per_request
+# redis_cpu_us_per_request".
 run_wrk() {
-  local before=0
+  local before=0 redis_before=0
   (($2)) && before=$(cpu_ticks "$2")
+  (($3)) && redis_before=$(cpu_ticks "$3")
   local text
   text=$(wrk -t"$wrk_threads" -c"$connections" -d"${duration}s" --latency -H 'X-System-Key: bench' "$1")
-  local ticks=0
+  local ticks=0 redis_ticks=0
   (($2)) && ticks=$(($(cpu_ticks "$2") - before))
+  (($3)) && redis_ticks=$(($(cpu_ticks "$3") - redis_before))
   python3 -c '
 import re, sys
 text = sys.stdin.read()
-ticks, hz = int(sys.argv[1]), int(sys.argv[2])
+ticks, hz, redis_ticks = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 def ms(v, unit):
     return float(v) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
@@ -95,7 +99,8 @@ pct = {p: ms(v, u) for p, v, u in re.findall(r"^\s+(50|99)%\s+([\d.]+)(us|ms|s)\
 errors = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
 if errors: print("warning: %s non-2xx responses" % errors.group(1), file=sys.stderr)
 requests = int(re.search(r"(\d+) requests in", text).group(1))
-print(rps, pct["50"], pct["99"], ticks / hz * 1e6 / requests)' "$ticks" "$(getconf CLK_TCK)" <<<"$text"
+print(rps, pct["50"], pct["99"], ticks / hz * 1e6 / requests, redis_ticks / hz * 1e6 / requests)' \
+    "$ticks" "$(getconf CLK_TCK)" "$redis_ticks" <<<"$text"
 }
 
 declare -A results
@@ -104,16 +109,17 @@ declare -A urls=([sluice]="http://127.0.0.1:$sluice_port/api/x" [nginx]="http://
                  [direct]="http://127.0.0.1:$upstream_port/api/x" [redis]="http://127.0.0.1:$sluice_redis_port/api/x"
                  [one]="http://127.0.0.1:$sluice_one_port/api/x")
 declare -A procs=([sluice]=$sluice_pid [redis]=$redis_sluice_pid [one]=$one_sluice_pid [nginx]=$nginx_pid [direct]=0)
-run_wrk "${urls[sluice]}" 0 >/dev/null  # warm-up
-run_wrk "${urls[redis]}" 0 >/dev/null
-run_wrk "${urls[one]}" 0 >/dev/null
+declare -A redis_procs=([sluice]=0 [redis]=$redis_pid [one]=$redis_pid [nginx]=0 [direct]=0)
+run_wrk "${urls[sluice]}" 0 0 >/dev/null  # warm-up
+run_wrk "${urls[redis]}" 0 0 >/dev/null
+run_wrk "${urls[one]}" 0 0 >/dev/null
 for ((r = 0; r < rounds; r++)); do
   # Alternate which target goes first, so that drift on a noisy machine does not favour one.
   order=("${targets[@]:r%5}" "${targets[@]:0:r%5}")
   for t in "${order[@]}"; do
-    line=$(run_wrk "${urls[$t]}" "${procs[$t]}")
+    line=$(run_wrk "${urls[$t]}" "${procs[$t]}" "${redis_procs[$t]}")
     results[$t]+="$line;"
-    echo "round $((r + 1)) $t: $line (req/s p50_ms p99_ms proxy_cpu_us/request)"
+    echo "round $((r + 1)) $t: $line (req/s p50_ms p99_ms proxy_cpu_us/request redis_cpu_us/request)"
   done
 done
 
@@ -133,13 +139,14 @@ sl, ng, di, rd, r1 = (parse(a) for a in sys.argv[1:6])
 threads, conns, dur, rounds = sys.argv[6:10]
 print()
 print(f"threads/workers {threads}, {conns} connections, {dur}s x {rounds} rounds, medians")
-print(f"| | requests/s | p50 | p99 | proxy CPU per request |")
-print(f"| --- | --- | --- | --- | --- |")
+print(f"| | requests/s | p50 | p99 | proxy CPU per request | Redis CPU per request |")
+print(f"| --- | --- | --- | --- | --- | --- |")
 for name, v in (("sluice (limits active, local store)", sl), ("sluice (limits active, store: redis://)", rd),
                 ("sluice (system limit only, store: redis://)", r1),
                 ("nginx proxy (limit_req)", ng), ("upstream direct", di)):
     cpu = f"{v[3]:.1f} µs" if v[3] > 0 else "–"
-    print(f"| {name} | {v[0]:.0f} | {v[1]:.3f} ms | {v[2]:.3f} ms | {cpu} |")
+    redis_cpu = f"{v[4]:.1f} µs" if v[4] > 0 else "–"
+    print(f"| {name} | {v[0]:.0f} | {v[1]:.3f} ms | {v[2]:.3f} ms | {cpu} | {redis_cpu} |")
 print()
 print(f"sluice / nginx requests/s: {sl[0] / ng[0]:.2f}x; p99 sluice / nginx: {sl[2] / ng[2]:.2f}x; "
       f"CPU per request sluice / nginx: {sl[3] / ng[3]:.2f}x")
