@@ -32,6 +32,7 @@ function(add_script name)
 endfunction()
 
 add_script(kAcquireScript ${all_algorithms} acquire.lua)
+add_script(kAcquireManyScript ${all_algorithms} many.lua)
 add_script(kRefundScript ${all_algorithms} refund.lua)
 add_script(kReleaseScript common.lua batches.lua leases.lua release.lua)
 add_script(kAcquireMeterScript common.lua muldiv.lua meter.lua ONE meter meter)

@@ -9,12 +9,14 @@
 #include <boost/container/small_vector.hpp>
 
 #include <atomic>
+#include <deque>
 #include <future>
 #include <map>
 #include <optional>
 #include <random>
 #include <span>
 #include <thread>
+#include <unordered_map>
 
 #include "redis/client.h"
 #include "redis/scripts.h"
@@ -91,6 +93,15 @@ struct Batch {
   bool admitted = false;  // answered, and every member admitted
 };
 
+// Whether a reply is an array of n integers.
+bool integers(const redisReply* r, std::size_t n) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != n) return false;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (r->element[i]->type != REDIS_REPLY_INTEGER) return false;
+  }
+  return true;
+}
+
 Error protocol_error(std::string what) { return Error{ErrorCode::kProtocol, "redis: " + what}; }
 
 // Errors a script reply can carry that mean "Redis cannot serve now", not "we sent nonsense".
@@ -147,6 +158,16 @@ struct RedisStore::OwnThread {
 
 struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   struct Acquire;
+  // A batch of an acquire, queued until the call in flight before it has answered.
+  struct Waiting {
+    std::shared_ptr<Acquire> op;
+    std::size_t batch;
+  };
+  // The acquires that wait for one node (a cluster: one slot). Busy while a call is in flight.
+  struct Queue {
+    bool busy = false;
+    std::deque<Waiting> waiting;
+  };
 
   Impl(asio::any_io_executor ex, RedisStoreOptions o, detail::ClientOptions co)
       : options(std::move(o)),
@@ -198,7 +219,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   // and refund.lua the number of limits and each one's code and ARGV, for a one-limit script its
   // ARGV alone, without the refund value that only a refund reads.
   std::string script_call(const Script& script, const std::vector<Request>& requests,
-                          std::span<const std::size_t> members) {
+                          std::span<const std::size_t> members, const std::string& pinned) {
     const bool one = &script != &detail::kAcquireScript && &script != &detail::kRefundScript;
     std::size_t keys = 0;
     std::size_t args = one ? 1 : 2;
@@ -213,7 +234,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
       c.arg(requests[i].state);
       if (!requests[i].state2.empty()) c.arg(requests[i].state2);
     }
-    c.arg(pinned());
+    c.arg(pinned);
     if (!one) c.arg(static_cast<std::int64_t>(members.size()));
     for (const std::size_t i : members) {
       const Request& r = requests[i];
@@ -379,6 +400,11 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
     breaker.record(permit, failed);
   }
 
+  void submit(std::shared_ptr<Acquire> op, std::size_t batch);
+  void send_alone(int queue, std::shared_ptr<Acquire> op, std::size_t batch);
+  void send_many(int queue, std::vector<Waiting> calls);
+  void next(int queue);
+
   RedisStoreOptions options;
   asio::any_io_executor executor;
   detail::Strand strand;
@@ -387,6 +413,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   std::shared_ptr<LocalStore> local;  // where kLocal decides
   std::uint64_t lease_seed = 0;
   std::atomic<std::uint64_t> lease_counter{0};
+  std::unordered_map<int, Queue> queues;  // by slot on a cluster; one, 0, on a single node
 };
 
 // One acquire or acquire_all: its requests grouped into batches (one per slot on a cluster), sent at
@@ -401,6 +428,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
         requests(std::move(r)),
         decisions(requests.size()),
         deadline(impl->deadline()),
+        pinned(impl->pinned()),
         done(std::move(d)) {}
 
   void start() {
@@ -417,38 +445,36 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
       }
     }
     outstanding = batches.size();
-    for (std::size_t b = 0; b < batches.size(); ++b) {
-      const Script& script = Impl::script_for(requests, batches[b].members);
-      batches[b].command = impl->script_call(script, requests, batches[b].members);
-      impl->eval(batches[b].slot, script, batches[b].command,
-                 [self = shared_from_this(), b](Result<Reply> r) { self->on_reply(b, std::move(r)); },
-                 deadline);
-    }
+    for (std::size_t b = 0; b < batches.size(); ++b) impl->submit(shared_from_this(), b);
   }
 
-  void on_reply(std::size_t b, Result<Reply> r) {
-    Batch& batch = batches[b];
-    if (!r.ok()) {
-      error = r.error();
-    } else if (detail::is_error(*r)) {
-      error = reply_error(detail::text(r->get()));
-    } else if (!parse(batch, r->get())) {
-      error = protocol_error("unexpected reply to the acquire script");
+  // The reply to a call of batch b alone.
+  void on_reply(std::size_t b, const Result<Reply>& r) {
+    if (!r.ok()) return on_error(r.error());
+    if (detail::is_error(*r)) return on_error(reply_error(detail::text(r->get())));
+    if (!integers(r->get(), 6 * batches[b].members.size())) {
+      return on_error(protocol_error("unexpected reply to the acquire script"));
     }
+    on_values(b, r->get()->element);
+  }
+
+  void on_error(Error e) {
+    error = std::move(e);
     if (--outstanding == 0) finish();
   }
 
-  // Six integers per member: allowed, cost_exceeds_limit, remaining, retry_after_us,
-  // reset_after_us, and what a refund needs.
-  bool parse(Batch& batch, const redisReply* r) {
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 6 * batch.members.size()) return false;
-    for (std::size_t i = 0; i < r->elements; ++i) {
-      if (r->element[i]->type != REDIS_REPLY_INTEGER) return false;
-    }
+  // Batch b's answer: six integers per member (allowed, cost_exceeds_limit, remaining,
+  // retry_after_us, reset_after_us, and what a refund needs).
+  void on_values(std::size_t b, redisReply* const* values) {
+    parse(batches[b], values);
+    if (--outstanding == 0) finish();
+  }
+
+  void parse(Batch& batch, redisReply* const* values) {
     batch.admitted = true;
     for (std::size_t j = 0; j < batch.members.size(); ++j) {
       Request& q = requests[batch.members[j]];
-      redisReply* const* e = r->element + 6 * j;
+      redisReply* const* e = values + 6 * j;
       Decision& d = decisions[batch.members[j]];
       d.allowed = e[0]->integer == 1;
       d.cost_exceeds_limit = e[1]->integer == 1;
@@ -460,7 +486,6 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
       q.extra = e[5]->integer;
       batch.admitted = batch.admitted && d.allowed;
     }
-    return true;
   }
 
   void finish() {
@@ -476,7 +501,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
       for (Batch& batch : batches) {
         if (!batch.admitted) continue;
         ++outstanding;
-        batch.command = impl->script_call(detail::kRefundScript, requests, batch.members);
+        batch.command = impl->script_call(detail::kRefundScript, requests, batch.members, pinned);
         impl->eval(batch.slot, detail::kRefundScript, batch.command,
                    [self = shared_from_this()](Result<Reply>) {
                      if (--self->outstanding == 0) self->deliver();
@@ -500,9 +525,117 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   std::size_t outstanding = 0;
   std::optional<Error> error;
   detail::SteadyTime deadline;
+  std::string pinned;  // the time a test pins, as the scripts read it
   BreakerPermit permit;
   Done done;
 };
+
+// The first call for a queue goes at once; those that come while it is in flight wait, and go
+// together when it answers.
+void RedisStore::Impl::submit(std::shared_ptr<Acquire> op, std::size_t batch) {
+  const int queue = client->cluster() ? op->batches[batch].slot : 0;
+  if (options.max_batch <= 1) return send_alone(-1, std::move(op), batch);
+  Queue& q = queues[queue];
+  if (q.busy) return q.waiting.push_back({std::move(op), batch});
+  q.busy = true;
+  send_alone(queue, std::move(op), batch);
+}
+
+// A batch in a call of its own (queue -1: in none), by its one-limit script or acquire.lua.
+void RedisStore::Impl::send_alone(int queue, std::shared_ptr<Acquire> op, std::size_t batch) {
+  Batch& b = op->batches[batch];
+  const Script& script = script_for(op->requests, b.members);
+  b.command = script_call(script, op->requests, b.members, op->pinned);
+  const std::string_view command = b.command;
+  const detail::SteadyTime deadline = op->deadline;
+  eval(b.slot, script, command,
+       [self = shared_from_this(), queue, op = std::move(op), batch](Result<Reply> r) {
+         op->on_reply(batch, r);
+         if (queue >= 0) self->next(queue);
+       },
+       deadline);
+}
+
+// Several acquires' batches in one call of many.lua: KEYS, then the number of calls, then each
+// one's pinned time, number of limits, and limits as acquire.lua reads them.
+void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
+  std::size_t keys = 0;
+  std::size_t args = 1;
+  detail::SteadyTime deadline = calls.front().op->deadline;
+  for (const Waiting& w : calls) {
+    args += 2;
+    for (const std::size_t i : w.op->batches[w.batch].members) {
+      const Kind kind = kind_of(w.op->requests[i].limit);
+      keys += kind.two_keys ? 2 : 1;
+      args += kind.args + 1;
+    }
+    deadline = std::min(deadline, w.op->deadline);
+  }
+  Command c(3 + keys + args);
+  c.arg("EVALSHA").arg(detail::kAcquireManyScript.sha1).arg(static_cast<std::int64_t>(keys));
+  for (const Waiting& w : calls) {
+    for (const std::size_t i : w.op->batches[w.batch].members) {
+      const Request& r = w.op->requests[i];
+      c.arg(r.state);
+      if (!r.state2.empty()) c.arg(r.state2);
+    }
+  }
+  c.arg(static_cast<std::int64_t>(calls.size()));
+  for (const Waiting& w : calls) {
+    const auto& members = w.op->batches[w.batch].members;
+    c.arg(w.op->pinned).arg(static_cast<std::int64_t>(members.size()));
+    for (const std::size_t i : members) {
+      const Request& r = w.op->requests[i];
+      c.arg(kind_of(r.limit).code);
+      append_args(c, r, true);
+    }
+  }
+  struct Many {
+    std::vector<Waiting> calls;
+    std::string command;
+  };
+  auto many = std::make_shared<Many>(Many{std::move(calls), std::move(c).take()});
+  const std::string_view command = many->command;
+  const int slot = many->calls.front().op->batches[many->calls.front().batch].slot;
+  eval(slot, detail::kAcquireManyScript, command,
+       [self = shared_from_this(), queue, many](Result<Reply> r) {
+         std::size_t values = 0;
+         for (const Waiting& w : many->calls) values += 6 * w.op->batches[w.batch].members.size();
+         std::optional<Error> error;
+         if (!r.ok()) error = r.error();
+         else if (detail::is_error(*r)) error = reply_error(detail::text(r->get()));
+         else if (!integers(r->get(), values)) error = protocol_error("unexpected reply to the acquire script");
+         std::size_t at = 0;
+         for (const Waiting& w : many->calls) {
+           if (error) {
+             w.op->on_error(*error);
+           } else {
+             w.op->on_values(w.batch, r->get()->element + at);
+             at += 6 * w.op->batches[w.batch].members.size();
+           }
+         }
+         self->next(queue);
+       },
+       deadline);
+}
+
+// The call in flight for a queue has answered: sends what waits, or marks the queue idle.
+void RedisStore::Impl::next(int queue) {
+  auto it = queues.find(queue);
+  if (it == queues.end()) return;
+  std::deque<Waiting>& waiting = it->second.waiting;
+  if (waiting.empty()) {
+    if (client->cluster()) queues.erase(it);
+    else it->second.busy = false;
+    return;
+  }
+  const std::size_t n = std::min(waiting.size(), static_cast<std::size_t>(options.max_batch));
+  std::vector<Waiting> calls(std::make_move_iterator(waiting.begin()),
+                             std::make_move_iterator(waiting.begin() + static_cast<std::ptrdiff_t>(n)));
+  waiting.erase(waiting.begin(), waiting.begin() + static_cast<std::ptrdiff_t>(n));
+  if (calls.size() == 1) return send_alone(queue, std::move(calls.front().op), calls.front().batch);
+  send_many(queue, std::move(calls));
+}
 
 Result<std::unique_ptr<RedisStore>> RedisStore::open(RedisStoreOptions options) {
   auto own = std::make_unique<OwnThread>();
@@ -525,6 +658,7 @@ Result<std::unique_ptr<RedisStore>> RedisStore::open(asio::any_io_executor execu
     return invalid_argument("timeouts must be positive");
   }
   if (Status s = options.breaker.validate(); !s) return s.error();
+  if (options.max_batch < 1) return invalid_argument("max_batch must be at least 1");
   detail::ClientOptions co;
   co.address = std::move(*address);
   co.connect_timeout = options.connect_timeout;
@@ -533,7 +667,7 @@ Result<std::unique_ptr<RedisStore>> RedisStore::open(asio::any_io_executor execu
   co.reconnect_max = options.reconnect_max;
   // Every node, replicas too, knows the scripts from the start, so EVALSHA seldom meets NOSCRIPT.
   for (const Script* script :
-       {&detail::kAcquireScript, &detail::kRefundScript, &detail::kReleaseScript,
+       {&detail::kAcquireScript, &detail::kAcquireManyScript, &detail::kRefundScript, &detail::kReleaseScript,
         &detail::kAcquireMeterScript, &detail::kAcquireIntervalScript, &detail::kAcquireFixedScript,
         &detail::kAcquireSlidingScript, &detail::kAcquireLogScript, &detail::kAcquireLeasesScript}) {
     co.on_connect.push_back(detail::encode({"SCRIPT", "LOAD", script->source}));

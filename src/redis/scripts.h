@@ -10,6 +10,7 @@ struct Script {
 };
 
 extern const Script kAcquireScript;  // any limits, all or nothing
+extern const Script kAcquireManyScript;  // several acquire calls in one
 extern const Script kRefundScript;   // gives back what admitted decisions took
 extern const Script kReleaseScript;  // gives back a concurrency lease
 

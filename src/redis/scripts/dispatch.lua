@@ -11,11 +11,10 @@ local ALGORITHMS = {
   cc = {2, 5, leases_params, leases_decide, leases_refund},
 }
 
--- Calls f(algorithm, keys, params) for each of the ARGV[2] limits that follow, in order: each is
--- its algorithm's code, then its ARGV.
-local function each_limit(f)
-  local n = ARGV[2] + 0
-  local k, a = 1, 3
+-- Calls f(algorithm, keys, params) for each of the n limits whose code and ARGV start at ARGV[a]
+-- and whose keys start at KEYS[k], in order: each is its algorithm's code, then its ARGV. Returns
+-- the k and a that follow them.
+local function each_limit(n, k, a, f)
   for _ = 1, n do
     local alg = ALGORITHMS[ARGV[a]]
     if not alg then error('sluice: unknown algorithm ' .. tostring(ARGV[a])) end
@@ -26,4 +25,40 @@ local function each_limit(f)
     f(alg, keys, p)
     k, a = k + alg[1], a + 1 + alg[2]
   end
+  return k, a
+end
+
+-- Decides the n limits of one call (as each_limit finds them) all or nothing: when any rejects,
+-- gives back what the others took. Appends six integers per limit (see decision()) to `out`;
+-- returns the k and a that follow the call. Written out rather than on each_limit, and with no
+-- table it can do without: allocations are most of what a decision costs Redis.
+local function acquire_limits(now, n, k, a, out)
+  local admitted  -- what a call of several limits may have to give back
+  local all = true
+  for _ = 1, n do
+    local alg = ALGORITHMS[ARGV[a]]
+    if not alg then error('sluice: unknown algorithm ' .. tostring(ARGV[a])) end
+    local keys
+    if alg[1] == 1 then keys = {KEYS[k]} else keys = {KEYS[k], KEYS[k + 1]} end
+    local p = alg[3](ARGV, a + 1)
+    local d = alg[4](keys, p, now)
+    local o = #out
+    out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] =
+      d[1], d[2], d[3], d[4], d[5], d[6]
+    if d[1] ~= 1 then
+      all = false
+    elseif n > 1 then
+      p.extra = d[6]
+      admitted = admitted or {}
+      admitted[#admitted + 1] = {alg, keys, p}
+    end
+    k, a = k + alg[1], a + 1 + alg[2]
+  end
+  if not all and admitted then
+    for i = #admitted, 1, -1 do
+      local x = admitted[i]
+      if x[3].cost > 0 then x[1][5](x[2], x[3], now) end
+    end
+  end
+  return k, a
 end

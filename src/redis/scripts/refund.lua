@@ -3,7 +3,7 @@
 -- value its decision returned. Returns 1.
 PINNED = ARGV[1] ~= ''
 local now = now_us(ARGV[1])
-each_limit(function(alg, keys, p)
+each_limit(ARGV[2] + 0, 1, 3, function(alg, keys, p)
   if p.cost > 0 then alg[5](keys, p, now) end
 end)
 return 1

@@ -1,0 +1,211 @@
+// RedisStore's batching: acquires that come while a call is in flight queue and go together as one
+// call of many.lua. Queued calls are decided one by one, each all or nothing, in the order asked,
+// exactly as LocalStore decides the same calls in that order; a call that fails fails every
+// acquire in it, and each of them completes once.
+#include <gtest/gtest.h>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+
+#include <chrono>
+#include <future>
+#include <random>
+#include <regex>
+#include <thread>
+
+#include "sluice/local_store.h"
+#include "store_fixture.h"
+
+namespace sluice::testing {
+namespace {
+
+namespace asio = boost::asio;
+using namespace std::chrono_literals;
+
+constexpr std::int64_t kT0us = 1'699'995'600'000'000;
+
+// How many EVALSHA calls the server has run since its stats were reset.
+long evalsha_calls(const RedisServer& server) {
+  std::smatch m;
+  const std::string stats = server.cli({"INFO", "commandstats"});
+  if (!std::regex_search(stats, m, std::regex("cmdstat_evalsha:calls=(\\d+)"))) return 0;
+  return std::stol(m[1]);
+}
+
+// A store on an io_context of the test's own, run by a thread, so that a test can start many
+// calls inside one handler: the first is sent, and the others find it in flight.
+class Loop {
+ public:
+  Loop() : thread_([this] { io_.run(); }) {}
+  ~Loop() {
+    work_.reset();
+    thread_.join();
+  }
+  asio::any_io_executor executor() { return io_.get_executor(); }
+  // Runs f on the loop's thread and waits for it.
+  template <class F>
+  void run(F f) {
+    std::promise<void> ran;
+    asio::post(io_, [&] {
+      f();
+      ran.set_value();
+    });
+    ran.get_future().get();
+  }
+
+ private:
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_{io_.get_executor()};
+  std::thread thread_;
+};
+
+// Collects the answers of n calls.
+struct Answers {
+  explicit Answers(std::size_t n) : results(n, Error{ErrorCode::kNotFound, "not answered"}), left(n) {}
+  void set(std::size_t i, Result<std::vector<Decision>> r) {
+    std::lock_guard lock(mutex);
+    results[i] = std::move(r);
+    ++times_answered;
+    if (--left == 0) all.set_value();
+  }
+  void wait() { all.get_future().get(); }
+
+  std::mutex mutex;
+  std::vector<Result<std::vector<Decision>>> results;
+  std::size_t left;
+  std::size_t times_answered = 0;
+  std::promise<void> all;
+};
+
+class BatchingTest : public RedisTest, public ::testing::WithParamInterface<int> {};
+
+// Seeded random acquire_all calls of one to three limits (every algorithm, two keys, costs up to
+// beyond a limit), at times that move forward, stand still and go back; every call started at
+// once, so that all but the first queue.
+TEST_P(BatchingTest, QueuedCallsDecideAsLocalStoreInTheirOrder) {
+  const int max_batch = GetParam();
+  const std::vector<Limit> limits = {
+      make(Limit::token_bucket({.capacity = 5, .refill_tokens = 2, .refill_period = 1s})),
+      make(Limit::token_bucket({.capacity = 4, .refill_tokens = 3, .refill_period = 1s, .refill = Refill::kInterval})),
+      make(Limit::gcra({.limit = 3, .period = 1s, .burst = 3})),
+      make(Limit::fixed_window({.limit = 4, .period = 1s})),
+      make(Limit::sliding_window({.limit = 4, .period = 1s})),
+      make(Limit::sliding_log({.limit = 4, .period = 1s})),
+      make(Limit::concurrency({.limit = 3, .lease_timeout = 2s})),
+  };
+  struct Call {
+    std::int64_t at_us;
+    std::vector<LimitRequest> requests;
+  };
+  // Two keys per limit: limits of one kind on one key would share a state (a continuous token
+  // bucket and GCRA do too), which no caller means.
+  std::vector<std::string> keys;
+  for (std::size_t l = 0; l < limits.size(); ++l) {
+    for (const char* k : {"a", "b"}) keys.push_back(k + std::to_string(l));
+  }
+  std::mt19937_64 rng(42);
+  std::vector<Call> calls(300);
+  std::int64_t now = kT0us;
+  for (Call& call : calls) {
+    const auto r = rng() % 10;
+    if (r < 5) now += static_cast<std::int64_t>(rng() % 200'000);
+    else if (r < 6) now -= static_cast<std::int64_t>(rng() % 50'000);
+    call.at_us = now;
+    const std::size_t n = 1 + rng() % 3;
+    while (call.requests.size() < n) {
+      const std::size_t l = rng() % limits.size();
+      const std::string& key = keys[2 * l + rng() % 2];
+      const std::int64_t cost = rng() % 8 == 0 ? 6 : 1 + static_cast<std::int64_t>(rng() % 2);
+      // A call names each state once (as the gateway's system, interface and grant limits do).
+      const bool named = std::any_of(call.requests.begin(), call.requests.end(),
+                                     [&](const LimitRequest& other) { return other.key == key; });
+      if (!named) call.requests.push_back({key, &limits[l], cost, OnStoreFailure::kError});
+    }
+  }
+
+  ManualClock clock{Nanos{kT0us * 1000}};
+  Loop loop;
+  auto store = redis::RedisStore::open(
+      loop.executor(), {.address = server_->address(),
+                        .connect_timeout = 2000ms,
+                        .command_timeout = 2000ms,
+                        .max_batch = max_batch,
+                        .pinned_clock = &clock});
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  ASSERT_TRUE((*store)->connect().ok());
+  server_->cli({"CONFIG", "RESETSTAT"});
+
+  Answers answers(calls.size());
+  loop.run([&] {
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      clock.set(Nanos{calls[i].at_us * 1000});
+      (*store)->async_acquire_all(calls[i].requests, [&answers, i](Result<std::vector<Decision>> r) {
+        answers.set(i, std::move(r));
+      });
+    }
+  });
+  answers.wait();
+
+  LocalStore local;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    std::vector<Decision> expected(calls[i].requests.size());
+    ASSERT_TRUE(local.acquire_all_at(Nanos{calls[i].at_us * 1000}, calls[i].requests, expected).ok());
+    const auto& got = answers.results[i];
+    ASSERT_TRUE(got.ok()) << "call " << i << ": " << got.error().message;
+    ASSERT_EQ(got->size(), expected.size());
+    for (std::size_t j = 0; j < expected.size(); ++j) {
+      Decision x = expected[j];
+      Decision y = (*got)[j];
+      EXPECT_EQ(x.lease != 0, y.lease != 0) << "call " << i << " limit " << j;
+      x.lease = y.lease = 0;
+      ASSERT_EQ(x, y) << "call " << i << " limit " << j << " (" << calls[i].requests[j].limit->to_string()
+                      << ", key " << calls[i].requests[j].key << ", cost " << calls[i].requests[j].cost << ")";
+    }
+  }
+  // The first call goes alone; the other 299 wait for it, then go max_batch at a time.
+  const long batched = max_batch == 1 ? 299 : (299 + max_batch - 1) / max_batch;
+  EXPECT_EQ(evalsha_calls(*server_), 1 + batched);
+  EXPECT_EQ(answers.times_answered, calls.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(MaxBatch, BatchingTest, ::testing::Values(1, 7, 64),
+                         [](const ::testing::TestParamInfo<int>& p) { return std::to_string(p.param); });
+
+// Calls queued behind one that times out: each completes once, with the timeout of the call it went
+// in, and none waits past its own deadline plus the lateness a loaded machine adds.
+TEST_F(RedisTest, QueuedCallsBehindATimeoutEachFailOnce) {
+  const Limit limit = make(Limit::fixed_window({.limit = 1000, .period = 1s}));
+  Loop loop;
+  auto store = redis::RedisStore::open(loop.executor(), {.address = server_->address(),
+                                                         .connect_timeout = 2000ms,
+                                                         .command_timeout = 100ms});
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  ASSERT_TRUE((*store)->connect().ok());
+  server_->cli({"CLIENT", "PAUSE", "1000", "WRITE"});  // every script call waits
+  constexpr std::size_t kCalls = 100;
+  Answers answers(kCalls);
+  const std::vector<LimitRequest> request = {{"k", &limit, 1, OnStoreFailure::kError}};
+  const auto started = std::chrono::steady_clock::now();
+  loop.run([&] {
+    for (std::size_t i = 0; i < kCalls; ++i) {
+      (*store)->async_acquire_all(request, [&answers, i](Result<std::vector<Decision>> r) {
+        answers.set(i, std::move(r));
+      });
+    }
+  });
+  answers.wait();
+  const auto took = std::chrono::steady_clock::now() - started;
+  server_->cli({"CLIENT", "UNPAUSE"});
+  EXPECT_EQ(answers.times_answered, kCalls);
+  for (std::size_t i = 0; i < kCalls; ++i) {
+    ASSERT_FALSE(answers.results[i].ok()) << "call " << i;
+    EXPECT_EQ(answers.results[i].error().code, ErrorCode::kTimeout) << "call " << i;
+  }
+  // The queued calls went when the first timed out, already past their deadlines: they time out at
+  // once rather than waiting a timeout of their own.
+  EXPECT_LT(took, 100ms + 100ms) << "queued calls waited a second timeout";
+}
+
+}  // namespace
+}  // namespace sluice::testing
