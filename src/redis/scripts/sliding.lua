@@ -12,6 +12,13 @@ local function sliding_load(key)
   return w + 0, a + 0, b + 0, true
 end
 
+-- When a state of window `start` holding these counts is full again.
+local function sliding_reset(start, period, now, current, previous)
+  if current > 0 then return start + 2 * period - now end
+  if previous > 0 then return start + period - now end
+  return 0
+end
+
 local function sliding_decide(keys, p, now)
   local key = keys[1]
   local period, quota, cost = p.period, p.quota, p.cost
@@ -29,13 +36,9 @@ local function sliding_decide(keys, p, now)
   if r > 0 then q = q + 1 end
   local used = current + q
   local start = window * period
-  local function reset_for(cur, prev)
-    if cur > 0 then return start + 2 * period - now end
-    if prev > 0 then return start + period - now end
-    return 0
-  end
   if cost <= quota - used then
-    local d = decision(true, quota - used - cost, 0, reset_for(current + cost, previous), window)
+    local d = decision(true, quota - used - cost, 0,
+                       sliding_reset(start, period, now, current + cost, previous), window)
     if cost > 0 then
       redis.call('SET', key, pair3(window, previous, current + cost),
                  'PX', ttl_ms(d[5]))
@@ -44,7 +47,7 @@ local function sliding_decide(keys, p, now)
     end
     return d
   end
-  local d = decision(false, max(0, quota - used), 0, reset_for(current, previous))
+  local d = decision(false, max(0, quota - used), 0, sliding_reset(start, period, now, current, previous))
   forget_if_full(key, d, existed)
   if cost > quota then
     d[2] = 1
