@@ -4,4 +4,5 @@
 PINNED = ARGV[1] ~= ''
 local out = {}
 acquire_limits(now_us(ARGV[1]), ARGV[2] + 0, 1, 3, out)
+save_states()
 return out

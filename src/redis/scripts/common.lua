@@ -1,7 +1,8 @@
 -- sluice: the limiting algorithms of src/core/algorithms.cpp as Redis Lua, decision for decision.
--- common.lua comes first in every script; then the helpers and algorithms a script needs; then an
--- entry (see embed_scripts.cmake for which script holds which). Redis defines every function of a
--- script anew on each call, so a script carries only what it uses.
+-- common.lua comes first in every script after how it keeps states (states_*.lua); then the helpers
+-- and algorithms a script needs; then an entry (see embed_scripts.cmake for which script holds
+-- which). Redis defines every function of a script anew on each call, so a script carries only
+-- what it uses.
 --
 -- Lua numbers are doubles: every integer below 2^53 is exact, and every value this file keeps is
 -- such an integer. Where the core multiplies into 128 bits, muldiv() (muldiv.lua) divides exactly
@@ -67,15 +68,18 @@ end
 -- A state that a decision found full again is forgotten, as the local store forgets it (which
 -- matters when time goes backwards: a forgotten state no longer remembers the later time).
 local function forget_if_full(key, d, existed)
-  if existed and d[5] == 0 then redis.call('DEL', key) end
+  if existed and d[5] == 0 then state_del(key) end
 end
 
--- "a:b" states (interval bucket, fixed window, log meta): the two numbers, or nil when absent.
-local function pair_load(key)
-  local v = redis.call('GET', key)
+-- "a:b" (interval bucket, fixed window, log meta): the two numbers, or nil for none (false).
+local function pair_parse(v)
   if not v then return nil end
   local a, b = string.match(v, '^(%d+):(%d+)$')
   return a + 0, b + 0
+end
+
+local function pair_load(key)
+  return pair_parse(state_get(key))
 end
 
 -- ARGV of the window algorithms (fixed, sliding, log): cost, quota, period_us, refund value (read

@@ -16,7 +16,7 @@ local function fixed_decide(keys, p, now)
     if count > 0 then reset = window_end end
     local d = decision(true, p.quota - count, 0, reset, window)
     if p.cost > 0 then
-      redis.call('SET', key, pair(window, count), 'PX', ttl_ms(reset))
+      state_set(key, pair(window, count), ttl_ms(reset))
     else
       forget_if_full(key, d, existed)
     end
@@ -36,8 +36,8 @@ local function fixed_refund(keys, p, now)
   if not s_window or s_window ~= window then return end
   local count = max(0, s_count - p.cost)
   if count == 0 then
-    redis.call('DEL', key)
+    state_del(key)
   else
-    redis.call('SET', key, pair(s_window, count), 'KEEPTTL')
+    state_set(key, pair(s_window, count))
   end
 end

@@ -31,9 +31,9 @@ local function interval_decide(keys, p, now)
     if p.cost > p.quota then d[2] = 1 else d[4] = after(p.cost - (p.quota - missing)) end
   end
   if d[5] > 0 then
-    redis.call('SET', key, pair(missing, tick), 'PX', ttl_ms(d[5]))
+    state_set(key, pair(missing, tick), ttl_ms(d[5]))
   elseif existed then
-    redis.call('DEL', key)
+    state_del(key)
   end
   return d
 end
@@ -42,7 +42,7 @@ local function interval_refund(keys, p, now)
   local key = keys[1]
   local missing, tick = pair_load(key)
   if not missing then return end
-  redis.call('SET', key, pair(max(0, missing - p.cost), tick), 'KEEPTTL')
+  state_set(key, pair(max(0, missing - p.cost), tick))
   p.cost = 0
   interval_decide(keys, p, now)
 end

@@ -25,7 +25,7 @@ end
 
 local function log_decide(keys, p, now)
   local list = keys[1]
-  local total, latest = pair_load(keys[2])
+  local total, latest = pair_parse(redis.call('GET', keys[2]))
   total, latest = total or 0, latest or 0
   local t = max(now, latest)
   -- Drop the entries that have left the window (at + period <= t).
@@ -81,7 +81,7 @@ end
 -- Takes the cost back off the run at `at` (the time the request was logged at).
 local function log_refund(keys, p, now)
   local at = p.extra
-  local total, latest = pair_load(keys[2])
+  local total, latest = pair_parse(redis.call('GET', keys[2]))
   if not total then return end
   local list = keys[1]
   local cost = p.cost

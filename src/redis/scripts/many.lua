@@ -17,4 +17,5 @@ for _ = 1, ARGV[1] + 0 do
   end
   k, a = acquire_limits(now, ARGV[a + 1] + 0, k, a + 2, out)
 end
+save_states()
 return out

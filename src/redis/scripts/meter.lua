@@ -11,7 +11,7 @@ local function meter_params(argv, i)
 end
 
 local function meter_load(key)
-  local v = redis.call('GET', key)
+  local v = state_get(key)
   if not v then return 0, 0 end
   local us, f = string.match(v, '^(%d+):(%d+)$')
   return us + 0, f + 0
@@ -44,7 +44,7 @@ local function meter_decide(keys, p, now)
     if n_us < p.cap_us or (n_us == p.cap_us and n_f <= p.cap_f) then
       local reset = meter_ceil_us(n_us, n_f)
       if p.cost > 0 then
-        redis.call('SET', key, pair(now + n_us, n_f), 'PX', ttl_ms(reset))
+        state_set(key, pair(now + n_us, n_f), ttl_ms(reset))
         return decision(true, p.quota - meter_tokens(p, n_us, n_f), 0, reset)
       end
       d = decision(true, p.quota - meter_tokens(p, n_us, n_f), 0, reset)
@@ -68,8 +68,8 @@ local function meter_refund(keys, p, now)
   local t_us, t_f = tat_us - p.cost_us, tat_f - p.cost_f
   if t_f < 0 then t_us, t_f = t_us - 1, t_f + p.upu end
   if t_us > now or (t_us == now and t_f > 0) then
-    redis.call('SET', key, pair(t_us, t_f), 'PX', ttl_ms(meter_ceil_us(t_us - now, t_f)))
+    state_set(key, pair(t_us, t_f), ttl_ms(meter_ceil_us(t_us - now, t_f)))
   else
-    redis.call('DEL', key)
+    state_del(key)
   end
 end

@@ -3,4 +3,6 @@
 -- TIME); then the algorithm's ARGV without the refund value. Returns the six integers of
 -- decision().
 PINNED = ARGV[1] ~= ''
-return @ALG@_decide(KEYS, @PARAMS@_params(ARGV, 2), now_us(ARGV[1]))
+local d = @ALG@_decide(KEYS, @PARAMS@_params(ARGV, 2), now_us(ARGV[1]))
+save_states()
+return d

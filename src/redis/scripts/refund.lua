@@ -6,4 +6,5 @@ local now = now_us(ARGV[1])
 each_limit(ARGV[2] + 0, 1, 3, function(alg, keys, p)
   if p.cost > 0 then alg[5](keys, p, now) end
 end)
+save_states()
 return 1

@@ -6,7 +6,7 @@ local function pair3(a, b, c)
 end
 
 local function sliding_load(key)
-  local v = redis.call('GET', key)
+  local v = state_get(key)
   if not v then return 0, 0, 0, false end
   local w, a, b = string.match(v, '^(%d+):(%d+):(%d+)$')
   return w + 0, a + 0, b + 0, true
@@ -40,8 +40,7 @@ local function sliding_decide(keys, p, now)
     local d = decision(true, quota - used - cost, 0,
                        sliding_reset(start, period, now, current + cost, previous), window)
     if cost > 0 then
-      redis.call('SET', key, pair3(window, previous, current + cost),
-                 'PX', ttl_ms(d[5]))
+      state_set(key, pair3(window, previous, current + cost), ttl_ms(d[5]))
     else
       forget_if_full(key, d, existed)
     end
@@ -89,9 +88,8 @@ local function sliding_refund(keys, p, now)
     reset = start + p.period - now
   end
   if reset <= 0 then
-    redis.call('DEL', key)
+    state_del(key)
   else
-    redis.call('SET', key, pair3(s_window, s_prev, s_cur), 'PX',
-               ttl_ms(reset))
+    state_set(key, pair3(s_window, s_prev, s_cur), ttl_ms(reset))
   end
 end
