@@ -11,6 +11,7 @@
 #include <chrono>
 #include <future>
 #include <random>
+#include <sstream>
 #include <regex>
 #include <thread>
 
@@ -163,6 +164,15 @@ TEST_P(BatchingTest, QueuedCallsDecideAsLocalStoreInTheirOrder) {
                       << ", key " << calls[i].requests[j].key << ", cost " << calls[i].requests[j].cost << ")";
     }
   }
+  // Every state left has a TTL: a batch's writes keep what the calls in sequence would have set.
+  const std::string names = server_->cli({"KEYS", "*"});
+  std::istringstream lines(names);
+  int states = 0;
+  for (std::string name; std::getline(lines, name);) {
+    ++states;
+    EXPECT_NE(server_->cli({"PTTL", name}), "-1") << name << " has no TTL";
+  }
+  EXPECT_GT(states, 0);
   // The first call goes alone; the other 299 wait for it, then go max_batch at a time.
   const long batched = max_batch == 1 ? 299 : (299 + max_batch - 1) / max_batch;
   EXPECT_EQ(evalsha_calls(*server_), 1 + batched);
