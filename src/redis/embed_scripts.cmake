@@ -2,9 +2,9 @@
 # listed below, written with its SHA1 (what EVALSHA names it by) into a C++ source. Run as
 # `cmake -P` with SCRIPTS (the scripts/ directory) and OUT.
 # Lua defines every function of a script anew on each call, so each script takes only the files it
-# uses: how states are kept (states_cached.lua or states_direct.lua), common.lua, then the helpers
+# uses: common.lua, how states are kept (states_cached.lua or states_direct.lua), then the helpers
 # (muldiv.lua, batches.lua), the algorithms and an entry.
-set(all_algorithms states_cached.lua common.lua muldiv.lua batches.lua meter.lua interval.lua
+set(all_algorithms common.lua states_cached.lua muldiv.lua batches.lua meter.lua interval.lua
     fixed.lua sliding.lua log.lua leases.lua dispatch.lua)
 
 set(body "// Generated from src/redis/scripts/*.lua by embed_scripts.cmake. Do not edit.\n")
@@ -35,13 +35,13 @@ endfunction()
 add_script(kAcquireScript ${all_algorithms} acquire.lua)
 add_script(kAcquireManyScript ${all_algorithms} many.lua)
 add_script(kRefundScript ${all_algorithms} refund.lua)
-add_script(kReleaseScript states_direct.lua common.lua batches.lua leases.lua release.lua)
-add_script(kAcquireMeterScript states_direct.lua common.lua muldiv.lua meter.lua ONE meter meter)
-add_script(kAcquireIntervalScript states_direct.lua common.lua interval.lua ONE interval interval)
-add_script(kAcquireFixedScript states_direct.lua common.lua fixed.lua ONE fixed window)
-add_script(kAcquireSlidingScript states_direct.lua common.lua muldiv.lua sliding.lua ONE sliding window)
-add_script(kAcquireLogScript states_direct.lua common.lua batches.lua log.lua ONE log window)
-add_script(kAcquireLeasesScript states_direct.lua common.lua batches.lua leases.lua ONE leases leases)
+add_script(kReleaseScript common.lua batches.lua leases.lua release.lua)
+add_script(kAcquireMeterScript common.lua states_direct.lua muldiv.lua meter.lua ONE meter meter)
+add_script(kAcquireIntervalScript common.lua states_direct.lua interval.lua ONE interval interval)
+add_script(kAcquireFixedScript common.lua states_direct.lua fixed.lua ONE fixed window)
+add_script(kAcquireSlidingScript common.lua states_direct.lua muldiv.lua sliding.lua ONE sliding window)
+add_script(kAcquireLogScript common.lua states_direct.lua batches.lua log.lua ONE log window)
+add_script(kAcquireLeasesScript common.lua states_direct.lua batches.lua leases.lua ONE leases leases)
 
 string(APPEND body "\n}  // namespace sluice::redis::detail\n")
 file(WRITE "${OUT}.tmp" "${body}")

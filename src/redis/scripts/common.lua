@@ -1,7 +1,7 @@
 -- sluice: the limiting algorithms of src/core/algorithms.cpp as Redis Lua, decision for decision.
--- common.lua comes first in every script after how it keeps states (states_*.lua); then the helpers
--- and algorithms a script needs; then an entry (see embed_scripts.cmake for which script holds
--- which). Redis defines every function of a script anew on each call, so a script carries only
+-- common.lua comes first in every script, then how it keeps states (states_*.lua); then the
+-- helpers and algorithms a script needs; then an entry (see embed_scripts.cmake for which script
+-- holds which). Redis defines every function of a script anew on each call, so a script carries only
 -- what it uses.
 --
 -- Lua numbers are doubles: every integer below 2^53 is exact, and every value this file keeps is
@@ -65,21 +65,26 @@ local function decision(allowed, remaining, retry, reset, extra)
   return {allowed and 1 or 0, 0, remaining, retry, reset, extra or 0}
 end
 
--- A state that a decision found full again is forgotten, as the local store forgets it (which
--- matters when time goes backwards: a forgotten state no longer remembers the later time).
-local function forget_if_full(key, d, existed)
-  if existed and d[5] == 0 then state_del(key) end
-end
-
--- "a:b" (interval bucket, fixed window, log meta): the two numbers, or nil for none (false).
+-- "a:b" (the sliding log's meta): the two numbers, or nil for none (false).
 local function pair_parse(v)
   if not v then return nil end
   local a, b = string.match(v, '^(%d+):(%d+)$')
   return a + 0, b + 0
 end
 
-local function pair_load(key)
-  return pair_parse(state_get(key))
+-- The states held in a string (the meter, the interval bucket, the fixed and sliding windows): two
+-- or three numbers, "a:b" or "a:b:c" in Redis, and a table {a, b[, c]} in a script. A decision that
+-- finds a state full again deletes it, as the local store forgets it (which matters when time goes
+-- backwards: a forgotten state no longer remembers the later time).
+local function state_decode(v)
+  local a, b, c = string.match(v, '^(%d+):(%d+):?(%d*)$')
+  if c == '' then return {a + 0, b + 0} end
+  return {a + 0, b + 0, c + 0}
+end
+
+local function state_encode(t)
+  if t[3] then return string.format('%d:%d:%d', t[1], t[2], t[3]) end
+  return string.format('%d:%d', t[1], t[2])
 end
 
 -- ARGV of the window algorithms (fixed, sliding, log): cost, quota, period_us, refund value (read

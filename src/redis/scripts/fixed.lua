@@ -3,9 +3,9 @@
 
 local function fixed_decide(keys, p, now)
   local key = keys[1]
-  local s_window, s_count = pair_load(key)
-  local existed = s_window ~= nil
-  s_window, s_count = s_window or 0, s_count or 0
+  local s = state_get(key)
+  local s_window, s_count = 0, 0
+  if s then s_window, s_count = s[1], s[2] end
   local window = max(idiv(now, p.period), s_window)
   local count = 0
   if window == s_window then count = s_count end
@@ -16,9 +16,9 @@ local function fixed_decide(keys, p, now)
     if count > 0 then reset = window_end end
     local d = decision(true, p.quota - count, 0, reset, window)
     if p.cost > 0 then
-      state_set(key, pair(window, count), ttl_ms(reset))
-    else
-      forget_if_full(key, d, existed)
+      state_set(key, {window, count}, reset)
+    elseif s and reset == 0 then
+      state_del(key)
     end
     return d
   end
@@ -26,18 +26,18 @@ local function fixed_decide(keys, p, now)
   if count > 0 then reset = window_end end
   local d = decision(false, p.quota - count, 0, reset)
   if p.cost > p.quota then d[2] = 1 else d[4] = window_end end
-  forget_if_full(key, d, existed)
+  if s and reset == 0 then state_del(key) end
   return d
 end
 
 local function fixed_refund(keys, p, now)
   local key, window = keys[1], p.extra
-  local s_window, s_count = pair_load(key)
-  if not s_window or s_window ~= window then return end
-  local count = max(0, s_count - p.cost)
+  local s = state_get(key)
+  if not s or s[1] ~= window then return end
+  local count = max(0, s[2] - p.cost)
   if count == 0 then
     state_del(key)
   else
-    state_set(key, pair(s_window, count))
+    state_set(key, {window, count})
   end
 end

@@ -7,32 +7,38 @@ local function interval_params(argv, i)
 end
 
 
+-- How long until `tokens` more are in the bucket, at tick `tick`.
+local function interval_after(p, tick, now, tokens)
+  if tokens <= 0 then return 0 end
+  return (tick * p.period - now) + ceil_div(tokens, p.rate) * p.period
+end
+
 local function interval_decide(keys, p, now)
   local key = keys[1]
-  local s_missing, s_tick = pair_load(key)
-  local existed = s_missing ~= nil
-  s_missing, s_tick = s_missing or 0, s_tick or 0
+  local s = state_get(key)
+  local s_missing, s_tick = 0, 0
+  if s then s_missing, s_tick = s[1], s[2] end
   local tick = max(idiv(now, p.period), s_tick)
   local missing = s_missing
   if missing > 0 and tick > s_tick then
     local ticks = tick - s_tick
     if ticks >= ceil_div(missing, p.rate) then missing = 0 else missing = missing - ticks * p.rate end
   end
-  local function after(tokens)
-    if tokens <= 0 then return 0 end
-    return (tick * p.period - now) + ceil_div(tokens, p.rate) * p.period
-  end
   local d
   if p.cost <= p.quota and p.cost <= p.quota - missing then
     missing = missing + p.cost
-    d = decision(true, p.quota - missing, 0, after(missing))
+    d = decision(true, p.quota - missing, 0, interval_after(p, tick, now, missing))
   else
-    d = decision(false, p.quota - missing, 0, after(missing))
-    if p.cost > p.quota then d[2] = 1 else d[4] = after(p.cost - (p.quota - missing)) end
+    d = decision(false, p.quota - missing, 0, interval_after(p, tick, now, missing))
+    if p.cost > p.quota then
+      d[2] = 1
+    else
+      d[4] = interval_after(p, tick, now, p.cost - (p.quota - missing))
+    end
   end
   if d[5] > 0 then
-    state_set(key, pair(missing, tick), ttl_ms(d[5]))
-  elseif existed then
+    state_set(key, {missing, tick}, d[5])
+  elseif s then
     state_del(key)
   end
   return d
@@ -40,9 +46,9 @@ end
 
 local function interval_refund(keys, p, now)
   local key = keys[1]
-  local missing, tick = pair_load(key)
-  if not missing then return end
-  state_set(key, pair(max(0, missing - p.cost), tick))
+  local s = state_get(key)
+  if not s then return end
+  state_set(key, {max(0, s[1] - p.cost), s[2]})
   p.cost = 0
   interval_decide(keys, p, now)
 end

@@ -11,10 +11,9 @@ local function meter_params(argv, i)
 end
 
 local function meter_load(key)
-  local v = state_get(key)
-  if not v then return 0, 0 end
-  local us, f = string.match(v, '^(%d+):(%d+)$')
-  return us + 0, f + 0
+  local s = state_get(key)
+  if not s then return 0, 0 end
+  return s[1], s[2]
 end
 
 -- ceil(units / units_per_token) for the quantity (us, f).
@@ -44,7 +43,7 @@ local function meter_decide(keys, p, now)
     if n_us < p.cap_us or (n_us == p.cap_us and n_f <= p.cap_f) then
       local reset = meter_ceil_us(n_us, n_f)
       if p.cost > 0 then
-        state_set(key, pair(now + n_us, n_f), ttl_ms(reset))
+        state_set(key, {now + n_us, n_f}, reset)
         return decision(true, p.quota - meter_tokens(p, n_us, n_f), 0, reset)
       end
       d = decision(true, p.quota - meter_tokens(p, n_us, n_f), 0, reset)
@@ -58,7 +57,7 @@ local function meter_decide(keys, p, now)
     d = decision(false, max(0, p.quota - meter_tokens(p, b_us, b_f)), 0, meter_ceil_us(b_us, b_f))
     d[2] = 1
   end
-  forget_if_full(key, d, tat_us > 0)
+  if tat_us > 0 and d[5] == 0 then state_del(key) end
   return d
 end
 
@@ -68,7 +67,7 @@ local function meter_refund(keys, p, now)
   local t_us, t_f = tat_us - p.cost_us, tat_f - p.cost_f
   if t_f < 0 then t_us, t_f = t_us - 1, t_f + p.upu end
   if t_us > now or (t_us == now and t_f > 0) then
-    state_set(key, pair(t_us, t_f), ttl_ms(meter_ceil_us(t_us - now, t_f)))
+    state_set(key, {t_us, t_f}, meter_ceil_us(t_us - now, t_f))
   else
     state_del(key)
   end

@@ -1,15 +1,10 @@
 ---------------------------------------------------------------------------------------------------
 -- Sliding window counter: "window:previous:current". ARGV: window_params.
 
-local function pair3(a, b, c)
-  return string.format('%d:%d:%d', a, b, c)
-end
-
 local function sliding_load(key)
-  local v = state_get(key)
-  if not v then return 0, 0, 0, false end
-  local w, a, b = string.match(v, '^(%d+):(%d+):(%d+)$')
-  return w + 0, a + 0, b + 0, true
+  local s = state_get(key)
+  if not s then return 0, 0, 0, false end
+  return s[1], s[2], s[3], true
 end
 
 -- When a state of window `start` holding these counts is full again.
@@ -40,14 +35,14 @@ local function sliding_decide(keys, p, now)
     local d = decision(true, quota - used - cost, 0,
                        sliding_reset(start, period, now, current + cost, previous), window)
     if cost > 0 then
-      state_set(key, pair3(window, previous, current + cost), ttl_ms(d[5]))
-    else
-      forget_if_full(key, d, existed)
+      state_set(key, {window, previous, current + cost}, d[5])
+    elseif existed and d[5] == 0 then
+      state_del(key)
     end
     return d
   end
   local d = decision(false, max(0, quota - used), 0, sliding_reset(start, period, now, current, previous))
-  forget_if_full(key, d, existed)
+  if existed and d[5] == 0 then state_del(key) end
   if cost > quota then
     d[2] = 1
     return d
@@ -90,6 +85,6 @@ local function sliding_refund(keys, p, now)
   if reset <= 0 then
     state_del(key)
   else
-    state_set(key, pair3(s_window, s_prev, s_cur), ttl_ms(reset))
+    state_set(key, {s_window, s_prev, s_cur}, reset)
   end
 end

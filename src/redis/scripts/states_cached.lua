@@ -1,33 +1,37 @@
--- sluice: how the algorithms keep states held in a string (the meter, the interval bucket, the fixed
--- and sliding windows), for the scripts that decide several limits or calls: each is read at most
--- once per script and written once, at its end (save_states()). A script that decides many times
--- for one hot key, as many.lua does under load, then costs Redis one GET and one SET, not one of
--- each per decision; a call into Redis costs about as much as the decision itself. The one-limit
--- scripts use states_direct.lua, which has the same functions. One of the two comes first in
--- every script (see embed_scripts.cmake).
+-- sluice: how the algorithms keep the states held in a string (the meter, the interval bucket, the
+-- fixed and sliding windows), for the scripts that decide several limits or calls: each is read
+-- and parsed at most once per script, and formatted and written once, at its end (save_states()).
+-- A script that decides many times for one hot key, as many.lua does under load, then costs Redis
+-- one GET and one SET, not one of each per decision, and parses and formats the state once; each
+-- of those costs about as much as the decision itself. The one-limit scripts use
+-- states_direct.lua, which has the same functions.
+--
+-- state_get(key) gives the state's numbers as a table (see state_decode), or false for none; the
+-- caller must not change that table. state_set(key, values, reset) keeps `values` with a TTL of
+-- `reset` microseconds (see ttl_ms), or the key's TTL when reset is nil.
 
-local STATES = {}  -- key -> its value as the script has it, false when none
-local WRITES = {}  -- key -> {value or false, PX ttl or nil to keep the TTL, deleted on the way}
+local STATES = {}  -- key -> its numbers as the script has them, false when none
+local WRITES = {}  -- key -> {numbers or false, reset or nil to keep the TTL, deleted on the way}
 
 local function state_get(key)
-  local v = STATES[key]
-  if v == nil then
-    v = redis.call('GET', key)
-    STATES[key] = v
+  local t = STATES[key]
+  if t == nil then
+    local v = redis.call('GET', key)
+    t = v and state_decode(v) or false
+    STATES[key] = t
   end
-  return v
+  return t
 end
 
--- ttl: milliseconds as for PX (a decimal string), or nil to keep the key's TTL.
-local function state_set(key, value, ttl)
-  STATES[key] = value
+local function state_set(key, values, reset)
+  STATES[key] = values
   local w = WRITES[key]
   if not w then
     w = {}
     WRITES[key] = w
   end
-  w[1] = value
-  if ttl then w[2] = ttl end
+  w[1] = values
+  if reset then w[2] = reset end
 end
 
 local function state_del(key)
@@ -42,11 +46,11 @@ local function save_states()
     if not w[1] then
       redis.call('DEL', key)
     elseif w[2] then
-      redis.call('SET', key, w[1], 'PX', w[2])
+      redis.call('SET', key, state_encode(w[1]), 'PX', ttl_ms(w[2]))
     elseif w[3] then
-      redis.call('SET', key, w[1])
+      redis.call('SET', key, state_encode(w[1]))
     else
-      redis.call('SET', key, w[1], 'KEEPTTL')
+      redis.call('SET', key, state_encode(w[1]), 'KEEPTTL')
     end
   end
 end

@@ -1,17 +1,17 @@
--- sluice: how the algorithms keep states held in a string, for the one-limit scripts: each read and
--- write goes to Redis at once. The same functions as states_cached.lua (which says more), without
--- the bookkeeping that a single decision would only pay for.
+-- sluice: how the algorithms keep the states held in a string, for the one-limit scripts: each read
+-- and write goes to Redis at once. The same functions as states_cached.lua (which says more),
+-- without the bookkeeping that a single decision would only pay for.
 
 local function state_get(key)
-  return redis.call('GET', key)
+  local v = redis.call('GET', key)
+  return v and state_decode(v)
 end
 
--- ttl: milliseconds as for PX (a decimal string), or nil to keep the key's TTL.
-local function state_set(key, value, ttl)
-  if ttl then
-    redis.call('SET', key, value, 'PX', ttl)
+local function state_set(key, values, reset)
+  if reset then
+    redis.call('SET', key, state_encode(values), 'PX', ttl_ms(reset))
   else
-    redis.call('SET', key, value, 'KEEPTTL')
+    redis.call('SET', key, state_encode(values), 'KEEPTTL')
   end
 end
 
