@@ -202,7 +202,8 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
     const bool escape = r.key.empty() || r.key.front() == '}' || r.key.front() == '=';
     q.state.append(options.prefix).append(escape ? "{=" : "{").append(r.key).append("}:").append(kind.suffix);
     if (kind.two_keys) q.state2 = q.state + ":meta";
-    q.slot = detail::key_slot(q.state);
+    // Only a cluster routes by slot (a hash of the key): one node takes every call.
+    if (client->cluster()) q.slot = detail::key_slot(q.state);
     if (r.limit->algorithm() == Algorithm::kConcurrency && r.cost > 0) q.lease = next_lease();
     return q;
   }
@@ -550,8 +551,10 @@ void RedisStore::Impl::send_alone(int queue, std::shared_ptr<Acquire> op, std::s
   const detail::SteadyTime deadline = op->deadline;
   eval(b.slot, script, command,
        [self = shared_from_this(), queue, op = std::move(op), batch](Result<Reply> r) {
-         op->on_reply(batch, r);
+         // What waited goes first: its write is then queued ahead of the work this answer
+         // resumes, rather than after it.
          if (queue >= 0) self->next(queue);
+         op->on_reply(batch, r);
        },
        deadline);
 }
@@ -605,6 +608,7 @@ void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
          if (!r.ok()) error = r.error();
          else if (detail::is_error(*r)) error = reply_error(detail::text(r->get()));
          else if (!integers(r->get(), values)) error = protocol_error("unexpected reply to the acquire script");
+         self->next(queue);  // first, as in send_alone()
          std::size_t at = 0;
          for (const Waiting& w : many->calls) {
            if (error) {
@@ -614,7 +618,6 @@ void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
              at += 6 * w.op->batches[w.batch].members.size();
            }
          }
-         self->next(queue);
        },
        deadline);
 }
