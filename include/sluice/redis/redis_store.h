@@ -1,7 +1,8 @@
 // RedisStore: limiter state shared by a fleet through Redis or Redis Cluster, one atomic Lua script
-// per decision, on a pipelined Asio client. Thread-safe: any method may be called from any thread,
-// except that the synchronous ones (the Store interface) must not be called from a thread that
-// runs the store's executor, since they wait for it.
+// call per decision (under load, per batch of the decisions that queued behind the call in flight),
+// on a pipelined Asio client. Thread-safe: any method may be called from any thread, except that
+// the synchronous ones (the Store interface) must not be called from a thread that runs the
+// store's executor, since they wait for it.
 #pragma once
 
 #include <boost/asio/any_completion_handler.hpp>
