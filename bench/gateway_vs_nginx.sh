@@ -4,10 +4,11 @@
 # number of workers and the same wrk connections; sluice has limits active that never reject (system,
 # interface and grant limits plus an in-flight limit), nginx a `limit_req` that never rejects. wrk
 # also calls the upstream directly, to measure the latency a proxy adds. A second sluice counts the
-# same limits in a redis-server of the script's own (`store: redis://`), one script call per request
-# for the limits plus one to give back the in-flight lease; a third counts only the system limit in
-# that Redis (one script call per request, as nginx has one limit_req). Rounds alternate the five
-# targets; the figures are each target's medians.
+# same limits in a redis-server of the script's own (`store: redis://`): the limits of a request in
+# one script call (batched with other requests' under load) plus one to give back the in-flight
+# lease; a third counts only the system limit in that Redis (as nginx has one limit_req). Rounds
+# alternate the five targets; the figures are each target's medians, with the CPU the proxy and
+# Redis spent per request.
 #
 #   bench/gateway_vs_nginx.sh [--threads N] [--connections C] [--duration S] [--rounds R]
 #

@@ -163,9 +163,9 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
     std::shared_ptr<Acquire> op;
     std::size_t batch;
   };
-  // The acquires that wait for one node (a cluster: one slot). Busy while a call is in flight.
+  // The acquires that wait for one node (a cluster: one slot), and how many calls are in flight.
   struct Queue {
-    bool busy = false;
+    int busy = 0;
     std::deque<Waiting> waiting;
   };
 
@@ -404,7 +404,9 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   void submit(std::shared_ptr<Acquire> op, std::size_t batch);
   void send_alone(int queue, std::shared_ptr<Acquire> op, std::size_t batch);
   void send_many(int queue, std::vector<Waiting> calls);
+  void send_waiting(int queue);
   void next(int queue);
+  void after_failure(int queue, const Error& error);
 
   RedisStoreOptions options;
   asio::any_io_executor executor;
@@ -465,8 +467,12 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   }
 
   // Batch b's answer: six integers per member (allowed, cost_exceeds_limit, remaining,
-  // retry_after_us, reset_after_us, and what a refund needs).
+  // retry_after_us, reset_after_us, and what a refund needs); -1 for each when many.lua caught an
+  // error in this call's decisions.
   void on_values(std::size_t b, redisReply* const* values) {
+    if (values[0]->integer == -1) {
+      return on_error(protocol_error("the acquire script failed for this call (the Redis log says why)"));
+    }
     parse(batches[b], values);
     if (--outstanding == 0) finish();
   }
@@ -531,15 +537,21 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   Done done;
 };
 
-// The first call for a queue goes at once; those that come while it is in flight wait, and go
-// together when it answers.
+// The first call for a queue goes at once; those that come while one is in flight wait, and go
+// together when it answers, or at once when a full batch has gathered.
 void RedisStore::Impl::submit(std::shared_ptr<Acquire> op, std::size_t batch) {
   const int queue = client->cluster() ? op->batches[batch].slot : 0;
   if (options.max_batch <= 1) return send_alone(-1, std::move(op), batch);
   Queue& q = queues[queue];
-  if (q.busy) return q.waiting.push_back({std::move(op), batch});
-  q.busy = true;
-  send_alone(queue, std::move(op), batch);
+  if (q.busy == 0) {
+    q.busy = 1;
+    return send_alone(queue, std::move(op), batch);
+  }
+  q.waiting.push_back({std::move(op), batch});
+  if (q.waiting.size() >= static_cast<std::size_t>(options.max_batch)) {
+    ++q.busy;
+    send_waiting(queue);
+  }
 }
 
 // A batch in a call of its own (queue -1: in none), by its one-limit script or acquire.lua.
@@ -551,6 +563,11 @@ void RedisStore::Impl::send_alone(int queue, std::shared_ptr<Acquire> op, std::s
   const detail::SteadyTime deadline = op->deadline;
   eval(b.slot, script, command,
        [self = shared_from_this(), queue, op = std::move(op), batch](Result<Reply> r) {
+         if (!r.ok()) {
+           op->on_reply(batch, r);
+           if (queue >= 0) self->after_failure(queue, r.error());
+           return;
+         }
          // What waited goes first: its write is then queued ahead of the work this answer
          // resumes, rather than after it.
          if (queue >= 0) self->next(queue);
@@ -560,7 +577,9 @@ void RedisStore::Impl::send_alone(int queue, std::shared_ptr<Acquire> op, std::s
 }
 
 // Several acquires' batches in one call of many.lua: KEYS, then the number of calls, then each
-// one's pinned time, number of limits, and limits as acquire.lua reads them.
+// one's pinned time, number of limits, and limits as acquire.lua reads them. The call's deadline is
+// the latest of theirs: they queued during one round trip, and an earlier one is not to cut the
+// others' time short.
 void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
   std::size_t keys = 0;
   std::size_t args = 1;
@@ -572,7 +591,7 @@ void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
       keys += kind.two_keys ? 2 : 1;
       args += kind.args + 1;
     }
-    deadline = std::min(deadline, w.op->deadline);
+    deadline = std::max(deadline, w.op->deadline);
   }
   Command c(3 + keys + args);
   c.arg("EVALSHA").arg(detail::kAcquireManyScript.sha1).arg(static_cast<std::int64_t>(keys));
@@ -604,11 +623,17 @@ void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
        [self = shared_from_this(), queue, many](Result<Reply> r) {
          std::size_t values = 0;
          for (const Waiting& w : many->calls) values += 6 * w.op->batches[w.batch].members.size();
+         if (r.ok() && detail::is_error(*r) && detail::text(r->get()).starts_with("TRYAGAIN")) {
+           // A cluster slot moving: some of the keys are on either side, and the script has not
+           // run. Each goes again on its own, which a moving slot does not refuse.
+           for (Waiting& w : many->calls) self->send_alone(-1, std::move(w.op), w.batch);
+           return self->next(queue);
+         }
          std::optional<Error> error;
          if (!r.ok()) error = r.error();
          else if (detail::is_error(*r)) error = reply_error(detail::text(r->get()));
          else if (!integers(r->get(), values)) error = protocol_error("unexpected reply to the acquire script");
-         self->next(queue);  // first, as in send_alone()
+         if (!error) self->next(queue);  // first, as in send_alone()
          std::size_t at = 0;
          for (const Waiting& w : many->calls) {
            if (error) {
@@ -618,20 +643,52 @@ void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
              at += 6 * w.op->batches[w.batch].members.size();
            }
          }
+         if (error) self->after_failure(queue, *error);
        },
        deadline);
 }
 
-// The call in flight for a queue has answered: sends what waits, or marks the queue idle.
+// A call for the queue has answered or failed: what waits goes when no other call in flight will
+// take it, and what waited past its deadline fails without being sent (sent, it could still take
+// from a limit after its caller was told it timed out).
 void RedisStore::Impl::next(int queue) {
   auto it = queues.find(queue);
   if (it == queues.end()) return;
-  std::deque<Waiting>& waiting = it->second.waiting;
-  if (waiting.empty()) {
-    if (client->cluster()) queues.erase(it);
-    else it->second.busy = false;
+  Queue& q = it->second;
+  --q.busy;
+  const auto now = std::chrono::steady_clock::now();
+  while (!q.waiting.empty() && q.waiting.front().op->deadline <= now) {
+    const Waiting w = std::move(q.waiting.front());
+    q.waiting.pop_front();
+    w.op->on_error(Error{ErrorCode::kTimeout, "redis: timed out waiting for the call in flight"});
+  }
+  if (q.waiting.empty()) {
+    if (q.busy == 0 && client->cluster()) queues.erase(it);
     return;
   }
+  if (q.busy > 0 && q.waiting.size() < static_cast<std::size_t>(options.max_batch)) return;
+  ++q.busy;
+  send_waiting(queue);
+}
+
+// A call for the queue failed, and its acquires have been answered. When Redis cannot be reached,
+// what waits would fail at once too: it fails here, in order, rather than call by call (which
+// would recurse through every queued batch).
+void RedisStore::Impl::after_failure(int queue, const Error& error) {
+  if (error.code == ErrorCode::kStoreUnavailable) {
+    auto it = queues.find(queue);
+    if (it != queues.end()) {
+      std::deque<Waiting> waiting = std::move(it->second.waiting);
+      it->second.waiting.clear();
+      for (const Waiting& w : waiting) w.op->on_error(error);
+    }
+  }
+  next(queue);
+}
+
+// Sends the oldest waiting batches, up to max_batch, as one call.
+void RedisStore::Impl::send_waiting(int queue) {
+  std::deque<Waiting>& waiting = queues[queue].waiting;
   const std::size_t n = std::min(waiting.size(), static_cast<std::size_t>(options.max_batch));
   std::vector<Waiting> calls(std::make_move_iterator(waiting.begin()),
                              std::make_move_iterator(waiting.begin() + static_cast<std::ptrdiff_t>(n)));

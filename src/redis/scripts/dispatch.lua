@@ -28,6 +28,16 @@ local function each_limit(n, k, a, f)
   return k, a
 end
 
+-- The k and a that follow n limits whose code and ARGV start at ARGV[a] and keys at KEYS[k].
+local function skip_limits(n, k, a)
+  for _ = 1, n do
+    local alg = ALGORITHMS[ARGV[a]]
+    if not alg then error('sluice: unknown algorithm ' .. tostring(ARGV[a])) end
+    k, a = k + alg[1], a + 1 + alg[2]
+  end
+  return k, a
+end
+
 -- Decides the n limits of one call (as each_limit finds them) all or nothing: when any rejects,
 -- gives back what the others took. Appends six integers per limit (see decision()) to `out`;
 -- returns the k and a that follow the call. Written out rather than on each_limit, and with no
