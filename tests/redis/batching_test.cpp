@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <future>
+#include <map>
 #include <random>
 #include <sstream>
 #include <regex>
@@ -79,7 +80,63 @@ struct Answers {
   std::promise<void> all;
 };
 
-class BatchingTest : public RedisTest, public ::testing::WithParamInterface<int> {};
+class BatchingTest : public RedisTest, public ::testing::WithParamInterface<int> {
+ protected:
+  struct Call {
+    std::int64_t at_us;
+    std::vector<LimitRequest> requests;
+  };
+  // What a key holds, as far as two runs can compare it (lease ids are random: a lease set counts
+  // by its size and its hash by the permits in flight).
+  struct State {
+    std::string value;
+    long ttl_ms = 0;
+  };
+
+  // Starts every call at once on a store with this max_batch (the first goes, the others queue),
+  // each at its time, and returns their answers once all have come, each exactly once.
+  std::vector<Result<std::vector<Decision>>> run(const std::vector<Call>& calls, int max_batch) {
+    ManualClock clock{Nanos{kT0us * 1000}};
+    Answers answers(calls.size());  // first: it outlives the loop and the store, whatever answers late
+    Loop loop;
+    auto store = redis::RedisStore::open(
+        loop.executor(), {.address = server_->address(),
+                          .connect_timeout = 2000ms,
+                          .command_timeout = 2000ms,
+                          .max_batch = max_batch,
+                          .pinned_clock = &clock});
+    EXPECT_TRUE(store.ok()) << store.error().message;
+    if (!store.ok()) return {};
+    EXPECT_TRUE((*store)->connect().ok());
+    loop.run([&] {
+      for (std::size_t i = 0; i < calls.size(); ++i) {
+        clock.set(Nanos{calls[i].at_us * 1000});
+        (*store)->async_acquire_all(calls[i].requests, [&answers, i](Result<std::vector<Decision>> r) {
+          answers.set(i, std::move(r));
+        });
+      }
+    });
+    answers.wait();
+    EXPECT_EQ(answers.times_answered, calls.size());
+    return std::move(answers.results);
+  }
+
+  std::map<std::string, State> states() {
+    std::map<std::string, State> out;
+    std::istringstream names(server_->cli({"KEYS", "*"}));
+    for (std::string name; std::getline(names, name);) {
+      State& s = out[name];
+      const std::string type = server_->cli({"TYPE", name});
+      if (type == "string") s.value = server_->cli({"GET", name});
+      else if (type == "list") s.value = server_->cli({"LRANGE", name, "0", "-1"});
+      else if (type == "zset") s.value = "zset of " + server_->cli({"ZCARD", name});
+      else if (type == "hash") s.value = server_->cli({"HMGET", name, "n", "t"});
+      else s.value = type;
+      s.ttl_ms = std::stol(server_->cli({"PTTL", name}));
+    }
+    return out;
+  }
+};
 
 // Seeded random acquire_all calls of one to three limits (every algorithm, two keys, costs up to
 // beyond a limit), at times that move forward, stand still and go back; every call started at
@@ -94,10 +151,6 @@ TEST_P(BatchingTest, QueuedCallsDecideAsLocalStoreInTheirOrder) {
       make(Limit::sliding_window({.limit = 4, .period = 1s})),
       make(Limit::sliding_log({.limit = 4, .period = 1s})),
       make(Limit::concurrency({.limit = 3, .lease_timeout = 2s})),
-  };
-  struct Call {
-    std::int64_t at_us;
-    std::vector<LimitRequest> requests;
   };
   // Two keys per limit: limits of one kind on one key would share a state (a continuous token
   // bucket and GCRA do too), which no caller means.
@@ -125,34 +178,22 @@ TEST_P(BatchingTest, QueuedCallsDecideAsLocalStoreInTheirOrder) {
     }
   }
 
-  ManualClock clock{Nanos{kT0us * 1000}};
-  Answers answers(calls.size());  // first: it outlives the loop and the store, whatever answers late
-  Loop loop;
-  auto store = redis::RedisStore::open(
-      loop.executor(), {.address = server_->address(),
-                        .connect_timeout = 2000ms,
-                        .command_timeout = 2000ms,
-                        .max_batch = max_batch,
-                        .pinned_clock = &clock});
-  ASSERT_TRUE(store.ok()) << store.error().message;
-  ASSERT_TRUE((*store)->connect().ok());
+  // The same calls one call each first (pipelined, the behaviour before batching), for the states
+  // they leave; then batched, for the decisions, the states and the number of script calls.
+  server_->cli({"FLUSHALL"});
+  ASSERT_NO_FATAL_FAILURE(run(calls, 1));
+  const std::map<std::string, State> sequential = states();
+  const auto first_look = std::chrono::steady_clock::now();
+  server_->cli({"FLUSHALL"});
   server_->cli({"CONFIG", "RESETSTAT"});
-
-  loop.run([&] {
-    for (std::size_t i = 0; i < calls.size(); ++i) {
-      clock.set(Nanos{calls[i].at_us * 1000});
-      (*store)->async_acquire_all(calls[i].requests, [&answers, i](Result<std::vector<Decision>> r) {
-        answers.set(i, std::move(r));
-      });
-    }
-  });
-  answers.wait();
+  std::vector<Result<std::vector<Decision>>> answers;
+  ASSERT_NO_FATAL_FAILURE(answers = run(calls, max_batch));
 
   LocalStore local;
   for (std::size_t i = 0; i < calls.size(); ++i) {
     std::vector<Decision> expected(calls[i].requests.size());
     ASSERT_TRUE(local.acquire_all_at(Nanos{calls[i].at_us * 1000}, calls[i].requests, expected).ok());
-    const auto& got = answers.results[i];
+    const auto& got = answers[i];
     ASSERT_TRUE(got.ok()) << "call " << i << ": " << got.error().message;
     ASSERT_EQ(got->size(), expected.size());
     for (std::size_t j = 0; j < expected.size(); ++j) {
@@ -164,19 +205,26 @@ TEST_P(BatchingTest, QueuedCallsDecideAsLocalStoreInTheirOrder) {
                       << ", key " << calls[i].requests[j].key << ", cost " << calls[i].requests[j].cost << ")";
     }
   }
-  // Every state left has a TTL: a batch's writes keep what the calls in sequence would have set.
-  const std::string names = server_->cli({"KEYS", "*"});
-  std::istringstream lines(names);
-  int states = 0;
-  for (std::string name; std::getline(lines, name);) {
-    ++states;
-    EXPECT_NE(server_->cli({"PTTL", name}), "-1") << name << " has no TTL";
+  // A batch's writes leave what the calls in sequence left: the same keys, values and TTLs (to
+  // within the time between the two looks), and no key without a TTL.
+  const std::map<std::string, State> batched = states();
+  const double drift_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - first_look).count() + 50;
+  EXPECT_FALSE(batched.empty());
+  for (const auto& [name, state] : batched) {
+    EXPECT_GT(state.ttl_ms, 0) << name << " has no TTL";
+    const auto it = sequential.find(name);
+    if (it == sequential.end()) {
+      ADD_FAILURE() << name << " is left by the batched calls only";
+      continue;
+    }
+    EXPECT_EQ(state.value, it->second.value) << name;
+    EXPECT_NEAR(static_cast<double>(state.ttl_ms), static_cast<double>(it->second.ttl_ms), drift_ms) << name;
   }
-  EXPECT_GT(states, 0);
+  EXPECT_EQ(batched.size(), sequential.size());
   // The first call goes alone; the other 299 wait for it, then go max_batch at a time.
-  const long batched = max_batch == 1 ? 299 : (299 + max_batch - 1) / max_batch;
-  EXPECT_EQ(evalsha_calls(*server_), 1 + batched);
-  EXPECT_EQ(answers.times_answered, calls.size());
+  const long batches = max_batch == 1 ? 299 : (299 + max_batch - 1) / max_batch;
+  EXPECT_EQ(evalsha_calls(*server_), 1 + batches);
 }
 
 INSTANTIATE_TEST_SUITE_P(MaxBatch, BatchingTest, ::testing::Values(1, 7, 64),
