@@ -1,8 +1,8 @@
 -- sluice: the limiting algorithms of src/core/algorithms.cpp as Redis Lua, decision for decision.
 -- common.lua comes first in every script, then how it keeps states (states_*.lua); then the
 -- helpers and algorithms a script needs; then an entry (see embed_scripts.cmake for which script
--- holds which). Redis defines every function of a script anew on each call, so a script carries only
--- what it uses.
+-- holds which). Redis defines every function of a script anew on each call, so a script carries
+-- only what it uses.
 --
 -- Lua numbers are doubles: every integer below 2^53 is exact, and every value this file keeps is
 -- such an integer. Where the core multiplies into 128 bits, muldiv() (muldiv.lua) divides exactly
