@@ -1,7 +1,8 @@
 // RedisStore's batching: acquires that come while a call is in flight queue and go together as one
 // call of many.lua. Queued calls are decided one by one, each all or nothing, in the order asked,
-// exactly as LocalStore decides the same calls in that order; a call that fails fails every
-// acquire in it, and each of them completes once.
+// exactly as LocalStore decides the same calls in that order. A call to Redis that fails (a
+// timeout) fails every acquire in it, each once; an error in one acquire's decisions fails that
+// acquire alone.
 #include <gtest/gtest.h>
 
 #include <boost/asio/executor_work_guard.hpp>
