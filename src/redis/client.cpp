@@ -149,7 +149,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
       return callback(std::move(r));
     }
     if (!is_error(*r)) return callback(std::move(r));
-    const std::string_view message = text(r->get());
+    const std::string_view message = text(*r);
     const bool moved = message.starts_with("MOVED ");
     if ((moved || message.starts_with("ASK ")) && hops < kMaxRedirects && !stopped_) {
       // "MOVED 3999 127.0.0.1:6381"
@@ -214,7 +214,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     c->send(encode({"CLUSTER", "NODES"}), [self = shared_from_this(), host = c->endpoint().host](
                                                Result<Reply> r) {
       self->refreshing_ = false;
-      if (r.ok() && !is_error(*r)) self->apply(r->get(), host);
+      if (r.ok() && !is_error(*r)) self->apply(*r, host);
       if (self->again_ || !self->complete()) {
         self->again_ = false;
         self->refresh_soon();
@@ -225,8 +225,8 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   // Applies a CLUSTER NODES reply, one line per node (CLUSTER SLOTS leaves out replicas that have
   // no data yet, and we want a connection to each before it is promoted):
   // "<id> <ip:port@bus> <flags> <master> <ping> <pong> <epoch> <link> <slot ranges>..."
-  void apply(const redisReply* r, const std::string& asked_host) {
-    if (stopped_ || r->type != REDIS_REPLY_STRING) return;
+  void apply(const Reply& r, const std::string& asked_host) {
+    if (stopped_ || r.type() != Reply::Type::kString) return;
     std::vector<std::string> owner(kSlots);
     std::map<std::string, Endpoint> listed;
     std::istringstream lines{std::string(text(r))};

@@ -27,10 +27,9 @@ Connection::Connection(Strand strand, ConnectionOptions options, Listener listen
       connect_timer_(strand_),
       command_timer_(strand_),
       retry_timer_(strand_),
-      in_(kReadChunk),
-      reader_(redisReaderCreate()) {}
+      in_(kReadChunk) {}
 
-Connection::~Connection() { redisReaderFree(reader_); }
+Connection::~Connection() = default;
 
 Error Connection::unavailable(std::string what) const {
   return Error{ErrorCode::kStoreUnavailable,
@@ -115,7 +114,7 @@ void Connection::handshake() {
       if (is_error(*r)) {
         return disconnect(Error{ErrorCode::kStoreUnavailable,
                                 "redis " + options_.endpoint.to_string() +
-                                    " refused the handshake: " + std::string(text(r->get()))});
+                                    " refused the handshake: " + std::string(text(*r))});
       }
       if (--*left == 0) set_ready();
     }, deadline);
@@ -197,19 +196,14 @@ void Connection::read() {
 }
 
 void Connection::on_read(std::uint64_t generation, std::size_t n) {
-  if (redisReaderFeed(reader_, in_.data(), n) != REDIS_OK) {
-    return disconnect(Error{ErrorCode::kProtocol, "redis: unreadable reply"});
-  }
+  reader_.feed(in_.data(), n);
   for (;;) {
-    void* raw = nullptr;
-    if (redisReaderGetReply(reader_, &raw) != REDIS_OK) {
-      return disconnect(Error{ErrorCode::kProtocol,
-                              std::string("redis: unreadable reply: ") + reader_->errstr});
-    }
-    if (raw == nullptr) break;
-    Reply reply(static_cast<redisReply*>(raw));
+    Result<std::optional<Reply>> next = reader_.next();
+    if (!next) return disconnect(next.error());
+    if (!next->has_value()) break;
+    Reply reply = std::move(**next);
     // An error is no answer: a server at maxclients sends one, then closes.
-    if (state_ == State::kReady && !answered_ && reply->type != REDIS_REPLY_ERROR) {
+    if (state_ == State::kReady && !answered_ && !reply.is_error()) {
       answered_ = true;
       failures_ = 0;
     }
@@ -272,8 +266,7 @@ void Connection::disconnect(Error why) {
   writing_now_ = false;
   out_.clear();
   writing_.clear();
-  redisReaderFree(reader_);
-  reader_ = redisReaderCreate();
+  reader_ = ReplyReader();
   std::deque<Pending> pending = std::exchange(pending_, {});
   const std::size_t dead = std::exchange(dead_, 0);
   state_ = State::kIdle;

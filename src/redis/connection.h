@@ -20,8 +20,6 @@
 #include "redis/resp.h"
 #include "sluice/redis/address.h"
 
-struct redisReader;
-
 namespace sluice::redis::detail {
 
 using Strand = boost::asio::strand<boost::asio::any_io_executor>;
@@ -114,7 +112,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool writing_now_ = false;
   bool flush_posted_ = false;
   std::vector<char> in_;
-  redisReader* reader_ = nullptr;
+  ReplyReader reader_;
 };
 
 }  // namespace sluice::redis::detail

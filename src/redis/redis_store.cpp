@@ -93,15 +93,6 @@ struct Batch {
   bool admitted = false;  // answered, and every member admitted
 };
 
-// Whether a reply is an array of n integers.
-bool integers(const redisReply* r, std::size_t n) {
-  if (r->type != REDIS_REPLY_ARRAY || r->elements != n) return false;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (r->element[i]->type != REDIS_REPLY_INTEGER) return false;
-  }
-  return true;
-}
-
 Error protocol_error(std::string what) { return Error{ErrorCode::kProtocol, "redis: " + what}; }
 
 // Errors a script reply can carry that mean "Redis cannot serve now", not "we sent nonsense".
@@ -291,7 +282,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
             detail::SteadyTime deadline) {
     client->send(slot, command, [self = shared_from_this(), slot, &script, command, deadline,
                                  callback = std::move(callback)](Result<Reply> r) mutable {
-      if (r.ok() && detail::is_error(*r) && detail::text(r->get()).starts_with("NOSCRIPT")) {
+      if (r.ok() && detail::is_error(*r) && detail::text(*r).starts_with("NOSCRIPT")) {
         auto with_source = std::make_unique<std::string>(as_eval(command, script));
         const std::string_view view = *with_source;
         return self->client->send(slot, view, [with_source = std::move(with_source),
@@ -454,11 +445,11 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   // The reply to a call of batch b alone.
   void on_reply(std::size_t b, const Result<Reply>& r) {
     if (!r.ok()) return on_error(r.error());
-    if (detail::is_error(*r)) return on_error(reply_error(detail::text(r->get())));
-    if (!integers(r->get(), 6 * batches[b].members.size())) {
+    if (detail::is_error(*r)) return on_error(reply_error(detail::text(*r)));
+    if (!r->integers(6 * batches[b].members.size())) {
       return on_error(protocol_error("unexpected reply to the acquire script"));
     }
-    on_values(b, r->get()->element);
+    on_values(b, r->elements().data());
   }
 
   void on_error(Error e) {
@@ -469,28 +460,28 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   // Batch b's answer: six integers per member (allowed, cost_exceeds_limit, remaining,
   // retry_after_us, reset_after_us, and what a refund needs); -1 for each when many.lua caught an
   // error in this call's decisions.
-  void on_values(std::size_t b, redisReply* const* values) {
-    if (values[0]->integer == -1) {
+  void on_values(std::size_t b, const Reply* values) {
+    if (values[0].integer() == -1) {
       return on_error(protocol_error("the acquire script failed for this call (the Redis log says why)"));
     }
     parse(batches[b], values);
     if (--outstanding == 0) finish();
   }
 
-  void parse(Batch& batch, redisReply* const* values) {
+  void parse(Batch& batch, const Reply* values) {
     batch.admitted = true;
     for (std::size_t j = 0; j < batch.members.size(); ++j) {
       Request& q = requests[batch.members[j]];
-      redisReply* const* e = values + 6 * j;
+      const Reply* e = values + 6 * j;
       Decision& d = decisions[batch.members[j]];
-      d.allowed = e[0]->integer == 1;
-      d.cost_exceeds_limit = e[1]->integer == 1;
+      d.allowed = e[0].integer() == 1;
+      d.cost_exceeds_limit = e[1].integer() == 1;
       d.limit = q.limit.quota();
-      d.remaining = e[2]->integer;
-      d.retry_after = from_us(e[3]->integer);
-      d.reset_after = from_us(e[4]->integer);
+      d.remaining = e[2].integer();
+      d.retry_after = from_us(e[3].integer());
+      d.reset_after = from_us(e[4].integer());
       d.lease = d.allowed ? q.lease : 0;
-      q.extra = e[5]->integer;
+      q.extra = e[5].integer();
       batch.admitted = batch.admitted && d.allowed;
     }
   }
@@ -623,7 +614,7 @@ void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
        [self = shared_from_this(), queue, many](Result<Reply> r) {
          std::size_t values = 0;
          for (const Waiting& w : many->calls) values += 6 * w.op->batches[w.batch].members.size();
-         if (r.ok() && detail::is_error(*r) && detail::text(r->get()).starts_with("TRYAGAIN")) {
+         if (r.ok() && detail::is_error(*r) && detail::text(*r).starts_with("TRYAGAIN")) {
            // A cluster slot moving: some of the keys are on either side, and the script has not
            // run. Each goes again on its own, which a moving slot does not refuse.
            for (Waiting& w : many->calls) self->send_alone(-1, std::move(w.op), w.batch);
@@ -631,15 +622,15 @@ void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
          }
          std::optional<Error> error;
          if (!r.ok()) error = r.error();
-         else if (detail::is_error(*r)) error = reply_error(detail::text(r->get()));
-         else if (!integers(r->get(), values)) error = protocol_error("unexpected reply to the acquire script");
+         else if (detail::is_error(*r)) error = reply_error(detail::text(*r));
+         else if (!r->integers(values)) error = protocol_error("unexpected reply to the acquire script");
          if (!error) self->next(queue);  // first, as in send_alone()
          std::size_t at = 0;
          for (const Waiting& w : many->calls) {
            if (error) {
              w.op->on_error(*error);
            } else {
-             w.op->on_values(w.batch, r->get()->element + at);
+             w.op->on_values(w.batch, r->elements().data() + at);
              at += 6 * w.op->batches[w.batch].members.size();
            }
          }
@@ -843,7 +834,7 @@ void RedisStore::start_reset(std::string_view key, const Limit& limit, StatusHan
                                       handler = std::move(handler)](Result<Reply> reply) mutable {
       std::optional<Error> error;
       if (!reply.ok()) error = reply.error();
-      else if (detail::is_error(*reply)) error = reply_error(detail::text(reply->get()));
+      else if (detail::is_error(*reply)) error = reply_error(detail::text(*reply));
       impl->record(permit, error);
       complete(std::move(handler), impl->executor, error ? Status(*error) : Status());
     }, deadline);
@@ -879,11 +870,11 @@ void RedisStore::start_release(std::string_view key, const Limit& limit, std::ui
                  if (!reply.ok()) {
                    error = reply.error();
                  } else if (detail::is_error(*reply)) {
-                   error = reply_error(detail::text(reply->get()));
-                 } else if ((*reply)->type != REDIS_REPLY_INTEGER) {
+                   error = reply_error(detail::text(*reply));
+                 } else if (reply->type() != Reply::Type::kInteger) {
                    error = protocol_error("unexpected reply to the release script");
                  } else {
-                   held = (*reply)->integer == 1;
+                   held = reply->integer() == 1;
                  }
                  impl->record(permit, error);
                  complete(std::move(handler), impl->executor,

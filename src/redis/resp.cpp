@@ -4,6 +4,7 @@
 #include <array>
 #include <cassert>
 #include <charconv>
+#include <cstring>
 
 namespace sluice::redis::detail {
 
@@ -84,6 +85,165 @@ std::string encode(std::initializer_list<std::string_view> args) {
   Command c(args.size());
   for (const std::string_view a : args) c.arg(a);
   return std::move(c).take();
+}
+
+Reply Reply::of_integer(std::int64_t n) {
+  Reply r;
+  r.type_ = Type::kInteger;
+  r.integer_ = n;
+  return r;
+}
+
+Reply Reply::of_text(Type type, std::string_view s) {
+  Reply r;
+  r.type_ = type;
+  r.text_.assign(s);
+  return r;
+}
+
+Reply Reply::of_array(std::vector<Reply> elements) {
+  Reply r;
+  r.type_ = Type::kArray;
+  r.elements_ = std::move(elements);
+  return r;
+}
+
+bool Reply::integers(std::size_t n) const {
+  return type_ == Type::kArray && elements_.size() == n &&
+         std::all_of(elements_.begin(), elements_.end(),
+                     [](const Reply& e) { return e.type_ == Type::kInteger; });
+}
+
+namespace {
+
+// Redis refuses bulk strings longer than its proto-max-bulk-len, 512 MB by default.
+constexpr std::int64_t kMaxBulk = std::int64_t{512} << 20;
+constexpr int kMaxDepth = 16;
+// The smallest element an array can hold takes three bytes ("+\r\n").
+constexpr std::size_t kMinElement = 3;
+
+std::optional<std::int64_t> to_int(std::string_view s) {
+  std::int64_t n = 0;
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), n);
+  if (r.ec != std::errc() || r.ptr != s.data() + s.size()) return std::nullopt;
+  return n;
+}
+
+}  // namespace
+
+void ReplyReader::feed(const char* data, std::size_t n) {
+  if (start_ == buffer_.size()) {
+    buffer_.clear();
+    start_ = 0;
+  } else if (start_ >= 64 * 1024) {
+    buffer_.erase(0, start_);
+    start_ = 0;
+  }
+  buffer_.append(data, n);
+}
+
+Result<std::optional<Reply>> ReplyReader::next() {
+  if (error_.empty() && start_ < buffer_.size()) {
+    std::size_t at = start_;
+    Reply reply;
+    switch (parse(at, reply, 0)) {
+      case Parsed::kDone:
+        start_ = at;
+        return std::optional<Reply>(std::move(reply));
+      case Parsed::kNeedMore: break;
+      case Parsed::kBad: break;
+    }
+  }
+  if (!error_.empty()) return Error{ErrorCode::kProtocol, "redis: unreadable reply: " + error_};
+  return std::optional<Reply>();
+}
+
+std::optional<std::string_view> ReplyReader::line(std::size_t& at) const {
+  const char* begin = buffer_.data() + at;
+  const std::size_t left = buffer_.size() - at;
+  const void* cr = std::memchr(begin, '\r', left);
+  if (cr == nullptr) return std::nullopt;
+  const auto n = static_cast<std::size_t>(static_cast<const char*>(cr) - begin);
+  if (n + 1 >= left) return std::nullopt;  // the '\n' has not come yet
+  at += n + 2;
+  return std::string_view(begin, n);
+}
+
+// Parses the value that starts at `at` into `out`, and moves `at` past it. On kNeedMore, `at` and
+// `out` are left as they are to be thrown away: the value is parsed again, whole, once more bytes
+// have come.
+ReplyReader::Parsed ReplyReader::parse(std::size_t& at, Reply& out, int depth) {
+  if (at >= buffer_.size()) return Parsed::kNeedMore;
+  const char kind = buffer_[at];
+  std::size_t p = at + 1;
+  const std::optional<std::string_view> head = line(p);
+  if (!head) return Parsed::kNeedMore;
+  if (buffer_[p - 1] != '\n') {
+    error_ = "a line that does not end in CRLF";
+    return Parsed::kBad;
+  }
+  switch (kind) {
+    case '+': out = Reply::of_text(Reply::Type::kStatus, *head); break;
+    case '-': out = Reply::of_text(Reply::Type::kError, *head); break;
+    case ':': {
+      const auto n = to_int(*head);
+      if (!n) {
+        error_ = "an integer that is not one: \"" + std::string(head->substr(0, 32)) + "\"";
+        return Parsed::kBad;
+      }
+      out = Reply::of_integer(*n);
+      break;
+    }
+    case '$': {
+      const auto n = to_int(*head);
+      if (!n || *n < -1 || *n > kMaxBulk) {
+        error_ = "a bad string length: \"" + std::string(head->substr(0, 32)) + "\"";
+        return Parsed::kBad;
+      }
+      if (*n == -1) {
+        out = Reply();
+        break;
+      }
+      const auto len = static_cast<std::size_t>(*n);
+      if (buffer_.size() - p < len + 2) return Parsed::kNeedMore;
+      if (buffer_[p + len] != '\r' || buffer_[p + len + 1] != '\n') {
+        error_ = "a string longer than its length";
+        return Parsed::kBad;
+      }
+      out = Reply::of_text(Reply::Type::kString, std::string_view(buffer_).substr(p, len));
+      p += len + 2;
+      break;
+    }
+    case '*': {
+      const auto n = to_int(*head);
+      if (!n || *n < -1) {
+        error_ = "a bad array length: \"" + std::string(head->substr(0, 32)) + "\"";
+        return Parsed::kBad;
+      }
+      if (*n == -1) {
+        out = Reply();
+        break;
+      }
+      if (depth == kMaxDepth) {
+        error_ = "arrays nested deeper than " + std::to_string(kMaxDepth);
+        return Parsed::kBad;
+      }
+      // Not all there yet, whatever the elements are: nothing to parse or allocate for now.
+      const auto count = static_cast<std::size_t>(*n);
+      if ((buffer_.size() - p) / kMinElement < count) return Parsed::kNeedMore;
+      std::vector<Reply> elements(count);
+      for (Reply& e : elements) {
+        if (const Parsed r = parse(p, e, depth + 1); r != Parsed::kDone) return r;
+      }
+      out = Reply::of_array(std::move(elements));
+      break;
+    }
+    default:
+      error_ = "a reply that starts with byte " + std::to_string(static_cast<unsigned char>(kind));
+      return Parsed::kBad;
+  }
+  at = p;
+  return Parsed::kDone;
 }
 
 int key_slot(std::string_view key) {

@@ -1,7 +1,10 @@
-// RESP encoding and cluster key slots, against values Redis documents.
+// RESP: encoding, reading replies, and cluster key slots, against what Redis documents.
 #include "redis/resp.h"
 
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 namespace sluice::redis::detail {
 namespace {
@@ -26,6 +29,131 @@ TEST(Resp, HashTagsPickTheSlot) {
   EXPECT_EQ(key_slot("sluice:{user:42}:sl:meta"), key_slot("sluice:{user:42}:sl"));
   EXPECT_EQ(key_slot("a{}b"), key_slot("a{}b"));  // an empty tag hashes the whole key
   EXPECT_NE(key_slot("a{}b"), key_slot(""));
+}
+
+// Every reply a stream holds, fed in pieces of the given sizes (the last piece takes the rest).
+std::vector<Reply> read_all(std::string_view stream, std::vector<std::size_t> pieces = {}) {
+  ReplyReader reader;
+  std::vector<Reply> replies;
+  auto drain = [&] {
+    for (;;) {
+      auto r = reader.next();
+      EXPECT_TRUE(r.ok()) << r.error().message;
+      if (!r.ok() || !r->has_value()) return;
+      replies.push_back(std::move(**r));
+    }
+  };
+  for (const std::size_t n : pieces) {
+    const std::size_t take = std::min(n, stream.size());
+    reader.feed(stream.data(), take);
+    stream.remove_prefix(take);
+    drain();
+  }
+  reader.feed(stream.data(), stream.size());
+  drain();
+  return replies;
+}
+
+// What a reply holds, written out, to compare replies whole.
+std::string show(const Reply& r) {
+  switch (r.type()) {
+    case Reply::Type::kString: return "$" + std::string(r.text());
+    case Reply::Type::kStatus: return "+" + std::string(r.text());
+    case Reply::Type::kError: return "-" + std::string(r.text());
+    case Reply::Type::kInteger: return ":" + std::to_string(r.integer());
+    case Reply::Type::kNil: return "nil";
+    case Reply::Type::kArray: {
+      std::string out = "[";
+      for (const Reply& e : r.elements()) out += show(e) + ",";
+      return out + "]";
+    }
+  }
+  return "?";
+}
+
+// One of each kind, as Redis writes them: a string holding CRLF, nil string and array, empty ones,
+// negative and extreme integers, nested arrays.
+constexpr std::string_view kStream =
+    "+OK\r\n"
+    "-NOSCRIPT No matching script.\r\n"
+    ":-9223372036854775808\r\n"
+    ":9223372036854775807\r\n"
+    "$5\r\na\r\nbc\r\n"
+    "$0\r\n\r\n"
+    "$-1\r\n"
+    "*-1\r\n"
+    "*0\r\n"
+    "*3\r\n:1\r\n*2\r\n$1\r\nx\r\n$-1\r\n+QUEUED\r\n";
+
+const std::vector<std::string> kExpected = {
+    "+OK", "-NOSCRIPT No matching script.", ":-9223372036854775808", ":9223372036854775807",
+    "$a\r\nbc", "$", "nil", "nil", "[]", "[:1,[$x,nil,],+QUEUED,]"};
+
+TEST(ReplyReader, ReadsEveryKindOfReply) {
+  const std::vector<Reply> replies = read_all(kStream);
+  ASSERT_EQ(replies.size(), kExpected.size());
+  for (std::size_t i = 0; i < replies.size(); ++i) EXPECT_EQ(show(replies[i]), kExpected[i]) << i;
+  EXPECT_TRUE(replies[1].is_error());
+  EXPECT_EQ(replies[4].type(), Reply::Type::kString);
+  EXPECT_EQ(replies[9].elements()[1].elements()[0].text(), "x");
+}
+
+TEST(ReplyReader, GivesTheSameRepliesHoweverTheBytesAreSplit) {
+  for (std::size_t first = 1; first < kStream.size(); ++first) {
+    std::vector<std::string> got;
+    for (const Reply& r : read_all(kStream, {first})) got.push_back(show(r));
+    EXPECT_EQ(got, kExpected) << "split at " << first;
+  }
+  std::vector<std::size_t> bytes(kStream.size(), 1);
+  std::vector<std::string> got;
+  for (const Reply& r : read_all(kStream, bytes)) got.push_back(show(r));
+  EXPECT_EQ(got, kExpected);
+}
+
+TEST(ReplyReader, WaitsForAnArrayWithoutAllocatingForWhatItClaims) {
+  ReplyReader reader;
+  const std::string_view head = "*1000000000\r\n:1\r\n";
+  reader.feed(head.data(), head.size());
+  auto r = reader.next();
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->has_value());
+}
+
+TEST(ReplyReader, KnowsAnArrayOfIntegers) {
+  const std::vector<Reply> replies = read_all("*2\r\n:1\r\n:2\r\n*2\r\n:1\r\n$1\r\n2\r\n");
+  ASSERT_EQ(replies.size(), 2u);
+  EXPECT_TRUE(replies[0].integers(2));
+  EXPECT_FALSE(replies[0].integers(3));
+  EXPECT_FALSE(replies[1].integers(2));
+}
+
+TEST(ReplyReader, RefusesWhatIsNotRespAndStaysRefused) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"HTTP/1.1 400 Bad Request\r\n", "starts with byte 72"},
+      {":12x\r\n", "an integer that is not one: \"12x\""},
+      {":\r\n", "an integer that is not one"},
+      {"$3\r\nabcd\r\n", "a string longer than its length"},
+      {"$-2\r\n", "a bad string length"},
+      {"$999999999999\r\n", "a bad string length"},
+      {"*-5\r\n", "a bad array length"},
+      {"+OK\rX\n", "a line that does not end in CRLF"},
+      {[] {
+         std::string s;
+         for (int i = 0; i < 17; ++i) s += "*1\r\n";
+         return s + ":1\r\n";
+       }(),
+       "arrays nested deeper than 16"},
+  };
+  for (const auto& [bytes, why] : cases) {
+    ReplyReader reader;
+    reader.feed(bytes.data(), bytes.size());
+    auto r = reader.next();
+    ASSERT_FALSE(r.ok()) << bytes;
+    EXPECT_EQ(r.error().code, ErrorCode::kProtocol);
+    EXPECT_NE(r.error().message.find(why), std::string::npos) << r.error().message;
+    reader.feed("+OK\r\n", 5);
+    EXPECT_FALSE(reader.next().ok()) << "a reader that failed reads on: " << bytes;
+  }
 }
 
 }  // namespace
