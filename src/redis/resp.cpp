@@ -175,6 +175,23 @@ std::optional<std::string_view> ReplyReader::line(std::size_t& at) const {
 ReplyReader::Parsed ReplyReader::parse(std::size_t& at, Reply& out, int depth) {
   if (at >= buffer_.size()) return Parsed::kNeedMore;
   const char kind = buffer_[at];
+  if (kind == ':') {
+    // An integer of up to 18 digits, whole, read in one pass: the scripts answer with arrays of
+    // them. Anything else (more digits, a partial or bad line) takes the general path below.
+    const char* s = buffer_.data() + at + 1;
+    const char* end = buffer_.data() + buffer_.size();
+    const bool negative = s < end && *s == '-';
+    if (negative) ++s;
+    const char* digits = s;
+    std::int64_t n = 0;
+    while (s < end && *s >= '0' && *s <= '9' && s - digits < 18) n = n * 10 + (*s++ - '0');
+    if (s > digits && end - s >= 2 && s[0] == '\r' && s[1] == '\n') {
+      out.type_ = Reply::Type::kInteger;
+      out.integer_ = negative ? -n : n;
+      at = static_cast<std::size_t>(s + 2 - buffer_.data());
+      return Parsed::kDone;
+    }
+  }
   std::size_t p = at + 1;
   const std::optional<std::string_view> head = line(p);
   if (!head) return Parsed::kNeedMore;
