@@ -60,9 +60,14 @@ local function max(a, b)
 end
 
 -- A decision: allowed, cost_exceeds_limit, remaining, retry_after_us, reset_after_us, and a value
--- that refund() needs to give the cost back (the window, or the log time; 0 when unused).
+-- that refund() needs to give the cost back (the window, or the log time; 0 when unused). Every
+-- decision fills the one table DECISION, since a table made per decision, and collected, costs
+-- Redis more than the decision: a caller copies what it keeps before the next decision.
+local DECISION = {0, 0, 0, 0, 0, 0}
 local function decision(allowed, remaining, retry, reset, extra)
-  return {allowed and 1 or 0, 0, remaining, retry, reset, extra or 0}
+  local d = DECISION
+  d[1], d[2], d[3], d[4], d[5], d[6] = allowed and 1 or 0, 0, remaining, retry, reset, extra or 0
+  return d
 end
 
 -- "a:b" (the sliding log's meta): the two numbers, or nil for none (false).
@@ -82,13 +87,16 @@ local function state_decode(v)
   return {a + 0, b + 0, c + 0}
 end
 
-local function state_encode(t)
-  if t[3] then return string.format('%d:%d:%d', t[1], t[2], t[3]) end
-  return string.format('%d:%d', t[1], t[2])
+local function state_encode(a, b, c)
+  if c then return string.format('%d:%d:%d', a, b, c) end
+  return string.format('%d:%d', a, b)
 end
 
 -- ARGV of the window algorithms (fixed, sliding, log): cost, quota, period_us, refund value (read
--- by each_limit, for refunds only).
-local function window_params(argv, i)
-  return {cost = argv[i] + 0, quota = argv[i + 1] + 0, period = argv[i + 2] + 0}
+-- by each_limit, for refunds only). Like every *_params, fills `p` when given (a table the caller
+-- reuses), else a new table.
+local function window_params(argv, i, p)
+  p = p or {}
+  p.cost, p.quota, p.period = argv[i] + 0, argv[i + 1] + 0, argv[i + 2] + 0
+  return p
 end

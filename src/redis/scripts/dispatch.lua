@@ -1,14 +1,15 @@
 ---------------------------------------------------------------------------------------------------
--- Every algorithm, by the code the client sends: its number of keys and of ARGV, and its functions.
+-- Every algorithm, by the code the client sends: its number of keys and of ARGV, its functions,
+-- and a table its decisions' parameters are read into (see acquire_limits).
 
 local ALGORITHMS = {
-  tb = {1, 9, meter_params, meter_decide, meter_refund},
-  gcra = {1, 9, meter_params, meter_decide, meter_refund},
-  tbi = {1, 5, interval_params, interval_decide, interval_refund},
-  fw = {1, 4, window_params, fixed_decide, fixed_refund},
-  sw = {1, 4, window_params, sliding_decide, sliding_refund},
-  sl = {2, 4, window_params, log_decide, log_refund},
-  cc = {2, 5, leases_params, leases_decide, leases_refund},
+  tb = {1, 9, meter_params, meter_decide, meter_refund, {}},
+  gcra = {1, 9, meter_params, meter_decide, meter_refund, {}},
+  tbi = {1, 5, interval_params, interval_decide, interval_refund, {}},
+  fw = {1, 4, window_params, fixed_decide, fixed_refund, {}},
+  sw = {1, 4, window_params, sliding_decide, sliding_refund, {}},
+  sl = {2, 4, window_params, log_decide, log_refund, {}},
+  cc = {2, 5, leases_params, leases_decide, leases_refund, {}},
 }
 
 -- Calls f(algorithm, keys, params) for each of the n limits whose code and ARGV start at ARGV[a]
@@ -41,16 +42,20 @@ end
 -- Decides the n limits of one call (as each_limit finds them) all or nothing: when any rejects,
 -- gives back what the others took. Appends six integers per limit (see decision()) to `out`;
 -- returns the k and a that follow the call. Written out rather than on each_limit, and with no
--- table it can do without: allocations are most of what a decision costs Redis.
+-- table made per decision: the keys and parameters go in tables reused from one decision to the
+-- next, copied only for a limit that may have to give back. Allocations, and collecting them, are
+-- most of what a decision costs Redis.
+local KEYS_OF = {}
 local function acquire_limits(now, n, k, a, out)
   local admitted  -- what a call of several limits may have to give back
   local all = true
   for _ = 1, n do
     local alg = ALGORITHMS[ARGV[a]]
     if not alg then error('sluice: unknown algorithm ' .. tostring(ARGV[a])) end
-    local keys
-    if alg[1] == 1 then keys = {KEYS[k]} else keys = {KEYS[k], KEYS[k + 1]} end
-    local p = alg[3](ARGV, a + 1)
+    local keys = KEYS_OF
+    keys[1] = KEYS[k]
+    if alg[1] == 2 then keys[2] = KEYS[k + 1] else keys[2] = nil end
+    local p = alg[3](ARGV, a + 1, alg[6])
     local d = alg[4](keys, p, now)
     local o = #out
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] =
@@ -58,9 +63,11 @@ local function acquire_limits(now, n, k, a, out)
     if d[1] ~= 1 then
       all = false
     elseif n > 1 then
-      p.extra = d[6]
+      local kept = {}
+      for field, value in pairs(p) do kept[field] = value end
+      kept.extra = d[6]
       admitted = admitted or {}
-      admitted[#admitted + 1] = {alg, keys, p}
+      admitted[#admitted + 1] = {alg, {keys[1], keys[2]}, kept}
     end
     k, a = k + alg[1], a + 1 + alg[2]
   end

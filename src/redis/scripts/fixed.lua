@@ -16,7 +16,7 @@ local function fixed_decide(keys, p, now)
     if count > 0 then reset = window_end end
     local d = decision(true, p.quota - count, 0, reset, window)
     if p.cost > 0 then
-      state_set(key, {window, count}, reset)
+      state_set(key, reset, window, count)
     elseif s and reset == 0 then
       state_del(key)
     end
@@ -38,6 +38,6 @@ local function fixed_refund(keys, p, now)
   if count == 0 then
     state_del(key)
   else
-    state_set(key, {window, count})
+    state_set(key, nil, window, count)
   end
 end

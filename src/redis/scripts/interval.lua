@@ -1,9 +1,10 @@
 ---------------------------------------------------------------------------------------------------
 -- Token bucket (interval): "missing:tick". ARGV: cost, quota, refill tokens, period_us, refund value.
 
-local function interval_params(argv, i)
-  return {cost = argv[i] + 0, quota = argv[i + 1] + 0, rate = argv[i + 2] + 0,
-          period = argv[i + 3] + 0}
+local function interval_params(argv, i, p)
+  p = p or {}
+  p.cost, p.quota, p.rate, p.period = argv[i] + 0, argv[i + 1] + 0, argv[i + 2] + 0, argv[i + 3] + 0
+  return p
 end
 
 
@@ -37,7 +38,7 @@ local function interval_decide(keys, p, now)
     end
   end
   if d[5] > 0 then
-    state_set(key, {missing, tick}, d[5])
+    state_set(key, d[5], missing, tick)
   elseif s then
     state_del(key)
   end
@@ -48,7 +49,7 @@ local function interval_refund(keys, p, now)
   local key = keys[1]
   local s = state_get(key)
   if not s then return end
-  state_set(key, {max(0, s[1] - p.cost), s[2]})
+  state_set(key, nil, max(0, s[1] - p.cost), s[2])
   p.cost = 0
   interval_decide(keys, p, now)
 end

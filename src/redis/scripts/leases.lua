@@ -8,9 +8,10 @@ local function fmt(n)
   return string.format('%d', n)
 end
 
-local function leases_params(argv, i)
-  return {cost = argv[i] + 0, quota = argv[i + 1] + 0, period = argv[i + 2] + 0,
-          lease = argv[i + 3]}
+local function leases_params(argv, i, p)
+  p = p or {}
+  p.cost, p.quota, p.period, p.lease = argv[i] + 0, argv[i + 1] + 0, argv[i + 2] + 0, argv[i + 3]
+  return p
 end
 
 -- Saves in_flight and latest with the TTL of the last lease to expire, or forgets the state.

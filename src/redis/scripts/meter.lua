@@ -4,10 +4,12 @@
 -- ARGV: cost, quota, units_per_us, units_per_token, the capacity (quota tokens) and the cost as
 -- whole us and fraction (computed exactly by the client), and the refund value (unused).
 
-local function meter_params(argv, i)
-  return {cost = argv[i] + 0, quota = argv[i + 1] + 0, upu = argv[i + 2] + 0,
-          upt = argv[i + 3] + 0, cap_us = argv[i + 4] + 0, cap_f = argv[i + 5] + 0,
-          cost_us = argv[i + 6] + 0, cost_f = argv[i + 7] + 0}
+local function meter_params(argv, i, p)
+  p = p or {}
+  p.cost, p.quota, p.upu, p.upt = argv[i] + 0, argv[i + 1] + 0, argv[i + 2] + 0, argv[i + 3] + 0
+  p.cap_us, p.cap_f, p.cost_us, p.cost_f = argv[i + 4] + 0, argv[i + 5] + 0, argv[i + 6] + 0,
+                                           argv[i + 7] + 0
+  return p
 end
 
 local function meter_load(key)
@@ -43,7 +45,7 @@ local function meter_decide(keys, p, now)
     if n_us < p.cap_us or (n_us == p.cap_us and n_f <= p.cap_f) then
       local reset = meter_ceil_us(n_us, n_f)
       if p.cost > 0 then
-        state_set(key, {now + n_us, n_f}, reset)
+        state_set(key, reset, now + n_us, n_f)
         return decision(true, p.quota - meter_tokens(p, n_us, n_f), 0, reset)
       end
       d = decision(true, p.quota - meter_tokens(p, n_us, n_f), 0, reset)
@@ -67,7 +69,7 @@ local function meter_refund(keys, p, now)
   local t_us, t_f = tat_us - p.cost_us, tat_f - p.cost_f
   if t_f < 0 then t_us, t_f = t_us - 1, t_f + p.upu end
   if t_us > now or (t_us == now and t_f > 0) then
-    state_set(key, {t_us, t_f}, meter_ceil_us(t_us - now, t_f))
+    state_set(key, meter_ceil_us(t_us - now, t_f), t_us, t_f)
   else
     state_del(key)
   end

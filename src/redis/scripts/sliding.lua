@@ -35,7 +35,7 @@ local function sliding_decide(keys, p, now)
     local d = decision(true, quota - used - cost, 0,
                        sliding_reset(start, period, now, current + cost, previous), window)
     if cost > 0 then
-      state_set(key, {window, previous, current + cost}, d[5])
+      state_set(key, d[5], window, previous, current + cost)
     elseif existed and d[5] == 0 then
       state_del(key)
     end
@@ -85,6 +85,6 @@ local function sliding_refund(keys, p, now)
   if reset <= 0 then
     state_del(key)
   else
-    state_set(key, {s_window, s_prev, s_cur}, reset)
+    state_set(key, reset, s_window, s_prev, s_cur)
   end
 end

@@ -7,8 +7,10 @@
 -- states_direct.lua, which has the same functions.
 --
 -- state_get(key) gives the state's numbers as a table (see state_decode), or false for none; the
--- caller must not change that table. state_set(key, values, reset) keeps `values` with a TTL of
--- `reset` microseconds (see ttl_ms), or the key's TTL when reset is nil.
+-- caller must not change that table, and must read what it needs from it before it sets the
+-- state: state_set(key, reset, a, b[, c]) keeps the numbers in that same table (a table made per
+-- decision costs more than the decision), with a TTL of `reset` microseconds (see ttl_ms), or the
+-- key's TTL when reset is nil.
 
 local STATES = {}  -- key -> its numbers as the script has them, false when none
 local WRITES = {}  -- key -> {numbers or false, reset or nil to keep the TTL, deleted on the way}
@@ -23,8 +25,14 @@ local function state_get(key)
   return t
 end
 
-local function state_set(key, values, reset)
-  STATES[key] = values
+local function state_set(key, reset, a, b, c)
+  local values = STATES[key]
+  if values then
+    values[1], values[2], values[3] = a, b, c
+  else
+    values = {a, b, c}
+    STATES[key] = values
+  end
   local w = WRITES[key]
   if not w then
     w = {}
@@ -46,11 +54,11 @@ local function save_states()
     if not w[1] then
       redis.call('DEL', key)
     elseif w[2] then
-      redis.call('SET', key, state_encode(w[1]), 'PX', ttl_ms(w[2]))
+      redis.call('SET', key, state_encode(w[1][1], w[1][2], w[1][3]), 'PX', ttl_ms(w[2]))
     elseif w[3] then
-      redis.call('SET', key, state_encode(w[1]))
+      redis.call('SET', key, state_encode(w[1][1], w[1][2], w[1][3]))
     else
-      redis.call('SET', key, state_encode(w[1]), 'KEEPTTL')
+      redis.call('SET', key, state_encode(w[1][1], w[1][2], w[1][3]), 'KEEPTTL')
     end
   end
 end

@@ -7,11 +7,11 @@ local function state_get(key)
   return v and state_decode(v)
 end
 
-local function state_set(key, values, reset)
+local function state_set(key, reset, a, b, c)
   if reset then
-    redis.call('SET', key, state_encode(values), 'PX', ttl_ms(reset))
+    redis.call('SET', key, state_encode(a, b, c), 'PX', ttl_ms(reset))
   else
-    redis.call('SET', key, state_encode(values), 'KEEPTTL')
+    redis.call('SET', key, state_encode(a, b, c), 'KEEPTTL')
   end
 end
 
