@@ -244,9 +244,15 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
     return std::move(c).take();
   }
 
-  // One limit's ARGV, as its algorithm's *_params() in scripts/ reads it, then the refund value
+  // A concurrency limit's lease id, as the scripts read it.
+  static std::string lease_arg(const Request& r) {
+    return r.lease == 0 ? std::string("0") : std::to_string(r.lease);
+  }
+
+  // One limit's ARGV, as its algorithm's *_params() in scripts/ reads it: without a concurrency
+  // limit's lease id unless `lease` (many.lua sends it with each call), then the refund value
   // (dispatch.lua's each_limit reads it) when `refund_value`.
-  static void append_args(Command& c, const Request& r, bool refund_value) {
+  static void append_args(Command& c, const Request& r, bool refund_value, bool lease = true) {
     const sluice::detail::LimitParams& p = r.limit.params();
     c.arg(r.cost).arg(p.quota);
     switch (p.algorithm) {
@@ -273,7 +279,8 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
       case Algorithm::kSlidingWindow:
       case Algorithm::kSlidingLog: c.arg(p.period_us); break;
       case Algorithm::kConcurrency:
-        c.arg(p.period_us).arg(r.lease == 0 ? std::string("0") : std::to_string(r.lease));
+        c.arg(p.period_us);
+        if (lease) c.arg(lease_arg(r));
         break;
     }
     if (refund_value) c.arg(r.extra);
@@ -577,20 +584,34 @@ void RedisStore::Impl::send_alone(int queue, std::shared_ptr<Acquire> op, std::s
        deadline);
 }
 
-// Several acquires' batches in one call of many.lua: KEYS, then the number of calls, then each
-// one's pinned time, number of limits, and limits as acquire.lua reads them. The call's deadline is
-// the latest of theirs: they queued during one round trip, and an earlier one is not to cut the
-// others' time short.
+// Several acquires' batches in one call of many.lua: KEYS; then each distinct limit and cost once,
+// with its code and ARGV; then the number of calls, and each one's pinned time, number of limits,
+// and limits by their index in that list (a concurrency limit with its lease id). The call's
+// deadline is the latest of theirs: they queued during one round trip, and an earlier one is not
+// to cut the others' time short.
 void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
+  // The distinct limits: most batches are many calls of one or two limits, sent once each.
+  boost::container::small_vector<const Request*, 4> limits;
+  boost::container::small_vector<std::int64_t, 64> listed;  // each limit's index in `limits`
   std::size_t keys = 0;
-  std::size_t args = 1;
+  std::size_t args = 2;
   detail::SteadyTime deadline = calls.front().op->deadline;
   for (const Waiting& w : calls) {
     args += 2;
     for (const std::size_t i : w.op->batches[w.batch].members) {
-      const Kind kind = kind_of(w.op->requests[i].limit);
+      const Request& r = w.op->requests[i];
+      const Kind kind = kind_of(r.limit);
+      const bool leased = r.limit.algorithm() == Algorithm::kConcurrency;
       keys += kind.two_keys ? 2 : 1;
-      args += kind.args + 1;
+      const auto same = std::find_if(limits.begin(), limits.end(), [&r](const Request* l) {
+        return l->cost == r.cost && l->limit == r.limit;
+      });
+      listed.push_back(same - limits.begin() + 1);
+      if (same == limits.end()) {
+        limits.push_back(&r);
+        args += kind.args - (leased ? 1 : 0);  // the code, its ARGV without refund value and lease
+      }
+      args += leased ? 2 : 1;
     }
     deadline = std::max(deadline, w.op->deadline);
   }
@@ -603,14 +624,20 @@ void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
       if (!r.state2.empty()) c.arg(r.state2);
     }
   }
+  c.arg(static_cast<std::int64_t>(limits.size()));
+  for (const Request* r : limits) {
+    c.arg(kind_of(r->limit).code);
+    append_args(c, *r, false, false);
+  }
   c.arg(static_cast<std::int64_t>(calls.size()));
+  std::size_t next_listed = 0;
   for (const Waiting& w : calls) {
     const auto& members = w.op->batches[w.batch].members;
     c.arg(w.op->pinned).arg(static_cast<std::int64_t>(members.size()));
     for (const std::size_t i : members) {
+      c.arg(listed[next_listed++]);
       const Request& r = w.op->requests[i];
-      c.arg(kind_of(r.limit).code);
-      append_args(c, r, true);
+      if (r.limit.algorithm() == Algorithm::kConcurrency) c.arg(lease_arg(r));
     }
   }
   struct Many {

@@ -3,6 +3,6 @@
 -- Redis TIME); ARGV[2]: how many limits. Returns six integers per limit (see decision()).
 PINNED = ARGV[1] ~= ''
 local out = {}
-acquire_limits(now_us(ARGV[1]), ARGV[2] + 0, 1, 3, out)
+acquire_limits(now_us(ARGV[1]), ARGV[2] + 0, 1, 3, out, limit_in_argv)
 save_states()
 return out

@@ -1,24 +1,30 @@
 ---------------------------------------------------------------------------------------------------
 -- Every algorithm, by the code the client sends: its number of keys and of ARGV, its functions,
--- and a table its decisions' parameters are read into (see acquire_limits).
+-- a table its decisions' parameters are read into (see limit_in_argv), and how many of its ARGV
+-- are a call's own rather than the limit's (the concurrency limit's lease id; see many.lua).
 
 local ALGORITHMS = {
-  tb = {1, 9, meter_params, meter_decide, meter_refund, {}},
-  gcra = {1, 9, meter_params, meter_decide, meter_refund, {}},
-  tbi = {1, 5, interval_params, interval_decide, interval_refund, {}},
-  fw = {1, 4, window_params, fixed_decide, fixed_refund, {}},
-  sw = {1, 4, window_params, sliding_decide, sliding_refund, {}},
-  sl = {2, 4, window_params, log_decide, log_refund, {}},
-  cc = {2, 5, leases_params, leases_decide, leases_refund, {}},
+  tb = {1, 9, meter_params, meter_decide, meter_refund, {}, 0},
+  gcra = {1, 9, meter_params, meter_decide, meter_refund, {}, 0},
+  tbi = {1, 5, interval_params, interval_decide, interval_refund, {}, 0},
+  fw = {1, 4, window_params, fixed_decide, fixed_refund, {}, 0},
+  sw = {1, 4, window_params, sliding_decide, sliding_refund, {}, 0},
+  sl = {2, 4, window_params, log_decide, log_refund, {}, 0},
+  cc = {2, 5, leases_params, leases_decide, leases_refund, {}, 1},
 }
+
+local function algorithm(code)
+  local alg = ALGORITHMS[code]
+  if not alg then error('sluice: unknown algorithm ' .. tostring(code)) end
+  return alg
+end
 
 -- Calls f(algorithm, keys, params) for each of the n limits whose code and ARGV start at ARGV[a]
 -- and whose keys start at KEYS[k], in order: each is its algorithm's code, then its ARGV. Returns
 -- the k and a that follow them.
 local function each_limit(n, k, a, f)
   for _ = 1, n do
-    local alg = ALGORITHMS[ARGV[a]]
-    if not alg then error('sluice: unknown algorithm ' .. tostring(ARGV[a])) end
+    local alg = algorithm(ARGV[a])
     local keys = {}
     for j = 1, alg[1] do keys[j] = KEYS[k + j - 1] end
     local p = alg[3](ARGV, a + 1)
@@ -29,33 +35,29 @@ local function each_limit(n, k, a, f)
   return k, a
 end
 
--- The k and a that follow n limits whose code and ARGV start at ARGV[a] and keys at KEYS[k].
-local function skip_limits(n, k, a)
-  for _ = 1, n do
-    local alg = ALGORITHMS[ARGV[a]]
-    if not alg then error('sluice: unknown algorithm ' .. tostring(ARGV[a])) end
-    k, a = k + alg[1], a + 1 + alg[2]
-  end
-  return k, a
+-- The limit whose code and ARGV start at ARGV[a], as acquire.lua reads it: its algorithm, its
+-- parameters (in the algorithm's reused table), and the a that follows it.
+local function limit_in_argv(a)
+  local alg = algorithm(ARGV[a])
+  return alg, alg[3](ARGV, a + 1, alg[6]), a + 1 + alg[2]
 end
 
--- Decides the n limits of one call (as each_limit finds them) all or nothing: when any rejects,
--- gives back what the others took. Appends six integers per limit (see decision()) to `out`;
--- returns the k and a that follow the call. Written out rather than on each_limit, and with no
+-- Decides the n limits of one call all or nothing: when any rejects, gives back what the others
+-- took. limit_at(a) reads the limit at ARGV[a] (see limit_in_argv); the keys start at KEYS[k].
+-- Appends six integers per limit (see decision()) to `out`; returns the k and a that follow the
+-- call. Written out rather than on each_limit, and with no
 -- table made per decision: the keys and parameters go in tables reused from one decision to the
 -- next, copied only for a limit that may have to give back. Allocations, and collecting them, are
 -- most of what a decision costs Redis.
 local KEYS_OF = {}
-local function acquire_limits(now, n, k, a, out)
+local function acquire_limits(now, n, k, a, out, limit_at)
   local admitted  -- what a call of several limits may have to give back
   local all = true
   for _ = 1, n do
-    local alg = ALGORITHMS[ARGV[a]]
-    if not alg then error('sluice: unknown algorithm ' .. tostring(ARGV[a])) end
+    local alg, p, next_a = limit_at(a)
     local keys = KEYS_OF
     keys[1] = KEYS[k]
     if alg[1] == 2 then keys[2] = KEYS[k + 1] else keys[2] = nil end
-    local p = alg[3](ARGV, a + 1, alg[6])
     local d = alg[4](keys, p, now)
     local o = #out
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] =
@@ -69,7 +71,7 @@ local function acquire_limits(now, n, k, a, out)
       admitted = admitted or {}
       admitted[#admitted + 1] = {alg, {keys[1], keys[2]}, kept}
     end
-    k, a = k + alg[1], a + 1 + alg[2]
+    k, a = k + alg[1], next_a
   end
   if not all and admitted then
     for i = #admitted, 1, -1 do
