@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -153,6 +155,46 @@ TEST(ReplyReader, RefusesWhatIsNotRespAndStaysRefused) {
     EXPECT_NE(r.error().message.find(why), std::string::npos) << r.error().message;
     reader.feed("+OK\r\n", 5);
     EXPECT_FALSE(reader.next().ok()) << "a reader that failed reads on: " << bytes;
+  }
+}
+
+// Where each reply of kStream ends: the shortest prefix that holds one more reply.
+std::vector<std::size_t> reply_ends() {
+  std::vector<std::size_t> ends;
+  for (std::size_t n = 1; n <= kStream.size(); ++n) {
+    ReplyReader reader;
+    reader.feed(kStream.data(), n);
+    std::size_t replies = 0;
+    for (auto r = reader.next(); r.ok() && r->has_value(); r = reader.next()) ++replies;
+    if (replies > ends.size()) ends.push_back(n);
+  }
+  return ends;
+}
+
+// Bytes that are RESP up to some point and anything after it: every reply that ends before that
+// point comes out as written, and the reader then waits, reads on or refuses, without reading out
+// of bounds (the tests run under ASan too).
+TEST(ReplyReader, ReadsTheWholeRepliesBeforeAnyDamage) {
+  const std::vector<std::size_t> ends = reply_ends();
+  ASSERT_EQ(ends.size(), kExpected.size());
+  std::mt19937 rng(7);
+  const std::string alphabet = "+-:$*\r\n0123456789x ";
+  for (int round = 0; round < 3000; ++round) {
+    std::string bytes(kStream);
+    const std::size_t at = rng() % bytes.size();
+    for (std::size_t i = at; i < bytes.size(); ++i) {
+      if (rng() % 3 == 0) bytes[i] = alphabet[rng() % alphabet.size()];
+    }
+    ReplyReader reader;
+    reader.feed(bytes.data(), bytes.size());
+    std::vector<std::string> got;
+    for (auto r = reader.next(); r.ok() && r->has_value() && got.size() < 100; r = reader.next()) {
+      got.push_back(show(**r));
+    }
+    const auto whole = static_cast<std::size_t>(
+        std::upper_bound(ends.begin(), ends.end(), at) - ends.begin());
+    ASSERT_GE(got.size(), whole) << "round " << round;
+    for (std::size_t i = 0; i < whole; ++i) EXPECT_EQ(got[i], kExpected[i]) << "round " << round;
   }
 }
 
