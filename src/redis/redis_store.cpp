@@ -83,6 +83,10 @@ struct Request {
   std::int64_t extra = 0;  // what the admitting decision returned for a refund
 };
 
+// A call's limits: inline for the usual call of one or two, so that a decision does not allocate
+// for them.
+using Requests = boost::container::small_vector<Request, 2>;
+
 // The limits of a call that one script call decides: all of them on one node, one slot's on a
 // cluster.
 struct Batch {
@@ -208,7 +212,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
 
   // The script that decides these requests: the one-limit script of the algorithm for one, else
   // acquire.lua.
-  static const Script& script_for(const std::vector<Request>& requests,
+  static const Script& script_for(std::span<const Request> requests,
                                   std::span<const std::size_t> members) {
     if (members.size() == 1) return *kind_of(requests[members.front()].limit).one;
     return detail::kAcquireScript;
@@ -217,7 +221,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   // EVALSHA of `script` over some of the requests: KEYS, then the pinned time, then for acquire.lua
   // and refund.lua the number of limits and each one's code and ARGV, for a one-limit script its
   // ARGV alone, without the refund value that only a refund reads.
-  std::string script_call(const Script& script, const std::vector<Request>& requests,
+  std::string script_call(const Script& script, std::span<const Request> requests,
                           std::span<const std::size_t> members, const std::string& pinned) {
     const bool one = &script != &detail::kAcquireScript && &script != &detail::kRefundScript;
     std::size_t keys = 0;
@@ -343,7 +347,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   // Decides the requests by their failure policies, since the store could not: kError anywhere
   // reports the error; otherwise kAllow admits, kDeny rejects and kLocal asks the local store (all
   // or nothing among them, and only when nothing else rejects).
-  Result<std::vector<Decision>> on_failure(const std::vector<Request>& requests, const Error& error) {
+  Result<std::vector<Decision>> on_failure(std::span<const Request> requests, const Error& error) {
     std::vector<Decision> decisions(requests.size());
     std::vector<std::size_t> local_members;
     bool denied = false;
@@ -431,11 +435,11 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   // Given the result, and whether start() has not returned yet (see complete()).
   using Done = detail::UniqueFunction<void(Result<std::vector<Decision>>, bool initiating)>;
 
-  // The deadline counts from here, when the caller asked.
-  Acquire(std::shared_ptr<Impl> i, std::vector<Request> r, Done d)
+  // The deadline counts from here, when the caller asked. `slots`: one decision per request.
+  Acquire(std::shared_ptr<Impl> i, Requests r, std::vector<Decision> slots, Done d)
       : impl(std::move(i)),
         requests(std::move(r)),
-        decisions(requests.size()),
+        decisions(std::move(slots)),
         deadline(impl->deadline()),
         pinned(impl->pinned()),
         done(std::move(d)) {}
@@ -533,7 +537,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   }
 
   std::shared_ptr<Impl> impl;
-  std::vector<Request> requests;
+  Requests requests;
   std::vector<Decision> decisions;
   boost::container::small_vector<Batch, 1> batches;  // inline on a single node
   std::size_t outstanding = 0;
@@ -808,10 +812,10 @@ Status check_cost(std::int64_t cost) {
 }  // namespace
 
 void RedisStore::start_decide(const LimitRequest& request, DecisionHandler handler) {
-  std::vector<Request> requests;
+  Requests requests;
   requests.push_back(impl_->make_request(request));
   auto op = std::make_shared<Impl::Acquire>(
-      impl_, std::move(requests),
+      impl_, std::move(requests), std::vector<Decision>(1),
       [ex = impl_->executor, handler = std::move(handler)](
           Result<std::vector<Decision>> r, bool initiating) mutable {
         if (!r) return complete(std::move(handler), ex, Result<Decision>(r.error()), initiating);
@@ -846,11 +850,11 @@ void RedisStore::start_acquire_all(std::span<const LimitRequest> requests,
     return complete(std::move(handler), impl_->executor,
                     Result<std::vector<Decision>>(std::vector<Decision>{}));
   }
-  std::vector<Request> copies;
+  Requests copies;
   copies.reserve(requests.size());
   for (const LimitRequest& r : requests) copies.push_back(impl_->make_request(r));
   auto op = std::make_shared<Impl::Acquire>(
-      impl_, std::move(copies),
+      impl_, std::move(copies), std::move(slots),
       [ex = impl_->executor, handler = std::move(handler)](
           Result<std::vector<Decision>> r, bool initiating) mutable {
         complete(std::move(handler), ex, std::move(r), initiating);
