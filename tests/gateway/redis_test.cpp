@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <boost/json.hpp>
+#include <cstdio>
 #include <latch>
 #include <mutex>
 #include <thread>
@@ -45,33 +46,45 @@ double metric(const std::string& text, const std::string& name) {
 // A fleet of `sluice serve` processes on one store, each with 2 worker threads.
 class Fleet {
  public:
+  // Each instance listens on ports the kernel picks (port 0), and says which on its stderr: ports
+  // chosen beforehand could be taken, in between, by another process's connection.
   Fleet(const std::string& store, const std::string& config, int size) : dir_(testing::temp_dir()) {
     testing::write_file(dir_ + "/sluice.yaml", config);
     for (int i = 0; i < size; ++i) {
-      ports_.push_back(testing::free_port());
-      admin_ports_.push_back(testing::free_port());
       children_.push_back(std::make_unique<Child>(
           std::vector<std::string>{SLUICE_BINARY, "serve", "--config", dir_ + "/sluice.yaml", "--store", store,
-                                   "--threads", "2", "--listen", "127.0.0.1:" + std::to_string(ports_.back()),
-                                   "--admin-listen", "127.0.0.1:" + std::to_string(admin_ports_.back()),
+                                   "--threads", "2", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
                                    "--access-log", "off"},
           testing::temp_dir()));
     }
   }
 
-  // Whether every instance answers its health check (their stderr in the message when not).
+  // Whether every instance has said its ports and answers its health check (their stderr in the
+  // message when not).
   ::testing::AssertionResult serving() {
-    for (std::size_t i = 0; i < ports_.size(); ++i) {
-      const std::uint16_t port = ports_[i];
-      if (!testing::eventually([&] { return HttpClient(port).get("/_sluice/healthz").status == 200; })) {
+    ports_.clear();
+    admin_ports_.clear();
+    for (std::size_t i = 0; i < children_.size(); ++i) {
+      unsigned port = 0, admin = 0;
+      const bool said = testing::eventually([&] {
+        const std::string err = children_[i]->stderr_text();
+        const auto at = err.find("serving on port ");
+        return at != std::string::npos &&
+               std::sscanf(err.c_str() + at, "serving on port %u (admin on port %u)", &port, &admin) == 2;
+      });
+      if (!said || !testing::eventually([&] {
+            return HttpClient(static_cast<std::uint16_t>(port)).get("/_sluice/healthz").status == 200;
+          })) {
         return ::testing::AssertionFailure() << "instance " << i << " is not serving: " << children_[i]->stderr_text();
       }
+      ports_.push_back(static_cast<std::uint16_t>(port));
+      admin_ports_.push_back(static_cast<std::uint16_t>(admin));
     }
     return ::testing::AssertionSuccess();
   }
 
   std::uint16_t port(std::size_t i) const { return ports_[i]; }
-  std::size_t size() const { return ports_.size(); }
+  std::size_t size() const { return children_.size(); }
   std::string metrics(std::size_t i) const { return HttpClient(admin_ports_[i]).get("/metrics").body; }
   std::string stderr_text(std::size_t i) const { return children_[i]->stderr_text(); }
 
