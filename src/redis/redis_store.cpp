@@ -588,59 +588,109 @@ void RedisStore::Impl::send_alone(int queue, std::shared_ptr<Acquire> op, std::s
        deadline);
 }
 
-// Several acquires' batches in one call of many.lua: KEYS; then each distinct limit and cost once,
-// with its code and ARGV; then the number of calls, and each one's pinned time, number of limits,
-// and limits by their index in that list (a concurrency limit with its lease id). The call's
-// deadline is the latest of theirs: they queued during one round trip, and an earlier one is not
-// to cut the others' time short.
+// Several acquires' batches in one call of many.lua, each thing in it once however many calls
+// share it: KEYS, each state once (a two-key state's second key after it); then the distinct
+// limits (limit and cost), each with its code and ARGV; the entries, each a limit on a state (its
+// limit's and its first key's index); and the runs of calls, each a count of like calls (same
+// pinned time and entries, no lease) with their pinned time, number of entries and entries (a
+// concurrency limit's with its lease id). Under load a batch is mostly many calls of one or two
+// limits on one key, which this sends as one run: Redis then makes and parses a few strings for
+// the whole batch rather than several per call. The call's deadline is the latest of theirs: they
+// queued during one round trip, and an earlier one is not to cut the others' time short.
 void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
-  // The distinct limits: most batches are many calls of one or two limits, sent once each.
-  boost::container::small_vector<const Request*, 4> limits;
-  boost::container::small_vector<std::int64_t, 64> listed;  // each limit's index in `limits`
+  using boost::container::small_vector;
+  small_vector<const Request*, 4> states;  // distinct by their state key
+  small_vector<const Request*, 4> limits;  // distinct by limit and cost
+  small_vector<std::pair<std::size_t, std::size_t>, 4> entries;  // (limit, state), from 0
+  small_vector<std::size_t, 64> listed;  // each call's entries, call after call
+  // The index of `value` in `list`, added at its end when not there; and whether it was added.
+  auto index_of = [](auto& list, const auto& value, auto same) {
+    const auto it = std::find_if(list.begin(), list.end(), [&](const auto& x) { return same(x, value); });
+    const auto index = static_cast<std::size_t>(it - list.begin());
+    const bool added = it == list.end();
+    if (added) list.push_back(value);
+    return std::pair{index, added};
+  };
   std::size_t keys = 0;
-  std::size_t args = 2;
+  std::size_t args = 3;  // the numbers of limits, entries and runs
   detail::SteadyTime deadline = calls.front().op->deadline;
   for (const Waiting& w : calls) {
-    args += 2;
     for (const std::size_t i : w.op->batches[w.batch].members) {
-      const Request& r = w.op->requests[i];
-      const Kind kind = kind_of(r.limit);
-      const bool leased = r.limit.algorithm() == Algorithm::kConcurrency;
-      keys += kind.two_keys ? 2 : 1;
-      const auto same = std::find_if(limits.begin(), limits.end(), [&r](const Request* l) {
-        return l->cost == r.cost && l->limit == r.limit;
+      const Request* r = &w.op->requests[i];
+      const auto [state, new_state] =
+          index_of(states, r, [](const Request* a, const Request* b) { return a->state == b->state; });
+      if (new_state) keys += r->state2.empty() ? 1 : 2;
+      const auto [limit, new_limit] = index_of(limits, r, [](const Request* a, const Request* b) {
+        return a->cost == b->cost && a->limit == b->limit;
       });
-      listed.push_back(same - limits.begin() + 1);
-      if (same == limits.end()) {
-        limits.push_back(&r);
-        args += kind.args - (leased ? 1 : 0);  // the code, its ARGV without refund value and lease
+      if (new_limit) {
+        // Its code and ARGV, without the refund value and a lease id.
+        args += kind_of(r->limit).args - (r->limit.algorithm() == Algorithm::kConcurrency ? 1 : 0);
       }
-      args += leased ? 2 : 1;
+      listed.push_back(index_of(entries, std::pair{limit, state}, std::equal_to<>()).first);
     }
     deadline = std::max(deadline, w.op->deadline);
   }
+  args += 2 * entries.size();
+  // The runs: [first call, end) of like calls.
+  small_vector<std::pair<std::size_t, std::size_t>, 4> runs;
+  small_vector<std::size_t, 64> first_listed;  // where each call's entries start in `listed`
+  for (std::size_t call = 0, at = 0; call < calls.size(); ++call) {
+    first_listed.push_back(at);
+    const Waiting& w = calls[call];
+    const auto& members = w.op->batches[w.batch].members;
+    const std::size_t n = members.size();
+    // A call with a lease (its own id) runs alone; one with the same entries has a lease too.
+    const auto leases = static_cast<std::size_t>(std::count_if(members.begin(), members.end(), [&w](std::size_t i) {
+      return w.op->requests[i].limit.algorithm() == Algorithm::kConcurrency;
+    }));
+    bool joins = false;
+    if (leases == 0 && !runs.empty()) {
+      const Waiting& prev = calls[runs.back().first];
+      const std::size_t prev_at = first_listed[runs.back().first];
+      joins = prev.op->pinned == w.op->pinned && prev.op->batches[prev.batch].members.size() == n &&
+              std::equal(listed.begin() + static_cast<std::ptrdiff_t>(at),
+                         listed.begin() + static_cast<std::ptrdiff_t>(at + n),
+                         listed.begin() + static_cast<std::ptrdiff_t>(prev_at));
+    }
+    if (joins) {
+      ++runs.back().second;
+    } else {
+      runs.push_back({call, call + 1});
+      args += 3 + n + leases;
+    }
+    at += n;
+  }
   Command c(3 + keys + args);
   c.arg("EVALSHA").arg(detail::kAcquireManyScript.sha1).arg(static_cast<std::int64_t>(keys));
-  for (const Waiting& w : calls) {
-    for (const std::size_t i : w.op->batches[w.batch].members) {
-      const Request& r = w.op->requests[i];
-      c.arg(r.state);
-      if (!r.state2.empty()) c.arg(r.state2);
-    }
+  for (const Request* r : states) {
+    c.arg(r->state);
+    if (!r->state2.empty()) c.arg(r->state2);
   }
   c.arg(static_cast<std::int64_t>(limits.size()));
   for (const Request* r : limits) {
     c.arg(kind_of(r->limit).code);
     append_args(c, *r, false, false);
   }
-  c.arg(static_cast<std::int64_t>(calls.size()));
-  std::size_t next_listed = 0;
-  for (const Waiting& w : calls) {
+  // Each entry names its state by the index of its first key in KEYS, from 1.
+  small_vector<std::int64_t, 4> key_index;
+  for (std::size_t i = 0, k = 1; i < states.size(); ++i) {
+    key_index.push_back(static_cast<std::int64_t>(k));
+    k += states[i]->state2.empty() ? 1 : 2;
+  }
+  c.arg(static_cast<std::int64_t>(entries.size()));
+  for (const auto& [limit, state] : entries) {
+    c.arg(static_cast<std::int64_t>(limit + 1)).arg(key_index[state]);
+  }
+  c.arg(static_cast<std::int64_t>(runs.size()));
+  for (const auto& [first, end] : runs) {
+    const Waiting& w = calls[first];
     const auto& members = w.op->batches[w.batch].members;
-    c.arg(w.op->pinned).arg(static_cast<std::int64_t>(members.size()));
-    for (const std::size_t i : members) {
-      c.arg(listed[next_listed++]);
-      const Request& r = w.op->requests[i];
+    c.arg(static_cast<std::int64_t>(end - first)).arg(w.op->pinned);
+    c.arg(static_cast<std::int64_t>(members.size()));
+    for (std::size_t j = 0; j < members.size(); ++j) {
+      c.arg(static_cast<std::int64_t>(listed[first_listed[first] + j] + 1));
+      const Request& r = w.op->requests[members[j]];
       if (r.limit.algorithm() == Algorithm::kConcurrency) c.arg(lease_arg(r));
     }
   }

@@ -121,6 +121,58 @@ class BatchingTest : public RedisTest, public ::testing::WithParamInterface<int>
     return std::move(answers.results);
   }
 
+  // Runs the calls one call each (pipelined, the behaviour before batching), for the states they
+  // leave; then batched, and checks that each answer is LocalStore's, that Redis holds the same
+  // keys, values and TTLs, and that the first call went alone and the others max_batch at a time.
+  void expect_batched_as_in_sequence(const std::vector<Call>& calls, int max_batch) {
+    server_->cli({"FLUSHALL"});
+    ASSERT_NO_FATAL_FAILURE(run(calls, 1));
+    const std::map<std::string, State> sequential = states();
+    const auto first_look = std::chrono::steady_clock::now();
+    server_->cli({"FLUSHALL"});
+    server_->cli({"CONFIG", "RESETSTAT"});
+    std::vector<Result<std::vector<Decision>>> answers;
+    ASSERT_NO_FATAL_FAILURE(answers = run(calls, max_batch));
+
+    LocalStore local;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      std::vector<Decision> expected(calls[i].requests.size());
+      ASSERT_TRUE(local.acquire_all_at(Nanos{calls[i].at_us * 1000}, calls[i].requests, expected).ok());
+      const auto& got = answers[i];
+      ASSERT_TRUE(got.ok()) << "call " << i << ": " << got.error().message;
+      ASSERT_EQ(got->size(), expected.size());
+      for (std::size_t j = 0; j < expected.size(); ++j) {
+        Decision x = expected[j];
+        Decision y = (*got)[j];
+        EXPECT_EQ(x.lease != 0, y.lease != 0) << "call " << i << " limit " << j;
+        x.lease = y.lease = 0;
+        ASSERT_EQ(x, y) << "call " << i << " limit " << j << " (" << calls[i].requests[j].limit->to_string()
+                        << ", key " << calls[i].requests[j].key << ", cost " << calls[i].requests[j].cost << ")";
+      }
+    }
+    // A batch's writes leave what the calls in sequence left: the same keys, values and TTLs (to
+    // within the time between the two looks), and no key without a TTL.
+    const std::map<std::string, State> batched = states();
+    const double drift_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - first_look).count() + 50;
+    EXPECT_FALSE(batched.empty());
+    for (const auto& [name, state] : batched) {
+      EXPECT_GT(state.ttl_ms, 0) << name << " has no TTL";
+      const auto it = sequential.find(name);
+      if (it == sequential.end()) {
+        ADD_FAILURE() << name << " is left by the batched calls only";
+        continue;
+      }
+      EXPECT_EQ(state.value, it->second.value) << name;
+      EXPECT_NEAR(static_cast<double>(state.ttl_ms), static_cast<double>(it->second.ttl_ms), drift_ms) << name;
+    }
+    EXPECT_EQ(batched.size(), sequential.size());
+    // The first call goes alone; the others wait for it, then go max_batch at a time.
+    const auto queued = static_cast<long>(calls.size()) - 1;
+    const long batches = max_batch == 1 ? queued : (queued + max_batch - 1) / max_batch;
+    EXPECT_EQ(evalsha_calls(*server_), 1 + batches);
+  }
+
   std::map<std::string, State> states() {
     std::map<std::string, State> out;
     std::istringstream names(server_->cli({"KEYS", "*"}));
@@ -178,53 +230,29 @@ TEST_P(BatchingTest, QueuedCallsDecideAsLocalStoreInTheirOrder) {
     }
   }
 
-  // The same calls one call each first (pipelined, the behaviour before batching), for the states
-  // they leave; then batched, for the decisions, the states and the number of script calls.
-  server_->cli({"FLUSHALL"});
-  ASSERT_NO_FATAL_FAILURE(run(calls, 1));
-  const std::map<std::string, State> sequential = states();
-  const auto first_look = std::chrono::steady_clock::now();
-  server_->cli({"FLUSHALL"});
-  server_->cli({"CONFIG", "RESETSTAT"});
-  std::vector<Result<std::vector<Decision>>> answers;
-  ASSERT_NO_FATAL_FAILURE(answers = run(calls, max_batch));
+  expect_batched_as_in_sequence(calls, max_batch);
+}
 
-  LocalStore local;
+// Calls as the gateway makes them under load: mostly the same limit on the same key at one time,
+// which a batch sends as runs of like calls, broken by calls of two limits, by a concurrency limit
+// (a lease of its own: a run of one), and by time moving on. The runs must decide call by call,
+// as LocalStore does: the limit runs out in the middle of a run.
+TEST_P(BatchingTest, RunsOfLikeCallsDecideAsLocalStoreInTheirOrder) {
+  const int max_batch = GetParam();
+  const Limit fixed = make(Limit::fixed_window({.limit = 50, .period = 1s}));
+  const Limit sliding = make(Limit::sliding_window({.limit = 30, .period = 1s}));
+  const Limit leases = make(Limit::concurrency({.limit = 5, .lease_timeout = 2s}));
+  std::vector<Call> calls(240);
+  std::int64_t now = kT0us;
   for (std::size_t i = 0; i < calls.size(); ++i) {
-    std::vector<Decision> expected(calls[i].requests.size());
-    ASSERT_TRUE(local.acquire_all_at(Nanos{calls[i].at_us * 1000}, calls[i].requests, expected).ok());
-    const auto& got = answers[i];
-    ASSERT_TRUE(got.ok()) << "call " << i << ": " << got.error().message;
-    ASSERT_EQ(got->size(), expected.size());
-    for (std::size_t j = 0; j < expected.size(); ++j) {
-      Decision x = expected[j];
-      Decision y = (*got)[j];
-      EXPECT_EQ(x.lease != 0, y.lease != 0) << "call " << i << " limit " << j;
-      x.lease = y.lease = 0;
-      ASSERT_EQ(x, y) << "call " << i << " limit " << j << " (" << calls[i].requests[j].limit->to_string()
-                      << ", key " << calls[i].requests[j].key << ", cost " << calls[i].requests[j].cost << ")";
-    }
+    if (i % 60 == 30) now += 700'000;  // inside a run of like calls: the time ends it
+    Call& call = calls[i];
+    call.at_us = now;
+    call.requests.push_back({"hot", &fixed, 1, OnStoreFailure::kError});
+    if (i % 25 == 24) call.requests.push_back({"other", &sliding, 2, OnStoreFailure::kError});
+    if (i % 40 == 39) call.requests.push_back({"pool", &leases, 1, OnStoreFailure::kError});
   }
-  // A batch's writes leave what the calls in sequence left: the same keys, values and TTLs (to
-  // within the time between the two looks), and no key without a TTL.
-  const std::map<std::string, State> batched = states();
-  const double drift_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - first_look).count() + 50;
-  EXPECT_FALSE(batched.empty());
-  for (const auto& [name, state] : batched) {
-    EXPECT_GT(state.ttl_ms, 0) << name << " has no TTL";
-    const auto it = sequential.find(name);
-    if (it == sequential.end()) {
-      ADD_FAILURE() << name << " is left by the batched calls only";
-      continue;
-    }
-    EXPECT_EQ(state.value, it->second.value) << name;
-    EXPECT_NEAR(static_cast<double>(state.ttl_ms), static_cast<double>(it->second.ttl_ms), drift_ms) << name;
-  }
-  EXPECT_EQ(batched.size(), sequential.size());
-  // The first call goes alone; the other 299 wait for it, then go max_batch at a time.
-  const long batches = max_batch == 1 ? 299 : (299 + max_batch - 1) / max_batch;
-  EXPECT_EQ(evalsha_calls(*server_), 1 + batches);
+  expect_batched_as_in_sequence(calls, max_batch);
 }
 
 INSTANTIATE_TEST_SUITE_P(MaxBatch, BatchingTest, ::testing::Values(1, 7, 64),

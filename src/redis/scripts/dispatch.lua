@@ -35,15 +35,17 @@ local function each_limit(n, k, a, f)
   return k, a
 end
 
--- The limit whose code and ARGV start at ARGV[a], as acquire.lua reads it: its algorithm, its
--- parameters (in the algorithm's reused table), and the a that follows it.
-local function limit_in_argv(a)
+-- The limit whose code and ARGV start at ARGV[a], its keys at KEYS[k], as acquire.lua has them:
+-- its algorithm, its parameters (in the algorithm's reused table), the index of its first key, and
+-- the a that follows it.
+local function limit_in_argv(a, k)
   local alg = algorithm(ARGV[a])
-  return alg, alg[3](ARGV, a + 1, alg[6]), a + 1 + alg[2]
+  return alg, alg[3](ARGV, a + 1, alg[6]), k, a + 1 + alg[2]
 end
 
 -- Decides the n limits of one call all or nothing: when any rejects, gives back what the others
--- took. limit_at(a) reads the limit at ARGV[a] (see limit_in_argv); the keys start at KEYS[k].
+-- took. limit_at(a, k) reads the limit at ARGV[a] (see limit_in_argv), k being where the keys
+-- would start if they follow each other in KEYS.
 -- Appends six integers per limit (see decision()) to `out`; returns the k and a that follow the
 -- call. Written out rather than on each_limit, and with no
 -- table made per decision: the keys and parameters go in tables reused from one decision to the
@@ -54,10 +56,10 @@ local function acquire_limits(now, n, k, a, out, limit_at)
   local admitted  -- what a call of several limits may have to give back
   local all = true
   for _ = 1, n do
-    local alg, p, next_a = limit_at(a)
+    local alg, p, key, next_a = limit_at(a, k)
     local keys = KEYS_OF
-    keys[1] = KEYS[k]
-    if alg[1] == 2 then keys[2] = KEYS[k + 1] else keys[2] = nil end
+    keys[1] = KEYS[key]
+    if alg[1] == 2 then keys[2] = KEYS[key + 1] else keys[2] = nil end
     local d = alg[4](keys, p, now)
     local o = #out
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] =

@@ -2,12 +2,17 @@
 -- calls of one client that queued while its previous call was in flight). Returns six integers
 -- per limit, call after call. Redis TIME is read once: the calls are one atomic step.
 --
--- The limits come first, each once however many calls take it, so that Redis makes and parses
--- their strings once: ARGV[1] is how many there are, then each is its algorithm's code and ARGV
--- (cost included) without the refund value and the calls' own values (a concurrency limit's
--- lease id). Then the number of calls, and for each call its pinned time ("" for Redis TIME), its
--- number of limits, and for each limit the index of its limit above (from 1) and its own values.
--- KEYS: the calls' keys, in order.
+-- Under load a batch is mostly many calls of one or two limits on one key, so each thing comes
+-- once, however many calls share it, and Redis makes and parses a few strings for the whole batch
+-- rather than several per call:
+-- - KEYS: each state's keys once;
+-- - ARGV[1]: the number of limits, then each limit (and cost): its algorithm's code and ARGV,
+--   without the refund value and the calls' own values (a concurrency limit's lease id);
+-- - then the number of entries, and each entry, a limit on a state: the limit's index and the
+--   index in KEYS of the state's first key (indexes from 1);
+-- - then the number of runs, and each run of like calls: how many, their pinned time ("" for Redis
+--   TIME), their number of entries, and each entry's index (a concurrency limit's followed by the
+--   call's lease id; a call with a lease is a run of one).
 --
 -- A call whose decisions raise an error (a key holding what sluice did not write, say) answers -1
 -- six times per limit, and the error goes to the Redis log; the other calls are decided as usual.
@@ -20,19 +25,26 @@ for i = 1, ARGV[1] + 0 do
   a = a + alg[2] - alg[7]
 end
 
--- A call's limit at ARGV[a]: see limit_in_argv.
-local function limit_listed(at)
-  local limit = LIMITS[ARGV[at] + 0]
-  local alg, p = limit[1], limit[2]
+local ENTRIES = {}
+for i = 1, ARGV[a] + 0 do
+  local limit = LIMITS[ARGV[a + 2 * i - 1] + 0]
+  ENTRIES[i] = {limit[1], limit[2], ARGV[a + 2 * i] + 0}
+end
+a = a + 1 + 2 * #ENTRIES
+
+-- A call's entry at ARGV[at]: see limit_in_argv.
+local function entry_listed(at)
+  local entry = ENTRIES[ARGV[at] + 0]
+  local alg, p = entry[1], entry[2]
   if alg[7] == 1 then p.lease = ARGV[at + 1] end
-  return alg, p, at + 1 + alg[7]
+  return alg, p, entry[3], at + 1 + alg[7]
 end
 
-local out, k = {}, 1
-local at = a + 1  -- ARGV[a]: the number of calls; ARGV[at]: the next call's pinned time
+local out = {}
+local at = a + 1  -- ARGV[a]: the number of runs; ARGV[at]: the next run's count
 local redis_now
 for _ = 1, ARGV[a] + 0 do
-  local pinned = ARGV[at]
+  local count, pinned, n = ARGV[at] + 0, ARGV[at + 1], ARGV[at + 2] + 0
   PINNED = pinned ~= ''
   local now
   if PINNED then
@@ -41,21 +53,19 @@ for _ = 1, ARGV[a] + 0 do
     redis_now = redis_now or now_us('')
     now = redis_now
   end
-  local n, o = ARGV[at + 1] + 0, #out
-  local ok, next_k, next_at = pcall(acquire_limits, now, n, k, at + 2, out, limit_listed)
-  if ok then
-    k, at = next_k, next_at
-  else
-    local message = type(next_k) == 'table' and next_k.err or tostring(next_k)
-    redis.log(redis.LOG_WARNING, 'sluice: an acquire failed: ' .. tostring(message))
-    for i = #out, o + 1, -1 do out[i] = nil end
-    for _ = 1, 6 * n do out[#out + 1] = -1 end
-    at = at + 2
-    for _ = 1, n do
-      local alg = LIMITS[ARGV[at] + 0][1]
-      k, at = k + alg[1], at + 1 + alg[7]
+  local after = at + 3  -- past the run's entries
+  for _ = 1, n do after = after + 1 + ENTRIES[ARGV[after] + 0][1][7] end
+  for _ = 1, count do
+    local o = #out
+    local ok, message = pcall(acquire_limits, now, n, 1, at + 3, out, entry_listed)
+    if not ok then
+      message = type(message) == 'table' and message.err or tostring(message)
+      redis.log(redis.LOG_WARNING, 'sluice: an acquire failed: ' .. tostring(message))
+      for i = #out, o + 1, -1 do out[i] = nil end
+      for _ = 1, 6 * n do out[#out + 1] = -1 end
     end
   end
+  at = after
 end
 save_states()
 return out
