@@ -72,8 +72,7 @@ std::uint64_t splitmix64(std::uint64_t x) {
 
 // One limit of a call, copied so that the call owns everything it needs.
 struct Request {
-  std::string key;      // the caller's
-  std::string state;    // the Redis key of the state
+  std::string state;    // the Redis key of the state, which holds the caller's key (see key())
   std::string state2;   // the second key of a sliding log or concurrency state
   int slot = 0;
   Limit limit;
@@ -81,6 +80,10 @@ struct Request {
   std::uint64_t lease = 0;
   OnStoreFailure policy = OnStoreFailure::kError;
   std::int64_t extra = 0;  // what the admitting decision returned for a refund
+  std::size_t key_at = 0;  // where the caller's key is in `state`, and its size
+  std::size_t key_size = 0;
+
+  std::string_view key() const { return std::string_view(state).substr(key_at, key_size); }
 };
 
 // A call's limits: inline for the usual call of one or two, so that a decision does not allocate
@@ -196,13 +199,16 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
 
   Request make_request(const LimitRequest& r) {
     const Kind kind = kind_of(*r.limit);
-    Request q{std::string(r.key), {}, {}, 0, *r.limit, r.cost, 0, r.on_store_failure, 0};
+    Request q{{}, {}, 0, *r.limit, r.cost, 0, r.on_store_failure, 0};
     q.state.reserve(options.prefix.size() + r.key.size() + 8);
     // The key is the hash tag. Redis ignores an empty tag ("{}", also "{}x}") and hashes the whole
     // name, which would part a state from its meta key: such keys, and those starting with the '='
     // that marks them (so that no two keys meet), get "{=" instead of "{".
     const bool escape = r.key.empty() || r.key.front() == '}' || r.key.front() == '=';
-    q.state.append(options.prefix).append(escape ? "{=" : "{").append(r.key).append("}:").append(kind.suffix);
+    q.state.append(options.prefix).append(escape ? "{=" : "{");
+    q.key_at = q.state.size();
+    q.key_size = r.key.size();
+    q.state.append(r.key).append("}:").append(kind.suffix);
     if (kind.two_keys) q.state2 = q.state + ":meta";
     // Only a cluster routes by slot (a hash of the key): one node takes every call.
     if (client->cluster()) q.slot = detail::key_slot(q.state);
@@ -372,13 +378,13 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
     std::vector<LimitRequest> local_requests;
     for (std::size_t j = 0; j < local_members.size(); ++j) {
       const Request& r = requests[local_members[j]];
-      local_requests.push_back({r.key, &limits[j], r.cost == 0 ? 1 : r.cost});
+      local_requests.push_back({r.key(), &limits[j], r.cost == 0 ? 1 : r.cost});
     }
     std::vector<Decision> local_decisions(local_members.size());
     for (std::size_t j = 0; j < local_members.size(); ++j) {
       const Request& r = requests[local_members[j]];
       if (denied || r.cost == 0) {
-        auto d = local->peek(r.key, limits[j]);
+        auto d = local->peek(r.key(), limits[j]);
         if (d.ok()) local_decisions[j] = *d;
       }
     }
