@@ -134,13 +134,13 @@ Limit divided(const Limit& limit, int fleet) {
 }
 
 // Runs the handler with the value on its associated executor, if it has one, else on `fallback`.
-// From inside the initiating call (a call that fails at once), always posted, so that the handler
-// does not run before that call has returned. From a later completion (a reply), dispatched: run
-// at once when already on that executor, which saves a trip through its queue per decision.
+// Posted by default, and always from inside the initiating call (a call that fails at once), so
+// that the handler does not run before that call has returned. Decisions read from a reply are
+// dispatched (`post` false): run at once when already on that executor, which saves a trip
+// through its queue per decision (see Acquire::deliver()).
 template <class Handler, class Value>
-void complete(Handler handler, const asio::any_io_executor& fallback, Value value,
-              bool initiating = true) {
-  if (initiating) {
+void complete(Handler handler, const asio::any_io_executor& fallback, Value value, bool post = true) {
+  if (post) {
     asio::post(fallback, asio::append(std::move(handler), std::move(value)));
   } else {
     asio::dispatch(fallback, asio::append(std::move(handler), std::move(value)));
@@ -438,8 +438,8 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
 // once; when every batch has answered, refunds what admitted batches took if another rejected.
 // Runs on the strand.
 struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
-  // Given the result, and whether start() has not returned yet (see complete()).
-  using Done = detail::UniqueFunction<void(Result<std::vector<Decision>>, bool initiating)>;
+  // Given the result, and whether to post it (see complete()) rather than dispatch it.
+  using Done = detail::UniqueFunction<void(Result<std::vector<Decision>>, bool post)>;
 
   // The deadline counts from here, when the caller asked. `slots`: one decision per request.
   Acquire(std::shared_ptr<Impl> i, Requests r, std::vector<Decision> slots, Done d)
@@ -537,8 +537,14 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
     deliver();
   }
 
+  // Decisions read from a reply are dispatched: the caller's handler may run at once, on the
+  // store's strand, until it suspends (and start more acquires, which queue). That happens only
+  // once the queue's bookkeeping for the reply is done (see send_alone() and send_many()). An
+  // answer from start() itself, or any failure, is posted: failures come from inside next() and
+  // after_failure(), where a handler that acquired again at once would run in the middle of the
+  // queue's bookkeeping, and, while Redis is down, fail and acquire again ever deeper.
   void deliver() {
-    if (error) return done(impl->on_failure(requests, *error), !started);
+    if (error) return done(impl->on_failure(requests, *error), true);
     done(std::move(decisions), !started);
   }
 
@@ -547,7 +553,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   std::vector<Decision> decisions;
   boost::container::small_vector<Batch, 1> batches;  // inline on a single node
   std::size_t outstanding = 0;
-  bool started = false;  // start() has returned: an answer now comes from a reply
+  bool started = false;  // start() has returned: decisions now come from a reply
   std::optional<Error> error;
   detail::SteadyTime deadline;
   std::string pinned;  // the time a test pins, as the scripts read it
@@ -873,9 +879,9 @@ void RedisStore::start_decide(const LimitRequest& request, DecisionHandler handl
   auto op = std::make_shared<Impl::Acquire>(
       impl_, std::move(requests), std::vector<Decision>(1),
       [ex = impl_->executor, handler = std::move(handler)](
-          Result<std::vector<Decision>> r, bool initiating) mutable {
-        if (!r) return complete(std::move(handler), ex, Result<Decision>(r.error()), initiating);
-        complete(std::move(handler), ex, Result<Decision>(std::move(r->front())), initiating);
+          Result<std::vector<Decision>> r, bool post) mutable {
+        if (!r) return complete(std::move(handler), ex, Result<Decision>(r.error()), post);
+        complete(std::move(handler), ex, Result<Decision>(std::move(r->front())), post);
       });
   asio::dispatch(impl_->strand, [op] { op->start(); });
 }
@@ -912,8 +918,8 @@ void RedisStore::start_acquire_all(std::span<const LimitRequest> requests,
   auto op = std::make_shared<Impl::Acquire>(
       impl_, std::move(copies), std::move(slots),
       [ex = impl_->executor, handler = std::move(handler)](
-          Result<std::vector<Decision>> r, bool initiating) mutable {
-        complete(std::move(handler), ex, std::move(r), initiating);
+          Result<std::vector<Decision>> r, bool post) mutable {
+        complete(std::move(handler), ex, std::move(r), post);
       });
   asio::dispatch(impl_->strand, [op] { op->start(); });
 }

@@ -235,7 +235,7 @@ TEST_P(BatchingTest, QueuedCallsDecideAsLocalStoreInTheirOrder) {
 
 // Calls as the gateway makes them under load: mostly the same limit on the same key at one time,
 // which a batch sends as runs of like calls, broken by calls of two limits, by a concurrency limit
-// (a lease of its own: a run of one), and by time moving on. The runs must decide call by call,
+// (a lease of its own: a run of one, even beside a like call), and by time moving on. The runs must decide call by call,
 // as LocalStore does: the limit runs out in the middle of a run.
 TEST_P(BatchingTest, RunsOfLikeCallsDecideAsLocalStoreInTheirOrder) {
   const int max_batch = GetParam();
@@ -250,7 +250,8 @@ TEST_P(BatchingTest, RunsOfLikeCallsDecideAsLocalStoreInTheirOrder) {
     call.at_us = now;
     call.requests.push_back({"hot", &fixed, 1, OnStoreFailure::kError});
     if (i % 25 == 24) call.requests.push_back({"other", &sliding, 2, OnStoreFailure::kError});
-    if (i % 40 == 39) call.requests.push_back({"pool", &leases, 1, OnStoreFailure::kError});
+    // Two like calls in a row with a lease each: they must not make one run, with one lease id.
+    if (i % 40 >= 38) call.requests.push_back({"pool", &leases, 1, OnStoreFailure::kError});
   }
   expect_batched_as_in_sequence(calls, max_batch);
 }

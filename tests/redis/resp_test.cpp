@@ -80,6 +80,7 @@ constexpr std::string_view kStream =
     "-NOSCRIPT No matching script.\r\n"
     ":-9223372036854775808\r\n"
     ":9223372036854775807\r\n"
+    ":-999999999999999999\r\n"
     "$5\r\na\r\nbc\r\n"
     "$0\r\n\r\n"
     "$-1\r\n"
@@ -89,6 +90,7 @@ constexpr std::string_view kStream =
 
 const std::vector<std::string> kExpected = {
     "+OK", "-NOSCRIPT No matching script.", ":-9223372036854775808", ":9223372036854775807",
+    ":-999999999999999999",
     "$a\r\nbc", "$", "nil", "nil", "[]", "[:1,[$x,nil,],+QUEUED,]"};
 
 TEST(ReplyReader, ReadsEveryKindOfReply) {
@@ -96,8 +98,8 @@ TEST(ReplyReader, ReadsEveryKindOfReply) {
   ASSERT_EQ(replies.size(), kExpected.size());
   for (std::size_t i = 0; i < replies.size(); ++i) EXPECT_EQ(show(replies[i]), kExpected[i]) << i;
   EXPECT_TRUE(replies[1].is_error());
-  EXPECT_EQ(replies[4].type(), Reply::Type::kString);
-  EXPECT_EQ(replies[9].elements()[1].elements()[0].text(), "x");
+  EXPECT_EQ(replies[5].type(), Reply::Type::kString);
+  EXPECT_EQ(replies[10].elements()[1].elements()[0].text(), "x");
 }
 
 TEST(ReplyReader, GivesTheSameRepliesHoweverTheBytesAreSplit) {
@@ -110,6 +112,27 @@ TEST(ReplyReader, GivesTheSameRepliesHoweverTheBytesAreSplit) {
   std::vector<std::string> got;
   for (const Reply& r : read_all(kStream, bytes)) got.push_back(show(r));
   EXPECT_EQ(got, kExpected);
+}
+
+// Far more than the reader keeps before it drops what it has read (64 KiB), fed in pieces that
+// end inside replies: every reply comes out, in order.
+TEST(ReplyReader, ReadsALongStreamInPieces) {
+  std::string stream;
+  constexpr int kReplies = 20'000;
+  for (int i = 0; i < kReplies; ++i) stream += "*2\r\n:" + std::to_string(i) + "\r\n$3\r\nabc\r\n";
+  ReplyReader reader;
+  int next = 0;
+  for (std::size_t at = 0; at < stream.size(); at += 1000) {
+    const std::size_t n = std::min<std::size_t>(1000, stream.size() - at);
+    reader.feed(stream.data() + at, n);
+    for (auto r = reader.next(); r.ok() && r->has_value(); r = reader.next()) {
+      ASSERT_TRUE((*r)->type() == Reply::Type::kArray && (*r)->elements().size() == 2u);
+      ASSERT_EQ((*r)->elements()[0].integer(), next);
+      ASSERT_EQ((*r)->elements()[1].text(), "abc");
+      ++next;
+    }
+  }
+  EXPECT_EQ(next, kReplies);
 }
 
 TEST(ReplyReader, WaitsForAnArrayWithoutAllocatingForWhatItClaims) {
