@@ -146,12 +146,9 @@ Result<std::optional<Reply>> ReplyReader::next() {
   if (error_.empty() && start_ < buffer_.size()) {
     std::size_t at = start_;
     Reply reply;
-    switch (parse(at, reply, 0)) {
-      case Parsed::kDone:
-        start_ = at;
-        return std::optional<Reply>(std::move(reply));
-      case Parsed::kNeedMore: break;
-      case Parsed::kBad: break;
+    if (parse(at, reply, 0) == Parsed::kDone) {  // else more bytes are needed, or error_ says why
+      start_ = at;
+      return std::optional<Reply>(std::move(reply));
     }
   }
   if (!error_.empty()) return Error{ErrorCode::kProtocol, "redis: unreadable reply: " + error_};

@@ -45,12 +45,11 @@ end
 
 -- Decides the n limits of one call all or nothing: when any rejects, gives back what the others
 -- took. limit_at(a, k) reads the limit at ARGV[a] (see limit_in_argv), k being where the keys
--- would start if they follow each other in KEYS.
--- Appends six integers per limit (see decision()) to `out`; returns the k and a that follow the
--- call. Written out rather than on each_limit, and with no
--- table made per decision: the keys and parameters go in tables reused from one decision to the
--- next, copied only for a limit that may have to give back. Allocations, and collecting them, are
--- most of what a decision costs Redis.
+-- would start if they follow each other in KEYS. Appends six integers per limit (see decision())
+-- to `out`; returns the k and a that follow the call. Written out rather than on each_limit, and
+-- with no table made per decision: the keys and parameters go in tables reused from one decision
+-- to the next, copied only for a limit that may have to give back. Allocations, and collecting
+-- them, are most of what a decision costs Redis.
 local KEYS_OF = {}
 local function acquire_limits(now, n, k, a, out, limit_at)
   local admitted  -- what a call of several limits may have to give back

@@ -51,14 +51,15 @@ end
 -- delete, with its TTL kept, has none.
 local function save_states()
   for key, w in pairs(WRITES) do
-    if not w[1] then
+    local v = w[1]
+    if not v then
       redis.call('DEL', key)
     elseif w[2] then
-      redis.call('SET', key, state_encode(w[1][1], w[1][2], w[1][3]), 'PX', ttl_ms(w[2]))
+      redis.call('SET', key, state_encode(v[1], v[2], v[3]), 'PX', ttl_ms(w[2]))
     elseif w[3] then
-      redis.call('SET', key, state_encode(w[1][1], w[1][2], w[1][3]))
+      redis.call('SET', key, state_encode(v[1], v[2], v[3]))
     else
-      redis.call('SET', key, state_encode(w[1][1], w[1][2], w[1][3]), 'KEEPTTL')
+      redis.call('SET', key, state_encode(v[1], v[2], v[3]), 'KEEPTTL')
     end
   end
 end
