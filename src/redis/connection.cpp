@@ -154,15 +154,11 @@ void Connection::enqueue(std::string_view command, Callback callback, SteadyTime
   out_.append(command);
   // The timer may still wait for a later deadline of a command that has been answered since.
   if (!timer_armed_ || deadline < timer_expiry_) arm_timer();
-  // Writes wait until the handlers that are running now have queued their commands too, so that one
-  // write carries them all.
-  if (!writing_now_ && !flush_posted_) {
-    flush_posted_ = true;
-    asio::post(strand_, [self = shared_from_this(), generation = generation_] {
-      self->flush_posted_ = false;
-      if (generation == self->generation_) self->flush();
-    });
-  }
+  // Written at once when no write is in flight: a decision waits for its answer, and a write posted
+  // behind the handlers that are ready now waited a whole turn of the event loop (about a quarter of
+  // a proxied request's time waiting for Redis, under load). Commands that come while a write is in
+  // flight go together in the next one.
+  if (!writing_now_) flush();
 }
 
 void Connection::flush() {

@@ -110,7 +110,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string out_;              // what is yet to be written
   std::string writing_;          // what is being written
   bool writing_now_ = false;
-  bool flush_posted_ = false;
   std::vector<char> in_;
   ReplyReader reader_;
 };
