@@ -80,6 +80,7 @@ struct Request {
   std::uint64_t lease = 0;
   OnStoreFailure policy = OnStoreFailure::kError;
   std::int64_t extra = 0;  // what the admitting decision returned for a refund
+  bool release = false;    // gives `lease` back instead of deciding (a concurrency limit)
   std::size_t key_at = 0;  // where the caller's key is in `state`, and its size
   std::size_t key_size = 0;
 
@@ -251,6 +252,14 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
       if (!one) c.arg(kind.code);
       append_args(c, r, !one);
     }
+    return std::move(c).take();
+  }
+
+  // EVALSHA of release.lua: a release that goes alone.
+  static std::string release_call(const Request& r, const std::string& pinned) {
+    Command c(7);
+    c.arg("EVALSHA").arg(detail::kReleaseScript.sha1).arg(2).arg(r.state).arg(r.state2);
+    c.arg(pinned).arg(lease_arg(r));
     return std::move(c).take();
   }
 
@@ -472,6 +481,14 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   void on_reply(std::size_t b, const Result<Reply>& r) {
     if (!r.ok()) return on_error(r.error());
     if (detail::is_error(*r)) return on_error(reply_error(detail::text(*r)));
+    if (requests.front().release) {  // release.lua's answer: 1 when the lease was held
+      if (r->type() != Reply::Type::kInteger) {
+        return on_error(protocol_error("unexpected reply to the release script"));
+      }
+      decisions.front().allowed = r->integer() == 1;
+      if (--outstanding == 0) finish();
+      return;
+    }
     if (!r->integers(6 * batches[b].members.size())) {
       return on_error(protocol_error("unexpected reply to the acquire script"));
     }
@@ -484,8 +501,8 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   }
 
   // Batch b's answer: six integers per member (allowed, cost_exceeds_limit, remaining,
-  // retry_after_us, reset_after_us, and what a refund needs); -1 for each when many.lua caught an
-  // error in this call's decisions.
+  // retry_after_us, reset_after_us, and what a refund needs; for a release, whether the lease was
+  // held, then zeros); -1 for each when many.lua caught an error in this call's decisions.
   void on_values(std::size_t b, const Reply* values) {
     if (values[0].integer() == -1) {
       return on_error(protocol_error("the acquire script failed for this call (the Redis log says why)"));
@@ -501,6 +518,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
       const Reply* e = values + 6 * j;
       Decision& d = decisions[batch.members[j]];
       d.allowed = e[0].integer() == 1;
+      if (q.release) continue;
       d.cost_exceeds_limit = e[1].integer() == 1;
       d.limit = q.limit.quota();
       d.remaining = e[2].integer();
@@ -581,8 +599,10 @@ void RedisStore::Impl::submit(std::shared_ptr<Acquire> op, std::size_t batch) {
 // A batch in a call of its own (queue -1: in none), by its one-limit script or acquire.lua.
 void RedisStore::Impl::send_alone(int queue, std::shared_ptr<Acquire> op, std::size_t batch) {
   Batch& b = op->batches[batch];
-  const Script& script = script_for(op->requests, b.members);
-  b.command = script_call(script, op->requests, b.members, op->pinned);
+  const Request& first = op->requests[b.members.front()];
+  const Script& script = first.release ? detail::kReleaseScript : script_for(op->requests, b.members);
+  b.command = first.release ? release_call(first, op->pinned)
+                            : script_call(script, op->requests, b.members, op->pinned);
   const std::string_view command = b.command;
   const detail::SteadyTime deadline = op->deadline;
   eval(b.slot, script, command,
@@ -605,9 +625,9 @@ void RedisStore::Impl::send_alone(int queue, std::shared_ptr<Acquire> op, std::s
 // limits (limit and cost), each with its code and ARGV; the entries, each a limit on a state (its
 // limit's and its first key's index); and the runs of calls, each a count of like calls (same
 // pinned time and entries, no lease) with their pinned time, number of entries and entries (a
-// concurrency limit's with its lease id). Under load a batch is mostly many calls of one or two
-// limits on one key, which this sends as one run: Redis then makes and parses a few strings for
-// the whole batch rather than several per call. The call's deadline is the latest of theirs: they
+// concurrency limit's with its lease id; a release: -1 entries, then its entry and lease id).
+// Under load a batch is mostly many calls of one or two limits on one key, which this sends as one
+// run: Redis then makes and parses a few strings for the whole batch rather than several per call. The call's deadline is the latest of theirs: they
 // queued during one round trip, and an earlier one is not to cut the others' time short.
 void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
   using boost::container::small_vector;
@@ -699,7 +719,9 @@ void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
     const Waiting& w = calls[first];
     const auto& members = w.op->batches[w.batch].members;
     c.arg(static_cast<std::int64_t>(end - first)).arg(w.op->pinned);
-    c.arg(static_cast<std::int64_t>(members.size()));
+    // A release: -1 for its number of entries, then its entry and lease id.
+    c.arg(w.op->requests[members.front()].release ? std::int64_t{-1}
+                                                   : static_cast<std::int64_t>(members.size()));
     for (std::size_t j = 0; j < members.size(); ++j) {
       c.arg(static_cast<std::int64_t>(listed[first_listed[first] + j] + 1));
       const Request& r = w.op->requests[members[j]];
@@ -957,36 +979,20 @@ void RedisStore::start_release(std::string_view key, const Limit& limit, std::ui
   // A lease that OnStoreFailure::kLocal gave is held in the local store: it goes back there. Redis's
   // lease ids are random 64-bit numbers, so releasing one there frees nothing, nor the other way.
   (void)impl_->local->release(key, divided(limit, options_.fleet_size), lease);
-  Request r = impl_->make_request(LimitRequest{key, &limit, 0});
-  Command c(7);
-  c.arg("EVALSHA").arg(detail::kReleaseScript.sha1).arg(2).arg(r.state).arg(r.state2)
-      .arg(impl_->pinned()).arg(std::to_string(lease));
-  auto owned = std::make_shared<std::string>(std::move(c).take());
-  asio::dispatch(impl_->strand, [impl = impl_, slot = r.slot, owned, deadline = impl_->deadline(),
-                                 handler = std::move(handler)]() mutable {
-    BreakerPermit permit;
-    if (auto refused = impl->admit(permit)) {
-      return complete(std::move(handler), impl->executor, Result<bool>(*refused));
-    }
-    impl->eval(slot, detail::kReleaseScript, *owned,
-               [impl, permit, owned, handler = std::move(handler)](Result<Reply> reply) mutable {
-                 std::optional<Error> error;
-                 bool held = false;
-                 if (!reply.ok()) {
-                   error = reply.error();
-                 } else if (detail::is_error(*reply)) {
-                   error = reply_error(detail::text(*reply));
-                 } else if (reply->type() != Reply::Type::kInteger) {
-                   error = protocol_error("unexpected reply to the release script");
-                 } else {
-                   held = reply->integer() == 1;
-                 }
-                 impl->record(permit, error);
-                 complete(std::move(handler), impl->executor,
-                          error ? Result<bool>(*error) : Result<bool>(held));
-               },
-               deadline);
-  });
+  // Queued and sent as acquires are, so that under load it goes in a batch with them. Its cost is
+  // an acquire's usual 1, so that in a batch it shares their limit and entry.
+  Requests requests;
+  requests.push_back(impl_->make_request(LimitRequest{key, &limit, 1, OnStoreFailure::kError}));
+  requests.front().release = true;
+  requests.front().lease = lease;
+  auto op = std::make_shared<Impl::Acquire>(
+      impl_, std::move(requests), std::vector<Decision>(1),
+      [ex = impl_->executor, handler = std::move(handler)](
+          Result<std::vector<Decision>> r, bool post) mutable {
+        if (!r) return complete(std::move(handler), ex, Result<bool>(r.error()), post);
+        complete(std::move(handler), ex, Result<bool>(r->front().allowed), post);
+      });
+  asio::dispatch(impl_->strand, [op] { op->start(); });
 }
 
 // The synchronous calls: the asynchronous ones, waited for.

@@ -12,6 +12,8 @@
 #include <chrono>
 #include <future>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -254,6 +256,75 @@ TEST_P(BatchingTest, RunsOfLikeCallsDecideAsLocalStoreInTheirOrder) {
     if (i % 40 >= 38) call.requests.push_back({"pool", &leases, 1, OnStoreFailure::kError});
   }
   expect_batched_as_in_sequence(calls, max_batch);
+}
+
+// Releases queue as acquires do and go in their batch: each gives its lease back at its place in
+// the order asked, so that the acquires after it (and only those) find the permit free; a lease
+// given back twice is held only the first time.
+TEST_P(BatchingTest, ReleasesGoInBatchesInTheirOrder) {
+  const int max_batch = GetParam();
+  const Limit leases = make(Limit::concurrency({.limit = 2, .lease_timeout = 10s}));
+  ManualClock clock{Nanos{kT0us * 1000}};
+  Loop loop;
+  auto store = redis::RedisStore::open(loop.executor(), {.address = server_->address(),
+                                                         .connect_timeout = 2000ms,
+                                                         .command_timeout = 2000ms,
+                                                         .max_batch = max_batch,
+                                                         .pinned_clock = &clock});
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  ASSERT_TRUE((*store)->connect().ok());
+  server_->cli({"FLUSHALL"});
+  const std::vector<LimitRequest> acquire = {{"pool", &leases, 1, OnStoreFailure::kError}};
+  std::vector<std::uint64_t> held;
+  for (int i = 0; i < 2; ++i) {
+    auto d = (*store)->acquire(acquire.front());
+    ASSERT_TRUE(d.ok() && d->allowed && d->lease != 0);
+    held.push_back(d->lease);
+  }
+  server_->cli({"CONFIG", "RESETSTAT"});
+
+  // In the order started: 'a' an acquire, 'r' a release of held[i] (its expected answer after it).
+  struct Step {
+    char kind;
+    std::size_t lease;
+    bool expected;
+  };
+  const std::vector<Step> steps = {
+      {'a', 0, false},  // full: goes alone, and the others queue behind it
+      {'r', 0, true},  {'a', 0, true},  {'a', 0, false}, {'r', 1, true},
+      {'r', 1, false},  // given back already
+      {'r', 0, false}, {'a', 0, true},  {'a', 0, false},
+  };
+  std::mutex mutex;
+  std::vector<std::optional<Result<bool>>> answers(steps.size());
+  std::promise<void> all;
+  std::size_t left = steps.size();
+  auto answered = [&](std::size_t i, Result<bool> r) {
+    std::lock_guard lock(mutex);
+    answers[i] = std::move(r);
+    if (--left == 0) all.set_value();
+  };
+  loop.run([&] {
+    for (std::size_t i = 0; i < steps.size(); ++i) {
+      if (steps[i].kind == 'r') {
+        (*store)->async_release("pool", leases, held[steps[i].lease],
+                                [&answered, i](Result<bool> r) { answered(i, std::move(r)); });
+      } else {
+        (*store)->async_acquire_all(acquire, [&answered, i](Result<std::vector<Decision>> r) {
+          answered(i, r ? Result<bool>(r->front().allowed) : Result<bool>(r.error()));
+        });
+      }
+    }
+  });
+  all.get_future().get();
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    ASSERT_TRUE(answers[i]->ok()) << "step " << i << ": " << answers[i]->error().message;
+    EXPECT_EQ(**answers[i], steps[i].expected) << "step " << i << " (" << steps[i].kind << ")";
+  }
+  // The first went alone; the others max_batch at a time.
+  const long queued = static_cast<long>(steps.size()) - 1;
+  EXPECT_EQ(evalsha_calls(*server_), 1 + (queued + max_batch - 1) / max_batch);
+  EXPECT_EQ(server_->cli({"HGET", "sluice:{pool}:cc:meta", "n"}), "2");
 }
 
 INSTANTIATE_TEST_SUITE_P(MaxBatch, BatchingTest, ::testing::Values(1, 7, 64),

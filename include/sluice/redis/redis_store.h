@@ -31,11 +31,11 @@ struct RedisStoreOptions {
   std::string prefix = "sluice:";
   std::chrono::milliseconds connect_timeout{200};
   std::chrono::milliseconds command_timeout{50};
-  // Batching: while a call is in flight to a node (to a slot, on a cluster), the acquires that come
-  // queue, and go together as one script call when it answers, up to this many per call. Under load
-  // a decision then costs Redis a share of one call; at rest nothing waits. Each acquire is still
-  // decided all or nothing on its own, in the order asked. 1: every acquire is a call of its own,
-  // pipelined.
+  // Batching: while a call is in flight to a node (to a slot, on a cluster), the acquires (and
+  // releases) that come queue, and go together as one script call when it answers, up to this many
+  // per call. Under load a decision then costs Redis a share of one call; at rest nothing waits.
+  // Each acquire is still decided all or nothing on its own, in the order asked. 1: every acquire
+  // is a call of its own, pipelined.
   int max_batch = 64;
   // Reconnecting after a lost connection: at once, then after reconnect_min, doubling up to
   // reconnect_max.

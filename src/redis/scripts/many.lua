@@ -1,6 +1,7 @@
--- acquire_many: several acquire calls in one, each decided as acquire.lua decides it, in order (the
--- calls of one client that queued while its previous call was in flight). Returns six integers
--- per limit, call after call. Redis TIME is read once: the calls are one atomic step.
+-- acquire_many: several acquire calls (and releases) in one, each decided as acquire.lua decides
+-- it, in order (the calls of one client that queued while its previous call was in flight).
+-- Returns six integers per limit, call after call. Redis TIME is read once: the calls are one
+-- atomic step.
 --
 -- Under load a batch is mostly many calls of one or two limits on one key, so each thing comes
 -- once, however many calls share it, and Redis makes and parses a few strings for the whole batch
@@ -12,7 +13,9 @@
 --   index in KEYS of the state's first key (indexes from 1);
 -- - then the number of runs, and each run of like calls: how many, their pinned time ("" for Redis
 --   TIME), their number of entries, and each entry's index (a concurrency limit's followed by the
---   call's lease id; a call with a lease is a run of one).
+--   call's lease id; a call with a lease is a run of one). A release of a lease is a run of one
+--   whose number of entries is -1, followed by its entry (a concurrency limit on a state) and the
+--   lease id; it answers 1 when the lease was held, else 0, then five zeros.
 --
 -- A call whose decisions raise an error (a key holding what sluice did not write, say) answers -1
 -- six times per limit, and the error goes to the Redis log; the other calls are decided as usual.
@@ -53,19 +56,33 @@ for _ = 1, ARGV[a] + 0 do
     redis_now = redis_now or now_us('')
     now = redis_now
   end
-  local after = at + 3  -- past the run's entries
-  for _ = 1, n do after = after + 1 + ENTRIES[ARGV[after] + 0][1][7] end
-  for _ = 1, count do
-    local o = #out
-    local ok, message = pcall(acquire_limits, now, n, 1, at + 3, out, entry_listed)
-    if not ok then
-      message = type(message) == 'table' and message.err or tostring(message)
-      redis.log(redis.LOG_WARNING, 'sluice: an acquire failed: ' .. tostring(message))
-      for i = #out, o + 1, -1 do out[i] = nil end
-      for _ = 1, 6 * n do out[#out + 1] = -1 end
+  if n < 0 then
+    local key = ENTRIES[ARGV[at + 3] + 0][3]
+    local ok, held = pcall(leases_release, {KEYS[key], KEYS[key + 1]}, now, ARGV[at + 4])
+    if ok then
+      out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4], out[#out + 5], out[#out + 6] =
+        held, 0, 0, 0, 0, 0
+    else
+      held = type(held) == 'table' and held.err or tostring(held)
+      redis.log(redis.LOG_WARNING, 'sluice: a release failed: ' .. tostring(held))
+      for _ = 1, 6 do out[#out + 1] = -1 end
     end
+    at = at + 5
+  else
+    local after = at + 3  -- past the run's entries
+    for _ = 1, n do after = after + 1 + ENTRIES[ARGV[after] + 0][1][7] end
+    for _ = 1, count do
+      local o = #out
+      local ok, message = pcall(acquire_limits, now, n, 1, at + 3, out, entry_listed)
+      if not ok then
+        message = type(message) == 'table' and message.err or tostring(message)
+        redis.log(redis.LOG_WARNING, 'sluice: an acquire failed: ' .. tostring(message))
+        for i = #out, o + 1, -1 do out[i] = nil end
+        for _ = 1, 6 * n do out[#out + 1] = -1 end
+      end
+    end
+    at = after
   end
-  at = after
 end
 save_states()
 return out
