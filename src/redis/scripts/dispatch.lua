@@ -48,36 +48,40 @@ end
 -- would start if they follow each other in KEYS. Appends six integers per limit (see decision())
 -- to `out`; returns the k and a that follow the call. Written out rather than on each_limit, and
 -- with no table made per decision: the keys and parameters go in tables reused from one decision
--- to the next, copied only for a limit that may have to give back. Allocations, and collecting
--- them, are most of what a decision costs Redis.
+-- to the next, and what an admitted limit may have to give back is where it was read from (a, k)
+-- and its decision's refund value, kept in reused arrays; a rejection reads such a limit again.
+-- Allocations, and collecting them, are most of what a decision costs Redis.
 local KEYS_OF = {}
+local ADMITTED_A, ADMITTED_K, ADMITTED_EXTRA = {}, {}, {}
+local function keys_at(key, alg)
+  local keys = KEYS_OF
+  keys[1] = KEYS[key]
+  if alg[1] == 2 then keys[2] = KEYS[key + 1] else keys[2] = nil end
+  return keys
+end
+
 local function acquire_limits(now, n, k, a, out, limit_at)
-  local admitted  -- what a call of several limits may have to give back
+  local admitted = 0  -- how many limits of this call (of several) may have to give back
   local all = true
   for _ = 1, n do
     local alg, p, key, next_a = limit_at(a, k)
-    local keys = KEYS_OF
-    keys[1] = KEYS[key]
-    if alg[1] == 2 then keys[2] = KEYS[key + 1] else keys[2] = nil end
-    local d = alg[4](keys, p, now)
+    local d = alg[4](keys_at(key, alg), p, now)
     local o = #out
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] =
       d[1], d[2], d[3], d[4], d[5], d[6]
     if d[1] ~= 1 then
       all = false
     elseif n > 1 then
-      local kept = {}
-      for field, value in pairs(p) do kept[field] = value end
-      kept.extra = d[6]
-      admitted = admitted or {}
-      admitted[#admitted + 1] = {alg, {keys[1], keys[2]}, kept}
+      admitted = admitted + 1
+      ADMITTED_A[admitted], ADMITTED_K[admitted], ADMITTED_EXTRA[admitted] = a, k, d[6]
     end
     k, a = k + alg[1], next_a
   end
-  if not all and admitted then
-    for i = #admitted, 1, -1 do
-      local x = admitted[i]
-      if x[3].cost > 0 then x[1][5](x[2], x[3], now) end
+  if not all then
+    for i = admitted, 1, -1 do
+      local alg, p, key = limit_at(ADMITTED_A[i], ADMITTED_K[i])
+      p.extra = ADMITTED_EXTRA[i]
+      if p.cost > 0 then alg[5](keys_at(key, alg), p, now) end
     end
   end
   return k, a

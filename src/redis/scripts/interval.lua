@@ -49,7 +49,10 @@ local function interval_refund(keys, p, now)
   local key = keys[1]
   local s = state_get(key)
   if not s then return end
-  state_set(key, nil, max(0, s[1] - p.cost), s[2])
+  local cost = p.cost
+  state_set(key, nil, max(0, s[1] - cost), s[2])
+  -- A peek brings the state up to date; p is the limit's, shared with other calls: put back.
   p.cost = 0
   interval_decide(keys, p, now)
+  p.cost = cost
 end
