@@ -122,6 +122,21 @@ constexpr int kMaxDepth = 16;
 // The smallest element an array can hold takes three bytes ("+\r\n").
 constexpr std::size_t kMinElement = 3;
 
+// An integer reply of up to 18 digits, whole (":-123\r\n"), read in one pass: the scripts answer
+// with arrays of them. Where it ends, or nullptr for anything else (more digits, a partial or bad
+// line), which the general path then reads.
+const char* small_integer(const char* s, const char* end, std::int64_t& out) {
+  ++s;  // the ':'
+  const bool negative = s < end && *s == '-';
+  if (negative) ++s;
+  const char* digits = s;
+  std::int64_t n = 0;
+  while (s < end && *s >= '0' && *s <= '9' && s - digits < 18) n = n * 10 + (*s++ - '0');
+  if (s == digits || end - s < 2 || s[0] != '\r' || s[1] != '\n') return nullptr;
+  out = negative ? -n : n;
+  return s + 2;
+}
+
 std::optional<std::int64_t> to_int(std::string_view s) {
   std::int64_t n = 0;
   const auto r = std::from_chars(s.data(), s.data() + s.size(), n);
@@ -173,19 +188,9 @@ ReplyReader::Parsed ReplyReader::parse(std::size_t& at, Reply& out, int depth) {
   if (at >= buffer_.size()) return Parsed::kNeedMore;
   const char kind = buffer_[at];
   if (kind == ':') {
-    // An integer of up to 18 digits, whole, read in one pass: the scripts answer with arrays of
-    // them. Anything else (more digits, a partial or bad line) takes the general path below.
-    const char* s = buffer_.data() + at + 1;
-    const char* end = buffer_.data() + buffer_.size();
-    const bool negative = s < end && *s == '-';
-    if (negative) ++s;
-    const char* digits = s;
-    std::int64_t n = 0;
-    while (s < end && *s >= '0' && *s <= '9' && s - digits < 18) n = n * 10 + (*s++ - '0');
-    if (s > digits && end - s >= 2 && s[0] == '\r' && s[1] == '\n') {
+    if (const char* past = small_integer(buffer_.data() + at, buffer_.data() + buffer_.size(), out.integer_)) {
       out.type_ = Reply::Type::kInteger;
-      out.integer_ = negative ? -n : n;
-      at = static_cast<std::size_t>(s + 2 - buffer_.data());
+      at = static_cast<std::size_t>(past - buffer_.data());
       return Parsed::kDone;
     }
   }
@@ -246,7 +251,16 @@ ReplyReader::Parsed ReplyReader::parse(std::size_t& at, Reply& out, int depth) {
       const auto count = static_cast<std::size_t>(*n);
       if ((buffer_.size() - p) / kMinElement < count) return Parsed::kNeedMore;
       std::vector<Reply> elements(count);
+      const char* const end = buffer_.data() + buffer_.size();
       for (Reply& e : elements) {
+        // A small integer here, without a call: most elements are.
+        if (buffer_[p] == ':') {
+          if (const char* past = small_integer(buffer_.data() + p, end, e.integer_)) {
+            e.type_ = Reply::Type::kInteger;
+            p = static_cast<std::size_t>(past - buffer_.data());
+            continue;
+          }
+        }
         if (const Parsed r = parse(p, e, depth + 1); r != Parsed::kDone) return r;
       }
       out = Reply::of_array(std::move(elements));
