@@ -29,8 +29,9 @@ std::string show(const Decision& d) {
 
 class DifferentialTest : public RedisTest {
  protected:
-  // Runs `steps` random requests against both stores and compares every decision.
-  void compare(const Limit& limit, int steps, std::uint64_t seed) {
+  // Runs `steps` random requests against both stores and compares every decision. With `other`,
+  // a third of them use that limit instead, on the same key (a limit changed by a reload).
+  void compare(const Limit& limit, int steps, std::uint64_t seed, const Limit* other = nullptr) {
     server_->cli({"FLUSHALL"});
     ManualClock clock{Nanos{kT0us * 1000}};
     LocalStore local({.clock = &clock});
@@ -76,8 +77,13 @@ class DifferentialTest : public RedisTest {
       else cost = std::min(k2e40, quota + 1 + static_cast<std::int64_t>(rng() % 3));
       if (cost > k2e40) cost = k2e40;
 
-      const Result<Decision> a = cost == 0 ? local.peek("k", limit) : local.acquire("k", limit, cost);
-      const Result<Decision> b = cost == 0 ? remote->peek("k", limit) : remote->acquire("k", limit, cost);
+      if (limit.algorithm() == Algorithm::kConcurrency && rng() % 30 == 0) {
+        // A state kept before the meta hash held when the last lease expires.
+        server_->cli({"HDEL", "sluice:{k}:cc:meta", "e"});
+      }
+      const Limit& used = other != nullptr && rng() % 3 == 0 ? *other : limit;
+      const Result<Decision> a = cost == 0 ? local.peek("k", used) : local.acquire("k", used, cost);
+      const Result<Decision> b = cost == 0 ? remote->peek("k", used) : remote->acquire("k", used, cost);
       ASSERT_TRUE(a.ok() && b.ok()) << where << " " << (b.ok() ? "" : b.error().message);
       Decision x = *a;
       Decision y = *b;
@@ -134,6 +140,9 @@ TEST_F(DifferentialTest, Concurrency) {
   compare(make(Limit::concurrency({.limit = 5, .lease_timeout = 1s})), 400, 22);
   compare(make(Limit::concurrency({.limit = k2e40, .lease_timeout = kYear})), 300, 23);
   compare(make(Limit::concurrency({.limit = 3, .lease_timeout = 1ms})), 300, 24);
+  // Leases of two timeouts on one key: the newest lease is not always the last to expire.
+  const Limit longer = make(Limit::concurrency({.limit = 5, .lease_timeout = 3s}));
+  compare(make(Limit::concurrency({.limit = 5, .lease_timeout = 1s})), 400, 25, &longer);
 }
 
 }  // namespace

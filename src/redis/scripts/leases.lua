@@ -1,7 +1,8 @@
 ---------------------------------------------------------------------------------------------------
 -- Concurrency: a sorted set of lease ids by expiry, and a hash of lease id -> permits with the
--- fields n (permits in flight) and t (latest time seen). ARGV: cost, quota, lease timeout in us,
--- the lease id (chosen by the client), refund value (unused).
+-- fields n (permits in flight), t (latest time seen) and e (when the last lease expires, so that a
+-- decision need not read it from the set; the keys' TTL ends then). ARGV: cost, quota, lease
+-- timeout in us, the lease id (chosen by the client), refund value (unused).
 
 -- An integer as a decimal string (tostring would give "1.7e+15").
 local function fmt(n)
@@ -14,26 +15,28 @@ local function leases_params(argv, i, p)
   return p
 end
 
--- Saves in_flight and latest with the TTL of the last lease to expire, or forgets the state.
-local function leases_settle(keys, now, in_flight, latest)
-  local last = redis.call('ZRANGE', keys[1], -1, -1, 'WITHSCORES')
-  if #last == 0 then
-    redis.call('DEL', keys[1], keys[2])
-    return 0
+-- The meta fields in one HMGET: permits in flight, the latest time seen, when the last lease
+-- expires (nil in a state written before that was kept: see leases_last), and `lease`'s permits
+-- when a lease id is given.
+local function leases_meta(keys, lease)
+  local meta
+  if lease then
+    meta = redis.call('HMGET', keys[2], 'n', 't', 'e', lease)
+  else
+    meta = redis.call('HMGET', keys[2], 'n', 't', 'e')
   end
-  local reset = last[2] + 0 - now
-  local ttl = ttl_ms(reset)
-  redis.call('HSET', keys[2], 'n', fmt(in_flight), 't', fmt(latest))
-  redis.call('PEXPIRE', keys[1], ttl)
-  redis.call('PEXPIRE', keys[2], ttl)
-  return reset
+  return (meta[1] or 0) + 0, (meta[2] or 0) + 0, meta[3] and meta[3] + 0, meta[4]
 end
 
-local function leases_load(keys, now)
-  local meta = redis.call('HMGET', keys[2], 'n', 't')
-  local in_flight, latest = (meta[1] or 0) + 0, (meta[2] or 0) + 0
-  local t = max(now, latest)
-  -- In batches, so that unpack() stays within Lua's stack.
+-- When the last lease in the set expires, read from the set; nil for none.
+local function leases_last(keys)
+  local last = redis.call('ZRANGE', keys[1], -1, -1, 'WITHSCORES')
+  return last[2] and last[2] + 0
+end
+
+-- Drops the leases that have expired by time t; returns in_flight less what they held. In batches,
+-- so that unpack() stays within Lua's stack.
+local function leases_expire(keys, in_flight, t)
   while true do
     local expired = redis.call('ZRANGEBYSCORE', keys[1], '-inf', fmt(t), 'LIMIT', 0, 1000)
     if #expired == 0 then break end
@@ -42,17 +45,51 @@ local function leases_load(keys, now)
     redis.call('ZREM', keys[1], unpack(expired))
     redis.call('HDEL', keys[2], unpack(expired))
   end
-  return in_flight, t
+  return in_flight
+end
+
+-- Saves in_flight, latest and last (when the last lease expires), and a lease's permits when
+-- given, with a TTL until `last` when it differs from `was` (what the keys' TTL was set for); or
+-- forgets the state when no lease is left. Returns last - now, the decision's reset_after.
+local function leases_settle(keys, now, in_flight, latest, last, was, lease, permits)
+  if not last then
+    redis.call('DEL', keys[1], keys[2])
+    return 0
+  end
+  if lease then
+    redis.call('HSET', keys[2], 'n', fmt(in_flight), 't', fmt(latest), 'e', fmt(last), lease, fmt(permits))
+  else
+    redis.call('HSET', keys[2], 'n', fmt(in_flight), 't', fmt(latest), 'e', fmt(last))
+  end
+  local reset = last - now
+  if last ~= was then
+    local ttl = ttl_ms(reset)
+    redis.call('PEXPIRE', keys[1], ttl)
+    redis.call('PEXPIRE', keys[2], ttl)
+  end
+  return reset
 end
 
 local function leases_decide(keys, p, now)
-  local in_flight, t = leases_load(keys, now)
-  local d
+  local in_flight, latest, last = leases_meta(keys)
+  local t = max(now, latest)
+  in_flight = leases_expire(keys, in_flight, t)
+  local was = last
+  -- Every lease held expires by `last`, and the last to expire is still held while any is (it
+  -- expires after every other), so `last` stays right unless none is left.
+  if in_flight <= 0 then
+    last = nil
+  elseif not last then
+    last = leases_last(keys)
+  end
+  local d, lease
   if p.cost <= p.quota - in_flight then
     if p.cost > 0 then
-      redis.call('ZADD', keys[1], fmt(t + p.period), p.lease)
-      redis.call('HSET', keys[2], p.lease, fmt(p.cost))
+      local expires = t + p.period
+      redis.call('ZADD', keys[1], fmt(expires), p.lease)
+      lease = p.lease
       in_flight = in_flight + p.cost
+      last = last and max(last, expires) or expires
     end
     d = decision(true, p.quota - in_flight, 0, 0)
   else
@@ -76,19 +113,20 @@ local function leases_decide(keys, p, now)
       d[4] = gone - now
     end
   end
-  d[5] = leases_settle(keys, now, in_flight, t)
+  d[5] = leases_settle(keys, now, in_flight, t, last, was, lease, p.cost)
   return d
 end
 
 -- Gives a lease back; 1 when it was held (timed out but not yet dropped counts as held, as in the
 -- core). Only then is the state brought up to date, as a peek would.
 local function leases_release(keys, now, lease)
-  local permits = redis.call('HGET', keys[2], lease)
+  local in_flight, latest, last, permits = leases_meta(keys, lease)
   if not permits or redis.call('ZREM', keys[1], lease) == 0 then return 0 end
   redis.call('HDEL', keys[2], lease)
-  redis.call('HINCRBY', keys[2], 'n', -(permits + 0))
-  local in_flight, t = leases_load(keys, now)
-  leases_settle(keys, now, in_flight, t)
+  local t = max(now, latest)
+  in_flight = leases_expire(keys, in_flight - (permits + 0), t)
+  -- The lease given back may have been the last to expire.
+  leases_settle(keys, now, in_flight, t, in_flight > 0 and leases_last(keys) or nil, last)
   return 1
 end
 
