@@ -1,7 +1,8 @@
-// Connection: one pipelined TCP connection to one Redis node. Commands are written as they come,
-// coalesced into as few writes as possible; replies are matched to them in order. Each command has
-// a deadline; a lost connection is re-established with backoff, and while it is down commands fail
-// at once (no offline queue). Not thread-safe: every call and every callback runs on its strand.
+// Connection: one pipelined TCP connection to one Redis node. A command is written at once when no
+// write is in flight; those that come meanwhile go together in the next write. Replies are matched
+// to them in order. Each command has a deadline; a lost connection is re-established with backoff,
+// and while it is down commands fail at once (no offline queue). Not thread-safe: every call and
+// every callback runs on its strand.
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>

@@ -164,12 +164,13 @@ struct RedisStore::OwnThread {
 
 struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   struct Acquire;
-  // A batch of an acquire, queued until the call in flight before it has answered.
+  // A batch of an acquire (or a release), queued until the call in flight before it has answered.
   struct Waiting {
     std::shared_ptr<Acquire> op;
     std::size_t batch;
   };
-  // The acquires that wait for one node (a cluster: one slot), and how many calls are in flight.
+  // The acquires and releases that wait for one node (a cluster: one slot), and how many calls
+  // are in flight.
   struct Queue {
     int busy = 0;
     std::deque<Waiting> waiting;
@@ -445,7 +446,8 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
 
 // One acquire or acquire_all: its requests grouped into batches (one per slot on a cluster), sent at
 // once; when every batch has answered, refunds what admitted batches took if another rejected.
-// Runs on the strand.
+// Also a release, as one request with `release` set, whose decision's `allowed` says whether the
+// lease was held. Runs on the strand.
 struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   // Given the result, and whether to post it (see complete()) rather than dispatch it.
   using Done = detail::UniqueFunction<void(Result<std::vector<Decision>>, bool post)>;
@@ -505,7 +507,9 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   // held, then zeros); -1 for each when many.lua caught an error in this call's decisions.
   void on_values(std::size_t b, const Reply* values) {
     if (values[0].integer() == -1) {
-      return on_error(protocol_error("the acquire script failed for this call (the Redis log says why)"));
+      return on_error(protocol_error(requests.front().release
+                                         ? "the release failed in the acquire script (the Redis log says why)"
+                                         : "the acquire script failed for this call (the Redis log says why)"));
     }
     parse(batches[b], values);
     if (--outstanding == 0) finish();
@@ -596,7 +600,8 @@ void RedisStore::Impl::submit(std::shared_ptr<Acquire> op, std::size_t batch) {
   }
 }
 
-// A batch in a call of its own (queue -1: in none), by its one-limit script or acquire.lua.
+// A batch in a call of its own (queue -1: in none), by its one-limit script, acquire.lua, or for a
+// release release.lua.
 void RedisStore::Impl::send_alone(int queue, std::shared_ptr<Acquire> op, std::size_t batch) {
   Batch& b = op->batches[batch];
   const Request& first = op->requests[b.members.front()];
@@ -765,19 +770,31 @@ void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
 }
 
 // A call for the queue has answered or failed: what waits goes when no other call in flight will
-// take it, and what waited past its deadline fails without being sent (sent, it could still take
-// from a limit after its caller was told it timed out).
+// take it, and an acquire that waited past its deadline fails without being sent (sent, it could
+// still take from a limit after its caller was told it timed out). A release that did is sent
+// anyway, with a deadline from now: sent late, it gives back a permit that would otherwise stay
+// taken until its lease times out.
 void RedisStore::Impl::next(int queue) {
   auto it = queues.find(queue);
   if (it == queues.end()) return;
   Queue& q = it->second;
   --q.busy;
   const auto now = std::chrono::steady_clock::now();
+  // The queue is in the order of the deadlines (each is the time asked plus the command timeout),
+  // so the late ones are at its front.
+  boost::container::small_vector<Waiting, 2> late_releases;
   while (!q.waiting.empty() && q.waiting.front().op->deadline <= now) {
-    const Waiting w = std::move(q.waiting.front());
+    Waiting w = std::move(q.waiting.front());
     q.waiting.pop_front();
-    w.op->on_error(Error{ErrorCode::kTimeout, "redis: timed out waiting for the call in flight"});
+    if (w.op->requests.front().release) {
+      w.op->deadline = deadline();
+      late_releases.push_back(std::move(w));
+    } else {
+      w.op->on_error(Error{ErrorCode::kTimeout, "redis: timed out waiting for the call in flight"});
+    }
   }
+  q.waiting.insert(q.waiting.begin(), std::make_move_iterator(late_releases.begin()),
+                   std::make_move_iterator(late_releases.end()));
   if (q.waiting.empty()) {
     if (q.busy == 0 && client->cluster()) queues.erase(it);
     return;
@@ -982,7 +999,8 @@ void RedisStore::start_release(std::string_view key, const Limit& limit, std::ui
   // Queued and sent as acquires are, so that under load it goes in a batch with them. Its cost is
   // an acquire's usual 1, so that in a batch it shares their limit and entry.
   Requests requests;
-  requests.push_back(impl_->make_request(LimitRequest{key, &limit, 1, OnStoreFailure::kError}));
+  requests.push_back(impl_->make_request(LimitRequest{key, &limit, 0, OnStoreFailure::kError}));
+  requests.front().cost = 1;
   requests.front().release = true;
   requests.front().lease = lease;
   auto op = std::make_shared<Impl::Acquire>(

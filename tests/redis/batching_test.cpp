@@ -365,6 +365,41 @@ TEST_F(RedisTest, QueuedCallsBehindATimeoutEachFailOnce) {
   EXPECT_LT(took, 2 * kTimeout) << "queued calls waited a second timeout";
 }
 
+// A release queued behind a call that times out is still sent (an acquire would fail unsent):
+// late, it gives its permit back, where dropped it would keep it taken until the lease times out.
+TEST_F(RedisTest, AReleaseQueuedPastItsDeadlineIsStillSent) {
+  constexpr auto kTimeout = 300ms;
+  const Limit limit = make(Limit::concurrency({.limit = 2, .lease_timeout = 1h}));
+  Loop loop;
+  auto store = redis::RedisStore::open(loop.executor(), {.address = server_->address(),
+                                                         .connect_timeout = 2000ms,
+                                                         .command_timeout = kTimeout});
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  ASSERT_TRUE((*store)->connect().ok());
+  const auto held = (*store)->acquire("pool", limit);
+  ASSERT_TRUE(held.ok() && held->allowed);
+  server_->cli({"CLIENT", "PAUSE", "5000", "WRITE"});  // every script call waits
+  const std::vector<LimitRequest> request = {{"pool", &limit, 1, OnStoreFailure::kError}};
+  std::promise<Result<std::vector<Decision>>> acquired;
+  std::promise<Result<bool>> released;
+  loop.run([&] {
+    (*store)->async_acquire_all(request, [&](Result<std::vector<Decision>> r) { acquired.set_value(std::move(r)); });
+    (*store)->async_release("pool", limit, held->lease, [&](Result<bool> r) { released.set_value(std::move(r)); });
+  });
+  const auto a = acquired.get_future().get();
+  const auto r = released.get_future().get();
+  server_->cli({"CLIENT", "UNPAUSE"});
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.error().code, ErrorCode::kTimeout);
+  ASSERT_FALSE(r.ok());  // sent, but not answered within its (new) deadline
+  EXPECT_EQ(r.error().code, ErrorCode::kTimeout);
+  // Both ran once Redis resumed (a timed-out call may have run): the acquire took a permit, the
+  // release gave the first one back. A peek goes after them on the same connection.
+  const auto now = (*store)->peek("pool", limit);
+  ASSERT_TRUE(now.ok()) << now.error().message;
+  EXPECT_EQ(now->remaining, 1);
+}
+
 // A call whose state is not sluice's fails alone: the calls batched with it are decided, and the
 // key is left as it was.
 TEST_F(RedisTest, ACallThatFailsInABatchFailsAlone) {

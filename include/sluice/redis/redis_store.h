@@ -35,7 +35,7 @@ struct RedisStoreOptions {
   // releases) that come queue, and go together as one script call when it answers, up to this many
   // per call. Under load a decision then costs Redis a share of one call; at rest nothing waits.
   // Each acquire is still decided all or nothing on its own, in the order asked. 1: every acquire
-  // is a call of its own, pipelined.
+  // and release is a call of its own, pipelined.
   int max_batch = 64;
   // Reconnecting after a lost connection: at once, then after reconnect_min, doubling up to
   // reconnect_max.
@@ -84,8 +84,8 @@ class RedisStore final : public Store {
   static Result<std::unique_ptr<RedisStore>> open(RedisStoreOptions options);
   // A store whose I/O runs on the caller's executor (e.g. an io_context's); completions run on each
   // handler's associated executor, by default this one. Destroy the store before that executor's
-  // execution context; pending calls then complete with kStoreUnavailable. Decisions read from a
-  // reply are dispatched, not posted: when the store reads the reply on a thread already running
+  // execution context; pending calls then complete with kStoreUnavailable. Decisions (and
+  // releases' answers) read from a reply are dispatched, not posted: when the store reads the reply on a thread already running
   // the handler's executor, the handler runs at once, inside the store's strand, until it returns
   // or suspends (what it starts on the store then queues behind the reply). Failures, and answers
   // given before the initiating call returns, are always posted.
