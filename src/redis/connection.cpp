@@ -154,9 +154,9 @@ void Connection::enqueue(std::string_view command, Callback callback, SteadyTime
   out_.append(command);
   // The timer may still wait for a later deadline of a command that has been answered since.
   if (!timer_armed_ || deadline < timer_expiry_) arm_timer();
-  // Written at once when no write is in flight: a decision waits for its answer, and a write posted
-  // behind the handlers that are ready now waited a whole turn of the event loop (about a quarter of
-  // a proxied request's time waiting for Redis, under load). Commands that come while a write is in
+  // Written at once when no write is in flight: a decision waits for its answer, and a write
+  // posted behind the handlers that are ready now waited a whole turn of the event loop (about a
+  // fifth of a decision's wait for Redis, under load). Commands that come while a write is in
   // flight go together in the next one.
   if (!writing_now_) flush();
 }

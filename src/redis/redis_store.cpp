@@ -507,9 +507,10 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   // held, then zeros); -1 for each when many.lua caught an error in this call's decisions.
   void on_values(std::size_t b, const Reply* values) {
     if (values[0].integer() == -1) {
-      return on_error(protocol_error(requests.front().release
-                                         ? "the release failed in the acquire script (the Redis log says why)"
-                                         : "the acquire script failed for this call (the Redis log says why)"));
+      return on_error(protocol_error(
+          std::string(requests.front().release ? "the release failed in the acquire script"
+                                               : "the acquire script failed for this call") +
+          " (the Redis log says why)"));
     }
     parse(batches[b], values);
     if (--outstanding == 0) finish();
@@ -605,7 +606,8 @@ void RedisStore::Impl::submit(std::shared_ptr<Acquire> op, std::size_t batch) {
 void RedisStore::Impl::send_alone(int queue, std::shared_ptr<Acquire> op, std::size_t batch) {
   Batch& b = op->batches[batch];
   const Request& first = op->requests[b.members.front()];
-  const Script& script = first.release ? detail::kReleaseScript : script_for(op->requests, b.members);
+  const Script& script =
+      first.release ? detail::kReleaseScript : script_for(op->requests, b.members);
   b.command = first.release ? release_call(first, op->pinned)
                             : script_call(script, op->requests, b.members, op->pinned);
   const std::string_view command = b.command;
@@ -632,8 +634,9 @@ void RedisStore::Impl::send_alone(int queue, std::shared_ptr<Acquire> op, std::s
 // pinned time and entries, no lease) with their pinned time, number of entries and entries (a
 // concurrency limit's with its lease id; a release: -1 entries, then its entry and lease id).
 // Under load a batch is mostly many calls of one or two limits on one key, which this sends as one
-// run: Redis then makes and parses a few strings for the whole batch rather than several per call. The call's deadline is the latest of theirs: they
-// queued during one round trip, and an earlier one is not to cut the others' time short.
+// run: Redis then makes and parses a few strings for the whole batch rather than several per call.
+// The call's deadline is the latest of theirs: they queued during one round trip, and an earlier
+// one is not to cut the others' time short.
 void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
   using boost::container::small_vector;
   small_vector<const Request*, 4> states;  // distinct by their state key

@@ -188,7 +188,8 @@ ReplyReader::Parsed ReplyReader::parse(std::size_t& at, Reply& out, int depth) {
   if (at >= buffer_.size()) return Parsed::kNeedMore;
   const char kind = buffer_[at];
   if (kind == ':') {
-    if (const char* past = small_integer(buffer_.data() + at, buffer_.data() + buffer_.size(), out.integer_)) {
+    const char* end = buffer_.data() + buffer_.size();
+    if (const char* past = small_integer(buffer_.data() + at, end, out.integer_)) {
       out.type_ = Reply::Type::kInteger;
       at = static_cast<std::size_t>(past - buffer_.data());
       return Parsed::kDone;

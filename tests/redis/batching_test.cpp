@@ -383,8 +383,11 @@ TEST_F(RedisTest, AReleaseQueuedPastItsDeadlineIsStillSent) {
   std::promise<Result<std::vector<Decision>>> acquired;
   std::promise<Result<bool>> released;
   loop.run([&] {
-    (*store)->async_acquire_all(request, [&](Result<std::vector<Decision>> r) { acquired.set_value(std::move(r)); });
-    (*store)->async_release("pool", limit, held->lease, [&](Result<bool> r) { released.set_value(std::move(r)); });
+    (*store)->async_acquire_all(request, [&](Result<std::vector<Decision>> r) {
+      acquired.set_value(std::move(r));
+    });
+    (*store)->async_release("pool", limit, held->lease,
+                            [&](Result<bool> r) { released.set_value(std::move(r)); });
   });
   const auto a = acquired.get_future().get();
   const auto r = released.get_future().get();

@@ -82,8 +82,10 @@ class DifferentialTest : public RedisTest {
         server_->cli({"HDEL", "sluice:{k}:cc:meta", "e"});
       }
       const Limit& used = other != nullptr && rng() % 3 == 0 ? *other : limit;
-      const Result<Decision> a = cost == 0 ? local.peek("k", used) : local.acquire("k", used, cost);
-      const Result<Decision> b = cost == 0 ? remote->peek("k", used) : remote->acquire("k", used, cost);
+      const Result<Decision> a =
+          cost == 0 ? local.peek("k", used) : local.acquire("k", used, cost);
+      const Result<Decision> b =
+          cost == 0 ? remote->peek("k", used) : remote->acquire("k", used, cost);
       ASSERT_TRUE(a.ok() && b.ok()) << where << " " << (b.ok() ? "" : b.error().message);
       Decision x = *a;
       Decision y = *b;

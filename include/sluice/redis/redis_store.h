@@ -85,10 +85,10 @@ class RedisStore final : public Store {
   // A store whose I/O runs on the caller's executor (e.g. an io_context's); completions run on each
   // handler's associated executor, by default this one. Destroy the store before that executor's
   // execution context; pending calls then complete with kStoreUnavailable. Decisions (and
-  // releases' answers) read from a reply are dispatched, not posted: when the store reads the reply on a thread already running
-  // the handler's executor, the handler runs at once, inside the store's strand, until it returns
-  // or suspends (what it starts on the store then queues behind the reply). Failures, and answers
-  // given before the initiating call returns, are always posted.
+  // releases' answers) read from a reply are dispatched, not posted: when the store reads the reply
+  // on a thread already running the handler's executor, the handler runs at once, inside the
+  // store's strand, until it returns or suspends (what it starts on the store then queues behind
+  // the reply). Failures, and answers given before the initiating call returns, are always posted.
   static Result<std::unique_ptr<RedisStore>> open(boost::asio::any_io_executor executor,
                                                   RedisStoreOptions options);
   ~RedisStore() override;

@@ -57,7 +57,8 @@ local function leases_settle(keys, now, in_flight, latest, last, was, lease, per
     return 0
   end
   if lease then
-    redis.call('HSET', keys[2], 'n', fmt(in_flight), 't', fmt(latest), 'e', fmt(last), lease, fmt(permits))
+    redis.call('HSET', keys[2], 'n', fmt(in_flight), 't', fmt(latest), 'e', fmt(last),
+      lease, fmt(permits))
   else
     redis.call('HSET', keys[2], 'n', fmt(in_flight), 't', fmt(latest), 'e', fmt(last))
   end
