@@ -53,11 +53,6 @@ void print_demo_help(std::uint16_t port, std::uint16_t admin_port, const std::st
   std::fflush(stdout);
 }
 
-std::uint16_t port_of(const std::string& address, std::uint16_t fallback) {
-  const auto target = config::parse_target(address);
-  return target ? target->port : fallback;
-}
-
 // The demo's configuration in the database: written there on the first run; on later runs (which
 // keep what was edited meanwhile) only the demo upstream moves to this run's echo server.
 Status seed_demo(config::ConfigStore& store, std::uint16_t upstream_port) {
@@ -114,11 +109,10 @@ int serve_demo(const ServeSettings& settings) {
     std::fprintf(stderr, "sluice serve --demo: %s: %s\n", settings.db.c_str(), ready.error().message.c_str());
     return 1;
   }
-  const config::Config defaults;
-  print_demo_help(port_of(settings.listen.empty() ? defaults.listen : settings.listen, 8080),
-                  port_of(settings.admin_listen.empty() ? defaults.admin_listen : settings.admin_listen, 9090),
-                  token);
-  return serve_database(settings);
+  // Once serving, with the ports listened on (which --listen 127.0.0.1:0 leaves to the system).
+  return serve_database(settings, [&token](std::uint16_t port, std::uint16_t admin_port) {
+    print_demo_help(port, admin_port, token);
+  });
 }
 
 int run(const ServeOptions& o) {

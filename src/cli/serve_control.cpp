@@ -218,7 +218,8 @@ std::unique_ptr<config::ConfigStore> open_store_or_exit(const std::string& db, s
   return std::move(*store);
 }
 
-int serve_database(const ServeSettings& s) {
+int serve_database(const ServeSettings& s,
+                   const std::function<void(std::uint16_t port, std::uint16_t admin_port)>& on_serving) {
   auto opened = config::ConfigStore::open({.path = s.db});
   if (!opened.ok()) {
     std::fprintf(stderr, "sluice serve: %s\n", opened.error().message.c_str());
@@ -254,6 +255,7 @@ int serve_database(const ServeSettings& s) {
                       .secret_key = secret_key ? &*secret_key : nullptr,
                       .tokens_changed = refresh_tokens,
                       .describe_source = describe_source("database", "path", s.db, [&watcher] { return watcher.health(); })});
+  if (on_serving) on_serving(gw.port(), gw.admin_port());
   say_serving(gw, s.threads, limits_where(s, *loaded->config), "configuration from " + s.db, loaded->revision);
   if (auth->empty()) {
     std::fprintf(stderr,

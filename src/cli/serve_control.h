@@ -3,6 +3,8 @@
 // configuration current. Not thread-safe (each runs once, from main).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,7 +35,10 @@ struct ServeSettings {
   int fleet_size = 0;      // --fleet-size; 0: the configuration's
 };
 
-int serve_database(const ServeSettings& settings);
+// Serves the configuration kept in settings.db until a signal stops it. `on_serving`, when given,
+// is told the ports listened on once the gateway serves (port 0 in --listen picks one).
+int serve_database(const ServeSettings& settings,
+                   const std::function<void(std::uint16_t port, std::uint16_t admin_port)>& on_serving = {});
 int serve_follower(const ServeSettings& settings);
 
 // Where limits are counted: --store, or else the configuration's store, with its store_timeout and

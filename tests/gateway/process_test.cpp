@@ -153,26 +153,31 @@ TEST_F(ProcessTest, SigtermDrainsRequestsInFlightAndExitsZero) {
 // and replaces the token.
 TEST_F(ProcessTest, TheDemoKeepsItsConfigurationInTheDatabaseWithATokenForTheConsole) {
   const std::string db = dir_ + "/demo.db";
-  auto demo = [&] {
+  auto demo = [&](int port, int admin_port) {
     return std::make_unique<Child>(
         std::vector<std::string>{SLUICE_BINARY, "serve", "--demo", "--db", db, "--listen",
-                                 "127.0.0.1:" + std::to_string(port_), "--admin-listen",
-                                 "127.0.0.1:" + std::to_string(admin_port_), "--access-log", "off"},
+                                 "127.0.0.1:" + std::to_string(port), "--admin-listen",
+                                 "127.0.0.1:" + std::to_string(admin_port), "--access-log", "off"},
         dir_);
   };
-  auto token_of = [](const std::string& out) {
-    const std::string marker = "sign in with the admin token ";
-    const std::size_t at = out.find(marker);
+  // The word after `marker` in `text`; empty when the marker is not there (yet).
+  auto word_after = [](const std::string& text, const std::string& marker) {
+    const std::size_t at = text.find(marker);
     if (at == std::string::npos) return std::string{};
     const std::size_t from = at + marker.size();
-    return out.substr(from, out.find(' ', from) - from);
+    return text.substr(from, text.find(' ', from) - from);
   };
+  auto token_of = [&](const std::string& out) { return word_after(out, "sign in with the admin token "); };
   const std::vector<std::pair<std::string, std::string>> crm{{"X-System-Key", "crm"}};
 
-  auto first = demo();
+  auto first = demo(port_, admin_port_);
   ASSERT_TRUE(serving()) << first->stderr_text();
+  // The lines to try are printed once it serves, with the ports it listens on.
+  ASSERT_TRUE(testing::eventually([&] { return !token_of(first->stdout_text()).empty(); }))
+      << first->stdout_text();
   const std::string token = token_of(first->stdout_text());
-  ASSERT_FALSE(token.empty()) << first->stdout_text();
+  EXPECT_NE(first->stdout_text().find("http://127.0.0.1:" + std::to_string(port_) + "/api/orders/7"),
+            std::string::npos);
   EXPECT_EQ(HttpClient(port_).request("GET", "/api/orders/7", crm).status, 200);
   EXPECT_EQ(HttpClient(admin_port_).get("/").status, 200);
   EXPECT_EQ(HttpClient(admin_port_).request("GET", "/admin/v1/whoami", {{"Authorization", "Bearer " + token}}).status,
@@ -180,16 +185,29 @@ TEST_F(ProcessTest, TheDemoKeepsItsConfigurationInTheDatabaseWithATokenForTheCon
   first->signal(SIGTERM);
   ASSERT_EQ(first->wait_exit(10s), 0);
 
-  auto second = demo();
+  auto second = demo(port_, admin_port_);
   ASSERT_TRUE(serving()) << second->stderr_text();
+  ASSERT_TRUE(testing::eventually([&] { return !token_of(second->stdout_text()).empty(); }));
   const std::string next = token_of(second->stdout_text());
-  ASSERT_FALSE(next.empty());
   EXPECT_NE(next, token);
   EXPECT_EQ(HttpClient(port_).request("GET", "/api/orders/7", crm).status, 200);  // the new echo server
   EXPECT_EQ(HttpClient(admin_port_).request("GET", "/admin/v1/whoami", {{"Authorization", "Bearer " + token}}).status,
             401);
   EXPECT_EQ(HttpClient(admin_port_).request("GET", "/admin/v1/whoami", {{"Authorization", "Bearer " + next}}).status,
             200);
+  second->signal(SIGTERM);
+  ASSERT_EQ(second->wait_exit(10s), 0);
+
+  // On ports the system picks (port 0), the lines to try name the ports it picked.
+  auto third = demo(0, 0);
+  ASSERT_TRUE(testing::eventually([&] { return !word_after(third->stderr_text(), "serving on port ").empty(); }))
+      << third->stderr_text();
+  const std::string picked = word_after(third->stderr_text(), "serving on port ");
+  ASSERT_NE(picked, "0");
+  ASSERT_TRUE(testing::eventually([&] {
+    return third->stdout_text().find("http://127.0.0.1:" + picked + "/api/orders/7") != std::string::npos;
+  })) << third->stdout_text();
+  EXPECT_EQ(third->stdout_text().find("127.0.0.1:0/"), std::string::npos);
 }
 
 }  // namespace
