@@ -189,6 +189,9 @@ TEST(MessageParserTest, BadRequestHeadsAreRefusedWithTheirReason) {
       {"GET / HTTP/1.1\r\nNoColon\r\n\r\n", http::error::bad_field},
       {"GET / HTTP/1.1\r\nX: a\nY: b\r\n\r\n", http::error::bad_value},  // a bare LF
       {"GET / HTTP/1.1\r\nX: a\rY: b\r\n\r\n", http::error::bad_value},  // a bare CR
+      // Lines that end in a bare LF only, which never end the head: refused at once, not timed out.
+      {"GET / HTTP/1.1\nHost: x\n\n", http::error::bad_line_ending},
+      {"\nGET / HTTP/1.1\r\n", http::error::bad_line_ending},
       {std::string("GET / HTTP/1.1\r\nX: a\x01\r\n\r\n"), http::error::bad_value},
       {std::string("GET / HTTP/1.1\r\nX: a\x7f\r\n\r\n"), http::error::bad_value},
       {" / HTTP/1.1\r\n\r\n", http::error::bad_method},

@@ -1085,6 +1085,8 @@ TEST_F(GatewayTest, BadInputIsRefusedAndNeverReachesTheUpstream) {
       {"chunked after another coding", head + "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 400},
       {"dot segments", "GET /echo/../admin HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n\r\n", 400},
       {"not HTTP", "HELLO\r\n\r\n", 400},
+      // Refused at once: a head in bare LFs never ends in CRLF CRLF, and used to wait for the timeout.
+      {"lines ending in a bare LF", "GET /echo/x HTTP/1.1\nHost: a\nX-System-Key: crm\n\n", 400},
   };
   for (const BadInput& c : cases) {
     const std::string out = raw(c.bytes);
