@@ -119,8 +119,25 @@ class Reader {
     problems_.push_back(Problem{path, std::move(message), file_, m.line + 1, m.column + 1});
   }
 
-  // Every key of the mapping must be one of `known`.
+  // A key given twice in one mapping: YAML reads the first and drops the other, so an override
+  // added at the end of a file would be ignored without a word. False when there is one.
+  bool once_each(const YAML::Node& map, const std::string& at) {
+    std::map<std::string, int> first_line;
+    bool ok = true;
+    for (const auto& kv : map) {
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+      const auto [it, added] = first_line.emplace(key, kv.first.Mark().line + 1);
+      if (added) continue;
+      fail(kv.first, join(at, key),
+           "is given twice (first on line " + std::to_string(it->second) + "): only the first would count");
+      ok = false;
+    }
+    return ok;
+  }
+
+  // Every key of the mapping must be one of `known`, and given once.
   void fields(const YAML::Node& map, const std::string& at, std::initializer_list<const char*> known) {
+    once_each(map, at);
     for (const auto& kv : map) {
       const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
       const bool ok = std::any_of(known.begin(), known.end(), [&](const char* k) { return key == k; });
@@ -308,7 +325,7 @@ class Reader {
       // The rule around the limit; its limit is a placeholder until the fields are read (Limit has
       // no empty state).
       LimitRule extra{.limit = *Limit::fixed_window({.limit = 1, .period = std::chrono::seconds(1)})};
-      bool ok = true;
+      bool ok = once_each(n, path);
       for (const auto& kv : n) {
         const std::string key = kv.first.Scalar();
         const std::string field = path + "." + key;

@@ -111,6 +111,21 @@ TEST(ConfigYaml, AnUnknownFieldIsReportedWithItsPositionAndPath) {
             "test.yaml:11:5: interfaces[0].colour: unknown field \"colour\"");
 }
 
+// YAML reads the first of two equal keys and drops the other: a setting given twice is refused, so
+// that an override added at the end of a file is not silently ignored.
+TEST(ConfigYaml, AFieldGivenTwiceIsRefusedWhereverItIs) {
+  const std::string text = std::string("listen: 127.0.0.1:8080\n") + kMinimal + "    path: /api/other\n" +
+                           "    limits: [{algorithm: fixed_window, limit: 10, period: 1s, limit: 20}]\n" +
+                           "listen: 127.0.0.1:9999\n";
+  const auto p = problems_of(text);
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[0], "test.yaml:14:1: listen: is given twice (first on line 1): only the first would count");
+  EXPECT_EQ(p[1], "test.yaml:12:5: interfaces[0].path: is given twice (first on line 10): only the first would count");
+  EXPECT_EQ(p[2],
+            "test.yaml:13:63: interfaces[0].limits[0].limit: is given twice (first on line 13): only the first "
+            "would count");
+}
+
 TEST(ConfigYaml, ALimitOutOfRangeNamesTheFieldInsideTheList) {
   const std::string text = std::string(kMinimal) +
                            "    limits:\n"
