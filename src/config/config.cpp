@@ -10,6 +10,7 @@
 
 #include "config/path_pattern.h"
 #include "core/duration.h"
+#include "sluice/redis/address.h"
 
 namespace sluice::config {
 
@@ -325,6 +326,9 @@ class Validator {
     if (c_.store != "local" && c_.store.rfind("redis://", 0) != 0 &&
         c_.store.rfind("redis-cluster://", 0) != 0) {
       add("store", "must be local, redis://host:port or redis-cluster://host:port,host:port");
+    } else if (c_.store != "local") {
+      // Read as the gateway will read it at start, so that no check lets through what cannot start.
+      if (auto address = redis::parse_address(c_.store); !address) add("store", address.error().message);
     }
     if (c_.store_timeout < std::chrono::milliseconds(1) || c_.store_timeout > std::chrono::minutes(1)) {
       add("store_timeout", "must be between 1ms and 1m");

@@ -126,6 +126,20 @@ TEST(ConfigYaml, AFieldGivenTwiceIsRefusedWhereverItIs) {
             "would count");
 }
 
+// A store address is read as the gateway reads it at start: no check passes what cannot start.
+TEST(ConfigYaml, AStoreAddressTheGatewayCouldNotUseIsRefused) {
+  for (const auto& [store, why] : std::vector<std::pair<std::string, std::string>>{
+           {"redis://127.0.0.1:x", "redis address: bad port 'x'"},
+           {"redis://:6379", "redis address: missing host"},
+           {"redis-cluster://[::1", "redis address: unclosed '['"},
+           {"memcached://127.0.0.1", "must be local, redis://host:port or redis-cluster://host:port,host:port"}}) {
+    const auto p = problems_of("store: \"" + store + "\"\n" + kMinimal);
+    ASSERT_EQ(p.size(), 1u) << store;
+    EXPECT_EQ(p[0], "test.yaml:1:8: store: " + why) << store;
+  }
+  EXPECT_TRUE(problems_of(std::string("store: redis-cluster://a:1,b:2\n") + kMinimal).empty());
+}
+
 TEST(ConfigYaml, ALimitOutOfRangeNamesTheFieldInsideTheList) {
   const std::string text = std::string(kMinimal) +
                            "    limits:\n"
