@@ -287,10 +287,14 @@ int serve_follower(const ServeSettings& s) {
   for (bool said = false;; said = true) {
     first = gateway::Follower::fetch(follow, fetcher);
     if (first.ok()) break;
+    // A refused token or a bad answer will not mend by waiting, and --check asks once.
+    if (first.error().code == ErrorCode::kInvalidArgument || s.check) {
+      std::fprintf(stderr, "sluice serve: %s: %s\n", primary.c_str(), first.error().message.c_str());
+      return 1;
+    }
     if (!said || first.error().code != ErrorCode::kStoreUnavailable) {
       std::fprintf(stderr, "sluice: waiting for the primary: %s\n", first.error().message.c_str());
     }
-    if (first.error().code == ErrorCode::kInvalidArgument) return 1;
     std::this_thread::sleep_for(std::chrono::seconds(1));  // retry interval while the primary is away
   }
   auto role = gateway::Follower::role(follow, fetcher);

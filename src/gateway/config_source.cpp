@@ -123,6 +123,10 @@ void DatabaseWatcher::look() {
 Result<config::StoredConfig> Follower::fetch(const Options& options, HttpFetcher& fetcher) {
   auto r = fetcher.send(config_request(options));
   if (!r.ok()) return r.error();
+  // A token the primary refuses stays refused: waiting would not help.
+  if (r->status == 401 || r->status == 403) {
+    return invalid_argument(answer_error(*r) + " (is --token one of its tokens?)");
+  }
   if (r->status != 200) return Error{ErrorCode::kStoreUnavailable, answer_error(*r)};
   return parse_answer(*r, options.primary);
 }

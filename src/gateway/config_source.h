@@ -76,7 +76,9 @@ class Follower {
     std::function<void(bool)> token_accepted{};
   };
 
-  // One request for the primary's current configuration (the one to start with).
+  // One request for the primary's current configuration (the one to start with). kInvalidArgument
+  // when the primary refuses the token or answers what is not a configuration: waiting would not
+  // help.
   static Result<config::StoredConfig> fetch(const Options& options, HttpFetcher& fetcher);
   // The token's role on the primary (GET /admin/v1/whoami).
   static Result<config::Role> role(const Options& options, HttpFetcher& fetcher);

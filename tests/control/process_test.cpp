@@ -215,6 +215,27 @@ TEST_F(ControlProcessTest, AFollowerWithAReadTokenIsToldThatTheStoresPasswordIsF
   EXPECT_EQ(err.find("s3cret"), std::string::npos) << err;
 }
 
+// A token the primary refuses stays refused: the follower says so and stops at once rather than
+// wait for the primary; and --check asks once, so that a check in a script cannot hang.
+TEST_F(ControlProcessTest, AFollowerWhoseTokenIsRefusedOrWhosePrimaryIsAwayStopsAtOnce) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  Server primary = serve({"--db", db_});
+  std::string err;
+  EXPECT_EQ(sluice({"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--config-from",
+                    admin_url(primary), "--token", "sluice_at_not_a_token"},
+                   nullptr, &err),
+            1);
+  EXPECT_NE(err.find("the primary answered 401"), std::string::npos) << err;
+  EXPECT_NE(err.find("is --token one of its tokens?"), std::string::npos) << err;
+  EXPECT_EQ(sluice({"serve", "--check", "--config-from", admin_url(primary), "--token", "sluice_at_not_a_token"},
+                   nullptr, &err),
+            1);
+  EXPECT_EQ(sluice({"serve", "--check", "--config-from", "http://127.0.0.1:1", "--token", token("read")}, nullptr,
+                   &err),
+            1);
+  EXPECT_NE(err.find("http://127.0.0.1:1"), std::string::npos) << err;
+}
+
 TEST_F(ControlProcessTest, AFollowerPullsFromItsPrimaryAndKeepsServingWhenThePrimaryIsKilled) {
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
   const std::string t = token("admin");
