@@ -284,11 +284,16 @@ int serve_follower(const ServeSettings& s) {
   gateway::HttpFetcher fetcher;
   // The first configuration: a follower needs its primary once to start.
   Result<config::StoredConfig> first = Error{};
-  for (bool said = false;; said = true) {
+  // A refused token or a bad answer does not mend by waiting, but a token made a moment ago is
+  // refused until the primary has read it (within a second): those stop after a few tries. --check
+  // does not wait for a primary that is away.
+  constexpr int kRefusedTries = 5;
+  for (int tries = 1, refused = 0;; ++tries) {
+    const bool said = tries > 1;
     first = gateway::Follower::fetch(follow, fetcher);
     if (first.ok()) break;
-    // A refused token or a bad answer will not mend by waiting, and --check asks once.
-    if (first.error().code == ErrorCode::kInvalidArgument || s.check) {
+    const bool give_up = first.error().code == ErrorCode::kInvalidArgument ? ++refused == kRefusedTries : s.check;
+    if (give_up) {
       std::fprintf(stderr, "sluice serve: %s: %s\n", primary.c_str(), first.error().message.c_str());
       return 1;
     }
