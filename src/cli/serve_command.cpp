@@ -155,7 +155,7 @@ int run(const ServeOptions& o) {
   gateway::GatewayOptions options;
   if (!limit_store(settings, *cfg, o.demo ? "the demo configuration" : o.config_path, options)) return 1;
   if (o.check) {
-    std::printf("%s: ok\n", o.config_path.c_str());
+    std::printf("%s: ok\n", o.demo ? "the demo configuration" : o.config_path.c_str());
     return 0;
   }
   // A file brings no admin tokens: the admin listener stays on loopback.

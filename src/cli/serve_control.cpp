@@ -220,7 +220,8 @@ std::unique_ptr<config::ConfigStore> open_store_or_exit(const std::string& db, s
 
 int serve_database(const ServeSettings& s,
                    const std::function<void(std::uint16_t port, std::uint16_t admin_port)>& on_serving) {
-  auto opened = config::ConfigStore::open({.path = s.db});
+  // Only serving makes the database when it is missing: a check of a mistyped path must not pass.
+  auto opened = config::ConfigStore::open({.path = s.db, .create = !s.check && !s.print_config});
   if (!opened.ok()) {
     std::fprintf(stderr, "sluice serve: %s\n", opened.error().message.c_str());
     return 1;

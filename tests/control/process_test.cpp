@@ -490,6 +490,21 @@ TEST_F(ControlProcessTest, ConfigApplyReplacesAPrimarysConfigurationOrShowsItsPr
   EXPECT_NE(err.find("401"), std::string::npos) << err;
 }
 
+// A check of a database that is not there fails and makes none: a mistyped --db must not pass as
+// an empty configuration. The demo's check names what it checked.
+TEST_F(ControlProcessTest, ACheckOfAMissingDatabaseFailsAndMakesNone) {
+  const std::string missing = db_ + ".typo";
+  std::string out;
+  std::string err;
+  EXPECT_EQ(sluice({"serve", "--db", missing, "--check"}, &out, &err), 1);
+  EXPECT_NE(err.find("there is no database at " + missing), std::string::npos) << err;
+  EXPECT_FALSE(std::filesystem::exists(missing));
+  EXPECT_EQ(sluice({"serve", "--db", missing, "--print-config"}, &out, &err), 1);
+  EXPECT_FALSE(std::filesystem::exists(missing));
+  EXPECT_EQ(sluice({"serve", "--demo", "--db", missing, "--check"}, &out, &err), 0) << err;
+  EXPECT_EQ(out, "the demo configuration: ok\n");
+}
+
 TEST_F(ControlProcessTest, TheAdminListenerStaysOnLoopbackUntilATokenExists) {
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
   const std::string open = "0.0.0.0:" + std::to_string(testing::free_port());
