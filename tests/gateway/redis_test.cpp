@@ -269,7 +269,8 @@ TEST(RedisAddressTest, ABadAddressIsRefusedWithAClearMessage) {
     testing::write_file(path, "store: \"" + c.store + "\"\n" + fleet_config(1));
     Child file({SLUICE_BINARY, "serve", "--config", path, "--check"}, testing::temp_dir());
     EXPECT_EQ(file.wait_exit(10s), 1) << c.store;
-    EXPECT_NE(file.stderr_text().find(path + ": store: redis address: " + c.message), std::string::npos)
+    // With its place in the file, as every problem of the configuration is reported.
+    EXPECT_NE(file.stderr_text().find(path + ":1:8: store: redis address: " + c.message), std::string::npos)
         << file.stderr_text();
     EXPECT_EQ(file.stdout_text(), "") << "not reported ok";
   }
