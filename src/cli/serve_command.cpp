@@ -43,13 +43,16 @@ void print_demo_help(std::uint16_t port, std::uint16_t admin_port, const std::st
       "  curl -i -H 'X-System-Key: erp' %s/api/orders/7  # 403 system_disabled\n"
       "  curl -i %s/api/orders/7                         # 401 system_key_missing\n"
       "  for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code} ' -H 'X-System-Key: crm' %s/api/orders/1; done; echo\n"
-      "  curl -s -X POST %s/_sluice/v1/decide -d '{\"system\":\"crm\",\"method\":\"GET\",\"path\":\"/api/users/1\"}'\n"
-      "  curl -s http://127.0.0.1:%u/metrics | grep sluice_requests_total\n"
-      "  curl -s http://127.0.0.1:%u/config                # the configuration as YAML\n",
-      base.c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str(),
-      static_cast<unsigned>(admin_port), static_cast<unsigned>(admin_port));
-  std::printf("The web console: http://127.0.0.1:%u/ — sign in with the admin token %s (made for this run)\n",
-              static_cast<unsigned>(admin_port), token.c_str());
+      "  curl -s -X POST %s/_sluice/v1/decide -d '{\"system\":\"crm\",\"method\":\"GET\",\"path\":\"/api/users/1\"}'\n",
+      base.c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str());
+  if (admin_port != 0) {  // else --admin-listen off
+    std::printf(
+        "  curl -s http://127.0.0.1:%u/metrics | grep sluice_requests_total\n"
+        "  curl -s http://127.0.0.1:%u/config                # the configuration as YAML\n"
+        "The web console: http://127.0.0.1:%u/ — sign in with the admin token %s (made for this run)\n",
+        static_cast<unsigned>(admin_port), static_cast<unsigned>(admin_port), static_cast<unsigned>(admin_port),
+        token.c_str());
+  }
   std::fflush(stdout);
 }
 
@@ -177,9 +180,7 @@ int run(const ServeOptions& o) {
     return 1;
   }
   auto& gw = *started;
-  std::fprintf(stderr, "sluice: serving on port %u (admin on port %u), %d thread%s, limits in %s\n",
-               static_cast<unsigned>(gw->port()), static_cast<unsigned>(gw->admin_port()), o.threads,
-               o.threads == 1 ? "" : "s", limits_where(settings, *cfg).c_str());
+  say_serving(*gw, o.threads, limits_where(settings, *cfg));
   gw->wait();
   std::fprintf(stderr, "sluice: stopped\n");
   return 0;

@@ -147,13 +147,6 @@ std::function<void(boost::json::object&)> describe_source(std::string kind, std:
   };
 }
 
-void say_serving(const gateway::Gateway& gw, int threads, const std::string& limits, const std::string& source,
-                 std::int64_t revision) {
-  std::fprintf(stderr, "sluice: serving on port %u (admin on port %u), %d thread%s, limits in %s; %s (revision %lld)\n",
-               static_cast<unsigned>(gw.port()), static_cast<unsigned>(gw.admin_port()), threads,
-               threads == 1 ? "" : "s", limits.c_str(), source.c_str(), static_cast<long long>(revision));
-}
-
 }  // namespace
 
 redis::RedisStoreOptions redis_options(const ServeSettings& s, const config::Config& cfg) {
@@ -201,6 +194,15 @@ bool secret_key_from_environment(std::optional<config::SecretKey>& out) {
   }
   out = *key;
   return true;
+}
+
+void say_serving(const gateway::Gateway& gw, int threads, const std::string& limits, const std::string& source) {
+  const std::string admin =
+      gw.admin_port() == 0 ? "admin listener off" : "admin on port " + std::to_string(gw.admin_port());
+  const std::string from = source.empty() ? "" : "; " + source;
+  std::fprintf(stderr, "sluice: serving on port %u (%s), %d thread%s, limits in %s%s\n",
+               static_cast<unsigned>(gw.port()), admin.c_str(), threads, threads == 1 ? "" : "s", limits.c_str(),
+               from.c_str());
 }
 
 std::string cli_actor() {
@@ -257,7 +259,8 @@ int serve_database(const ServeSettings& s,
                       .tokens_changed = refresh_tokens,
                       .describe_source = describe_source("database", "path", s.db, [&watcher] { return watcher.health(); })});
   if (on_serving) on_serving(gw.port(), gw.admin_port());
-  say_serving(gw, s.threads, limits_where(s, *loaded->config), "configuration from " + s.db, loaded->revision);
+  say_serving(gw, s.threads, limits_where(s, *loaded->config),
+              "configuration from " + s.db + " (revision " + std::to_string(loaded->revision) + ")");
   if (auth->empty()) {
     std::fprintf(stderr,
                  "sluice: no admin token yet: the admin API answers 401 until you create one with\n"
@@ -331,7 +334,8 @@ int serve_follower(const ServeSettings& s) {
                       .secret_key = secret_key ? &*secret_key : nullptr,
                       .describe_source =
                           describe_source("primary", "primary", primary, [&follower] { return follower.health(); })});
-  say_serving(gw, s.threads, limits_where(s, *first->config), "following " + primary, first->revision);
+  say_serving(gw, s.threads, limits_where(s, *first->config),
+              "following " + primary + " (revision " + std::to_string(first->revision) + ")");
   gw.wait();
   r.shut_down();
   std::fprintf(stderr, "sluice: stopped\n");

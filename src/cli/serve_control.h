@@ -15,6 +15,7 @@
 #include "sluice/redis/redis_store.h"
 
 namespace sluice::gateway {
+class Gateway;
 struct GatewayOptions;
 }
 #include "config/store.h"
@@ -40,6 +41,10 @@ struct ServeSettings {
 int serve_database(const ServeSettings& settings,
                    const std::function<void(std::uint16_t port, std::uint16_t admin_port)>& on_serving = {});
 int serve_follower(const ServeSettings& settings);
+
+// "sluice: serving on port P (admin on port A), ..." on stderr, with `source` (where the
+// configuration comes from) after it when not empty.
+void say_serving(const gateway::Gateway& gw, int threads, const std::string& limits, const std::string& source = "");
 
 // Where limits are counted: --store, or else the configuration's store, with its store_timeout and
 // fleet_size (or --fleet-size). A Redis address sets options.make_limiter (a RedisStore per worker);

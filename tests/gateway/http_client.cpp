@@ -178,6 +178,10 @@ void write_file(const std::string& path, const std::string& text) {
 
 Child::Child(const std::vector<std::string>& argv, const std::string& output_dir)
     : out_path_(output_dir + "/stdout.txt"), err_path_(output_dir + "/stderr.txt") {
+  // Emptied here, before the child runs: a caller that reads them at once must not see what an
+  // earlier child in the same directory wrote.
+  std::ofstream(out_path_, std::ios::trunc);
+  std::ofstream(err_path_, std::ios::trunc);
   pid_ = ::fork();
   if (pid_ == 0) {
     const int out = ::open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

@@ -208,6 +208,18 @@ TEST_F(ProcessTest, TheDemoKeepsItsConfigurationInTheDatabaseWithATokenForTheCon
     return third->stdout_text().find("http://127.0.0.1:" + picked + "/api/orders/7") != std::string::npos;
   })) << third->stdout_text();
   EXPECT_EQ(third->stdout_text().find("127.0.0.1:0/"), std::string::npos);
+  third->signal(SIGTERM);
+  ASSERT_EQ(third->wait_exit(10s), 0);
+
+  // With the admin listener off, it says so, and offers no line that needs it.
+  Child fourth({SLUICE_BINARY, "serve", "--demo", "--db", db, "--listen", "127.0.0.1:0", "--admin-listen", "off",
+                "--access-log", "off"},
+               dir_);
+  ASSERT_TRUE(testing::eventually([&] { return !word_after(fourth.stderr_text(), "serving on port ").empty(); }))
+      << fourth.stderr_text();
+  EXPECT_NE(fourth.stderr_text().find("(admin listener off)"), std::string::npos) << fourth.stderr_text();
+  ASSERT_TRUE(testing::eventually([&] { return fourth.stdout_text().find("/_sluice/v1/decide") != std::string::npos; }));
+  EXPECT_EQ(fourth.stdout_text().find("web console"), std::string::npos) << fourth.stdout_text();
 }
 
 }  // namespace
