@@ -1074,10 +1074,17 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
   };
   const auto path_field = str("path");
   std::int64_t cost = 1;
+  // A field given with the wrong type is refused, not taken as absent (a numeric "system" is not a
+  // request without a key).
+  bool typed = o != nullptr;
   if (o != nullptr) {
     if (auto it = o->find("cost"); it != o->end()) cost = it->value().is_int64() ? it->value().as_int64() : 0;
+    for (const char* name : {"system", "method", "client_ip", "body_sha256"}) {
+      if (auto it = o->find(name); it != o->end() && !it->value().is_string()) typed = false;
+    }
+    if (auto it = o->find("headers"); it != o->end() && !it->value().is_object()) typed = false;
   }
-  if (o == nullptr || !path_field || cost < 1 || cost > kMaxLimit) {
+  if (!typed || !path_field || cost < 1 || cost > kMaxLimit) {
     const bool ok = co_await respond_json(
         x, 400,
         R"({"code":400,"reason":"bad_request","msg":"expected {\"system\":\"...\",\"method\":\"GET\",\"path\":\"/...\",\"cost\":1}"})",

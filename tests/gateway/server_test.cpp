@@ -907,6 +907,14 @@ TEST_F(GatewayTest, DecideAnswersTheSameDecisionWithoutProxying) {
       c.request("POST", "/_sluice/v1/decide", {}, R"({"system":"crm","method":"GET","path":"/other"})");
   EXPECT_EQ(forbidden.status, 403);
   EXPECT_EQ(c.request("POST", "/_sluice/v1/decide", {}, "not json").status, 400);
+  // A field of the wrong type is a bad request, not an absent field (a numeric key is no key).
+  for (const char* bad : {R"({"system":123,"path":"/echo/x"})", R"({"system":"crm","method":1,"path":"/echo/x"})",
+                          R"({"system":"crm","path":"/echo/x","headers":"X: 1"})",
+                          R"({"system":"crm","path":"/echo/x","cost":"2"})"}) {
+    const HttpResponse r = c.request("POST", "/_sluice/v1/decide", {}, bad);
+    EXPECT_EQ(r.status, 400) << bad;
+    EXPECT_EQ(str(json(r.body), "reason"), "bad_request") << bad;
+  }
   EXPECT_EQ(c.request("GET", "/_sluice/v1/decide").status, 405);
   EXPECT_EQ(upstream_->requests(), 0);
 }
