@@ -261,7 +261,9 @@ class Reader {
         if (text.size() == 3 && text.substr(1) == "xx" && text[0] >= '1' && text[0] <= '5') {
           for (int k = 0; k < 100; ++k) u.failure_statuses.push_back((text[0] - '0') * 100 + k);
         } else if (ec == std::errc() && ptr == text.data() + text.size()) {
-          u.failure_statuses.push_back(v);
+          // Checked here, where its place in the list is known (a class before it expands to 100).
+          if (v < 100 || v > 599) fail(s, path, "must be an HTTP status from 100 to 599");
+          else u.failure_statuses.push_back(v);
         } else {
           fail(s, path, "must be an HTTP status like 503, or a class like 5xx");
         }

@@ -140,6 +140,16 @@ TEST(ConfigYaml, AStoreAddressTheGatewayCouldNotUseIsRefused) {
   EXPECT_TRUE(problems_of(std::string("store: redis-cluster://a:1,b:2\n") + kMinimal).empty());
 }
 
+// A status out of range is named by its place in the list as written, not among the statuses a
+// class before it expands to.
+TEST(ConfigYaml, AFailureStatusOutOfRangeIsNamedByItsPlaceInTheList) {
+  const auto p = problems_of(
+      "upstreams:\n"
+      "  - {name: app, targets: [127.0.0.1:8081], failure_statuses: [5xx, 404, 99]}\n");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0], "test.yaml:2:73: upstreams[0].failure_statuses[2]: must be an HTTP status from 100 to 599");
+}
+
 TEST(ConfigYaml, ALimitOutOfRangeNamesTheFieldInsideTheList) {
   const std::string text = std::string(kMinimal) +
                            "    limits:\n"
