@@ -124,7 +124,7 @@ std::optional<int> check_or_print(const ServeSettings& s, const config::StoredCo
   }
   if (s.check) {
     gateway::GatewayOptions unused;
-    if (!limit_store(s, *c.config, source, unused)) return 1;
+    if (!listen_flags_ok(s) || !limit_store(s, *c.config, source, unused)) return 1;
     std::printf("%s: ok (revision %lld)\n", source.c_str(), static_cast<long long>(c.revision));
     return 0;
   }
@@ -193,6 +193,18 @@ bool secret_key_from_environment(std::optional<config::SecretKey>& out) {
     return false;
   }
   out = *key;
+  return true;
+}
+
+bool listen_flags_ok(const ServeSettings& s) {
+  const auto bad = [](const char* flag, const std::string& value) {
+    std::fprintf(stderr, "sluice serve: %s must be host:port, got \"%s\"\n", flag, value.c_str());
+    return false;
+  };
+  if (!s.listen.empty() && !config::parse_target(s.listen)) return bad("--listen", s.listen);
+  if (!s.admin_listen.empty() && s.admin_listen != "off" && !config::parse_target(s.admin_listen)) {
+    return bad("--admin-listen", s.admin_listen);
+  }
   return true;
 }
 

@@ -42,6 +42,10 @@ int serve_database(const ServeSettings& settings,
                    const std::function<void(std::uint16_t port, std::uint16_t admin_port)>& on_serving = {});
 int serve_follower(const ServeSettings& settings);
 
+// Whether --listen and --admin-listen, when given, are addresses to listen on ("off" for the
+// admin listener), as --check must find before a start does; false, having said why on stderr.
+bool listen_flags_ok(const ServeSettings& settings);
+
 // "sluice: serving on port P (admin on port A), ..." on stderr, with `source` (where the
 // configuration comes from) after it when not empty.
 void say_serving(const gateway::Gateway& gw, int threads, const std::string& limits, const std::string& source = "");

@@ -505,6 +505,17 @@ TEST_F(ControlProcessTest, ACheckOfAMissingDatabaseFailsAndMakesNone) {
   EXPECT_EQ(out, "the demo configuration: ok\n");
 }
 
+// --check finds a listen flag that a start would refuse, from a file and from a database.
+TEST_F(ControlProcessTest, ACheckRefusesAListenFlagAStartWouldRefuse) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  std::string err;
+  EXPECT_EQ(sluice({"serve", "--config", yaml_, "--listen", "nonsense", "--check"}, nullptr, &err), 1);
+  EXPECT_NE(err.find("--listen must be host:port, got \"nonsense\""), std::string::npos) << err;
+  EXPECT_EQ(sluice({"serve", "--db", db_, "--admin-listen", "1.2.3.4", "--check"}, nullptr, &err), 1);
+  EXPECT_NE(err.find("--admin-listen must be host:port"), std::string::npos) << err;
+  EXPECT_EQ(sluice({"serve", "--config", yaml_, "--admin-listen", "off", "--check"}), 0);
+}
+
 TEST_F(ControlProcessTest, TheAdminListenerStaysOnLoopbackUntilATokenExists) {
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
   const std::string open = "0.0.0.0:" + std::to_string(testing::free_port());
