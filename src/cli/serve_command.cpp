@@ -163,9 +163,17 @@ int run(const ServeOptions& o) {
     return 0;
   }
   // A file brings no admin tokens: the admin listener stays on loopback.
-  if (Status ok = gateway::check_admin_listen(o.admin_listen.empty() ? cfg->admin_listen : o.admin_listen, false);
-      !ok) {
-    std::fprintf(stderr, "sluice serve: %s\n", ok.error().message.c_str());
+  const std::string admin = o.admin_listen.empty() ? cfg->admin_listen : o.admin_listen;
+  if (Status ok = gateway::check_admin_listen(admin, false); !ok) {
+    if (!config::parse_target(admin)) {
+      std::fprintf(stderr, "sluice serve: %s\n", ok.error().message.c_str());
+    } else {
+      std::fprintf(stderr,
+                   "sluice serve: refusing to serve the admin API on %s, off loopback: a configuration served "
+                   "from a file has no admin tokens to guard it. Listen on 127.0.0.1, or import the file into a "
+                   "database (sluice config import) and serve that (--db) with an admin token\n",
+                   admin.c_str());
+    }
     return 1;
   }
   if (!secret_key_from_environment(options.secret_key)) return 1;

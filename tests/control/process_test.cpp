@@ -524,6 +524,9 @@ TEST_F(ControlProcessTest, TheAdminListenerStaysOnLoopbackUntilATokenExists) {
   EXPECT_EQ(sluice({"serve", "--db", db_, "--listen", "127.0.0.1:0", "--admin-listen", open}, nullptr, &err), 1);
   EXPECT_NE(err.find("no admin token exists"), std::string::npos) << err;
   EXPECT_EQ(sluice({"serve", "--config", yaml_, "--listen", "127.0.0.1:0", "--admin-listen", open}, nullptr, &err), 1);
+  // A file has no tokens to make: it is told how to get them, not to make one.
+  EXPECT_NE(err.find("a configuration served from a file has no admin tokens"), std::string::npos) << err;
+  EXPECT_EQ(err.find("sluice token create"), std::string::npos) << err;
   token("read");
   const std::uint16_t port = testing::free_port();
   Child served({SLUICE_BINARY, "serve", "--db", db_, "--listen", "127.0.0.1:" + std::to_string(port), "--admin-listen",
