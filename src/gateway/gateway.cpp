@@ -1893,6 +1893,11 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
   g.acceptor = std::move(*acceptor);
   g.port = g.acceptor->local_endpoint().port();
   if (admin != "off") {
+    const auto a = config::parse_target(admin);
+    const auto l = config::parse_target(listen);
+    if (a && l && a->port != 0 && a->port == l->port && a->host == l->host) {
+      return invalid_argument("cannot listen on " + admin + " (admin_listen): listen is the same address");
+    }
     auto admin_acceptor = listen_on(g.workers[0]->ioc, admin, "admin_listen");
     if (!admin_acceptor.ok()) return admin_acceptor.error();
     g.admin_acceptor = std::move(*admin_acceptor);

@@ -87,6 +87,15 @@ TEST_F(ProcessTest, APortInUseIsSaid) {
   EXPECT_NE(second->stderr_text().find("already in use"), std::string::npos) << second->stderr_text();
 }
 
+// Both listeners on one address is said as such, not as another process listening there.
+TEST_F(ProcessTest, OneAddressForBothListenersIsSaid) {
+  testing::write_file(config_path_, config_yaml(upstream_->port(), 5, "a"));
+  const std::string both = "127.0.0.1:" + std::to_string(port_);
+  Child child({SLUICE_BINARY, "serve", "--config", config_path_, "--listen", both, "--admin-listen", both}, dir_);
+  EXPECT_EQ(child.wait_exit(10s), 1);
+  EXPECT_NE(child.stderr_text().find("listen is the same address"), std::string::npos) << child.stderr_text();
+}
+
 TEST_F(ProcessTest, HelpDescribesServe) {
   Child help({SLUICE_BINARY, "serve", "--help"}, dir_);
   EXPECT_EQ(help.wait_exit(10s), 0);
