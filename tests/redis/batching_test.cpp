@@ -64,6 +64,19 @@ class Loop {
   std::thread thread_;
 };
 
+// A store on the loop, connected to the server, with these options (address and connect timeout
+// filled in); null, having failed the test, when it cannot be.
+std::unique_ptr<redis::RedisStore> connected(const RedisServer& server, Loop& loop,
+                                             redis::RedisStoreOptions options) {
+  options.address = server.address();
+  options.connect_timeout = 2000ms;
+  auto store = redis::RedisStore::open(loop.executor(), std::move(options));
+  EXPECT_TRUE(store.ok()) << store.error().message;
+  if (!store.ok()) return nullptr;
+  EXPECT_TRUE((*store)->connect().ok());
+  return std::move(*store);
+}
+
 // Collects the answers of n calls.
 struct Answers {
   explicit Answers(std::size_t n) : results(n, Error{ErrorCode::kNotFound, "not answered"}), left(n) {}
@@ -266,18 +279,14 @@ TEST_P(BatchingTest, ReleasesGoInBatchesInTheirOrder) {
   const Limit leases = make(Limit::concurrency({.limit = 2, .lease_timeout = 10s}));
   ManualClock clock{Nanos{kT0us * 1000}};
   Loop loop;
-  auto store = redis::RedisStore::open(loop.executor(), {.address = server_->address(),
-                                                         .connect_timeout = 2000ms,
-                                                         .command_timeout = 2000ms,
-                                                         .max_batch = max_batch,
-                                                         .pinned_clock = &clock});
-  ASSERT_TRUE(store.ok()) << store.error().message;
-  ASSERT_TRUE((*store)->connect().ok());
+  const auto store =
+      connected(*server_, loop, {.command_timeout = 2000ms, .max_batch = max_batch, .pinned_clock = &clock});
+  ASSERT_NE(store, nullptr);
   server_->cli({"FLUSHALL"});
   const std::vector<LimitRequest> acquire = {{"pool", &leases, 1, OnStoreFailure::kError}};
   std::vector<std::uint64_t> held;
   for (int i = 0; i < 2; ++i) {
-    auto d = (*store)->acquire(acquire.front());
+    auto d = store->acquire(acquire.front());
     ASSERT_TRUE(d.ok() && d->allowed && d->lease != 0);
     held.push_back(d->lease);
   }
@@ -307,10 +316,10 @@ TEST_P(BatchingTest, ReleasesGoInBatchesInTheirOrder) {
   loop.run([&] {
     for (std::size_t i = 0; i < steps.size(); ++i) {
       if (steps[i].kind == 'r') {
-        (*store)->async_release("pool", leases, held[steps[i].lease],
-                                [&answered, i](Result<bool> r) { answered(i, std::move(r)); });
+        store->async_release("pool", leases, held[steps[i].lease],
+                             [&answered, i](Result<bool> r) { answered(i, std::move(r)); });
       } else {
-        (*store)->async_acquire_all(acquire, [&answered, i](Result<std::vector<Decision>> r) {
+        store->async_acquire_all(acquire, [&answered, i](Result<std::vector<Decision>> r) {
           answered(i, r ? Result<bool>(r->front().allowed) : Result<bool>(r.error()));
         });
       }
@@ -339,17 +348,14 @@ TEST_F(RedisTest, QueuedCallsBehindATimeoutEachFailOnce) {
   constexpr std::size_t kCalls = 100;
   Answers answers(kCalls);
   Loop loop;
-  auto store = redis::RedisStore::open(loop.executor(), {.address = server_->address(),
-                                                         .connect_timeout = 2000ms,
-                                                         .command_timeout = kTimeout});
-  ASSERT_TRUE(store.ok()) << store.error().message;
-  ASSERT_TRUE((*store)->connect().ok());
+  const auto store = connected(*server_, loop, {.command_timeout = kTimeout});
+  ASSERT_NE(store, nullptr);
   server_->cli({"CLIENT", "PAUSE", "5000", "WRITE"});  // every script call waits
   const std::vector<LimitRequest> request = {{"k", &limit, 1, OnStoreFailure::kError}};
   const auto started = std::chrono::steady_clock::now();
   loop.run([&] {
     for (std::size_t i = 0; i < kCalls; ++i) {
-      (*store)->async_acquire_all(request, [&answers, i](Result<std::vector<Decision>> r) {
+      store->async_acquire_all(request, [&answers, i](Result<std::vector<Decision>> r) {
         answers.set(i, std::move(r));
       });
     }
@@ -371,23 +377,20 @@ TEST_F(RedisTest, AReleaseQueuedPastItsDeadlineIsStillSent) {
   constexpr auto kTimeout = 300ms;
   const Limit limit = make(Limit::concurrency({.limit = 2, .lease_timeout = 1h}));
   Loop loop;
-  auto store = redis::RedisStore::open(loop.executor(), {.address = server_->address(),
-                                                         .connect_timeout = 2000ms,
-                                                         .command_timeout = kTimeout});
-  ASSERT_TRUE(store.ok()) << store.error().message;
-  ASSERT_TRUE((*store)->connect().ok());
-  const auto held = (*store)->acquire("pool", limit);
+  const auto store = connected(*server_, loop, {.command_timeout = kTimeout});
+  ASSERT_NE(store, nullptr);
+  const auto held = store->acquire("pool", limit);
   ASSERT_TRUE(held.ok() && held->allowed);
   server_->cli({"CLIENT", "PAUSE", "5000", "WRITE"});  // every script call waits
   const std::vector<LimitRequest> request = {{"pool", &limit, 1, OnStoreFailure::kError}};
   std::promise<Result<std::vector<Decision>>> acquired;
   std::promise<Result<bool>> released;
   loop.run([&] {
-    (*store)->async_acquire_all(request, [&](Result<std::vector<Decision>> r) {
+    store->async_acquire_all(request, [&](Result<std::vector<Decision>> r) {
       acquired.set_value(std::move(r));
     });
-    (*store)->async_release("pool", limit, held->lease,
-                            [&](Result<bool> r) { released.set_value(std::move(r)); });
+    store->async_release("pool", limit, held->lease,
+                         [&](Result<bool> r) { released.set_value(std::move(r)); });
   });
   const auto a = acquired.get_future().get();
   const auto r = released.get_future().get();
@@ -398,7 +401,7 @@ TEST_F(RedisTest, AReleaseQueuedPastItsDeadlineIsStillSent) {
   EXPECT_EQ(r.error().code, ErrorCode::kTimeout);
   // Both ran once Redis resumed (a timed-out call may have run): the acquire took a permit, the
   // release gave the first one back. A peek goes after them on the same connection.
-  const auto now = (*store)->peek("pool", limit);
+  const auto now = store->peek("pool", limit);
   ASSERT_TRUE(now.ok()) << now.error().message;
   EXPECT_EQ(now->remaining, 1);
 }
@@ -415,15 +418,12 @@ TEST_F(RedisTest, ACallThatFailsInABatchFailsAlone) {
   };
   Answers answers(calls.size());
   Loop loop;
-  auto store = redis::RedisStore::open(loop.executor(), {.address = server_->address(),
-                                                         .connect_timeout = 2000ms,
-                                                         .command_timeout = 2000ms});
-  ASSERT_TRUE(store.ok()) << store.error().message;
-  ASSERT_TRUE((*store)->connect().ok());
+  const auto store = connected(*server_, loop, {.command_timeout = 2000ms});
+  ASSERT_NE(store, nullptr);
   server_->cli({"CONFIG", "RESETSTAT"});
   loop.run([&] {
     for (std::size_t i = 0; i < calls.size(); ++i) {
-      (*store)->async_acquire_all(calls[i], [&answers, i](Result<std::vector<Decision>> r) {
+      store->async_acquire_all(calls[i], [&answers, i](Result<std::vector<Decision>> r) {
         answers.set(i, std::move(r));
       });
     }
