@@ -238,8 +238,11 @@ void judge(const Status& store, Context& ctx) {
   }
   if (rejected && !pointless) v.retry_after = std::max(wait, Nanos{1});
   if (quota != nullptr) {
+    // When the request could pass (its retry_after), or when the quota is full again: for an
+    // admitted one, and for a cost no wait admits, which has no retry_after.
+    const bool until_full = quota->allowed || quota->cost_exceeds_limit;
     v.quota = Quota{quota_limit->name, quota->limit, quota_limit->rule->limit.window(), quota->remaining,
-                    quota->allowed ? quota->reset_after : quota->retry_after};
+                    until_full ? quota->reset_after : quota->retry_after};
   }
   if (rejected) return;
   for (std::size_t i = 0; i < ctx.decisions.size(); ++i) {

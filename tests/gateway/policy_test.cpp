@@ -325,9 +325,13 @@ TEST_F(PolicyTest, AnAdmittedRequestDescribesTheLimitClosestToExhaustion) {
 }
 
 TEST_F(PolicyTest, ACostNoWaitCanAdmitGetsNoRetryAfter) {
+  EXPECT_EQ(call("GET", "/api/users/1", "crm"), Reason::kOk);
   EXPECT_EQ(call("GET", "/api/users/1", "crm", "", 3), Reason::kGrantRateLimited);
   EXPECT_TRUE(ctx_.decisions[1].cost_exceeds_limit);
   EXPECT_EQ(headers().find("Retry-After"), std::string::npos);
+  // The RateLimit field still says when the quota is full again (the fixed minute's end), not 0 as
+  // if the request could pass now: no wait lets it.
+  EXPECT_NE(headers().find("RateLimit: \"crm/users\";r=1;t=60\n"), std::string::npos) << headers();
 }
 
 TEST_F(PolicyTest, ErrorBodiesAreJsonInEnglishOrChinese) {
