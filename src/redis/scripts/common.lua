@@ -70,6 +70,18 @@ local function decision(allowed, remaining, retry, reset, extra)
   return d
 end
 
+-- States a script keeps in tables of its own and writes back at its end (the concurrency limit's
+-- leases): save_later(save, record) has save_states() call save(record) once its decisions are
+-- done, in the order the records were made.
+local SAVE_LATER = {}
+local function save_later(save, record)
+  SAVE_LATER[#SAVE_LATER + 1] = {save, record}
+end
+
+local function save_records()
+  for _, s in ipairs(SAVE_LATER) do s[1](s[2]) end
+end
+
 -- "a:b" (the sliding log's meta): the two numbers, or nil for none (false).
 local function pair_parse(v)
   if not v then return nil end

@@ -1,8 +1,20 @@
 ---------------------------------------------------------------------------------------------------
 -- Concurrency: a sorted set of lease ids by expiry, and a hash of lease id -> permits with the
--- fields n (permits in flight), t (latest time seen) and e (when the last lease expires, so that a
--- decision need not read it from the set; the keys' TTL ends then). ARGV: cost, quota, lease
--- timeout in us, the lease id (chosen by the client), refund value (unused).
+-- fields n (permits in flight), t (latest time seen) and e (when the last lease expires; the keys'
+-- TTL ends then). ARGV: cost, quota, lease timeout in us, the lease id (chosen by the client),
+-- refund value (unused).
+--
+-- A script keeps each such state it touches as a record (LEASES), read at its first use and written
+-- back at the script's end (save_later), so that a batch of calls on one hot key costs Redis a few
+-- commands for the batch and one per lease given back, not a dozen per call:
+-- - n, t and e, read with one HMGET and written with one HSET;
+-- - the leases taken and given back, queued and written in one ZADD and HSET, one ZREM and HDEL;
+-- - expired leases, looked for once per time: every lease in the set or queued expires after
+--   `clean`, the latest time looked for;
+-- - e, which a lease given back may leave unknown (it may have been the last to expire): then
+--   `bound` is what it was, which the leases left cannot pass, so that a lease taken that expires
+--   at or after it gives e without reading the set.
+-- Whatever reads the set or the hash directly writes the queue first (leases_flush).
 
 -- An integer as a decimal string (tostring would give "1.7e+15").
 local function fmt(n)
@@ -15,91 +27,162 @@ local function leases_params(argv, i, p)
   return p
 end
 
--- The meta fields in one HMGET: permits in flight, the latest time seen, when the last lease
--- expires (nil in a state written before that was kept: see leases_last), and `lease`'s permits
--- when a lease id is given.
-local function leases_meta(keys, lease)
-  local meta
-  if lease then
-    meta = redis.call('HMGET', keys[2], 'n', 't', 'e', lease)
-  else
-    meta = redis.call('HMGET', keys[2], 'n', 't', 'e')
-  end
-  return (meta[1] or 0) + 0, (meta[2] or 0) + 0, meta[3] and meta[3] + 0, meta[4]
+local LEASES = {}  -- keys[1] -> the record of that state
+
+-- Forgets every lease: the keys go at the next flush. A state with no lease left is deleted, as
+-- the local store forgets it, t included.
+local function leases_forget(r)
+  r.wipe, r.dirty = true, true
+  r.n, r.t, r.e, r.bound = 0, 0, nil, nil
+  r.zadd, r.hset, r.gone, r.added, r.removed = {}, {}, {}, {}, {}
 end
 
--- When the last lease in the set expires, read from the set; nil for none.
-local function leases_last(keys)
-  local last = redis.call('ZRANGE', keys[1], -1, -1, 'WITHSCORES')
+-- Calls Redis command `cmd` on `key` with the values of `list`, 1000 at a time (unpack() is
+-- limited by Lua's stack): pairs stay whole.
+local function call_in_chunks(cmd, key, list)
+  for i = 1, #list, 1000 do
+    redis.call(cmd, key, unpack(list, i, math.min(i + 999, #list)))
+  end
+end
+
+-- Writes the queued leases to Redis.
+local function leases_flush(r)
+  local keys = r.keys
+  if r.wipe then
+    redis.call('DEL', keys[1], keys[2])
+    r.wipe = false
+  end
+  if #r.gone > 0 then
+    call_in_chunks('ZREM', keys[1], r.gone)
+    call_in_chunks('HDEL', keys[2], r.gone)
+    r.gone, r.removed = {}, {}
+  end
+  if #r.zadd > 0 then
+    call_in_chunks('ZADD', keys[1], r.zadd)
+    r.zadd, r.added = {}, {}
+  end
+  if #r.hset > 0 then
+    call_in_chunks('HSET', keys[2], r.hset)
+    r.hset = {}
+  end
+end
+
+-- When the last lease expires, read from the set (the queue written first); nil for none.
+local function leases_last(r)
+  leases_flush(r)
+  local last = redis.call('ZRANGE', r.keys[1], -1, -1, 'WITHSCORES')
   return last[2] and last[2] + 0
 end
 
--- Drops the leases that have expired by time t; returns in_flight less what they held. In batches,
--- so that unpack() stays within Lua's stack.
-local function leases_expire(keys, in_flight, t)
+-- The decision's reset_after: until the last lease expires, e being read when unknown. A state
+-- with no lease left is forgotten, and answers 0.
+local function leases_reset(r, now)
+  if r.n > 0 and not r.e then r.e, r.bound = leases_last(r), nil end
+  if r.n <= 0 or not r.e then
+    leases_forget(r)
+    return 0
+  end
+  return r.e - now
+end
+
+-- Writes the record back: the queue, then n, t and e, with a TTL until e (as of the latest
+-- decision: once a script, however many decisions it made on the state).
+local function leases_save(r)
+  if not r.dirty then return end
+  leases_reset(r, r.now)
+  if r.n > 0 then
+    local h = r.hset
+    h[#h + 1], h[#h + 2], h[#h + 3], h[#h + 4], h[#h + 5], h[#h + 6] =
+      'n', fmt(r.n), 't', fmt(r.t), 'e', fmt(r.e)
+  end
+  leases_flush(r)
+  if r.n > 0 then
+    local ttl = ttl_ms(r.e - r.now)
+    redis.call('PEXPIRE', r.keys[1], ttl)
+    redis.call('PEXPIRE', r.keys[2], ttl)
+  end
+  r.dirty = false
+end
+
+-- The record of the state at keys, read at its first use in the script. A state written before e
+-- was kept has none: e is then unknown, with no bound.
+local function leases_record(keys)
+  local r = LEASES[keys[1]]
+  if r then return r end
+  local meta = redis.call('HMGET', keys[2], 'n', 't', 'e')
+  local n = (meta[1] or 0) + 0
+  local e = meta[3] and meta[3] + 0
+  r = {keys = {keys[1], keys[2]}, n = n, t = (meta[2] or 0) + 0, e = e, now = 0,
+       clean = -math.huge, wipe = false, dirty = false,
+       zadd = {}, hset = {}, gone = {}, added = {}, removed = {}}
+  if n > 0 and not e then r.bound = math.huge end
+  LEASES[keys[1]] = r
+  save_later(leases_save, r)
+  return r
+end
+
+-- Drops the leases that have expired by time t, in batches, so that unpack() stays within Lua's
+-- stack.
+local function leases_expire(r, t)
+  if t <= r.clean then return end
+  leases_flush(r)
+  local keys = r.keys
   while true do
     local expired = redis.call('ZRANGEBYSCORE', keys[1], '-inf', fmt(t), 'LIMIT', 0, 1000)
     if #expired == 0 then break end
     local permits = redis.call('HMGET', keys[2], unpack(expired))
-    for _, n in ipairs(permits) do in_flight = in_flight - (n + 0) end
+    for _, n in ipairs(permits) do r.n = r.n - (n + 0) end
     redis.call('ZREM', keys[1], unpack(expired))
     redis.call('HDEL', keys[2], unpack(expired))
   end
-  return in_flight
+  r.clean = t
 end
 
--- Saves in_flight, latest and last (when the last lease expires), and a lease's permits when
--- given, with a TTL until `last` when it differs from `was` (what the keys' TTL was set for); or
--- forgets the state when no lease is left. Returns last - now, the decision's reset_after.
-local function leases_settle(keys, now, in_flight, latest, last, was, lease, permits)
-  if not last then
-    redis.call('DEL', keys[1], keys[2])
-    return 0
-  end
-  if lease then
-    redis.call('HSET', keys[2], 'n', fmt(in_flight), 't', fmt(latest), 'e', fmt(last),
-      lease, fmt(permits))
+-- Brings the record to time `now` (t being the latest time seen) and drops what expired by then.
+local function leases_at(r, now)
+  local t = max(now, r.t)
+  leases_expire(r, t)
+  r.t, r.now, r.dirty = t, now, true
+  return t
+end
+
+-- e after a lease that expires at `expires` is taken.
+local function leases_raise(r, expires)
+  if r.e then
+    r.e = max(r.e, expires)
+  elseif not r.bound or expires >= r.bound then
+    r.e, r.bound = expires, nil
   else
-    redis.call('HSET', keys[2], 'n', fmt(in_flight), 't', fmt(latest), 'e', fmt(last))
+    r.e, r.bound = leases_last(r), nil
   end
-  local reset = last - now
-  if last ~= was then
-    local ttl = ttl_ms(reset)
-    redis.call('PEXPIRE', keys[1], ttl)
-    redis.call('PEXPIRE', keys[2], ttl)
-  end
-  return reset
 end
 
 local function leases_decide(keys, p, now)
-  local in_flight, latest, last = leases_meta(keys)
-  local t = max(now, latest)
-  in_flight = leases_expire(keys, in_flight, t)
-  local was = last
-  -- Every lease held expires by `last`, and the last to expire is still held while any is (it
-  -- expires after every other), so `last` stays right unless none is left.
-  if in_flight <= 0 then
-    last = nil
-  elseif not last then
-    last = leases_last(keys)
-  end
-  local d, lease
-  if p.cost <= p.quota - in_flight then
+  local r = leases_record(keys)
+  local t = leases_at(r, now)
+  local d
+  if p.cost <= p.quota - r.n then
     if p.cost > 0 then
       local expires = t + p.period
-      redis.call('ZADD', keys[1], fmt(expires), p.lease)
-      lease = p.lease
-      in_flight = in_flight + p.cost
-      last = last and max(last, expires) or expires
+      -- A lease id given back and taken again in one script: the ZREM goes first.
+      if r.removed[p.lease] then leases_flush(r) end
+      local z, h = r.zadd, r.hset
+      z[#z + 1], z[#z + 2] = fmt(expires), p.lease
+      h[#h + 1], h[#h + 2] = p.lease, fmt(p.cost)
+      r.added[p.lease] = true
+      if expires <= r.clean then r.clean = expires - 1 end
+      r.n = r.n + p.cost
+      leases_raise(r, expires)
     end
-    d = decision(true, p.quota - in_flight, 0, 0)
+    d = decision(true, p.quota - r.n, 0, 0)
   else
-    d = decision(false, p.quota - in_flight, 0, 0)
+    d = decision(false, p.quota - r.n, 0, 0)
     if p.cost > p.quota then
       d[2] = 1
     else
       -- Once enough leases have timed out (sooner, if they are released).
-      local gone = when_freed(in_flight + p.cost - p.quota, function(from, n)
+      leases_flush(r)
+      local gone = when_freed(r.n + p.cost - p.quota, function(from, n)
         local leases = redis.call('ZRANGE', keys[1], from, from + n - 1, 'WITHSCORES')
         local ids, times = {}, {}
         for i = 1, #leases, 2 do
@@ -114,20 +197,30 @@ local function leases_decide(keys, p, now)
       d[4] = gone - now
     end
   end
-  d[5] = leases_settle(keys, now, in_flight, t, last, was, lease, p.cost)
+  d[5] = leases_reset(r, now)
   return d
 end
 
 -- Gives a lease back; 1 when it was held (timed out but not yet dropped counts as held, as in the
 -- core). Only then is the state brought up to date, as a peek would.
 local function leases_release(keys, now, lease)
-  local in_flight, latest, last, permits = leases_meta(keys, lease)
-  if not permits or redis.call('ZREM', keys[1], lease) == 0 then return 0 end
-  redis.call('HDEL', keys[2], lease)
-  local t = max(now, latest)
-  in_flight = leases_expire(keys, in_flight - (permits + 0), t)
+  local r = leases_record(keys)
+  if r.removed[lease] then return 0 end
+  if r.added[lease] then
+    leases_flush(r)
+  elseif r.wipe then
+    return 0  -- every lease held before was given back or expired
+  end
+  local permits = redis.call('HGET', keys[2], lease)
+  if not permits then return 0 end
+  local g = r.gone
+  g[#g + 1] = lease
+  r.removed[lease] = true
+  r.n = r.n - (permits + 0)
   -- The lease given back may have been the last to expire.
-  leases_settle(keys, now, in_flight, t, in_flight > 0 and leases_last(keys) or nil, last)
+  if r.e then r.e, r.bound = nil, r.e end
+  leases_at(r, now)
+  if r.n <= 0 then leases_forget(r) end
   return 1
 end
 

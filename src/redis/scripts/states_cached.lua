@@ -48,7 +48,7 @@ local function state_del(key)
 end
 
 -- Leaves what the writes in sequence would have left: a TTL set last holds; a value set after a
--- delete, with its TTL kept, has none.
+-- delete, with its TTL kept, has none. Then writes back the records of save_later().
 local function save_states()
   for key, w in pairs(WRITES) do
     local v = w[1]
@@ -62,4 +62,5 @@ local function save_states()
       redis.call('SET', key, state_encode(v[1], v[2], v[3]), 'KEEPTTL')
     end
   end
+  save_records()
 end

@@ -1,6 +1,7 @@
 -- sluice: how the algorithms keep the states held in a string, for the one-limit scripts: each read
 -- and write goes to Redis at once. The same functions as states_cached.lua (which says more),
--- without the bookkeeping that a single decision would only pay for.
+-- without the bookkeeping that a single decision would only pay for. save_states() writes back
+-- only the records of save_later().
 
 local function state_get(key)
   local v = redis.call('GET', key)
@@ -19,4 +20,6 @@ local function state_del(key)
   redis.call('DEL', key)
 end
 
-local function save_states() end
+local function save_states()
+  save_records()
+end
