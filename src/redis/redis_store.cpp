@@ -631,8 +631,8 @@ void RedisStore::Impl::send_alone(int queue, std::shared_ptr<Acquire> op, std::s
 // share it: KEYS, each state once (a two-key state's second key after it); then the distinct
 // limits (limit and cost), each with its code and ARGV; the entries, each a limit on a state (its
 // limit's and its first key's index); and the runs of calls, each a count of like calls (same
-// pinned time and entries, no lease) with their pinned time, number of entries and entries (a
-// concurrency limit's with its lease id; a release: -1 entries, then its entry and lease id).
+// pinned time and entries; releases with releases) with their pinned time, number of entries
+// (releases: -1) and entries, then each call's lease ids (one per concurrency limit).
 // Under load a batch is mostly many calls of one or two limits on one key, which this sends as one
 // run: Redis then makes and parses a few strings for the whole batch rather than several per call.
 // The call's deadline is the latest of theirs: they queued during one round trip, and an earlier
@@ -680,15 +680,17 @@ void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
     const Waiting& w = calls[call];
     const auto& members = w.op->batches[w.batch].members;
     const std::size_t n = members.size();
-    // A call with a lease (its own id) runs alone; one with the same entries has a lease too.
+    // Each lease id comes after the run's entries, call after call.
     const auto leases = static_cast<std::size_t>(std::count_if(members.begin(), members.end(), [&w](std::size_t i) {
       return w.op->requests[i].limit.algorithm() == Algorithm::kConcurrency;
     }));
+    const bool release = w.op->requests[members.front()].release;
     bool joins = false;
-    if (leases == 0 && !runs.empty()) {
+    if (!runs.empty()) {
       const Waiting& prev = calls[runs.back().first];
       const std::size_t prev_at = first_listed[runs.back().first];
       joins = prev.op->pinned == w.op->pinned && prev.op->batches[prev.batch].members.size() == n &&
+              prev.op->requests[prev.op->batches[prev.batch].members.front()].release == release &&
               std::equal(listed.begin() + static_cast<std::ptrdiff_t>(at),
                          listed.begin() + static_cast<std::ptrdiff_t>(at + n),
                          listed.begin() + static_cast<std::ptrdiff_t>(prev_at));
@@ -697,8 +699,9 @@ void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
       ++runs.back().second;
     } else {
       runs.push_back({call, call + 1});
-      args += 3 + n + leases;
+      args += 3 + n;
     }
+    args += leases;
     at += n;
   }
   Command c(3 + keys + args);
@@ -727,13 +730,18 @@ void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
     const Waiting& w = calls[first];
     const auto& members = w.op->batches[w.batch].members;
     c.arg(static_cast<std::int64_t>(end - first)).arg(w.op->pinned);
-    // A release: -1 for its number of entries, then its entry and lease id.
+    // Releases: -1 for their number of entries, then their entry and lease ids.
     c.arg(w.op->requests[members.front()].release ? std::int64_t{-1}
                                                    : static_cast<std::int64_t>(members.size()));
     for (std::size_t j = 0; j < members.size(); ++j) {
       c.arg(static_cast<std::int64_t>(listed[first_listed[first] + j] + 1));
-      const Request& r = w.op->requests[members[j]];
-      if (r.limit.algorithm() == Algorithm::kConcurrency) c.arg(lease_arg(r));
+    }
+    for (std::size_t call = first; call < end; ++call) {
+      const Waiting& v = calls[call];
+      for (const std::size_t i : v.op->batches[v.batch].members) {
+        const Request& r = v.op->requests[i];
+        if (r.limit.algorithm() == Algorithm::kConcurrency) c.arg(lease_arg(r));
+      }
     }
   }
   struct Many {

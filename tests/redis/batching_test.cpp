@@ -111,14 +111,33 @@ class BatchingTest : public RedisTest, public ::testing::WithParamInterface<int>
     long ttl_ms = 0;
   };
 
+  struct Outcome {
+    std::vector<Result<std::vector<Decision>>> answers;  // the calls'
+    std::map<std::string, State> after_calls;            // what Redis held then, looked at when
+    std::chrono::steady_clock::time_point looked;
+    // Then every lease the calls took given back, in the order taken: whether each was held.
+    std::vector<Result<std::vector<Decision>>> given_back;
+  };
+
   // Makes the prelude's calls one at a time, keeping the lease of each one's first decision; then
   // starts every call at once on a store with this max_batch (the first goes, the others queue),
-  // each at its time, and returns their answers once all have come, each exactly once.
-  std::vector<Result<std::vector<Decision>>> run(const std::vector<Call>& calls, int max_batch,
-                                                 const std::vector<Call>& prelude = {}) {
+  // each at its time, and once all have answered, each exactly once, gives back every lease they
+  // took, again all at once, at the last call's time. A release answers one decision, allowed
+  // when the lease was held.
+  Outcome run(const std::vector<Call>& calls, int max_batch, const std::vector<Call>& prelude = {}) {
     ManualClock clock{Nanos{kT0us * 1000}};
-    Answers answers(calls.size());  // first: it outlives the loop and the store, whatever answers late
+    // First: they outlive the loop and the store, whatever answers late.
+    Answers answers(calls.size());
+    std::vector<std::pair<const LimitRequest*, std::uint64_t>> taken;
+    std::optional<Answers> given_back;
     Loop loop;
+    auto release = [&](redis::RedisStore& store, const LimitRequest& took, std::uint64_t lease, Answers& to,
+                       std::size_t i) {
+      store.async_release(took.key, *took.limit, lease, [&to, i](Result<bool> r) {
+        to.set(i, r ? Result<std::vector<Decision>>(std::vector<Decision>{{.allowed = *r}})
+                    : Result<std::vector<Decision>>(r.error()));
+      });
+    };
     auto store = redis::RedisStore::open(
         loop.executor(), {.address = server_->address(),
                           .connect_timeout = 2000ms,
@@ -140,11 +159,7 @@ class BatchingTest : public RedisTest, public ::testing::WithParamInterface<int>
         const Call& call = calls[i];
         clock.set(Nanos{call.at_us * 1000});
         if (call.release) {
-          const LimitRequest& took = prelude[*call.release].requests.front();
-          (*store)->async_release(took.key, *took.limit, held[*call.release], [&answers, i](Result<bool> r) {
-            answers.set(i, r ? Result<std::vector<Decision>>(std::vector<Decision>{{.allowed = *r}})
-                             : Result<std::vector<Decision>>(r.error()));
-          });
+          release(**store, prelude[*call.release].requests.front(), held[*call.release], answers, i);
           continue;
         }
         (*store)->async_acquire_all(call.requests, [&answers, i](Result<std::vector<Decision>> r) {
@@ -154,24 +169,50 @@ class BatchingTest : public RedisTest, public ::testing::WithParamInterface<int>
     });
     answers.wait();
     EXPECT_EQ(answers.times_answered, calls.size());
-    return std::move(answers.results);
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      if (calls[i].release || !answers.results[i].ok()) continue;
+      for (std::size_t j = 0; j < calls[i].requests.size(); ++j) {
+        const std::uint64_t lease = (*answers.results[i])[j].lease;
+        if (lease != 0) taken.push_back({&calls[i].requests[j], lease});
+      }
+    }
+    Outcome out{.answers = std::move(answers.results), .after_calls = states(),
+                .looked = std::chrono::steady_clock::now(), .given_back = {}};
+    given_back.emplace(taken.size());
+    if (!taken.empty()) {
+      loop.run([&] {
+        clock.set(Nanos{calls.back().at_us * 1000});
+        for (std::size_t i = 0; i < taken.size(); ++i) release(**store, *taken[i].first, taken[i].second, *given_back, i);
+      });
+      given_back->wait();
+    }
+    out.given_back = std::move(given_back->results);
+    return out;
   }
 
   // Runs the calls one call each (pipelined, the behaviour before batching), for the states they
   // leave; then batched, and checks that each answer is LocalStore's (a release's, the one in
-  // sequence), that Redis holds the same keys, values and TTLs, and that the first call went alone
-  // and the others max_batch at a time. The prelude goes first in both runs (see run()).
+  // sequence), that the leases taken are given back as in sequence, that Redis holds the same keys,
+  // values and TTLs, and that the first call went alone and the others max_batch at a time, and so
+  // did the releases after them. The prelude goes first in both runs (see run()).
   void expect_batched_as_in_sequence(const std::vector<Call>& calls, int max_batch,
                                      const std::vector<Call>& prelude = {}) {
     server_->cli({"FLUSHALL"});
-    std::vector<Result<std::vector<Decision>>> in_sequence;
+    Outcome in_sequence;
     ASSERT_NO_FATAL_FAILURE(in_sequence = run(calls, 1, prelude));
     const std::map<std::string, State> sequential = states();
-    const auto first_look = std::chrono::steady_clock::now();
+    const auto last_look = std::chrono::steady_clock::now();
     server_->cli({"FLUSHALL"});
     server_->cli({"CONFIG", "RESETSTAT"});
-    std::vector<Result<std::vector<Decision>>> answers;
-    ASSERT_NO_FATAL_FAILURE(answers = run(calls, max_batch, prelude));
+    Outcome batched_run;
+    ASSERT_NO_FATAL_FAILURE(batched_run = run(calls, max_batch, prelude));
+    const auto& answers = batched_run.answers;
+    ASSERT_EQ(batched_run.given_back.size(), in_sequence.given_back.size());
+    for (std::size_t i = 0; i < batched_run.given_back.size(); ++i) {
+      ASSERT_TRUE(batched_run.given_back[i].ok() && in_sequence.given_back[i].ok()) << "lease " << i;
+      EXPECT_EQ(batched_run.given_back[i]->front().allowed, in_sequence.given_back[i]->front().allowed)
+          << "lease " << i;
+    }
 
     ManualClock clock{Nanos{kT0us * 1000}};
     LocalStore local({.clock = &clock});
@@ -188,8 +229,8 @@ class BatchingTest : public RedisTest, public ::testing::WithParamInterface<int>
         const LimitRequest& took = prelude[*calls[i].release].requests.front();
         clock.set(Nanos{calls[i].at_us * 1000});
         ASSERT_TRUE(local.release(took.key, *took.limit, held[*calls[i].release]).ok());
-        ASSERT_TRUE(in_sequence[i].ok());
-        EXPECT_EQ(got->front().allowed, in_sequence[i]->front().allowed) << "release " << i;
+        ASSERT_TRUE(in_sequence.answers[i].ok());
+        EXPECT_EQ(got->front().allowed, in_sequence.answers[i]->front().allowed) << "release " << i;
         continue;
       }
       std::vector<Decision> expected(calls[i].requests.size());
@@ -204,28 +245,40 @@ class BatchingTest : public RedisTest, public ::testing::WithParamInterface<int>
                         << ", key " << calls[i].requests[j].key << ", cost " << calls[i].requests[j].cost << ")";
       }
     }
-    // A batch's writes leave what the calls in sequence left: the same keys, values and TTLs (to
-    // within the time between the two looks), and no key without a TTL.
-    const std::map<std::string, State> batched = states();
+    // A batch's writes leave what the calls in sequence left, and so do the releases after them.
+    EXPECT_FALSE(batched_run.after_calls.empty());
+    expect_same_states(batched_run.after_calls, in_sequence.after_calls, in_sequence.looked, "after the calls");
+    expect_same_states(states(), sequential, last_look, "after the releases");
+    // The prelude's calls go one by one; then the first call goes alone, and the others wait for
+    // it, then go max_batch at a time; then the releases, the same way.
+    auto calls_for = [max_batch](std::size_t n) -> long {
+      if (n == 0) return 0;
+      const auto queued = static_cast<long>(n) - 1;
+      return 1 + (max_batch == 1 ? queued : (queued + max_batch - 1) / max_batch);
+    };
+    EXPECT_EQ(evalsha_calls(*server_), static_cast<long>(prelude.size()) + calls_for(calls.size()) +
+                                           calls_for(batched_run.given_back.size()));
+  }
+
+  // The same keys, values and TTLs (to within the time between the two looks, the earlier at
+  // `looked`), and no key without a TTL.
+  static void expect_same_states(const std::map<std::string, State>& batched,
+                                 const std::map<std::string, State>& sequential,
+                                 std::chrono::steady_clock::time_point looked, const char* when) {
     const double drift_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - first_look).count() + 50;
-    EXPECT_FALSE(batched.empty());
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - looked).count() + 50;
     for (const auto& [name, state] : batched) {
-      EXPECT_GT(state.ttl_ms, 0) << name << " has no TTL";
+      EXPECT_GT(state.ttl_ms, 0) << name << " has no TTL " << when;
       const auto it = sequential.find(name);
       if (it == sequential.end()) {
-        ADD_FAILURE() << name << " is left by the batched calls only";
+        ADD_FAILURE() << name << " is left by the batched calls only, " << when;
         continue;
       }
-      EXPECT_EQ(state.value, it->second.value) << name;
-      EXPECT_NEAR(static_cast<double>(state.ttl_ms), static_cast<double>(it->second.ttl_ms), drift_ms) << name;
+      EXPECT_EQ(state.value, it->second.value) << name << " " << when;
+      EXPECT_NEAR(static_cast<double>(state.ttl_ms), static_cast<double>(it->second.ttl_ms), drift_ms)
+          << name << " " << when;
     }
-    EXPECT_EQ(batched.size(), sequential.size());
-    // The prelude's calls go one by one; then the first call goes alone, and the others wait for
-    // it, then go max_batch at a time.
-    const auto queued = static_cast<long>(calls.size()) - 1;
-    const long batches = max_batch == 1 ? queued : (queued + max_batch - 1) / max_batch;
-    EXPECT_EQ(evalsha_calls(*server_), static_cast<long>(prelude.size()) + 1 + batches);
+    EXPECT_EQ(batched.size(), sequential.size()) << when;
   }
 
   std::map<std::string, State> states() {
@@ -289,9 +342,9 @@ TEST_P(BatchingTest, QueuedCallsDecideAsLocalStoreInTheirOrder) {
 }
 
 // Calls as the gateway makes them under load: mostly the same limit on the same key at one time,
-// which a batch sends as runs of like calls, broken by calls of two limits, by a concurrency limit
-// (a lease of its own: a run of one, even beside a like call), and by time moving on. The runs must decide call by call,
-// as LocalStore does: the limit runs out in the middle of a run.
+// which a batch sends as runs of like calls, broken by calls of two limits, by calls with a
+// concurrency limit (a run of their own, each call with its own lease id), and by time moving on.
+// The runs must decide call by call, as LocalStore does: the limit runs out in the middle of a run.
 TEST_P(BatchingTest, RunsOfLikeCallsDecideAsLocalStoreInTheirOrder) {
   const int max_batch = GetParam();
   const Limit fixed = make(Limit::fixed_window({.limit = 50, .period = 1s}));
@@ -305,7 +358,7 @@ TEST_P(BatchingTest, RunsOfLikeCallsDecideAsLocalStoreInTheirOrder) {
     call.at_us = now;
     call.requests.push_back({"hot", &fixed, 1, OnStoreFailure::kError});
     if (i % 25 == 24) call.requests.push_back({"other", &sliding, 2, OnStoreFailure::kError});
-    // Two like calls in a row with a lease each: they must not make one run, with one lease id.
+    // Two like calls in a row with a lease each: one run, with a lease id each.
     if (i % 40 >= 38) call.requests.push_back({"pool", &leases, 1, OnStoreFailure::kError});
   }
   expect_batched_as_in_sequence(calls, max_batch);
@@ -313,19 +366,22 @@ TEST_P(BatchingTest, RunsOfLikeCallsDecideAsLocalStoreInTheirOrder) {
 
 // Leases taken and given back in one batch, which many.lua keeps in a record of the state and
 // writes at its end: two lease timeouts on one key (the newest lease is not always the last to
-// expire, and a lease given back may have been), two keys in one call, costs beyond the quota,
-// leases given back twice, and times that move on past a timeout (leases taken in the batch expire
-// in it), stand still and go back.
+// expire, and a lease given back may have been), two keys in one call (each with its own lease id:
+// the second key's leases, which do not time out here, are all given back at the end), costs
+// beyond the quota, leases given back twice, and times that move on past a timeout (leases taken
+// in the batch expire in it), stand still and go back.
 TEST_P(BatchingTest, LeasesInABatchDecideAsLocalStoreInTheirOrder) {
   const int max_batch = GetParam();
   const Limit shorter = make(Limit::concurrency({.limit = 8, .lease_timeout = 1s}));
   const Limit longer = make(Limit::concurrency({.limit = 8, .lease_timeout = 3s}));
+  const Limit spare = make(Limit::concurrency({.limit = 1000, .lease_timeout = 1h}));
   std::mt19937_64 rng(7);
   std::int64_t now = kT0us;
   std::vector<Call> prelude;
   for (int i = 0; i < 8; ++i) {
     now += 100'000;
-    prelude.push_back({now, {{i < 6 ? "pool" : "spare", i % 2 == 0 ? &shorter : &longer, 1, OnStoreFailure::kError}}});
+    if (i < 6) prelude.push_back({now, {{"pool", i % 2 == 0 ? &shorter : &longer, 1, OnStoreFailure::kError}}});
+    else prelude.push_back({now, {{"spare", &spare, 1, OnStoreFailure::kError}}});
   }
   std::vector<Call> calls(200);
   for (Call& call : calls) {
@@ -340,7 +396,7 @@ TEST_P(BatchingTest, LeasesInABatchDecideAsLocalStoreInTheirOrder) {
     }
     const std::int64_t cost = rng() % 10 == 0 ? 9 : 1 + static_cast<std::int64_t>(rng() % 2);
     call.requests.push_back({"pool", rng() % 2 == 0 ? &shorter : &longer, cost, OnStoreFailure::kError});
-    if (rng() % 5 == 0) call.requests.push_back({"spare", &shorter, 1, OnStoreFailure::kError});
+    if (rng() % 5 == 0) call.requests.push_back({"spare", &spare, 1, OnStoreFailure::kError});
   }
   expect_batched_as_in_sequence(calls, max_batch, prelude);
 }

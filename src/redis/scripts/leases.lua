@@ -24,6 +24,7 @@ end
 local function leases_params(argv, i, p)
   p = p or {}
   p.cost, p.quota, p.period, p.lease = argv[i] + 0, argv[i + 1] + 0, argv[i + 2] + 0, argv[i + 3]
+  p.permits = argv[i]  -- the cost as the hash keeps it
   return p
 end
 
@@ -166,9 +167,11 @@ local function leases_decide(keys, p, now)
       local expires = t + p.period
       -- A lease id given back and taken again in one script: the ZREM goes first.
       if r.removed[p.lease] then leases_flush(r) end
+      -- Leases taken at one time with one timeout expire together: their score is formatted once.
+      if expires ~= r.expires then r.expires, r.expires_s = expires, fmt(expires) end
       local z, h = r.zadd, r.hset
-      z[#z + 1], z[#z + 2] = fmt(expires), p.lease
-      h[#h + 1], h[#h + 2] = p.lease, fmt(p.cost)
+      z[#z + 1], z[#z + 2] = r.expires_s, p.lease
+      h[#h + 1], h[#h + 2] = p.lease, p.permits
       r.added[p.lease] = true
       if expires <= r.clean then r.clean = expires - 1 end
       r.n = r.n + p.cost

@@ -12,10 +12,10 @@
 -- - then the number of entries, and each entry, a limit on a state: the limit's index and the
 --   index in KEYS of the state's first key (indexes from 1);
 -- - then the number of runs, and each run of like calls: how many, their pinned time ("" for Redis
---   TIME), their number of entries, and each entry's index (a concurrency limit's followed by the
---   call's lease id; a call with a lease is a run of one). A release of a lease is a run of one
---   whose number of entries is -1, followed by its entry (a concurrency limit on a state) and the
---   lease id; it answers 1 when the lease was held, else 0, then five zeros.
+--   TIME), their number of entries, each entry's index, and then each call's own values: the lease
+--   id of each of its concurrency limits, call after call. A run of releases of leases has -1 for
+--   its number of entries, then its entry (a concurrency limit on a state) and each release's lease
+--   id; each answers 1 when the lease was held, else 0, then five zeros.
 --
 -- A call whose decisions raise an error (a key holding what sluice did not write, say) answers -1
 -- six times per limit, and the error goes to the Redis log; the other calls are decided as usual.
@@ -35,15 +35,28 @@ for i = 1, ARGV[a] + 0 do
 end
 a = a + 1 + 2 * #ENTRIES
 
+-- The entries of the run being decided, by where they are in ARGV; and where the lease ids of the
+-- call being decided start, with each concurrency entry's place among them.
+local ENTRY_AT, LEASE_AT = {}, {}
+local LEASES_FROM = 0
+
 -- A call's entry at ARGV[at]: see limit_in_argv.
 local function entry_listed(at)
-  local entry = ENTRIES[ARGV[at] + 0]
+  local entry = ENTRY_AT[at]
   local alg, p = entry[1], entry[2]
-  if alg[7] == 1 then p.lease = ARGV[at + 1] end
-  return alg, p, entry[3], at + 1 + alg[7]
+  if alg[7] == 1 then p.lease = ARGV[LEASES_FROM + LEASE_AT[at]] end
+  return alg, p, entry[3], at + 1
 end
 
 local out = {}
+
+-- Appends -1 six times per limit for a call that raised `message`, and logs it.
+local function failed(what, message, limits)
+  message = type(message) == 'table' and message.err or tostring(message)
+  redis.log(redis.LOG_WARNING, 'sluice: ' .. what .. ' failed: ' .. message)
+  for _ = 1, 6 * limits do out[#out + 1] = -1 end
+end
+
 local at = a + 1  -- ARGV[a]: the number of runs; ARGV[at]: the next run's count
 local redis_now
 for _ = 1, ARGV[a] + 0 do
@@ -58,30 +71,38 @@ for _ = 1, ARGV[a] + 0 do
   end
   if n < 0 then
     local key = ENTRIES[ARGV[at + 3] + 0][3]
-    local ok, held = pcall(leases_release, {KEYS[key], KEYS[key + 1]}, now, ARGV[at + 4])
-    if ok then
-      out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4], out[#out + 5], out[#out + 6] =
-        held, 0, 0, 0, 0, 0
-    else
-      held = type(held) == 'table' and held.err or tostring(held)
-      redis.log(redis.LOG_WARNING, 'sluice: a release failed: ' .. tostring(held))
-      for _ = 1, 6 do out[#out + 1] = -1 end
+    local keys = {KEYS[key], KEYS[key + 1]}
+    for i = 1, count do
+      local ok, held = pcall(leases_release, keys, now, ARGV[at + 3 + i])
+      if ok then
+        out[#out + 1], out[#out + 2], out[#out + 3], out[#out + 4], out[#out + 5], out[#out + 6] =
+          held, 0, 0, 0, 0, 0
+      else
+        failed('a release', held, 1)
+      end
     end
-    at = at + 5
+    at = at + 4 + count
   else
-    local after = at + 3  -- past the run's entries
-    for _ = 1, n do after = after + 1 + ENTRIES[ARGV[after] + 0][1][7] end
+    local leases = 0  -- each call's lease ids
+    for e = at + 3, at + 2 + n do
+      local entry = ENTRIES[ARGV[e] + 0]
+      ENTRY_AT[e] = entry
+      if entry[1][7] == 1 then
+        LEASE_AT[e] = leases
+        leases = leases + 1
+      end
+    end
+    LEASES_FROM = at + 3 + n
     for _ = 1, count do
       local o = #out
       local ok, message = pcall(acquire_limits, now, n, 1, at + 3, out, entry_listed)
       if not ok then
-        message = type(message) == 'table' and message.err or tostring(message)
-        redis.log(redis.LOG_WARNING, 'sluice: an acquire failed: ' .. tostring(message))
         for i = #out, o + 1, -1 do out[i] = nil end
-        for _ = 1, 6 * n do out[#out + 1] = -1 end
+        failed('an acquire', message, n)
       end
+      LEASES_FROM = LEASES_FROM + leases
     end
-    at = after
+    at = LEASES_FROM
   end
 end
 save_states()
