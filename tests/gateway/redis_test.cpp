@@ -185,6 +185,51 @@ int run_sluice(const std::vector<std::string>& args, std::string* out = nullptr)
   return code;
 }
 
+// Three gateway processes on one redis-server, an in-flight limit of 5 in front of an upstream that
+// holds each request 1.5 s: a burst of 30 requests (10 per instance) gets exactly 5 through, and
+// once they have answered every lease is back (no key is left) and the next burst gets 5 again.
+// Under such a burst the leases are taken and given back in batches of many.lua.
+TEST(RedisFleetTest, ThreeGatewaysSharingOneRedisHoldAnInFlightLimitExactly) {
+  auto server = testing::RedisServer::start();
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  auto up = DemoUpstream::start();
+  ASSERT_TRUE(up.ok());
+  const std::string config =
+      "store_timeout: 5s\n"
+      "upstreams: [{name: app, targets: [127.0.0.1:" + std::to_string((*up)->port()) + "], timeout: 10s}]\n"
+      "systems: [{key: crm, interfaces: [slow]}]\n"
+      "interfaces:\n"
+      "  - {id: slow, path: /slow, upstream: app, concurrency: 5}\n";
+  Fleet fleet((*server)->address(), config, 3);
+  ASSERT_TRUE(fleet.serving());
+  for (int round = 0; round < 2; ++round) {
+    constexpr int kClients = 30;
+    std::atomic<int> admitted{0}, limited{0}, other{0};
+    std::latch go(kClients);
+    std::vector<std::thread> clients;
+    for (int c = 0; c < kClients; ++c) {
+      clients.emplace_back([&, c] {
+        HttpClient client(fleet.port(static_cast<std::size_t>(c) % fleet.size()));
+        go.arrive_and_wait();
+        const HttpResponse r = client.get("/slow?delay_ms=1500", "crm");
+        if (r.status == 200) ++admitted;
+        else if (r.status == 429 && reason_of(r) == "interface_concurrency_limited") ++limited;
+        else ++other;
+      });
+    }
+    for (auto& t : clients) t.join();
+    EXPECT_EQ(admitted.load(), 5) << "round " << round;
+    EXPECT_EQ(limited.load(), kClients - 5) << "round " << round;
+    EXPECT_EQ(other.load(), 0) << "round " << round;
+    EXPECT_TRUE(testing::eventually([&] { return count_keys(**server) == 0; }))
+        << "round " << round << ": a lease was not given back";
+  }
+  EXPECT_EQ((*up)->requests(), 10) << "only admitted requests reach the upstream";
+  for (std::size_t i = 0; i < fleet.size(); ++i) {
+    EXPECT_EQ(metric(fleet.metrics(i), "sluice_store_errors_total"), 0) << "instance " << i;
+  }
+}
+
 TEST(RedisFleetTest, EveryConfigurationSourceCountsInRedis) {
   auto server = testing::RedisServer::start();
   ASSERT_TRUE(server.ok()) << server.error().message;
