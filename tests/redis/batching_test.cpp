@@ -540,6 +540,57 @@ TEST_F(RedisTest, AReleaseQueuedPastItsDeadlineIsStillSent) {
 
 // A call whose state is not sluice's fails alone: the calls batched with it are decided, and the
 // key is left as it was.
+// A call that fails on its second limit (a key holding what sluice did not write) after its
+// concurrency limit dropped expired leases: the state's count stays that of the leases in its set,
+// whether the call went alone (acquire.lua) or in a batch (many.lua), and the next acquire is
+// decided by the leases held.
+TEST_F(RedisTest, AFailedCallLeavesAConcurrencyCountWithItsLeases) {
+  const Limit leases = make(Limit::concurrency({.limit = 3, .lease_timeout = 100ms}));
+  const Limit window = make(Limit::fixed_window({.limit = 10, .period = 1h}));
+  const std::vector<LimitRequest> failing = {{"pool", &leases, 1, OnStoreFailure::kError},
+                                             {"bad", &window, 1, OnStoreFailure::kError}};
+  const std::vector<LimitRequest> other = {{"other", &window, 1, OnStoreFailure::kError}};
+  for (const bool batched : {false, true}) {
+    server_->cli({"FLUSHALL"});
+    const Nanos t0{kT0us * 1000};
+    ManualClock clock{t0};
+    Loop loop;
+    const auto store = connected(*server_, loop, {.command_timeout = 2000ms, .pinned_clock = &clock});
+    ASSERT_NE(store, nullptr);
+    for (const auto at : {0ms, 10ms, 50ms}) {
+      clock.set(t0 + at);
+      const auto d = store->acquire("pool", leases);
+      ASSERT_TRUE(d.ok() && d->allowed);
+    }
+    server_->cli({"HSET", "sluice:{bad}:fw", "not", "a window"});
+    clock.set(t0 + 120ms);  // the first two leases have expired
+    if (batched) {
+      // The first goes alone; the failing call and the one after it wait, and go together.
+      Answers answers(3);
+      loop.run([&] {
+        const std::vector<const std::vector<LimitRequest>*> calls = {&other, &failing, &other};
+        for (std::size_t i = 0; i < calls.size(); ++i) {
+          store->async_acquire_all(*calls[i], [&answers, i](Result<std::vector<Decision>> r) {
+            answers.set(i, std::move(r));
+          });
+        }
+      });
+      answers.wait();
+      EXPECT_FALSE(answers.results[1].ok());
+      EXPECT_TRUE(answers.results[2].ok());
+    } else {
+      std::vector<Decision> decisions(failing.size());
+      EXPECT_FALSE(store->acquire_all(failing, decisions).ok());
+    }
+    const std::string held = server_->cli({"ZCARD", "sluice:{pool}:cc"});
+    EXPECT_EQ(server_->cli({"HGET", "sluice:{pool}:cc:meta", "n"}), held) << (batched ? "batched" : "alone");
+    const auto next = store->acquire("pool", leases);
+    ASSERT_TRUE(next.ok()) << next.error().message;
+    EXPECT_TRUE(next->allowed) << (batched ? "batched" : "alone");
+    EXPECT_EQ(next->remaining, 3 - std::stol(held) - 1) << (batched ? "batched" : "alone");
+  }
+}
+
 TEST_F(RedisTest, ACallThatFailsInABatchFailsAlone) {
   const Limit limit = make(Limit::fixed_window({.limit = 10, .period = 1h}));
   server_->cli({"SET", "sluice:{bad}:fw", "not a window"});

@@ -1,8 +1,12 @@
 -- acquire: decides every limit that follows in ARGV, in order, and when any rejects gives back what
 -- the others took, all in one atomic call. ARGV[1]: the pinned time ("" in production, which takes
 -- Redis TIME); ARGV[2]: how many limits. Returns six integers per limit (see decision()).
+-- A decision that raises an error (a key holding what sluice did not write) answers that error; what
+-- the decisions before it wrote is written all the same, as in a batch (many.lua), so that a
+-- concurrency state's count stays with its leases.
 PINNED = ARGV[1] ~= ''
 local out = {}
-acquire_limits(now_us(ARGV[1]), ARGV[2] + 0, 1, 3, out, limit_in_argv)
+local ok, err = pcall(acquire_limits, now_us(ARGV[1]), ARGV[2] + 0, 1, 3, out, limit_in_argv)
 save_states()
+if not ok then return redis.error_reply(type(err) == 'table' and err.err or tostring(err)) end
 return out

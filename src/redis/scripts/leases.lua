@@ -216,10 +216,10 @@ local function leases_release(keys, now, lease)
   end
   local permits = redis.call('HGET', keys[2], lease)
   if not permits then return 0 end
+  r.n = r.n - (permits + 0)  -- first: a value sluice did not write raises before anything changes
   local g = r.gone
   g[#g + 1] = lease
   r.removed[lease] = true
-  r.n = r.n - (permits + 0)
   -- The lease given back may have been the last to expire.
   if r.e then r.e, r.bound = nil, r.e end
   leases_at(r, now)
