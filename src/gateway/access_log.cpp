@@ -6,9 +6,41 @@
 
 namespace sluice::gateway {
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence s starts with (RFC 3629: no overlong forms, no
+// surrogates, nothing past U+10FFFF), or 0.
+std::size_t utf8_sequence(std::string_view s) {
+  const auto at = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char c = at(0);
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // the second byte's range
+  if (c >= 0xc2 && c <= 0xdf) {
+    n = 2;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    n = 3;
+    if (c == 0xe0) lo = 0xa0;
+    if (c == 0xed) hi = 0x9f;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    n = 4;
+    if (c == 0xf0) lo = 0x90;
+    if (c == 0xf4) hi = 0x8f;
+  } else {
+    return 0;
+  }
+  if (s.size() < n || at(1) < lo || at(1) > hi) return 0;
+  for (std::size_t i = 2; i < n; ++i) {
+    if (at(i) < 0x80 || at(i) > 0xbf) return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
 void append_json_escaped(std::string& out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
-  for (char ch : s) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char ch = s[i];
     const auto c = static_cast<unsigned char>(ch);
     if (ch == '"' || ch == '\\') {
       out += '\\';
@@ -17,8 +49,17 @@ void append_json_escaped(std::string& out, std::string_view s) {
       out += "\\u00";
       out += kHex[c >> 4];
       out += kHex[c & 15];
-    } else {
+    } else if (c < 0x80) {
       out += ch;
+    } else if (const std::size_t n = utf8_sequence(s.substr(i)); n > 0) {
+      out.append(s.substr(i, n));
+      i += n - 1;
+    } else {
+      // A byte of no UTF-8 character: as the Latin-1 character it would be, so that the line stays
+      // JSON in UTF-8 and loses nothing.
+      out += "\\u00";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
     }
   }
 }

@@ -50,7 +50,8 @@ class AccessLog {
   bool owned_;
 };
 
-// Appends s as the inside of a JSON string.
+// Appends s as the inside of a JSON string in UTF-8: a byte that is part of no well-formed UTF-8
+// character goes as the Latin-1 character it would be (\u00XX).
 void append_json_escaped(std::string& out, std::string_view s);
 
 }  // namespace sluice::gateway

@@ -93,6 +93,14 @@ std::string_view find_field(std::span<const HeadField> fields, std::string_view 
   if (found != nullptr) *found = false;
   return {};
 }
+// Whether the fields hold `name` more than once.
+bool repeated_field(std::span<const HeadField> fields, std::string_view name) {
+  int seen = 0;
+  for (const auto& f : fields) {
+    if (f.name_string().size() == name.size() && beast::iequals(f.name_string(), name) && ++seen > 1) return true;
+  }
+  return false;
+}
 std::string_view find_field(std::span<const HeadField> fields, http::field name) {
   for (const auto& f : fields) {
     if (f.name() == name) return f.value();
@@ -169,8 +177,16 @@ Nanos coarse_now() {
   return std::chrono::seconds(ts.tv_sec) + Nanos(ts.tv_nsec);
 }
 
-// How often a worker checks the deadlines of its sockets: one passes by at most this and a tick of
-// the coarse clock before the operation it bounds is cancelled.
+// The coarse clock's step: it lags the time by up to this much.
+Nanos coarse_tick() {
+  timespec ts{};
+  ::clock_getres(CLOCK_MONOTONIC_COARSE, &ts);
+  return std::chrono::seconds(ts.tv_sec) + Nanos(ts.tv_nsec);
+}
+const Nanos kCoarseTick = coarse_tick();
+
+// How often a worker checks the deadlines of its sockets: one passes by at most this and two ticks
+// of the coarse clock before the operation it bounds is cancelled, and never before.
 constexpr Nanos kDeadlineSweep = std::chrono::milliseconds(10);
 
 // How long an upstream host name's addresses are used before it is looked up again (per worker, in
@@ -211,7 +227,9 @@ class TimedSocket : public DeadlineHook {
 
   Socket& socket() { return socket_; }
   void arm(Nanos timeout) {
-    const Nanos now = coarse_now();
+    // From the coarse clock, which may lag the time by a tick now and not when it is read again: a
+    // tick more, so that the time given is never cut short.
+    const Nanos now = coarse_now() + kCoarseTick;
     deadline_ = timeout >= Nanos::max() - now ? Nanos::max() : now + timeout;  // 106751d: never
     timed_out_ = false;
   }
@@ -322,16 +340,20 @@ void append_field(std::string& out, std::string_view name, std::string_view valu
 // its fields but the hop-by-hop ones, Expect (answered here), every Content-Length (one goes up, as
 // the parser read it: it accepts repeats of the same value), the caller's API key (a secret of its
 // own: X-Sluice-System says whose it was), and the X-Forwarded-*, X-Request-Id and X-Sluice-System
-// fields the gateway sets itself; X-Forwarded-For keeps what earlier proxies said.
+// fields the gateway sets itself; X-Forwarded-For keeps what earlier proxies said. An HTTP/1.0
+// request without Host (which HTTP/1.1 requires, and the parser requires of an HTTP/1.1 one) gets
+// the upstream target's.
 void append_upstream_head(std::string& out, const RequestParser& p, std::string_view client_ip,
-                          std::string_view request_id, std::string_view system) {
+                          std::string_view request_id, std::string_view system, const config::Target& target) {
   const HopFields hop(p.fields());
   out.append(p.method_string());
   out += ' ';
   out.append(p.target());
   out += " HTTP/1.1\r\n";
   boost::container::small_vector<std::string_view, 2> forwarded_for;
+  bool host = false;
   for (const HeadField& f : p.fields()) {
+    host = host || f.name() == http::field::host;
     if (hop.drops(f) || f.name() == http::field::expect || f.name() == http::field::content_length) continue;
     const std::string_view name = f.name_string();
     if (f.name() == http::field::unknown) {
@@ -345,6 +367,11 @@ void append_upstream_head(std::string& out, const RequestParser& p, std::string_
       }
     }
     append_field(out, name, f.value());
+  }
+  if (!host) {
+    const bool ipv6 = target.host.find(':') != std::string::npos;
+    out.append("Host: ").append(ipv6 ? "[" : "").append(target.host).append(ipv6 ? "]:" : ":");
+    out.append(std::to_string(target.port)).append("\r\n");
   }
   out += "X-Forwarded-For: ";
   for (const std::string_view v : forwarded_for) {
@@ -977,7 +1004,11 @@ Task<Reason> Worker::read_body(Exchange& x, std::size_t limit, std::string& body
 bool Worker::prepare(Exchange& x) {
   const RequestParser& req = x.parser;
   const std::uint64_t id = next_request++;
-  if (auto given = find_field(req.fields(), "X-Request-Id"); !given.empty() && given.size() <= 128) {
+  // A caller's id is kept when it is one: up to 128 visible ASCII characters, so that it goes into
+  // the access log's JSON and the upstream's head as it came.
+  const std::string_view given = find_field(req.fields(), "X-Request-Id");
+  if (!given.empty() && given.size() <= 128 &&
+      std::all_of(given.begin(), given.end(), [](char c) { return c > 0x20 && c < 0x7f; })) {
     x.request_id = given;
   } else {
     // "%08x%02zx%014llx" of the prefix, the worker and the counter, without snprintf (which was
@@ -1280,7 +1311,8 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
     us.arm(itf.timeout);
     wire.clear();
     append_upstream_head(wire, x.parser, x.client_ip, x.request_id,
-                         x.ctx.system != nullptr ? std::string_view(x.ctx.system->system->key) : std::string_view());
+                         x.ctx.system != nullptr ? std::string_view(x.ctx.system->system->key) : std::string_view(),
+                         target);
     error_code ec;
     if (x.body_read) {
       // Read already (its signature covers it): the header and all of it in one write.
@@ -1368,7 +1400,11 @@ Task<bool> Worker::proxy(Exchange& x) {
   r.headers = &lookup;
 
   const auto t0 = Clock::now();
-  const CallerCheck caller = identify(x, r);
+  // A caller named twice (two system keys, two API keys) is refused: the upstream, or a log that
+  // reads the other, would take the request for another caller's than the one judged here.
+  const bool named_twice =
+      repeated_field(req.fields(), cfg.system_key_header) || repeated_field(req.fields(), kApiKeyHeader);
+  const CallerCheck caller = named_twice ? CallerCheck{Reason::kBadRequest, false} : identify(x, r);
   Reason reason = caller.reason;
   if (reason == Reason::kOk && caller.needs_signature) reason = co_await verify_body(x, r, req.target());
   if (reason == Reason::kOk) reason = check_access(r, *x.snapshot, ctx);
@@ -1545,7 +1581,8 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
     } else if (req.method() == http::verb::get && path == "/metrics") {
       out = {200, "text/plain; version=0.0.4; charset=utf-8", metrics->render(*snapshot(), store_breakers())};
     } else if (req.method() == http::verb::get && path == "/healthz") {
-      out = {200, "application/json", draining ? R"({"status":"draining"})" : R"({"status":"ok"})"};
+      out = draining ? AdminResponse{503, "application/json", R"({"status":"draining"})"}
+                     : AdminResponse{200, "application/json", R"({"status":"ok"})"};
     } else if (req.method() == http::verb::get && path == "/config") {
       // Without the store's password: a read token or a loopback caller may see this.
       config::Config shown = snapshot()->config();

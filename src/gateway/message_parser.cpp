@@ -39,6 +39,18 @@ constexpr std::array<bool, 256> make_text() {
 }
 constexpr std::array<bool, 256> kText = make_text();
 
+// A Host's value: uri-host [":" port] (RFC 9110 7.2, RFC 3986 3.2.2), empty allowed: reg-name and
+// IP-literal characters, and the colon.
+constexpr std::array<bool, 256> make_host() {
+  std::array<bool, 256> t{};
+  for (int c = '0'; c <= '9'; ++c) t[static_cast<std::size_t>(c)] = true;
+  for (int c = 'a'; c <= 'z'; ++c) t[static_cast<std::size_t>(c)] = true;
+  for (int c = 'A'; c <= 'Z'; ++c) t[static_cast<std::size_t>(c)] = true;
+  for (const char c : std::string_view("-._~%!$&'()*+,;=:[]")) t[static_cast<unsigned char>(c)] = true;
+  return t;
+}
+constexpr std::array<bool, 256> kHost = make_host();
+
 // A Content-Length: digits only, no larger than 2^64 - 1.
 std::optional<std::uint64_t> length_of(std::string_view s) {
   if (s.empty() || s.size() > 20) return std::nullopt;
@@ -133,9 +145,16 @@ std::size_t MessageParser<isRequest>::put(boost::asio::const_buffer input, error
     case State::kChunked: {
       const std::size_t used = chunks_->put(input, ec);
       if (chunks_->is_done()) state_ = State::kDone;
-      // Beast bounds neither a chunk's size line (its extensions) nor the trailers: what it cannot
-      // use of this much input, it never will.
-      if (ec == http::error::need_more && size >= kChunkLineLimit) ec = http::error::bad_chunk;
+      if (ec == http::error::need_more) {
+        // Beast bounds neither a chunk's size line (its extensions) nor the trailers: what it cannot
+        // use of this much input, it never will. Nor does it refuse a line that ends in a bare LF:
+        // it waits for a CRLF that does not come. (What it waits on is a line: data it takes.)
+        const std::string_view rest(data + used, size - used);
+        for (std::size_t lf = rest.find('\n'); lf != std::string_view::npos; lf = rest.find('\n', lf + 1)) {
+          if (lf == 0 || rest[lf - 1] != '\r') ec = http::error::bad_chunk;
+        }
+        if (size >= kChunkLineLimit) ec = http::error::bad_chunk;
+      }
       return used;
     }
     case State::kDone:
@@ -242,8 +261,9 @@ error_code MessageParser<isRequest>::parse_start_line(const char*& p) {
     if (p == method || *p != ' ') return http::error::bad_method;
     method_string_ = std::string_view(method, static_cast<std::size_t>(p - method));
     method_ = http::string_to_verb(method_string_);
+    // The target is visible ASCII (RFC 9112 3.2: a URI's characters; others come percent-encoded).
     const char* target = ++p;
-    while (static_cast<unsigned char>(*p) > 0x20 && *p != 0x7f) ++p;
+    while (static_cast<unsigned char>(*p) > 0x20 && static_cast<unsigned char>(*p) < 0x7f) ++p;
     if (p == target || *p != ' ') return http::error::bad_target;
     target_ = std::string_view(target, static_cast<std::size_t>(p - target));
     ++p;
@@ -284,6 +304,16 @@ error_code MessageParser<isRequest>::add_field(std::string_view name, std::strin
         if (boost::beast::iequals(token, "keep-alive")) keep_alive_ = true;
       });
       return {};
+    case http::field::host:
+      if constexpr (isRequest) {
+        // One Host, with a value that is one (RFC 9112 3.2): a proxy passing two, or a bad one, on
+        // lets the upstream and the gateway each read a different one.
+        if (++hosts_ > 1) return http::error::bad_value;
+        for (const char c : value) {
+          if (!kHost[static_cast<unsigned char>(c)]) return http::error::bad_value;
+        }
+      }
+      return {};
     case http::field::content_length: {
       const auto length = length_of(value);
       if (!length) return http::error::bad_content_length;
@@ -313,6 +343,9 @@ error_code MessageParser<isRequest>::add_field(std::string_view name, std::strin
 // The body's framing (RFC 9112 6.3), once the head is in.
 template <bool isRequest>
 error_code MessageParser<isRequest>::frame() {
+  if constexpr (isRequest) {
+    if (http11_ && hosts_ == 0) return http::error::bad_value;  // RFC 9112 3.2: a 400
+  }
   if (transfer_encodings_ > 0 && content_length_) return http::error::bad_transfer_encoding;
   // HTTP/1.0 has no Transfer-Encoding: its framing is faulty (RFC 9112 6.1). A request is refused;
   // a response's connection ends with it.

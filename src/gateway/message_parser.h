@@ -1,7 +1,9 @@
 #pragma once
 // The data plane's HTTP/1.1 message parser. The head (start line and fields) is parsed here, in one
 // pass over a copy kept in text a connection reuses from message to message, strictly: CRLF line
-// ends only, no obs-fold, no whitespace before a field's colon, no control characters. The framing
+// ends only, no obs-fold, no whitespace before a field's colon, no control characters, a request
+// target in visible ASCII, and a request's Host once with a host's characters (and there in
+// HTTP/1.1). The framing
 // follows RFC 9112 section 6.3, refusing what a proxy must not guess at: a request's
 // Transfer-Encoding other than exactly "chunked" (or in HTTP/1.0), Transfer-Encoding next to
 // Content-Length, and two different Content-Lengths. A chunked body is decoded by Beast's parser
@@ -153,6 +155,7 @@ class MessageParser {
   std::uint64_t remaining_ = 0;  // of a body with a length
   bool chunked_ = false;
   int transfer_encodings_ = 0;
+  int hosts_ = 0;  // Host fields (requests)
   bool to_eof_ = false;  // a response whose body runs to the connection's end
   std::uint64_t to_eof_received_ = 0;
 

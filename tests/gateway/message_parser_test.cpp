@@ -33,7 +33,7 @@ TEST(MessageParserTest, ARequestsHeadIsKeptAsItCame) {
   HeadText text;
   RequestParser p(text);
   error_code ec;
-  const std::string wire = "PATCH /api/orders/7?x=1 HTTP/1.1\r\nHost: a\r\nx-USER-id:  42 \r\nHost: b\r\n\r\n";
+  const std::string wire = "PATCH /api/orders/7?x=1 HTTP/1.1\r\nHost: a\r\nx-USER-id:  42 \r\nX-User-Id: b\r\n\r\n";
   EXPECT_EQ(put(p, wire, ec), wire.size());
   ASSERT_FALSE(ec) << ec.message();
   EXPECT_TRUE(p.is_header_done());
@@ -41,7 +41,7 @@ TEST(MessageParserTest, ARequestsHeadIsKeptAsItCame) {
   EXPECT_EQ(p.method_string(), "PATCH");
   EXPECT_EQ(p.target(), "/api/orders/7?x=1");
   using Fields = std::vector<std::pair<std::string, std::string>>;
-  EXPECT_EQ(fields_of(p.fields()), (Fields{{"Host", "a"}, {"x-USER-id", "42"}, {"Host", "b"}}));
+  EXPECT_EQ(fields_of(p.fields()), (Fields{{"Host", "a"}, {"x-USER-id", "42"}, {"X-User-Id", "b"}}));
   EXPECT_EQ(p.fields()[0].name(), http::field::host);
   EXPECT_EQ(p.fields()[1].name(), http::field::unknown);
 }
@@ -50,7 +50,7 @@ TEST(MessageParserTest, AnUnknownMethodKeepsItsName) {
   HeadText text;
   RequestParser p(text);
   error_code ec;
-  put(p, "BREW /pot HTTP/1.1\r\n\r\n", ec);
+  put(p, "BREW /pot HTTP/1.1\r\nHost: h\r\n\r\n", ec);
   ASSERT_FALSE(ec) << ec.message();
   EXPECT_EQ(p.method(), http::verb::unknown);
   EXPECT_EQ(p.method_string(), "BREW");
@@ -78,12 +78,12 @@ TEST(MessageParserTest, TheNextMessageOnTheTextSeesOnlyItsOwnHead) {
   error_code ec;
   {
     RequestParser p(text);
-    put(p, "GET /a HTTP/1.1\r\nA: 1\r\nB: 2\r\n\r\n", ec);
+    put(p, "GET /a HTTP/1.0\r\nA: 1\r\nB: 2\r\n\r\n", ec);
     ASSERT_FALSE(ec);
     ASSERT_EQ(p.fields().size(), 2u);
   }
   RequestParser p(text);
-  std::string wire = "GET /b HTTP/1.1\r\n";
+  std::string wire = "GET /b HTTP/1.0\r\n";
   const std::string long_value(1500, 'v');  // 6 KB in all: under the 8 KiB header limit
   for (int i = 0; i < 4; ++i) wire += "F" + std::to_string(i) + ": " + long_value + "\r\n";
   wire += "\r\n";
@@ -102,7 +102,7 @@ TEST(MessageParserTest, AHeadThatFailsMidwayShowsWhatItHadRead) {
   HeadText text;
   RequestParser p(text);
   error_code ec;
-  put(p, "GET /q HTTP/1.1\r\nA: 1\r\nB C: 2\r\n\r\n", ec);
+  put(p, "GET /q HTTP/1.0\r\nA: 1\r\nB C: 2\r\n\r\n", ec);
   EXPECT_EQ(ec, http::error::bad_field);
   EXPECT_EQ(p.method_string(), "GET");
   EXPECT_EQ(p.target(), "/q");
@@ -114,7 +114,7 @@ TEST(MessageParserTest, TheBodyGoesToTheCallersBufferAndStopsWhenItIsFull) {
   HeadText text;
   RequestParser p(text);
   error_code ec;
-  const std::string head = "POST /x HTTP/1.1\r\nContent-Length: 10\r\n\r\n";
+  const std::string head = "POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n";
   EXPECT_EQ(put(p, head, ec), head.size());
   ASSERT_FALSE(ec);
   char buf[4];
@@ -140,7 +140,7 @@ TEST(MessageParserTest, ChunksArriveWithoutTheirFraming) {
   HeadText text;
   RequestParser p(text);
   error_code ec;
-  const std::string wire = "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
+  const std::string wire = "POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
   char buf[16];
   p.body().data = buf;
   p.body().size = sizeof buf;
@@ -158,7 +158,7 @@ TEST(MessageParserTest, WithNoBufferTheBodyWaits) {
   HeadText text;
   RequestParser p(text);
   error_code ec;
-  const std::string head = "POST /x HTTP/1.1\r\nContent-Length: 2\r\n\r\n";
+  const std::string head = "POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n";
   put(p, head, ec);
   EXPECT_EQ(put(p, "ab", ec), 0u);
   EXPECT_EQ(ec, http::error::need_buffer);
@@ -170,7 +170,7 @@ TEST(MessageParserTest, ConflictingLengthsAreRefused) {
   HeadText text;
   RequestParser p(text);
   error_code ec;
-  put(p, "POST /x HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nab", ec);
+  put(p, "POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nab", ec);
   EXPECT_EQ(ec, http::error::multiple_content_length);
 }
 
@@ -183,17 +183,17 @@ struct Bad {
 
 TEST(MessageParserTest, BadRequestHeadsAreRefusedWithTheirReason) {
   const Bad cases[] = {
-      {"GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n", http::error::bad_obs_fold},
-      {"GET / HTTP/1.1\r\nHost : a\r\n\r\n", http::error::bad_field},
-      {"GET / HTTP/1.1\r\n: a\r\n\r\n", http::error::bad_field},
-      {"GET / HTTP/1.1\r\nNoColon\r\n\r\n", http::error::bad_field},
-      {"GET / HTTP/1.1\r\nX: a\nY: b\r\n\r\n", http::error::bad_value},  // a bare LF
-      {"GET / HTTP/1.1\r\nX: a\rY: b\r\n\r\n", http::error::bad_value},  // a bare CR
+      {"GET / HTTP/1.1\r\nHost: h\r\nX: a\r\n b\r\n\r\n", http::error::bad_obs_fold},
+      {"GET / HTTP/1.1\r\nHost: h\r\nHost : a\r\n\r\n", http::error::bad_field},
+      {"GET / HTTP/1.1\r\nHost: h\r\n: a\r\n\r\n", http::error::bad_field},
+      {"GET / HTTP/1.1\r\nHost: h\r\nNoColon\r\n\r\n", http::error::bad_field},
+      {"GET / HTTP/1.1\r\nHost: h\r\nX: a\nY: b\r\n\r\n", http::error::bad_value},  // a bare LF
+      {"GET / HTTP/1.1\r\nHost: h\r\nX: a\rY: b\r\n\r\n", http::error::bad_value},  // a bare CR
       // Lines that end in a bare LF only, which never end the head: refused at once, not timed out.
       {"GET / HTTP/1.1\nHost: x\n\n", http::error::bad_line_ending},
       {"\nGET / HTTP/1.1\r\n", http::error::bad_line_ending},
-      {std::string("GET / HTTP/1.1\r\nX: a\x01\r\n\r\n"), http::error::bad_value},
-      {std::string("GET / HTTP/1.1\r\nX: a\x7f\r\n\r\n"), http::error::bad_value},
+      {std::string("GET / HTTP/1.1\r\nHost: h\r\nX: a\x01\r\n\r\n"), http::error::bad_value},
+      {std::string("GET / HTTP/1.1\r\nHost: h\r\nX: a\x7f\r\n\r\n"), http::error::bad_value},
       {" / HTTP/1.1\r\n\r\n", http::error::bad_method},
       {"GET  HTTP/1.1\r\n\r\n", http::error::bad_target},
       {"GET /a b HTTP/1.1\r\n\r\n", http::error::bad_version},
@@ -202,19 +202,19 @@ TEST(MessageParserTest, BadRequestHeadsAreRefusedWithTheirReason) {
       {"GET / http/1.1\r\n\r\n", http::error::bad_version},
       {"GET / HTTP/1.1 \r\n\r\n", http::error::bad_version},
       {"GET /\r\n\r\n", http::error::bad_target},
-      {"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", http::error::bad_transfer_encoding},
-      {"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", http::error::bad_transfer_encoding},
-      {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+      {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", http::error::bad_transfer_encoding},
+      {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n", http::error::bad_transfer_encoding},
+      {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
        http::error::bad_transfer_encoding},
-      {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+      {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
        http::error::bad_transfer_encoding},
-      {"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+      {"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
        http::error::bad_transfer_encoding},
-      {"POST / HTTP/1.1\r\nContent-Length: +3\r\n\r\n", http::error::bad_content_length},
-      {"POST / HTTP/1.1\r\nContent-Length: 3, 3\r\n\r\n", http::error::bad_content_length},
-      {"POST / HTTP/1.1\r\nContent-Length:\r\n\r\n", http::error::bad_content_length},
-      {"POST / HTTP/1.1\r\nContent-Length: 18446744073709551616\r\n\r\n", http::error::bad_content_length},
-      {"POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", http::error::multiple_content_length},
+      {"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: +3\r\n\r\n", http::error::bad_content_length},
+      {"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3, 3\r\n\r\n", http::error::bad_content_length},
+      {"POST / HTTP/1.1\r\nHost: h\r\nContent-Length:\r\n\r\n", http::error::bad_content_length},
+      {"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 18446744073709551616\r\n\r\n", http::error::bad_content_length},
+      {"POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n", http::error::multiple_content_length},
   };
   for (const Bad& c : cases) {
     HeadText text;
@@ -253,13 +253,13 @@ TEST(MessageParserTest, AHeadPastTheLimitIsRefusedWhetherOrNotItEnded) {
   {
     RequestParser p(text);
     p.header_limit(64);
-    const std::string wire = "GET / HTTP/1.1\r\nX: " + std::string(60, 'x') + "\r\n\r\n";
+    const std::string wire = "GET / HTTP/1.1\r\nHost: h\r\nX: " + std::string(60, 'x') + "\r\n\r\n";
     EXPECT_EQ(put(p, wire, ec), 0u);
     EXPECT_EQ(ec, http::error::header_limit);
   }
   RequestParser p(text);
   p.header_limit(64);
-  EXPECT_EQ(put(p, "GET / HTTP/1.1\r\nX: " + std::string(60, 'x'), ec), 0u);
+  EXPECT_EQ(put(p, "GET / HTTP/1.1\r\nHost: h\r\nX: " + std::string(60, 'x'), ec), 0u);
   EXPECT_EQ(ec, http::error::header_limit);
 }
 
@@ -268,7 +268,7 @@ TEST(MessageParserTest, ABodyPastTheLimitIsRefusedAtTheHead) {
   RequestParser p(text);
   p.body_limit(10);
   error_code ec;
-  put(p, "POST / HTTP/1.1\r\nContent-Length: 11\r\n\r\n", ec);
+  put(p, "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 11\r\n\r\n", ec);
   EXPECT_EQ(ec, http::error::body_limit);
 }
 
@@ -292,7 +292,7 @@ TEST(MessageParserTest, EmptyLinesBeforeARequestAreSkipped) {
   HeadText text;
   RequestParser p(text);
   error_code ec;
-  const std::string wire = "\r\n\r\nGET /x HTTP/1.1\r\n\r\n";
+  const std::string wire = "\r\n\r\nGET /x HTTP/1.1\r\nHost: h\r\n\r\n";
   EXPECT_EQ(put(p, wire, ec), wire.size());
   EXPECT_FALSE(ec) << ec.message();
   EXPECT_EQ(p.target(), "/x");
@@ -302,18 +302,58 @@ TEST(MessageParserTest, ValuesKeepObsTextAndLoseTheWhitespaceAroundThem) {
   HeadText text;
   RequestParser p(text);
   error_code ec;
-  put(p, "GET / HTTP/1.1\r\nX:\t caf\xc3\xa9 au lait \t\r\nEmpty:\r\n\r\n", ec);
+  put(p, "GET / HTTP/1.0\r\nX:\t caf\xc3\xa9 au lait \t\r\nEmpty:\r\n\r\n", ec);
   ASSERT_FALSE(ec) << ec.message();
   ASSERT_EQ(p.fields().size(), 2u);
   EXPECT_EQ(p.fields()[0].value(), "caf\xc3\xa9 au lait");
   EXPECT_EQ(p.fields()[1].value(), "");
 }
 
+// RFC 9112 3.2: an HTTP/1.1 request has one Host, whose value is a host; HTTP/1.0 may have none.
+// Passed on, a second Host or a bad one lets the upstream read another host than the gateway did.
+TEST(MessageParserTest, AHostIsOneAndAHost) {
+  const std::vector<std::pair<std::string, bool>> cases = {
+      {"GET / HTTP/1.1\r\nHost: api.example:8080\r\n\r\n", true},
+      {"GET / HTTP/1.1\r\nHost: [::1]:80\r\n\r\n", true},
+      {"GET / HTTP/1.1\r\nHost:\r\n\r\n", true},  // empty: allowed
+      {"GET / HTTP/1.0\r\n\r\n", true},
+      {"GET / HTTP/1.1\r\n\r\n", false},
+      {"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", false},
+      {"GET / HTTP/1.1\r\nHost: a\r\nhost: a\r\n\r\n", false},
+      {"GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n", false},
+      {"GET / HTTP/1.1\r\nHost: a b/c\r\n\r\n", false},
+      {"GET / HTTP/1.1\r\nHost: a@b\r\n\r\n", false},
+      {"GET / HTTP/1.1\r\nHost: caf\xc3\xa9.example\r\n\r\n", false},
+  };
+  for (const auto& [wire, ok] : cases) {
+    HeadText text;
+    RequestParser p(text);
+    error_code ec;
+    put(p, wire, ec);
+    if (ok) {
+      EXPECT_FALSE(ec) << wire << ": " << ec.message();
+    } else {
+      EXPECT_EQ(ec, http::error::bad_value) << wire;
+    }
+  }
+}
+
+// A request target is visible ASCII: anything else comes percent-encoded.
+TEST(MessageParserTest, ATargetOutsideASCIIIsRefused) {
+  for (const std::string target : {"/api/orders/\xc0\xaf", "/caf\xc3\xa9", "/\x80"}) {
+    HeadText text;
+    RequestParser p(text);
+    error_code ec;
+    put(p, "GET " + target + " HTTP/1.1\r\nHost: h\r\n\r\n", ec);
+    EXPECT_EQ(ec, http::error::bad_target) << target;
+  }
+}
+
 TEST(MessageParserTest, TheSameLengthTwiceIsOneLength) {
   HeadText text;
   RequestParser p(text);
   error_code ec;
-  put(p, "POST / HTTP/1.1\r\nContent-Length: 3\r\ncontent-length: 3\r\n\r\n", ec);
+  put(p, "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\ncontent-length: 3\r\n\r\n", ec);
   ASSERT_FALSE(ec) << ec.message();
   EXPECT_EQ(p.content_length(), 3u);
   EXPECT_FALSE(p.is_done());
@@ -326,9 +366,9 @@ struct KeepAlive {
 
 TEST(MessageParserTest, KeepAliveFollowsTheVersionAndConnection) {
   const KeepAlive cases[] = {
-      {"GET / HTTP/1.1\r\n\r\n", true},
-      {"GET / HTTP/1.1\r\nConnection: foo, Close\r\n\r\n", false},
-      {"GET / HTTP/1.1\r\nProxy-Connection: close\r\n\r\n", false},
+      {"GET / HTTP/1.1\r\nHost: h\r\n\r\n", true},
+      {"GET / HTTP/1.1\r\nHost: h\r\nConnection: foo, Close\r\n\r\n", false},
+      {"GET / HTTP/1.1\r\nHost: h\r\nProxy-Connection: close\r\n\r\n", false},
       {"GET / HTTP/1.0\r\n\r\n", false},
       {"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", true},
   };
@@ -401,7 +441,7 @@ TEST(MessageParserTest, TheEndOfTheConnectionBeforeTheEndOfAMessageIsAPartialMes
   error_code ec;
   {
     RequestParser p(text);
-    put(p, "POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\n", ec);
+    put(p, "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\n", ec);
     p.put_eof(ec);
     EXPECT_EQ(ec, http::error::partial_message);
   }
@@ -415,7 +455,7 @@ TEST(MessageParserTest, MalformedChunkingIsRefused) {
   HeadText text;
   RequestParser p(text);
   error_code ec;
-  const std::string head = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+  const std::string head = "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n";
   put(p, head, ec);
   ASSERT_FALSE(ec);
   char buf[16];
@@ -423,6 +463,35 @@ TEST(MessageParserTest, MalformedChunkingIsRefused) {
   p.body().size = sizeof buf;
   put(p, "zz\r\nabc\r\n", ec);
   EXPECT_EQ(ec, http::error::bad_chunk);
+}
+
+// Lines of a chunked body that end in a bare LF are refused at once, rather than waited on for a
+// CRLF that does not come: a chunk's size line, the line after its data, a trailer. Data may hold
+// an LF of its own.
+TEST(MessageParserTest, ChunkLinesEndingInABareLFAreRefused) {
+  // Feeds the body as a reader would, each time from where the parser stopped: the final error.
+  auto body_error = [](const std::string& body, std::string* data = nullptr) {
+    HeadText text;
+    RequestParser p(text);
+    error_code ec;
+    put(p, "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", ec);
+    EXPECT_FALSE(ec);
+    char buf[16];
+    p.body().data = buf;
+    p.body().size = sizeof buf;
+    std::string_view rest = body;
+    while (!ec && !p.is_done() && !rest.empty()) rest.remove_prefix(put(p, rest, ec));
+    if (data != nullptr) *data = std::string(buf, sizeof buf - p.body().size);
+    EXPECT_TRUE(p.is_done() || ec) << body;
+    return ec;
+  };
+  for (const std::string body : {"5\nhello\r\n0\r\n\r\n", "5\r\nhello\r\n0\nX: a\r\n", "0\r\nX: a\n"}) {
+    const error_code ec = body_error(body);
+    EXPECT_TRUE(ec && ec != http::error::need_more) << body << ": " << ec.message();
+  }
+  std::string data;
+  EXPECT_FALSE(body_error("5\r\na\nb\nc\r\n0\r\n\r\n", &data));
+  EXPECT_EQ(data, "a\nb\nc");
 }
 
 // RFC 9112 6.1: HTTP/1.0 has no Transfer-Encoding.
@@ -446,7 +515,7 @@ TEST(MessageParserTest, EndlessTrailersAreRefused) {
   HeadText text;
   RequestParser p(text);
   error_code ec;
-  put(p, "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", ec);
+  put(p, "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", ec);
   ASSERT_FALSE(ec);
   char buf[16];
   p.body().data = buf;
