@@ -1116,10 +1116,11 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
     if (auto it = o->find("headers"); it != o->end() && !it->value().is_object()) typed = false;
   }
   if (!typed || !path_field || cost < 1 || cost > kMaxLimit) {
-    const bool ok = co_await respond_json(
-        x, 400,
-        R"({"code":400,"reason":"bad_request","msg":"expected {\"system\":\"...\",\"method\":\"GET\",\"path\":\"/...\",\"cost\":1}"})",
-        {}, true);
+    std::string refusal = cfg.language == config::Language::kChinese
+                              ? R"({"code":400,"reason":"bad_request","msg":"请求体应为 )"
+                              : R"({"code":400,"reason":"bad_request","msg":"expected )";
+    refusal += R"({\"system\":\"...\",\"method\":\"GET\",\"path\":\"/...\",\"cost\":1}"})";
+    const bool ok = co_await respond_json(x, 400, std::move(refusal), {}, true);
     finish(x, 400, Reason::kBadRequest, std::nullopt);
     co_return ok;
   }

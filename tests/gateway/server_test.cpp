@@ -926,6 +926,17 @@ TEST_F(GatewayTest, DecideAnswersTheSameDecisionWithoutProxying) {
   EXPECT_EQ(upstream_->requests(), 0);
 }
 
+// With language: zh-CN, /decide's own 400 says what it expected in Chinese too.
+TEST_F(GatewayTest, DecidesBadRequestFollowsTheLanguage) {
+  gw_.reset();
+  start(config_text("language: zh-CN\n"));
+  HttpClient c(gw_->port());
+  const HttpResponse r = c.request("POST", "/_sluice/v1/decide", {}, "not json");
+  EXPECT_EQ(r.status, 400);
+  const std::string msg = str(json(r.body), "msg");
+  EXPECT_TRUE(msg.starts_with("请求体应为 {\"system\"")) << msg;
+}
+
 // An HTTP/1.0 client knows no chunking: a chunked body (or one without a length) reaches it
 // unframed, ended by the connection's close.
 TEST_F(GatewayTest, AnHttp10ClientGetsABodyWithoutALengthUnframedAndTheConnectionClosed) {
