@@ -695,6 +695,8 @@ struct Worker {
   // The request's id, path and query; whether it goes upstream (proxy) rather than being answered
   // by the gateway itself (answer: bad requests and the /_sluice/ endpoints).
   bool prepare(Exchange& x);
+  // The request's id: the client's X-Request-Id when it is one, else one made up.
+  void assign_request_id(Exchange& x);
   Task<bool> answer(Exchange& x);
   Task<bool> proxy(Exchange& x);
   Task<bool> decide_endpoint(Exchange& x);
@@ -823,6 +825,7 @@ Task<void> Worker::session(Socket socket) {
       if (!quiet) {
         conn.busy = true;
         Exchange x{stream, buffer, *parser, ctx, client_ip, snap, Clock::now(), {}, "", ""};
+        assign_request_id(x);  // from what the parser read of the head
         co_await respond(x, reason_of_read_error(rec), nullptr, true);
         finish(x, status_of(reason_of_read_error(rec)), reason_of_read_error(rec), std::nullopt);
         unread = true;
@@ -1001,7 +1004,7 @@ Task<Reason> Worker::read_body(Exchange& x, std::size_t limit, std::string& body
   co_return Reason::kOk;
 }
 
-bool Worker::prepare(Exchange& x) {
+void Worker::assign_request_id(Exchange& x) {
   const RequestParser& req = x.parser;
   const std::uint64_t id = next_request++;
   // A caller's id is kept when it is one: up to 128 visible ASCII characters, so that it goes into
@@ -1019,7 +1022,11 @@ bool Worker::prepare(Exchange& x) {
     put_hex(buf + 10, id & 0xffffffffffffffULL, 14);
     x.request_id = std::string_view(buf, sizeof x.generated_id);
   }
-  const std::string_view target = req.target();
+}
+
+bool Worker::prepare(Exchange& x) {
+  assign_request_id(x);
+  const std::string_view target = x.parser.target();
   const std::size_t q = target.find('?');
   x.path = target.substr(0, q);
   x.query = q == std::string_view::npos ? std::string_view() : target.substr(q + 1);

@@ -1124,6 +1124,7 @@ TEST_F(GatewayTest, BadInputIsRefusedAndNeverReachesTheUpstream) {
     const std::string out = raw(c.bytes);
     EXPECT_EQ(testing::raw_status(out), c.status) << c.name << ": " << out.substr(0, 200);
     EXPECT_NE(out.find("Connection: close"), std::string::npos) << c.name;
+    EXPECT_NE(out.find("X-Request-Id: "), std::string::npos) << c.name << ": every answer names its request";
   }
   EXPECT_EQ(upstream_->requests(), 0);
 }
