@@ -1540,7 +1540,12 @@ Task<bool> Worker::proxy(Exchange& x) {
       pool->push_back(std::move(conn));
     }
   }
-  finish(x, static_cast<int>(status), Reason::kOk, upstream_latency);
+  // An upstream that broke off or stalled after the head went out: the client got its status and a
+  // body cut short (its connection closes), and the log and the metrics say why.
+  const Reason ended = upstream_ok ? Reason::kOk
+                       : sent.read == beast::error::timeout ? Reason::kUpstreamTimeout
+                                                            : Reason::kUpstreamConnectFailed;
+  finish(x, static_cast<int>(status), ended, upstream_latency);
   co_return !ec && upstream_ok && keep_client && x.parser.is_done();
 }
 

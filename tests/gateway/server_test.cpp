@@ -523,9 +523,28 @@ TEST_F(GatewayTest, AnUpstreamThatStallsAfterItsHeaderTimesOutAndCountsAsAFailur
 TEST_F(GatewayTest, APartOfTheBodyIsPassedOnWithoutWaitingForTheRest) {
   ClosingUpstream trickling("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhel", ClosingUpstream::After::kHold);
   restart_in_front_of(trickling);
-  const std::string out = raw("GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n\r\n", 5s);
+  const std::string out =
+      raw("GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nX-Request-Id: trickle\r\n\r\n", 5s);
   EXPECT_EQ(testing::raw_status(out), 200) << out;
   EXPECT_EQ(out.substr(out.find("\r\n\r\n") + 4), "hel") << "then cut off, as the upstream was";
+  // The log says the body was cut short, and why.
+  const auto logged = json(access_log_line("trickle"));
+  EXPECT_EQ(logged.at("status").as_int64(), 200);
+  EXPECT_EQ(str(logged, "reason"), "upstream_timeout");
+}
+
+// An upstream that closes in the middle of its body: the client gets what came, and the log says
+// the upstream broke off.
+TEST_F(GatewayTest, ABodyTheUpstreamBreaksOffIsLoggedAsSuch) {
+  ClosingUpstream breaking("HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n123456789", ClosingUpstream::After::kClose);
+  restart_in_front_of(breaking);
+  const std::string out =
+      raw("GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nX-Request-Id: broken\r\n\r\n", 5s);
+  EXPECT_EQ(testing::raw_status(out), 200) << out;
+  EXPECT_EQ(out.substr(out.find("\r\n\r\n") + 4), "123456789");
+  const auto logged = json(access_log_line("broken"));
+  EXPECT_EQ(logged.at("status").as_int64(), 200);
+  EXPECT_EQ(str(logged, "reason"), "upstream_connect_failed");
 }
 
 // An upstream that closes idle connections sooner than the gateway: a request with a body (which
