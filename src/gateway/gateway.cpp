@@ -81,31 +81,43 @@ Nanos wall_now() {
 }
 
 // A field's value (the first of that name), from a pass over the fields as they came: a request has
-// few, and Beast's own lookup is a case-insensitive tree search, dearer than the pass. found says
-// whether there was one.
-std::string_view find_field(std::span<const HeadField> fields, std::string_view name, bool* found = nullptr) {
+// few, and Beast's own lookup is a case-insensitive tree search, dearer than the pass.
+std::string_view find_field(std::span<const HeadField> fields, std::string_view name) {
   for (const auto& f : fields) {
-    if (f.name_string().size() == name.size() && beast::iequals(f.name_string(), name)) {
-      if (found != nullptr) *found = true;
-      return f.value();
-    }
+    if (f.name_string().size() == name.size() && beast::iequals(f.name_string(), name)) return f.value();
   }
-  if (found != nullptr) *found = false;
   return {};
 }
-// Whether the fields hold `name` more than once.
-bool repeated_field(std::span<const HeadField> fields, std::string_view name) {
-  int seen = 0;
-  for (const auto& f : fields) {
-    if (f.name_string().size() == name.size() && beast::iequals(f.name_string(), name) && ++seen > 1) return true;
-  }
-  return false;
-}
+
 std::string_view find_field(std::span<const HeadField> fields, http::field name) {
   for (const auto& f : fields) {
     if (f.name() == name) return f.value();
   }
   return {};
+}
+
+// The fields that name the caller, in one pass: the system key header's value (the first), and
+// whether it or the API key's header comes more than once.
+struct CallerFields {
+  bool has_system_key = false;
+  std::string_view system_key;
+  bool repeated = false;
+};
+CallerFields caller_fields(std::span<const HeadField> fields, std::string_view key_header) {
+  CallerFields out;
+  bool api_key = false;
+  for (const auto& f : fields) {
+    const std::string_view name = f.name_string();
+    if (name.size() == key_header.size() && beast::iequals(name, key_header)) {
+      out.repeated = out.repeated || out.has_system_key;
+      if (!out.has_system_key) out.system_key = f.value();
+      out.has_system_key = true;
+    } else if (name.size() == kApiKeyHeader.size() && beast::iequals(name, kApiKeyHeader)) {
+      out.repeated = out.repeated || api_key;
+      api_key = true;
+    }
+  }
+  return out;
 }
 
 class FieldsLookup final : public HeaderLookup {
@@ -1403,16 +1415,16 @@ Task<bool> Worker::proxy(Exchange& x) {
   r.method = req.method_string();
   r.path = x.path;
   r.query = x.query;
-  r.system_key = find_field(req.fields(), cfg.system_key_header, &r.has_system_key);
+  const CallerFields named = caller_fields(req.fields(), cfg.system_key_header);
+  r.has_system_key = named.has_system_key;
+  r.system_key = named.system_key;
   r.client_ip = x.client_ip;
   r.headers = &lookup;
 
   const auto t0 = Clock::now();
   // A caller named twice (two system keys, two API keys) is refused: the upstream, or a log that
   // reads the other, would take the request for another caller's than the one judged here.
-  const bool named_twice =
-      repeated_field(req.fields(), cfg.system_key_header) || repeated_field(req.fields(), kApiKeyHeader);
-  const CallerCheck caller = named_twice ? CallerCheck{Reason::kBadRequest, false} : identify(x, r);
+  const CallerCheck caller = named.repeated ? CallerCheck{Reason::kBadRequest, false} : identify(x, r);
   Reason reason = caller.reason;
   if (reason == Reason::kOk && caller.needs_signature) reason = co_await verify_body(x, r, req.target());
   if (reason == Reason::kOk) reason = check_access(r, *x.snapshot, ctx);
