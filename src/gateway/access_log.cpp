@@ -56,7 +56,7 @@ void append_json_escaped(std::string& out, std::string_view s) {
       i += n - 1;
     } else {
       // A byte of no UTF-8 character: as the Latin-1 character it would be, so that the line stays
-      // JSON in UTF-8 and loses nothing.
+      // JSON in UTF-8 (it reads back as that character, as a real one would).
       out += "\\u00";
       out += kHex[c >> 4];
       out += kHex[c & 15];

@@ -380,11 +380,7 @@ void append_upstream_head(std::string& out, const RequestParser& p, std::string_
     }
     append_field(out, name, f.value());
   }
-  if (!host) {
-    const bool ipv6 = target.host.find(':') != std::string::npos;
-    out.append("Host: ").append(ipv6 ? "[" : "").append(target.host).append(ipv6 ? "]:" : ":");
-    out.append(std::to_string(target.port)).append("\r\n");
-  }
+  if (!host) append_field(out, "Host", config::to_string(target));
   out += "X-Forwarded-For: ";
   for (const std::string_view v : forwarded_for) {
     out.append(v);
@@ -1132,7 +1128,12 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
     for (const char* name : {"system", "method", "client_ip", "body_sha256"}) {
       if (auto it = o->find(name); it != o->end() && !it->value().is_string()) typed = false;
     }
-    if (auto it = o->find("headers"); it != o->end() && !it->value().is_object()) typed = false;
+    if (auto it = o->find("headers"); it != o->end()) {
+      // An API key given twice (in two cases of its name) names the caller twice, as on a request.
+      const auto* h = it->value().if_object();
+      typed = typed && h != nullptr &&
+              std::count_if(h->begin(), h->end(), [](const auto& kv) { return beast::iequals(kv.key(), kApiKeyHeader); }) < 2;
+    }
   }
   if (!typed || !path_field || cost < 1 || cost > kMaxLimit) {
     std::string refusal = cfg.language == config::Language::kChinese
@@ -1424,7 +1425,12 @@ Task<bool> Worker::proxy(Exchange& x) {
   const auto t0 = Clock::now();
   // A caller named twice (two system keys, two API keys) is refused: the upstream, or a log that
   // reads the other, would take the request for another caller's than the one judged here.
-  const CallerCheck caller = named.repeated ? CallerCheck{Reason::kBadRequest, false} : identify(x, r);
+  CallerCheck caller{Reason::kBadRequest, false};
+  if (!named.repeated) {
+    caller = identify(x, r);
+  } else {
+    x.ctx.interface = x.snapshot->route(r.method, r.path);  // counted as any refused caller is
+  }
   Reason reason = caller.reason;
   if (reason == Reason::kOk && caller.needs_signature) reason = co_await verify_body(x, r, req.target());
   if (reason == Reason::kOk) reason = check_access(r, *x.snapshot, ctx);

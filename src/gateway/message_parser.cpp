@@ -39,17 +39,39 @@ constexpr std::array<bool, 256> make_text() {
 }
 constexpr std::array<bool, 256> kText = make_text();
 
-// A Host's value: uri-host [":" port] (RFC 9110 7.2, RFC 3986 3.2.2), empty allowed: reg-name and
-// IP-literal characters, and the colon.
-constexpr std::array<bool, 256> make_host() {
+// A Host's value (RFC 9110 7.2): uri-host [":" port], or empty. uri-host is an IP-literal
+// ("[" IPv6 address, or IPvFuture, with a zone id's "%25" "]") or a reg-name (unreserved,
+// percent-encoded and sub-delims characters, an IPv4 address among them); port is digits (none is
+// allowed). Checked for its shape, not for what it names.
+constexpr std::array<bool, 256> make_reg_name() {
   std::array<bool, 256> t{};
   for (int c = '0'; c <= '9'; ++c) t[static_cast<std::size_t>(c)] = true;
   for (int c = 'a'; c <= 'z'; ++c) t[static_cast<std::size_t>(c)] = true;
   for (int c = 'A'; c <= 'Z'; ++c) t[static_cast<std::size_t>(c)] = true;
-  for (const char c : std::string_view("-._~%!$&'()*+,;=:[]")) t[static_cast<unsigned char>(c)] = true;
+  for (const char c : std::string_view("-._~%!$&'()*+,;=")) t[static_cast<unsigned char>(c)] = true;
   return t;
 }
-constexpr std::array<bool, 256> kHost = make_host();
+constexpr std::array<bool, 256> kRegName = make_reg_name();
+
+bool is_host(std::string_view v) {
+  std::size_t i = 0;
+  if (!v.empty() && v[0] == '[') {
+    const std::size_t close = v.find(']');
+    if (close == std::string_view::npos || close == 1) return false;
+    for (std::size_t j = 1; j < close; ++j) {
+      if (!kRegName[static_cast<unsigned char>(v[j])] && v[j] != ':') return false;
+    }
+    i = close + 1;
+  } else {
+    while (i < v.size() && kRegName[static_cast<unsigned char>(v[i])]) ++i;
+  }
+  if (i == v.size()) return true;
+  if (v[i] != ':') return false;
+  for (++i; i < v.size(); ++i) {
+    if (v[i] < '0' || v[i] > '9') return false;
+  }
+  return true;
+}
 
 // A Content-Length: digits only, no larger than 2^64 - 1.
 std::optional<std::uint64_t> length_of(std::string_view s) {
@@ -149,10 +171,14 @@ std::size_t MessageParser<isRequest>::put(boost::asio::const_buffer input, error
         // Beast bounds neither a chunk's size line (its extensions) nor the trailers: what it cannot
         // use of this much input, it never will. Nor does it refuse a line that ends in a bare LF:
         // it waits for a CRLF that does not come. (What it waits on is a line: data it takes.)
+        // Beast takes nothing of a line until it is whole, and the caller passes it again with more:
+        // only what came since the last look is looked at.
         const std::string_view rest(data + used, size - used);
-        for (std::size_t lf = rest.find('\n'); lf != std::string_view::npos; lf = rest.find('\n', lf + 1)) {
+        const std::size_t from = used == 0 ? std::min(chunk_scanned_, rest.size()) : 0;
+        for (std::size_t lf = rest.find('\n', from); lf != std::string_view::npos; lf = rest.find('\n', lf + 1)) {
           if (lf == 0 || rest[lf - 1] != '\r') ec = http::error::bad_chunk;
         }
+        chunk_scanned_ = rest.size();
         if (size >= kChunkLineLimit) ec = http::error::bad_chunk;
       }
       return used;
@@ -308,10 +334,7 @@ error_code MessageParser<isRequest>::add_field(std::string_view name, std::strin
       if constexpr (isRequest) {
         // One Host, with a value that is one (RFC 9112 3.2): a proxy passing two, or a bad one, on
         // lets the upstream and the gateway each read a different one.
-        if (++hosts_ > 1) return http::error::bad_value;
-        for (const char c : value) {
-          if (!kHost[static_cast<unsigned char>(c)]) return http::error::bad_value;
-        }
+        if (++hosts_ > 1 || !is_host(value)) return http::error::bad_value;
       }
       return {};
     case http::field::content_length: {

@@ -160,6 +160,7 @@ class MessageParser {
   std::uint64_t to_eof_received_ = 0;
 
   std::unique_ptr<ChunkDecoder<isRequest>> chunks_;
+  std::size_t chunk_scanned_ = 0;  // bytes of an incomplete chunk line already searched for a bare LF
   boost::beast::http::buffer_body::value_type body_{};
 };
 

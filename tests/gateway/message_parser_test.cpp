@@ -324,6 +324,15 @@ TEST(MessageParserTest, AHostIsOneAndAHost) {
       {"GET / HTTP/1.1\r\nHost: a b/c\r\n\r\n", false},
       {"GET / HTTP/1.1\r\nHost: a@b\r\n\r\n", false},
       {"GET / HTTP/1.1\r\nHost: caf\xc3\xa9.example\r\n\r\n", false},
+      {"GET / HTTP/1.1\r\nHost: 10.0.0.1\r\n\r\n", true},
+      {"GET / HTTP/1.1\r\nHost: [fe80::1%25eth0]:8080\r\n\r\n", true},
+      {"GET / HTTP/1.1\r\nHost: a:\r\n\r\n", true},  // an empty port: allowed
+      {"GET / HTTP/1.1\r\nHost: a:b:c\r\n\r\n", false},
+      {"GET / HTTP/1.1\r\nHost: a:http\r\n\r\n", false},
+      {"GET / HTTP/1.1\r\nHost: [::1\r\n\r\n", false},
+      {"GET / HTTP/1.1\r\nHost: x]:80\r\n\r\n", false},
+      {"GET / HTTP/1.1\r\nHost: []:80\r\n\r\n", false},
+      {"GET / HTTP/1.1\r\nHost: [::1]x\r\n\r\n", false},
   };
   for (const auto& [wire, ok] : cases) {
     HeadText text;
@@ -492,6 +501,34 @@ TEST(MessageParserTest, ChunkLinesEndingInABareLFAreRefused) {
   std::string data;
   EXPECT_FALSE(body_error("5\r\na\nb\nc\r\n0\r\n\r\n", &data));
   EXPECT_EQ(data, "a\nb\nc");
+
+  // A byte at a time, as a reader's buffer holds it (what the parser took goes): a body with LFs in
+  // its data, an extension and a trailer is read whole; one whose trailer ends in a bare LF is not.
+  auto byte_by_byte = [](const std::string& body, std::string& got) {
+    HeadText text;
+    RequestParser p(text);
+    error_code ec;
+    put(p, "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", ec);
+    char buf[64];
+    p.body().data = buf;
+    p.body().size = sizeof buf;
+    std::string buffer;
+    for (const char c : body) {
+      buffer += c;
+      const std::size_t used = put(p, buffer, ec);
+      buffer.erase(0, used);
+      if (ec == http::error::need_more) ec = {};
+      if (ec || p.is_done()) break;
+    }
+    got.assign(buf, sizeof buf - p.body().size);
+    return std::pair{ec, p.is_done()};
+  };
+  const auto [whole_ec, whole_done] = byte_by_byte("3;x=1\r\na\nb\r\n2\r\n\nc\r\n0\r\nX-T: 1\r\n\r\n", data);
+  EXPECT_FALSE(whole_ec) << whole_ec.message();
+  EXPECT_TRUE(whole_done);
+  EXPECT_EQ(data, "a\nb\nc");
+  const auto [bad_ec, bad_done] = byte_by_byte("1\r\na\r\n0\r\nX-T: 1\n\r\n", data);
+  EXPECT_TRUE(bad_ec && !bad_done) << bad_ec.message();
 }
 
 // RFC 9112 6.1: HTTP/1.0 has no Transfer-Encoding.

@@ -936,6 +936,7 @@ TEST_F(GatewayTest, DecideAnswersTheSameDecisionWithoutProxying) {
   // A field of the wrong type is a bad request, not an absent field (a numeric key is no key).
   for (const char* bad : {R"({"system":123,"path":"/echo/x"})", R"({"system":"crm","method":1,"path":"/echo/x"})",
                           R"({"system":"crm","path":"/echo/x","headers":"X: 1"})",
+                          R"({"path":"/echo/x","headers":{"X-Api-Key":"a","x-api-key":"b"}})",
                           R"({"system":"crm","path":"/echo/x","cost":"2"})"}) {
     const HttpResponse r = c.request("POST", "/_sluice/v1/decide", {}, bad);
     EXPECT_EQ(r.status, 400) << bad;
@@ -1161,6 +1162,12 @@ TEST(AccessLogTest, ValuesStayJsonInUtf8) {
       {"\xed\xa0\x80", "\\u00ed\\u00a0\\u0080"},    // a surrogate
       {"\xf4\x90\x80\x80", "\\u00f4\\u0090\\u0080\\u0080"},  // past U+10FFFF
       {"a\xe6\x9d", "a\\u00e6\\u009d"},              // cut short
+      // The edges of the second byte's range (RFC 3629), each side.
+      {"\xc2\x80 \xe0\xa0\x80 \xed\x9f\xbf \xee\x80\x80 \xf0\x90\x80\x80 \xf4\x8f\xbf\xbf",
+       "\xc2\x80 \xe0\xa0\x80 \xed\x9f\xbf \xee\x80\x80 \xf0\x90\x80\x80 \xf4\x8f\xbf\xbf"},
+      {"\xe0\x9f\xbf", "\\u00e0\\u009f\\u00bf"},
+      {"\xf0\x8f\xbf\xbf", "\\u00f0\\u008f\\u00bf\\u00bf"},
+      {"\x80 \xf5\xc1", "\\u0080 \\u00f5\\u00c1"},
   };
   for (const auto& [in, expected] : cases) {
     std::string out;
@@ -1176,7 +1183,7 @@ TEST(AccessLogTest, ValuesStayJsonInUtf8) {
 // other, would take the request for another caller's.
 TEST_F(GatewayTest, ACallerNamedTwiceIsRefused) {
   for (const char* keys : {"X-System-Key: crm\r\nX-System-Key: erp\r\n", "X-System-Key: erp\r\nx-system-key: crm\r\n",
-                           "X-System-Key: crm\r\nX-System-Key: crm\r\n"}) {
+                           "X-System-Key: crm\r\nX-System-Key: crm\r\n", "X-Api-Key: a\r\nX-Api-Key: b\r\n"}) {
     const std::string out = raw(std::string("GET /echo/x HTTP/1.1\r\nHost: a\r\n") + keys + "Connection: close\r\n\r\n");
     EXPECT_EQ(testing::raw_status(out), 400) << keys;
     EXPECT_NE(out.find("\"bad_request\""), std::string::npos) << out;
@@ -1190,6 +1197,10 @@ TEST_F(GatewayTest, AnHttp10RequestWithoutHostGoesUpWithTheTargets) {
   ASSERT_EQ(testing::raw_status(out), 200) << out;
   const auto h = json(out.substr(out.find("\r\n\r\n") + 4)).at("headers").as_object();
   EXPECT_EQ(str(h, "Host"), "127.0.0.1:" + std::to_string(upstream_->port()));
+  // One with a Host keeps it.
+  const std::string kept = raw("GET /echo/x HTTP/1.0\r\nHost: api.example\r\nX-System-Key: crm\r\n\r\n");
+  ASSERT_EQ(testing::raw_status(kept), 200) << kept;
+  EXPECT_EQ(str(json(kept.substr(kept.find("\r\n\r\n") + 4)).at("headers").as_object(), "Host"), "api.example");
 }
 
 // A request id that is not one (not visible ASCII) is replaced by the gateway's own, so that the
@@ -1203,6 +1214,13 @@ TEST_F(GatewayTest, ARequestIdThatIsNotOneIsReplaced) {
   EXPECT_EQ(id.size(), 24u) << id;
   EXPECT_EQ(id.find_first_not_of("0123456789abcdef"), std::string::npos) << id;
   EXPECT_NE(out.find("X-Request-Id: " + id + "\r\n"), std::string::npos) << out;
+  // 128 characters are kept; 129 are not.
+  for (const std::size_t n : {128u, 129u}) {
+    const std::string given(n, 'r');
+    const std::string reply =
+        raw("GET /echo/x HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nX-Request-Id: " + given + "\r\nConnection: close\r\n\r\n");
+    EXPECT_EQ(reply.find("X-Request-Id: " + given + "\r\n") != std::string::npos, n == 128) << n;
+  }
 }
 
 // An upstream that refuses an upload before it has all of it answers early and stops reading: its
