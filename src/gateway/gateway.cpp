@@ -354,18 +354,23 @@ void append_field(std::string& out, std::string_view name, std::string_view valu
 // own: X-Sluice-System says whose it was), and the X-Forwarded-*, X-Request-Id and X-Sluice-System
 // fields the gateway sets itself; X-Forwarded-For keeps what earlier proxies said. An HTTP/1.0
 // request without Host (which HTTP/1.1 requires, and the parser requires of an HTTP/1.1 one) gets
-// the upstream target's.
-void append_upstream_head(std::string& out, const RequestParser& p, std::string_view client_ip,
-                          std::string_view request_id, std::string_view system, const config::Target& target) {
+// the upstream target's. The request's target goes in origin form; one that came in absolute form
+// has its authority as the Host, in place of the client's (RFC 9112 3.2.2).
+void append_upstream_head(std::string& out, const RequestParser& p, std::string_view origin, std::string_view authority,
+                          std::string_view client_ip, std::string_view request_id, std::string_view system,
+                          const config::Target& target) {
   const HopFields hop(p.fields());
   out.append(p.method_string());
   out += ' ';
-  out.append(p.target());
+  out.append(origin);
   out += " HTTP/1.1\r\n";
   boost::container::small_vector<std::string_view, 2> forwarded_for;
   bool host = false;
   for (const HeadField& f : p.fields()) {
-    host = host || f.name() == http::field::host;
+    if (f.name() == http::field::host) {
+      if (!authority.empty()) continue;
+      host = true;
+    }
     if (hop.drops(f) || f.name() == http::field::expect || f.name() == http::field::content_length) continue;
     const std::string_view name = f.name_string();
     if (f.name() == http::field::unknown) {
@@ -380,7 +385,11 @@ void append_upstream_head(std::string& out, const RequestParser& p, std::string_
     }
     append_field(out, name, f.value());
   }
-  if (!host) append_field(out, "Host", config::to_string(target));
+  if (!authority.empty()) {
+    append_field(out, "Host", authority);
+  } else if (!host) {
+    append_field(out, "Host", config::to_string(target));
+  }
   out += "X-Forwarded-For: ";
   for (const std::string_view v : forwarded_for) {
     out.append(v);
@@ -768,9 +777,14 @@ struct Worker::Exchange {
   std::string_view client_ip;
   std::shared_ptr<const Snapshot> snapshot;
   Clock::time_point start;
-  std::string_view request_id;  // the client's X-Request-Id (in its head), or generated_id
-  std::string_view path;
-  std::string_view query;
+  std::string_view request_id{};  // the client's X-Request-Id (in its head), or generated_id
+  // The target in origin form (path and query; what goes upstream), its path and query, and an
+  // absolute-form target's authority (empty for one in origin form).
+  std::string_view origin{};
+  std::string_view path{};
+  std::string_view query{};
+  std::string_view authority{};
+  std::string origin_made{};  // origin when the absolute form had no path ("http://h?q" -> "/?q")
   // Session-long scratch space, so that a request allocates neither: the relay buffer and the
   // upstream read buffer.
   char* chunk = nullptr;
@@ -832,7 +846,8 @@ Task<void> Worker::session(Socket socket) {
                          (rec == beast::error::timeout && !parser->got_some() && buffer.size() == 0);
       if (!quiet) {
         conn.busy = true;
-        Exchange x{stream, buffer, *parser, ctx, client_ip, snap, Clock::now(), {}, "", ""};
+        Exchange x{.client = stream, .buffer = buffer, .parser = *parser, .ctx = ctx, .client_ip = client_ip,
+                   .snapshot = snap, .start = Clock::now()};
         assign_request_id(x);  // from what the parser read of the head
         co_await respond(x, reason_of_read_error(rec), nullptr, true);
         finish(x, status_of(reason_of_read_error(rec)), reason_of_read_error(rec), std::nullopt);
@@ -841,7 +856,9 @@ Task<void> Worker::session(Socket socket) {
       break;
     }
     conn.busy = true;
-    Exchange x{stream, buffer, *parser, ctx, client_ip, snap, Clock::now(), {}, "", "", chunk.get(), &up_buffer, &head, &up_parser, &up_head};
+    Exchange x{.client = stream, .buffer = buffer, .parser = *parser, .ctx = ctx, .client_ip = client_ip,
+               .snapshot = snap, .start = Clock::now(), .chunk = chunk.get(), .up_buffer = &up_buffer, .head = &head,
+               .up_parser = &up_parser, .up_head = &up_head};
     bool keep = false;
     if (prepare(x)) {
       keep = co_await proxy(x);
@@ -1034,10 +1051,25 @@ void Worker::assign_request_id(Exchange& x) {
 
 bool Worker::prepare(Exchange& x) {
   assign_request_id(x);
-  const std::string_view target = x.parser.target();
-  const std::size_t q = target.find('?');
-  x.path = target.substr(0, q);
-  x.query = q == std::string_view::npos ? std::string_view() : target.substr(q + 1);
+  x.origin = x.parser.target();
+  // The absolute form (RFC 9112 3.2.2), which a server must accept: routed by its path, and sent
+  // upstream in origin form with its authority as the Host.
+  for (const std::string_view scheme : {"http://", "https://"}) {
+    if (x.origin.size() < scheme.size() || !beast::iequals(x.origin.substr(0, scheme.size()), scheme)) continue;
+    const std::string_view rest = x.origin.substr(scheme.size());
+    const std::size_t end = rest.find_first_of("/?");
+    x.authority = rest.substr(0, end);
+    x.origin = end == std::string_view::npos ? std::string_view() : rest.substr(end);
+    if (x.origin.empty() || x.origin.front() == '?') {
+      x.origin_made.assign("/").append(x.origin);
+      x.origin = x.origin_made;
+    }
+    if (x.authority.empty() || !is_host(x.authority)) return false;
+    break;
+  }
+  const std::size_t q = x.origin.find('?');
+  x.path = x.origin.substr(0, q);
+  x.query = q == std::string_view::npos ? std::string_view() : x.origin.substr(q + 1);
   return path_is_clean(x.path) && !x.path.starts_with("/_sluice/");
 }
 
@@ -1331,7 +1363,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
     TimedSocket& us = *conn;
     us.arm(itf.timeout);
     wire.clear();
-    append_upstream_head(wire, x.parser, x.client_ip, x.request_id,
+    append_upstream_head(wire, x.parser, x.origin, x.authority, x.client_ip, x.request_id,
                          x.ctx.system != nullptr ? std::string_view(x.ctx.system->system->key) : std::string_view(),
                          target);
     error_code ec;

@@ -39,10 +39,7 @@ constexpr std::array<bool, 256> make_text() {
 }
 constexpr std::array<bool, 256> kText = make_text();
 
-// A Host's value (RFC 9110 7.2): uri-host [":" port], or empty. uri-host is an IP-literal
-// ("[" IPv6 address, or IPvFuture, with a zone id's "%25" "]") or a reg-name (unreserved,
-// percent-encoded and sub-delims characters, an IPv4 address among them); port is digits (none is
-// allowed). Checked for its shape, not for what it names.
+// reg-name characters (RFC 3986 3.2.2): unreserved, percent-encoded and sub-delims.
 constexpr std::array<bool, 256> make_reg_name() {
   std::array<bool, 256> t{};
   for (int c = '0'; c <= '9'; ++c) t[static_cast<std::size_t>(c)] = true;
@@ -52,6 +49,22 @@ constexpr std::array<bool, 256> make_reg_name() {
   return t;
 }
 constexpr std::array<bool, 256> kRegName = make_reg_name();
+
+
+// A Content-Length: digits only, no larger than 2^64 - 1.
+std::optional<std::uint64_t> length_of(std::string_view s) {
+  if (s.empty() || s.size() > 20) return std::nullopt;
+  std::uint64_t v = 0;
+  for (const char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    const std::uint64_t digit = static_cast<std::uint64_t>(c - '0');
+    if (v > (UINT64_MAX - digit) / 10) return std::nullopt;
+    v = v * 10 + digit;
+  }
+  return v;
+}
+
+}  // namespace
 
 bool is_host(std::string_view v) {
   std::size_t i = 0;
@@ -72,21 +85,6 @@ bool is_host(std::string_view v) {
   }
   return true;
 }
-
-// A Content-Length: digits only, no larger than 2^64 - 1.
-std::optional<std::uint64_t> length_of(std::string_view s) {
-  if (s.empty() || s.size() > 20) return std::nullopt;
-  std::uint64_t v = 0;
-  for (const char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    const std::uint64_t digit = static_cast<std::uint64_t>(c - '0');
-    if (v > (UINT64_MAX - digit) / 10) return std::nullopt;
-    v = v * 10 + digit;
-  }
-  return v;
-}
-
-}  // namespace
 
 // A chunked body, decoded by Beast's parser: it is given a head of its own that says only
 // "chunked", then the body bytes.

@@ -70,6 +70,12 @@ void for_each_token(std::string_view list, F&& f) {
   }
 }
 
+// Whether v is a Host field's value (RFC 9110 7.2), or an absolute-form target's authority:
+// uri-host [":" port], or empty. uri-host is an IP-literal ("[" an IPv6 address, or IPvFuture,
+// with a zone id's "%25" "]") or a reg-name (unreserved, percent-encoded and sub-delims characters,
+// an IPv4 address among them); port is digits (none is allowed). Its shape, not what it names.
+bool is_host(std::string_view v);
+
 template <bool isRequest>
 class ChunkDecoder;
 

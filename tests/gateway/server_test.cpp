@@ -1203,6 +1203,27 @@ TEST_F(GatewayTest, AnHttp10RequestWithoutHostGoesUpWithTheTargets) {
   EXPECT_EQ(str(json(kept.substr(kept.find("\r\n\r\n") + 4)).at("headers").as_object(), "Host"), "api.example");
 }
 
+// A target in absolute form (RFC 9112 3.2.2: a server must accept it) is routed by its path and
+// goes upstream in origin form, with its authority as the only Host; one whose authority is not a
+// host is refused.
+TEST_F(GatewayTest, AnAbsoluteFormTargetIsRoutedByItsPathWithItsAuthorityAsHost) {
+  const std::string out = raw("GET HTTP://api.example:8443/echo/x?y=1 HTTP/1.1\r\nHost: other\r\nX-System-Key: crm\r\n"
+                              "X-Request-Id: absolute\r\nConnection: close\r\n\r\n");
+  ASSERT_EQ(testing::raw_status(out), 200) << out;
+  const auto echo = json(out.substr(out.find("\r\n\r\n") + 4));
+  EXPECT_EQ(str(echo, "path"), "/echo/x");
+  EXPECT_EQ(str(echo, "query"), "y=1");
+  EXPECT_EQ(str(echo.at("headers").as_object(), "Host"), "api.example:8443");
+  EXPECT_EQ(str(json(access_log_line("absolute")), "path"), "/echo/x");
+  for (const char* target : {"http:///echo/x", "http://user@api.example/echo/x", "http://a b/echo/x",
+                             "http://api.example/echo/../admin"}) {
+    const std::string refused =
+        raw(std::string("GET ") + target + " HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nConnection: close\r\n\r\n");
+    EXPECT_EQ(testing::raw_status(refused), 400) << target;
+  }
+  EXPECT_EQ(upstream_->requests(), 1);
+}
+
 // A request id that is not one (not visible ASCII) is replaced by the gateway's own, so that the
 // access log stays JSON in UTF-8 and the upstream gets a clean field.
 TEST_F(GatewayTest, ARequestIdThatIsNotOneIsReplaced) {
