@@ -18,18 +18,21 @@ namespace {
 // extensions, or the trailers.
 constexpr std::size_t kChunkLineLimit = 64 * 1024;
 
-// Character classes (RFC 9110 5.6.2 and 5.5).
-constexpr std::array<bool, 256> make_tchar() {
+// Character classes: digits, letters and the characters of `extra`.
+constexpr std::array<bool, 256> alnum_and(std::string_view extra) {
   std::array<bool, 256> t{};
   for (int c = '0'; c <= '9'; ++c) t[static_cast<std::size_t>(c)] = true;
   for (int c = 'a'; c <= 'z'; ++c) t[static_cast<std::size_t>(c)] = true;
   for (int c = 'A'; c <= 'Z'; ++c) t[static_cast<std::size_t>(c)] = true;
-  for (const char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
+  for (const char c : extra) t[static_cast<unsigned char>(c)] = true;
   return t;
 }
-constexpr std::array<bool, 256> kTchar = make_tchar();
+// Tokens: field names and methods (RFC 9110 5.6.2).
+constexpr std::array<bool, 256> kTchar = alnum_and("!#$%&'*+-.^_`|~");
+// A reg-name's (RFC 3986 3.2.2): unreserved, percent-encoded and sub-delims.
+constexpr std::array<bool, 256> kRegName = alnum_and("-._~%!$&'()*+,;=");
 
-// Field values and reason phrases: visible characters, space, tab and obs-text.
+// Field values and reason phrases: visible characters, space, tab and obs-text (RFC 9110 5.5).
 constexpr std::array<bool, 256> make_text() {
   std::array<bool, 256> t{};
   for (int c = 0x20; c < 0x7f; ++c) t[static_cast<std::size_t>(c)] = true;
@@ -38,18 +41,6 @@ constexpr std::array<bool, 256> make_text() {
   return t;
 }
 constexpr std::array<bool, 256> kText = make_text();
-
-// reg-name characters (RFC 3986 3.2.2): unreserved, percent-encoded and sub-delims.
-constexpr std::array<bool, 256> make_reg_name() {
-  std::array<bool, 256> t{};
-  for (int c = '0'; c <= '9'; ++c) t[static_cast<std::size_t>(c)] = true;
-  for (int c = 'a'; c <= 'z'; ++c) t[static_cast<std::size_t>(c)] = true;
-  for (int c = 'A'; c <= 'Z'; ++c) t[static_cast<std::size_t>(c)] = true;
-  for (const char c : std::string_view("-._~%!$&'()*+,;=")) t[static_cast<unsigned char>(c)] = true;
-  return t;
-}
-constexpr std::array<bool, 256> kRegName = make_reg_name();
-
 
 // A Content-Length: digits only, no larger than 2^64 - 1.
 std::optional<std::uint64_t> length_of(std::string_view s) {

@@ -29,6 +29,23 @@ std::vector<std::pair<std::string, std::string>> fields_of(std::span<const HeadF
   return out;
 }
 
+// A request parser past a chunked request's head, its body going to buf.
+struct ChunkedRequest {
+  ChunkedRequest() {
+    error_code ec;
+    put(p, "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", ec);
+    EXPECT_FALSE(ec) << ec.message();
+    p.body().data = buf;
+    p.body().size = sizeof buf;
+  }
+  // The body decoded so far.
+  std::string decoded() { return std::string(buf, sizeof buf - p.body().size); }
+
+  HeadText text;
+  RequestParser p{text};
+  char buf[64];
+};
+
 TEST(MessageParserTest, ARequestsHeadIsKeptAsItCame) {
   HeadText text;
   RequestParser p(text);
@@ -461,16 +478,9 @@ TEST(MessageParserTest, TheEndOfTheConnectionBeforeTheEndOfAMessageIsAPartialMes
 }
 
 TEST(MessageParserTest, MalformedChunkingIsRefused) {
-  HeadText text;
-  RequestParser p(text);
+  ChunkedRequest r;
   error_code ec;
-  const std::string head = "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n";
-  put(p, head, ec);
-  ASSERT_FALSE(ec);
-  char buf[16];
-  p.body().data = buf;
-  p.body().size = sizeof buf;
-  put(p, "zz\r\nabc\r\n", ec);
+  put(r.p, "zz\r\nabc\r\n", ec);
   EXPECT_EQ(ec, http::error::bad_chunk);
 }
 
@@ -480,18 +490,12 @@ TEST(MessageParserTest, MalformedChunkingIsRefused) {
 TEST(MessageParserTest, ChunkLinesEndingInABareLFAreRefused) {
   // Feeds the body as a reader would, each time from where the parser stopped: the final error.
   auto body_error = [](const std::string& body, std::string* data = nullptr) {
-    HeadText text;
-    RequestParser p(text);
+    ChunkedRequest r;
     error_code ec;
-    put(p, "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", ec);
-    EXPECT_FALSE(ec);
-    char buf[16];
-    p.body().data = buf;
-    p.body().size = sizeof buf;
     std::string_view rest = body;
-    while (!ec && !p.is_done() && !rest.empty()) rest.remove_prefix(put(p, rest, ec));
-    if (data != nullptr) *data = std::string(buf, sizeof buf - p.body().size);
-    EXPECT_TRUE(p.is_done() || ec) << body;
+    while (!ec && !r.p.is_done() && !rest.empty()) rest.remove_prefix(put(r.p, rest, ec));
+    if (data != nullptr) *data = r.decoded();
+    EXPECT_TRUE(r.p.is_done() || ec) << body;
     return ec;
   };
   for (const std::string body : {"5\nhello\r\n0\r\n\r\n", "5\r\nhello\r\n0\nX: a\r\n", "0\r\nX: a\n"}) {
@@ -505,23 +509,17 @@ TEST(MessageParserTest, ChunkLinesEndingInABareLFAreRefused) {
   // A byte at a time, as a reader's buffer holds it (what the parser took goes): a body with LFs in
   // its data, an extension and a trailer is read whole; one whose trailer ends in a bare LF is not.
   auto byte_by_byte = [](const std::string& body, std::string& got) {
-    HeadText text;
-    RequestParser p(text);
+    ChunkedRequest r;
     error_code ec;
-    put(p, "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", ec);
-    char buf[64];
-    p.body().data = buf;
-    p.body().size = sizeof buf;
     std::string buffer;
     for (const char c : body) {
       buffer += c;
-      const std::size_t used = put(p, buffer, ec);
-      buffer.erase(0, used);
+      buffer.erase(0, put(r.p, buffer, ec));
       if (ec == http::error::need_more) ec = {};
-      if (ec || p.is_done()) break;
+      if (ec || r.p.is_done()) break;
     }
-    got.assign(buf, sizeof buf - p.body().size);
-    return std::pair{ec, p.is_done()};
+    got = r.decoded();
+    return std::pair{ec, r.p.is_done()};
   };
   const auto [whole_ec, whole_done] = byte_by_byte("3;x=1\r\na\nb\r\n2\r\n\nc\r\n0\r\nX-T: 1\r\n\r\n", data);
   EXPECT_FALSE(whole_ec) << whole_ec.message();
@@ -549,17 +547,11 @@ TEST(MessageParserTest, Http10WithTransferEncodingIsRefusedOrEndsItsConnection) 
 
 // Beast bounds neither; a client sending trailers without end would grow the buffer without end.
 TEST(MessageParserTest, EndlessTrailersAreRefused) {
-  HeadText text;
-  RequestParser p(text);
+  ChunkedRequest r;
   error_code ec;
-  put(p, "POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n", ec);
-  ASSERT_FALSE(ec);
-  char buf[16];
-  p.body().data = buf;
-  p.body().size = sizeof buf;
   std::string body = "0\r\n";
   while (body.size() < 70 * 1024) body += "X-Trailer: yes\r\n";
-  put(p, body, ec);
+  put(r.p, body, ec);
   EXPECT_EQ(ec, http::error::bad_chunk);
 }
 
