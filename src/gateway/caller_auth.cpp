@@ -84,6 +84,7 @@ std::size_t NonceCache::size() const {
 // --- the checks -----------------------------------------------------------------------------------
 
 CallerCheck identify_caller(Request& request, const Snapshot& snapshot, std::int64_t now_seconds) {
+  if (request.caller_named_twice) return {Reason::kBadRequest, false};
   const std::string_view api_key = request.headers != nullptr ? request.headers->get(kApiKeyHeader) : "";
   if (!api_key.empty()) {
     const CallerKeys::ApiKey* owner = snapshot.callers().api_key(config::sha256(api_key), now_seconds);

@@ -25,9 +25,10 @@ struct CallerCheck {
   bool needs_signature = false;
 };
 
-// Who is calling, from the header fields alone. An X-Api-Key names the system it belongs to (and
-// sets request.system_key to it); a system whose auth is api_key cannot be named without its key;
-// one whose auth is hmac needs a signature. now_seconds: Unix time.
+// Who is calling, from the header fields alone. A caller named twice is a bad request. An X-Api-Key
+// names the system it belongs to (and sets request.system_key to it); a system whose auth is
+// api_key cannot be named without its key; one whose auth is hmac needs a signature. now_seconds:
+// Unix time.
 CallerCheck identify_caller(Request& request, const Snapshot& snapshot, std::int64_t now_seconds);
 
 // For a system whose auth is hmac: the signature over the method, the target as sent (path and

@@ -1451,18 +1451,12 @@ Task<bool> Worker::proxy(Exchange& x) {
   const CallerFields named = caller_fields(req.fields(), cfg.system_key_header);
   r.has_system_key = named.has_system_key;
   r.system_key = named.system_key;
+  r.caller_named_twice = named.repeated;
   r.client_ip = x.client_ip;
   r.headers = &lookup;
 
   const auto t0 = Clock::now();
-  // A caller named twice (two system keys, two API keys) is refused: the upstream, or a log that
-  // reads the other, would take the request for another caller's than the one judged here.
-  CallerCheck caller{Reason::kBadRequest, false};
-  if (!named.repeated) {
-    caller = identify(x, r);
-  } else {
-    x.ctx.interface = x.snapshot->route(r.method, r.path);  // counted as any refused caller is
-  }
+  const CallerCheck caller = identify(x, r);
   Reason reason = caller.reason;
   if (reason == Reason::kOk && caller.needs_signature) reason = co_await verify_body(x, r, req.target());
   if (reason == Reason::kOk) reason = check_access(r, *x.snapshot, ctx);
@@ -1574,9 +1568,10 @@ Task<bool> Worker::proxy(Exchange& x) {
   const bool upstream_ok = !sent.read;
   const error_code ec = sent.write;
   record(failure_status || !upstream_ok, upstream_latency);  // when on_first did not
+  // Why the upstream's side ended early, when it did.
+  const Reason why = sent.read == beast::error::timeout ? Reason::kUpstreamTimeout : Reason::kUpstreamConnectFailed;
   if (!upstream_ok && !sent.started) {
     // The upstream broke off before the first piece of the body: nothing was sent yet.
-    const Reason why = sent.read == beast::error::timeout ? Reason::kUpstreamTimeout : Reason::kUpstreamConnectFailed;
     const bool ok = co_await respond(x, why, nullptr, true);
     finish(x, status_of(why), why, upstream_latency);
     (void)ok;
@@ -1592,10 +1587,7 @@ Task<bool> Worker::proxy(Exchange& x) {
   }
   // An upstream that broke off or stalled after the head went out: the client got its status and a
   // body cut short (its connection closes), and the log and the metrics say why.
-  const Reason ended = upstream_ok ? Reason::kOk
-                       : sent.read == beast::error::timeout ? Reason::kUpstreamTimeout
-                                                            : Reason::kUpstreamConnectFailed;
-  finish(x, static_cast<int>(status), ended, upstream_latency);
+  finish(x, static_cast<int>(status), upstream_ok ? Reason::kOk : why, upstream_latency);
   co_return !ec && upstream_ok && keep_client && x.parser.is_done();
 }
 

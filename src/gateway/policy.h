@@ -68,6 +68,9 @@ struct Request {
   std::string_view query;  // without the '?'
   bool has_system_key = false;
   std::string_view system_key;
+  // The system key's header or the API key's came twice: refused (400), since the upstream, or a
+  // log reading the other, would take the request for another caller's than the one judged here.
+  bool caller_named_twice = false;
   std::string_view client_ip;
   const HeaderLookup* headers = nullptr;
   std::int64_t cost = 1;
