@@ -432,6 +432,9 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   void send_waiting(int queue);
   void next(int queue);
   void after_failure(int queue, const Error& error);
+  // Fails what waits in every queue (a call that waits for the end of a turn of a loop that has
+  // stopped, say), so that nothing is left holding the store.
+  void fail_waiting(const Error& error);
 
   RedisStoreOptions options;
   asio::any_io_executor executor;
@@ -584,18 +587,22 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   Done done;
 };
 
-// The first call for a queue goes at once; those that come while one is in flight wait, and go
-// together when it answers, or at once when a full batch has gathered.
+// A call for an idle queue goes at the end of this turn of the event loop, with the calls that
+// come during the turn (the requests of every socket that was ready together); those that come
+// while one is in flight wait, and go together when it answers. A full batch goes at once.
 void RedisStore::Impl::submit(std::shared_ptr<Acquire> op, std::size_t batch) {
   const int queue = client->cluster() ? op->batches[batch].slot : 0;
   if (options.max_batch <= 1) return send_alone(-1, std::move(op), batch);
   Queue& q = queues[queue];
+  q.waiting.push_back({std::move(op), batch});
   if (q.busy == 0) {
     q.busy = 1;
-    return send_alone(queue, std::move(op), batch);
-  }
-  q.waiting.push_back({std::move(op), batch});
-  if (q.waiting.size() >= static_cast<std::size_t>(options.max_batch)) {
+    // Posted to the loop, not the strand, which would run it before the calls that queue in the
+    // strand behind it.
+    asio::post(executor, [self = shared_from_this(), queue] {
+      asio::dispatch(self->strand, [self, queue] { self->send_waiting(queue); });
+    });
+  } else if (q.waiting.size() >= static_cast<std::size_t>(options.max_batch)) {
     ++q.busy;
     send_waiting(queue);
   }
@@ -830,9 +837,19 @@ void RedisStore::Impl::after_failure(int queue, const Error& error) {
   next(queue);
 }
 
-// Sends the oldest waiting batches, up to max_batch, as one call.
+void RedisStore::Impl::fail_waiting(const Error& error) {
+  for (auto& [queue, q] : queues) {
+    std::deque<Waiting> waiting = std::move(q.waiting);
+    q.waiting.clear();
+    for (const Waiting& w : waiting) w.op->on_error(error);
+  }
+}
+
+// Sends the oldest waiting batches, up to max_batch, as one call. Nothing waits when a full batch
+// went before the end of the turn, or a failure answered them: then no call goes.
 void RedisStore::Impl::send_waiting(int queue) {
   std::deque<Waiting>& waiting = queues[queue].waiting;
+  if (waiting.empty()) return next(queue);
   const std::size_t n = std::min(waiting.size(), static_cast<std::size_t>(options.max_batch));
   std::vector<Waiting> calls(std::make_move_iterator(waiting.begin()),
                              std::make_move_iterator(waiting.begin() + static_cast<std::ptrdiff_t>(n)));
@@ -893,6 +910,7 @@ RedisStore::~RedisStore() {
   const auto* loop = impl_->executor.target<asio::io_context::executor_type>();
   if (loop != nullptr && loop->context().stopped()) {
     impl_->client->stop();
+    impl_->fail_waiting(Error{ErrorCode::kStoreUnavailable, "redis: the store was closed"});
   } else {
     asio::dispatch(impl_->strand, [impl = impl_] { impl->client->stop(); });
   }

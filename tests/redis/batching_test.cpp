@@ -1,5 +1,5 @@
-// RedisStore's batching: acquires that come while a call is in flight queue and go together as one
-// call of many.lua. Queued calls are decided one by one, each all or nothing, in the order asked,
+// RedisStore's batching: acquires started during one turn of the store's loop, and those that come
+// while a call is in flight, queue and go together as one call of many.lua. Queued calls are decided one by one, each all or nothing, in the order asked,
 // exactly as LocalStore decides the same calls in that order. A call to Redis that fails (a
 // timeout) fails every acquire in it, each once; an error in one acquire's decisions fails that
 // acquire alone.
@@ -38,7 +38,8 @@ long evalsha_calls(const RedisServer& server) {
 }
 
 // A store on an io_context of the test's own, run by a thread, so that a test can start many
-// calls inside one handler: the first is sent, and the others find it in flight.
+// calls inside one handler: they go together when it returns (max_batch at a time). A call started
+// in one handler is in flight once the next handler runs: what that one starts queues behind it.
 class Loop {
  public:
   Loop() : thread_([this] { io_.run(); }) {}
@@ -120,7 +121,7 @@ class BatchingTest : public RedisTest, public ::testing::WithParamInterface<int>
   };
 
   // Makes the prelude's calls one at a time, keeping the lease of each one's first decision; then
-  // starts every call at once on a store with this max_batch (the first goes, the others queue),
+  // starts every call at once on a store with this max_batch (they go max_batch at a time),
   // each at its time, and once all have answered, each exactly once, gives back every lease they
   // took, again all at once, at the last call's time. A release answers one decision, allowed
   // when the lease was held.
@@ -193,8 +194,8 @@ class BatchingTest : public RedisTest, public ::testing::WithParamInterface<int>
   // Runs the calls one call each (pipelined, the behaviour before batching), for the states they
   // leave; then batched, and checks that each answer is LocalStore's (a release's, the one in
   // sequence), that the leases taken are given back as in sequence, that Redis holds the same keys,
-  // values and TTLs, and that the first call went alone and the others max_batch at a time, and so
-  // did the releases after them. The prelude goes first in both runs (see run()).
+  // values and TTLs, and that the calls went max_batch at a time, and so did the releases after
+  // them. The prelude goes first in both runs (see run()).
   void expect_batched_as_in_sequence(const std::vector<Call>& calls, int max_batch,
                                      const std::vector<Call>& prelude = {}) {
     server_->cli({"FLUSHALL"});
@@ -249,12 +250,10 @@ class BatchingTest : public RedisTest, public ::testing::WithParamInterface<int>
     EXPECT_FALSE(batched_run.after_calls.empty());
     expect_same_states(batched_run.after_calls, in_sequence.after_calls, in_sequence.looked, "after the calls");
     expect_same_states(states(), sequential, last_look, "after the releases");
-    // The prelude's calls go one by one; then the first call goes alone, and the others wait for
-    // it, then go max_batch at a time; then the releases, the same way.
+    // The prelude's calls go one by one; then the calls, max_batch at a time; then the releases,
+    // the same way.
     auto calls_for = [max_batch](std::size_t n) -> long {
-      if (n == 0) return 0;
-      const auto queued = static_cast<long>(n) - 1;
-      return 1 + (max_batch == 1 ? queued : (queued + max_batch - 1) / max_batch);
+      return (static_cast<long>(n) + max_batch - 1) / max_batch;
     };
     EXPECT_EQ(evalsha_calls(*server_), static_cast<long>(prelude.size()) + calls_for(calls.size()) +
                                            calls_for(batched_run.given_back.size()));
@@ -429,7 +428,7 @@ TEST_P(BatchingTest, ReleasesGoInBatchesInTheirOrder) {
     bool expected;
   };
   const std::vector<Step> steps = {
-      {'a', 0, false},  // full: goes alone, and the others queue behind it
+      {'a', 0, false},  // full
       {'r', 0, true},
       {'r', 0, false},  // given back already
       {'r', 1, true},   // the pool is empty: its state is forgotten
@@ -462,14 +461,45 @@ TEST_P(BatchingTest, ReleasesGoInBatchesInTheirOrder) {
     ASSERT_TRUE(answers[i]->ok()) << "step " << i << ": " << answers[i]->error().message;
     EXPECT_EQ(**answers[i], steps[i].expected) << "step " << i << " (" << steps[i].kind << ")";
   }
-  // The first went alone; the others max_batch at a time.
-  const long queued = static_cast<long>(steps.size()) - 1;
-  EXPECT_EQ(evalsha_calls(*server_), 1 + (queued + max_batch - 1) / max_batch);
+  // max_batch at a time.
+  EXPECT_EQ(evalsha_calls(*server_), (static_cast<long>(steps.size()) + max_batch - 1) / max_batch);
   EXPECT_EQ(server_->cli({"HGET", "sluice:{pool}:cc:meta", "n"}), "2");
 }
 
 INSTANTIATE_TEST_SUITE_P(MaxBatch, BatchingTest, ::testing::Values(1, 7, 64),
                          [](const ::testing::TestParamInfo<int>& p) { return std::to_string(p.param); });
+
+// The calls started during one turn of the loop go together when it ends; those that come while
+// that call is in flight (held here by a paused server) wait, and go together when it answers.
+// Each is decided in the order started.
+TEST_F(RedisTest, CallsOfATurnGoTogetherAndThoseThatComeInFlightGoWhenItAnswers) {
+  const Limit limit = make(Limit::fixed_window({.limit = 100, .period = 1h}));
+  const std::vector<LimitRequest> request = {{"k", &limit, 1, OnStoreFailure::kError}};
+  constexpr std::size_t kFirst = 5, kCalls = 12;
+  Answers answers(kCalls);
+  Loop loop;
+  const auto store = connected(*server_, loop, {.command_timeout = 5000ms});
+  ASSERT_NE(store, nullptr);
+  server_->cli({"CONFIG", "RESETSTAT"});
+  ASSERT_EQ(server_->cli({"CLIENT", "PAUSE", "5000", "WRITE"}), "OK");  // every script call waits
+  auto start = [&](std::size_t from, std::size_t to) {
+    for (std::size_t i = from; i < to; ++i) {
+      store->async_acquire_all(request, [&answers, i](Result<std::vector<Decision>> r) {
+        answers.set(i, std::move(r));
+      });
+    }
+  };
+  loop.run([&] { start(0, kFirst); });
+  loop.run([&] { start(kFirst, kCalls); });
+  EXPECT_EQ(answers.times_answered, 0u);
+  server_->cli({"CLIENT", "UNPAUSE"});
+  answers.wait();
+  EXPECT_EQ(evalsha_calls(*server_), 2);
+  for (std::size_t i = 0; i < kCalls; ++i) {
+    ASSERT_TRUE(answers.results[i].ok()) << "call " << i << ": " << answers.results[i].error().message;
+    EXPECT_EQ(answers.results[i]->front().remaining, static_cast<std::int64_t>(100 - 1 - i)) << "call " << i;
+  }
+}
 
 // Calls queued behind one that times out: each completes once, with a timeout, and none waits
 // past its own deadline (they went when the first timed out, with deadlines of their own, not
@@ -485,12 +515,14 @@ TEST_F(RedisTest, QueuedCallsBehindATimeoutEachFailOnce) {
   server_->cli({"CLIENT", "PAUSE", "5000", "WRITE"});  // every script call waits
   const std::vector<LimitRequest> request = {{"k", &limit, 1, OnStoreFailure::kError}};
   const auto started = std::chrono::steady_clock::now();
-  loop.run([&] {
-    for (std::size_t i = 0; i < kCalls; ++i) {
-      store->async_acquire_all(request, [&answers, i](Result<std::vector<Decision>> r) {
-        answers.set(i, std::move(r));
-      });
-    }
+  auto start = [&](std::size_t i) {
+    store->async_acquire_all(request, [&answers, i](Result<std::vector<Decision>> r) {
+      answers.set(i, std::move(r));
+    });
+  };
+  loop.run([&] { start(0); });
+  loop.run([&] {  // the first is in flight: these queue behind it
+    for (std::size_t i = 1; i < kCalls; ++i) start(i);
   });
   answers.wait();
   const auto took = std::chrono::steady_clock::now() - started;
@@ -521,6 +553,8 @@ TEST_F(RedisTest, AReleaseQueuedPastItsDeadlineIsStillSent) {
     store->async_acquire_all(request, [&](Result<std::vector<Decision>> r) {
       acquired.set_value(std::move(r));
     });
+  });
+  loop.run([&] {  // the acquire is in flight: the release queues behind it
     store->async_release("pool", limit, held->lease,
                          [&](Result<bool> r) { released.set_value(std::move(r)); });
   });
@@ -565,7 +599,7 @@ TEST_F(RedisTest, AFailedCallLeavesAConcurrencyCountWithItsLeases) {
     server_->cli({"HSET", "sluice:{bad}:fw", "not", "a window"});
     clock.set(t0 + 120ms);  // the first two leases have expired
     if (batched) {
-      // The first goes alone; the failing call and the one after it wait, and go together.
+      // The three go together.
       Answers answers(3);
       loop.run([&] {
         const std::vector<const std::vector<LimitRequest>*> calls = {&other, &failing, &other};
@@ -595,8 +629,8 @@ TEST_F(RedisTest, ACallThatFailsInABatchFailsAlone) {
   const Limit limit = make(Limit::fixed_window({.limit = 10, .period = 1h}));
   server_->cli({"SET", "sluice:{bad}:fw", "not a window"});
   const std::vector<std::vector<LimitRequest>> calls = {
-      {{"good", &limit, 1, OnStoreFailure::kError}},  // goes alone
-      {{"bad", &limit, 1, OnStoreFailure::kError}},   // these two wait for it, and go together
+      {{"good", &limit, 1, OnStoreFailure::kError}},  // the three go together
+      {{"bad", &limit, 1, OnStoreFailure::kError}},
       {{"good", &limit, 1, OnStoreFailure::kError}},
   };
   Answers answers(calls.size());
@@ -612,7 +646,7 @@ TEST_F(RedisTest, ACallThatFailsInABatchFailsAlone) {
     }
   });
   answers.wait();
-  EXPECT_EQ(evalsha_calls(*server_), 2);
+  EXPECT_EQ(evalsha_calls(*server_), 1);
   ASSERT_TRUE(answers.results[0].ok()) << answers.results[0].error().message;
   EXPECT_EQ(answers.results[0]->front().remaining, 9);
   ASSERT_FALSE(answers.results[1].ok());

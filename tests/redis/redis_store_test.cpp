@@ -7,6 +7,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <chrono>
@@ -291,6 +292,32 @@ TEST_F(RedisStoreTest, DestroyedOnAStoppedLoopLetsGoOfTheDecisionsInFlight) {
   io.reset();
   EXPECT_EQ(token.use_count(), 1);
   server_->cli({"CLIENT", "UNPAUSE"});
+}
+
+// Calls wait for the end of the turn of the loop that started them: a loop stopped before then
+// never sends them, and destroying the store lets go of them (a leak, kept by the store's queue).
+TEST_F(RedisStoreTest, DestroyedOnAStoppedLoopLetsGoOfTheCallsThatWaitForTheTurnToEnd) {
+  auto io = std::make_unique<boost::asio::io_context>();
+  auto opened = RedisStore::open(io->get_executor(), {.address = server_->address()});
+  ASSERT_TRUE(opened.ok());
+  std::unique_ptr<RedisStore> store = std::move(*opened);
+  const Limit limit = make(Limit::fixed_window({.limit = 100, .period = 1h}));
+  bool connected = false;
+  store->async_connect([&](Status s) { connected = s.ok(); });
+  while (!connected && io->run_one_for(5s) > 0) {}
+  ASSERT_TRUE(connected);
+  auto token = std::make_shared<int>(0);
+  io->restart();
+  boost::asio::post(*io, [&] {
+    for (int i = 0; i < 3; ++i) store->async_acquire("k", limit, 1, [token](Result<Decision>) {});
+    io->stop();  // before the turn ends
+  });
+  io->run();
+  EXPECT_GT(token.use_count(), 1);
+  store.reset();
+  io.reset();
+  EXPECT_EQ(token.use_count(), 1);
+  EXPECT_EQ(server_->cli({"EXISTS", "sluice:{k}:fw"}), "0");
 }
 
 }  // namespace

@@ -31,9 +31,11 @@ struct RedisStoreOptions {
   std::string prefix = "sluice:";
   std::chrono::milliseconds connect_timeout{200};
   std::chrono::milliseconds command_timeout{50};
-  // Batching: while a call is in flight to a node (to a slot, on a cluster), the acquires (and
-  // releases) that come queue, and go together as one script call when it answers, up to this many
-  // per call. Under load a decision then costs Redis a share of one call; at rest nothing waits.
+  // Batching: the acquires (and releases) asked for a node (for a slot, on a cluster) during one
+  // turn of the store's event loop go together as one script call when the turn ends; those that
+  // come while a call is in flight queue, and go together when it answers; up to this many per
+  // call. Under load a decision then costs Redis a share of one call; at rest a call waits only
+  // for the end of its turn.
   // Each acquire is still decided all or nothing on its own, in the order asked. 1: every acquire
   // and release is a call of its own, pipelined.
   int max_batch = 64;
