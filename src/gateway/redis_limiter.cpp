@@ -22,14 +22,7 @@ void RedisLimiter::connect(Handler done) { store_->async_connect(std::move(done)
 void RedisLimiter::acquire_all(std::span<const LimitRequest> requests, std::span<Decision> decisions,
                                Handler done) {
   if (requests.empty()) return std::move(done)(Status{});
-  const auto ex = asio::get_associated_executor(done, executor_);
-  store_->async_acquire_all(
-      requests, asio::bind_executor(ex, [decisions, done = std::move(done)](
-                                            Result<std::vector<Decision>> r) mutable {
-        if (!r) return std::move(done)(Status(r.error()));
-        std::copy(r->begin(), r->end(), decisions.begin());
-        std::move(done)(Status{});
-      }));
+  store_->async_acquire_all(requests, decisions, std::move(done));
 }
 
 void RedisLimiter::acquire_each(std::span<const LimitRequest> requests, std::span<Decision> decisions,

@@ -452,14 +452,15 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
 // Also a release, as one request with `release` set, whose decision's `allowed` says whether the
 // lease was held. Runs on the strand.
 struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
-  // Given the result, and whether to post it (see complete()) rather than dispatch it.
-  using Done = detail::UniqueFunction<void(Result<std::vector<Decision>>, bool post)>;
+  // Given the decisions (valid during the call), and whether to post the answer (see complete())
+  // rather than dispatch it.
+  using Done = detail::UniqueFunction<void(Result<std::span<const Decision>>, bool post)>;
 
-  // The deadline counts from here, when the caller asked. `slots`: one decision per request.
-  Acquire(std::shared_ptr<Impl> i, Requests r, std::vector<Decision> slots, Done d)
+  // The deadline counts from here, when the caller asked.
+  Acquire(std::shared_ptr<Impl> i, Requests r, Done d)
       : impl(std::move(i)),
         requests(std::move(r)),
-        decisions(std::move(slots)),
+        decisions(requests.size()),
         deadline(impl->deadline()),
         pinned(impl->pinned()),
         done(std::move(d)) {}
@@ -570,13 +571,17 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   // after_failure(), where a handler that acquired again at once would run in the middle of the
   // queue's bookkeeping, and, while Redis is down, fail and acquire again ever deeper.
   void deliver() {
-    if (error) return done(impl->on_failure(requests, *error), true);
-    done(std::move(decisions), !started);
+    if (error) {
+      const Result<std::vector<Decision>> decided = impl->on_failure(requests, *error);
+      if (!decided) return done(decided.error(), true);
+      return done(std::span<const Decision>(*decided), true);
+    }
+    done(std::span<const Decision>(decisions), !started);
   }
 
   std::shared_ptr<Impl> impl;
   Requests requests;
-  std::vector<Decision> decisions;
+  boost::container::small_vector<Decision, 2> decisions;  // one per request
   boost::container::small_vector<Batch, 1> batches;  // inline on a single node
   std::size_t outstanding = 0;
   bool started = false;  // start() has returned: decisions now come from a reply
@@ -945,11 +950,11 @@ void RedisStore::start_decide(const LimitRequest& request, DecisionHandler handl
   Requests requests;
   requests.push_back(impl_->make_request(request));
   auto op = std::make_shared<Impl::Acquire>(
-      impl_, std::move(requests), std::vector<Decision>(1),
+      impl_, std::move(requests),
       [ex = impl_->executor, handler = std::move(handler)](
-          Result<std::vector<Decision>> r, bool post) mutable {
+          Result<std::span<const Decision>> r, bool post) mutable {
         if (!r) return complete(std::move(handler), ex, Result<Decision>(r.error()), post);
-        complete(std::move(handler), ex, Result<Decision>(std::move(r->front())), post);
+        complete(std::move(handler), ex, Result<Decision>(r->front()), post);
       });
   asio::dispatch(impl_->strand, [op] { op->start(); });
 }
@@ -969,6 +974,20 @@ void RedisStore::start_peek(std::string_view key, const Limit& limit, DecisionHa
   start_decide(LimitRequest{key, &limit, 0, options_.on_store_failure}, std::move(handler));
 }
 
+namespace {
+
+// Starts an acquire of these (valid, not empty) requests, all or nothing.
+void start_calls(const std::shared_ptr<RedisStore::Impl>& impl, std::span<const LimitRequest> requests,
+                 RedisStore::Impl::Acquire::Done done) {
+  Requests copies;
+  copies.reserve(requests.size());
+  for (const LimitRequest& r : requests) copies.push_back(impl->make_request(r));
+  auto op = std::make_shared<RedisStore::Impl::Acquire>(impl, std::move(copies), std::move(done));
+  asio::dispatch(impl->strand, [op] { op->start(); });
+}
+
+}  // namespace
+
 void RedisStore::start_acquire_all(std::span<const LimitRequest> requests,
                                    DecisionsHandler handler) {
   std::vector<Decision> slots(requests.size());
@@ -978,18 +997,29 @@ void RedisStore::start_acquire_all(std::span<const LimitRequest> requests,
   }
   if (requests.empty()) {
     return complete(std::move(handler), impl_->executor,
-                    Result<std::vector<Decision>>(std::vector<Decision>{}));
+                    Result<std::vector<Decision>>(std::move(slots)));
   }
-  Requests copies;
-  copies.reserve(requests.size());
-  for (const LimitRequest& r : requests) copies.push_back(impl_->make_request(r));
-  auto op = std::make_shared<Impl::Acquire>(
-      impl_, std::move(copies), std::move(slots),
-      [ex = impl_->executor, handler = std::move(handler)](
-          Result<std::vector<Decision>> r, bool post) mutable {
-        complete(std::move(handler), ex, std::move(r), post);
-      });
-  asio::dispatch(impl_->strand, [op] { op->start(); });
+  start_calls(impl_, requests,
+              [ex = impl_->executor, handler = std::move(handler), slots = std::move(slots)](
+                  Result<std::span<const Decision>> r, bool post) mutable {
+                if (!r) return complete(std::move(handler), ex, Result<std::vector<Decision>>(r.error()), post);
+                std::copy(r->begin(), r->end(), slots.begin());
+                complete(std::move(handler), ex, Result<std::vector<Decision>>(std::move(slots)), post);
+              });
+}
+
+void RedisStore::start_acquire_into(std::span<const LimitRequest> requests, std::span<Decision> decisions,
+                                    StatusHandler handler) {
+  if (Status s = validate(requests, decisions); !s || requests.empty()) {
+    return complete(std::move(handler), impl_->executor, std::move(s));
+  }
+  start_calls(impl_, requests,
+              [ex = impl_->executor, handler = std::move(handler), decisions](
+                  Result<std::span<const Decision>> r, bool post) mutable {
+                if (!r) return complete(std::move(handler), ex, Status(r.error()), post);
+                std::copy(r->begin(), r->end(), decisions.begin());
+                complete(std::move(handler), ex, Status{}, post);
+              });
 }
 
 void RedisStore::start_reset(std::string_view key, const Limit& limit, StatusHandler handler) {
@@ -1033,9 +1063,9 @@ void RedisStore::start_release(std::string_view key, const Limit& limit, std::ui
   requests.front().release = true;
   requests.front().lease = lease;
   auto op = std::make_shared<Impl::Acquire>(
-      impl_, std::move(requests), std::vector<Decision>(1),
+      impl_, std::move(requests),
       [ex = impl_->executor, handler = std::move(handler)](
-          Result<std::vector<Decision>> r, bool post) mutable {
+          Result<std::span<const Decision>> r, bool post) mutable {
         if (!r) return complete(std::move(handler), ex, Result<bool>(r.error()), post);
         complete(std::move(handler), ex, Result<bool>(r->front().allowed), post);
       });
@@ -1074,15 +1104,9 @@ Result<Decision> RedisStore::acquire(const LimitRequest& request) {
 
 Status RedisStore::acquire_all(std::span<const LimitRequest> requests,
                                std::span<Decision> decisions) {
-  if (requests.size() != decisions.size()) {
-    return invalid_argument("acquire_all needs one decision slot per request");
-  }
-  Waiter<Result<std::vector<Decision>>> w;
-  start_acquire_all(requests, DecisionsHandler(w.handler()));
-  auto r = w.get();
-  if (!r) return r.error();
-  std::copy(r->begin(), r->end(), decisions.begin());
-  return {};
+  Waiter<Status> w;
+  start_acquire_into(requests, decisions, StatusHandler(w.handler()));
+  return w.get();
 }
 
 Result<Decision> RedisStore::peek(std::string_view key, const Limit& limit) {

@@ -148,6 +148,18 @@ class RedisStore final : public Store {
         token, requests);
   }
 
+  // The same, with the decisions written into `decisions` (one per request, valid until the
+  // operation completes), completing with the status alone: for a caller that keeps its decisions
+  // (the gateway), without a vector made and copied per call.
+  template <class Token>
+  auto async_acquire_all(std::span<const LimitRequest> requests, std::span<Decision> decisions,
+                         Token&& token) {
+    return boost::asio::async_initiate<Token, void(Status)>(
+        [this](auto handler, std::span<const LimitRequest> r, std::span<Decision> d) {
+          start_acquire_into(r, d, StatusHandler(std::move(handler)));
+        },
+        token, requests, decisions);
+  }
   template <class Token>
   auto async_peek(std::string_view key, const Limit& limit, Token&& token) {
     return boost::asio::async_initiate<Token, void(Result<Decision>)>(
@@ -192,6 +204,8 @@ class RedisStore final : public Store {
   void start_peek(std::string_view key, const Limit& limit, DecisionHandler handler);
   void start_decide(const LimitRequest& request, DecisionHandler handler);
   void start_acquire_all(std::span<const LimitRequest> requests, DecisionsHandler handler);
+  void start_acquire_into(std::span<const LimitRequest> requests, std::span<Decision> decisions,
+                          StatusHandler handler);
   void start_reset(std::string_view key, const Limit& limit, StatusHandler handler);
   void start_release(std::string_view key, const Limit& limit, std::uint64_t lease,
                      ReleaseHandler handler);
