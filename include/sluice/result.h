@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cassert>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -63,19 +64,27 @@ class [[nodiscard]] Result {
   std::variant<T, Error> v_;
 };
 
-// Result<void>: success or an Error.
+// Result<void>: success or an Error. A success is one null pointer, so that passing one along
+// (through every hop of an asynchronous completion) moves no string.
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(Error error) : error_(std::move(error)), ok_(false) {}  // NOLINT(google-explicit-constructor)
+  Status(Error error) : error_(std::make_unique<Error>(std::move(error))) {}  // NOLINT(google-explicit-constructor)
+  Status(const Status& other) : error_(other.error_ ? std::make_unique<Error>(*other.error_) : nullptr) {}
+  Status& operator=(const Status& other) {
+    if (this != &other) error_ = other.error_ ? std::make_unique<Error>(*other.error_) : nullptr;
+    return *this;
+  }
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
+  ~Status() = default;
 
-  bool ok() const { return ok_; }
-  explicit operator bool() const { return ok_; }
-  const Error& error() const { assert(!ok_); return error_; }
+  bool ok() const { return error_ == nullptr; }
+  explicit operator bool() const { return ok(); }
+  const Error& error() const { assert(!ok()); return *error_; }
 
  private:
-  Error error_;
-  bool ok_ = true;
+  std::unique_ptr<Error> error_;
 };
 
 inline Error invalid_argument(std::string message) {
