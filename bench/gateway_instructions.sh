@@ -6,23 +6,29 @@
 # front of one nginx `return 200` upstream that runs natively. Each proxy runs under valgrind's
 # callgrind; after a warm-up request its counters are zeroed, wrk runs for --duration seconds, and the
 # counters are dumped: instructions divided by the requests wrk made. Kernel work is not counted (both
-# make the same system calls per request: two sendmsg and two recvmsg, by strace).
+# make the same system calls per request: two sendmsg and two recvmsg, by strace). With --redis, a
+# third sluice counts the system's limit alone in a redis-server of the script's own (as
+# gateway_vs_nginx.sh's "one limit"): the instructions of sluice's side of the Redis path.
 #
-#   bench/gateway_instructions.sh [--duration S] [--sluice BINARY]
+#   bench/gateway_instructions.sh [--duration S] [--sluice BINARY] [--redis]
 #
-# Needs build/sluice (make build), and nginx, wrk and valgrind (scripts/bootstrap --bench).
+# Needs build/sluice (make build), and nginx, wrk and valgrind (scripts/bootstrap --bench); with
+# --redis, redis-server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-duration=5 sluice=build/sluice
+duration=5 sluice=build/sluice redis=0
 while (($#)); do
   case "$1" in
     --duration) duration=$2; shift 2 ;;
     --sluice) sluice=$2; shift 2 ;;
-    *) echo "usage: $0 [--duration S] [--sluice BINARY]" >&2; exit 2 ;;
+    --redis) redis=1; shift ;;
+    *) echo "usage: $0 [--duration S] [--sluice BINARY] [--redis]" >&2; exit 2 ;;
   esac
 done
-for tool in nginx wrk valgrind callgrind_control callgrind_annotate; do
+tools=(nginx wrk valgrind callgrind_control callgrind_annotate)
+((redis)) && tools+=(redis-server redis-cli)
+for tool in "${tools[@]}"; do
   command -v "$tool" >/dev/null || { echo "$tool is missing: run scripts/bootstrap --bench" >&2; exit 1; }
 done
 [[ -x $sluice ]] || { echo "$sluice is missing: run make build" >&2; exit 1; }
@@ -66,6 +72,16 @@ count() {
 read -r sluice_requests sluice_ir < <(count "$sluice_port" sluice "$sluice" serve --config "$work/sluice.yaml" \
   --threads 1 --listen "127.0.0.1:$sluice_port" --admin-listen "127.0.0.1:$admin_port")
 read -r nginx_requests nginx_ir < <(count "$nginx_port" nginx nginx -p "$work/proxy" -c "$work/proxy/nginx.conf")
+if ((redis)); then
+  redis_port=$(free_port) one_port=$(free_port) one_admin_port=$(free_port)
+  write_sluice_yaml "$work/sluice-one.yaml" "$upstream_port" one
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
+    --daemonize no >"$work/redis.log" 2>&1 & pids+=($!)
+  for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  read -r one_requests one_ir < <(count "$one_port" sluice-one "$sluice" serve --config "$work/sluice-one.yaml" \
+    --threads 1 --store "redis://127.0.0.1:$redis_port" --listen "127.0.0.1:$one_port" \
+    --admin-listen "127.0.0.1:$one_admin_port")
+fi
 
 per() { echo $(($2 / $1)); }
 printf '%-38s %10s %14s %12s\n' "proxy" "requests" "instructions" "per request"
@@ -73,4 +89,8 @@ printf '%-38s %10s %14s %12s\n' "sluice (limits active, local store)" "$sluice_r
   "$(per "$sluice_requests" "$sluice_ir")"
 printf '%-38s %10s %14s %12s\n' "nginx proxy (limit_req)" "$nginx_requests" "$nginx_ir" \
   "$(per "$nginx_requests" "$nginx_ir")"
+if ((redis)); then
+  printf '%-38s %10s %14s %12s\n' "sluice (system limit, store: redis://)" "$one_requests" "$one_ir" \
+    "$(per "$one_requests" "$one_ir")"
+fi
 echo "sluice / nginx user-space instructions per request: $(echo "scale=2; $(per "$sluice_requests" "$sluice_ir") / $(per "$nginx_requests" "$nginx_ir")" | bc)x"

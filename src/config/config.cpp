@@ -136,6 +136,14 @@ std::string to_string(const Target& target) {
   return (v6 ? "[" + target.host + "]" : target.host) + ":" + std::to_string(target.port);
 }
 
+std::string authority_of(const Target& target) {
+  const std::size_t zone = target.host.find('%');
+  if (zone == std::string::npos || target.host.find(':') == std::string::npos) return to_string(target);
+  Target encoded = target;
+  encoded.host.insert(zone + 1, "25");
+  return to_string(encoded);
+}
+
 // --- limits as fields ---------------------------------------------------------------------------
 
 namespace {

@@ -175,6 +175,9 @@ std::vector<std::pair<std::string, std::string>> limit_fields(const Limit& limit
 std::optional<Target> parse_target(std::string_view text);
 // Target -> "host:port" ("[host]:port" for an IPv6 address), as parse_target reads it.
 std::string to_string(const Target& target);
+// The target as a URI's authority, for a Host field: as to_string, but an IPv6 zone's "%" is
+// written "%25" (RFC 6874), as a URI needs it.
+std::string authority_of(const Target& target);
 
 // The breaker's settings in one line, as the YAML file writes them ({window: 20, ...}); equal
 // settings describe equally.

@@ -388,7 +388,7 @@ void append_upstream_head(std::string& out, const RequestParser& p, std::string_
   if (!authority.empty()) {
     append_field(out, "Host", authority);
   } else if (!host) {
-    append_field(out, "Host", config::to_string(target));
+    append_field(out, "Host", config::authority_of(target));
   }
   out += "X-Forwarded-For: ";
   for (const std::string_view v : forwarded_for) {

@@ -259,6 +259,21 @@ TEST(ConfigYaml, LanguageAndHeaderFormsAreRead) {
             std::vector<std::string>{"test.yaml:1:11: language: must be en or zh-CN, got \"fr\""});
 }
 
+// A target reads back from what to_string writes; as a Host field's authority, an IPv6 zone's "%"
+// is written "%25" (RFC 6874), and nothing else changes.
+TEST(ConfigTargets, ReadBackAndWriteAnIpv6ZoneEncodedInAnAuthority) {
+  for (const char* text : {"127.0.0.1:8081", "[::1]:80", "[fe80::1%eth0]:8080", "app.internal:443"}) {
+    const auto t = parse_target(text);
+    ASSERT_TRUE(t.has_value()) << text;
+    EXPECT_EQ(to_string(*t), text);
+  }
+  EXPECT_EQ(authority_of(*parse_target("[fe80::1%eth0]:8080")), "[fe80::1%25eth0]:8080");
+  EXPECT_EQ(authority_of(*parse_target("[::1]:80")), "[::1]:80");
+  EXPECT_EQ(authority_of(*parse_target("127.0.0.1:8081")), "127.0.0.1:8081");
+  EXPECT_FALSE(parse_target("[::1]").has_value());
+  EXPECT_FALSE(parse_target("host:65536").has_value());
+}
+
 TEST(ConfigLimits, FieldsRoundTripForEveryAlgorithm) {
   const Limit limits[] = {
       *Limit::token_bucket({.capacity = 100, .refill_tokens = 10, .refill_period = 1s}),
