@@ -1,7 +1,10 @@
 #include "config/json.h"
 
+#include <algorithm>
+#include <boost/json/basic_parser_impl.hpp>
 #include <boost/json/serialize.hpp>
 #include <charconv>
+#include <vector>
 
 #include "core/duration.h"
 
@@ -207,6 +210,85 @@ std::string pretty(const json::value& value) {
   std::string out;
   pretty_to(out, value, 0);
   return out + "\n";
+}
+
+namespace {
+
+// A basic_parser handler that stops at the first key an object has twice, and keeps its path.
+class RepeatedKeys {
+ public:
+  static constexpr std::size_t max_object_size = std::size_t(-1);
+  static constexpr std::size_t max_array_size = std::size_t(-1);
+  static constexpr std::size_t max_key_size = std::size_t(-1);
+  static constexpr std::size_t max_string_size = std::size_t(-1);
+
+  std::optional<std::string> repeated;
+
+  bool on_document_begin(boost::system::error_code&) { return true; }
+  bool on_document_end(boost::system::error_code&) { return true; }
+  bool on_array_begin(boost::system::error_code&) { return open(); }
+  bool on_array_end(std::size_t, boost::system::error_code&) { return close(); }
+  bool on_object_begin(boost::system::error_code&) { return open(); }
+  bool on_object_end(std::size_t, boost::system::error_code&) { return close(); }
+  bool on_string_part(std::string_view, std::size_t, boost::system::error_code&) { return true; }
+  bool on_string(std::string_view, std::size_t, boost::system::error_code&) { return true; }
+  bool on_key_part(std::string_view s, std::size_t, boost::system::error_code&) {
+    part_.append(s);
+    return true;
+  }
+  bool on_key(std::string_view s, std::size_t, boost::system::error_code& ec) {
+    part_.append(s);
+    Open& o = open_.back();
+    if (std::find(o.keys.begin(), o.keys.end(), part_) != o.keys.end()) {
+      std::string path;
+      for (const Open& outer : open_) {
+        if (!outer.outer_key.empty()) path.append(outer.outer_key).append(".");
+      }
+      repeated = path + part_;
+      ec = boost::json::error::syntax;  // stops the parse
+      return false;
+    }
+    o.keys.push_back(part_);
+    key_ = std::move(part_);
+    part_.clear();
+    return true;
+  }
+  bool on_number_part(std::string_view, boost::system::error_code&) { return true; }
+  bool on_int64(std::int64_t, std::string_view, boost::system::error_code&) { return true; }
+  bool on_uint64(std::uint64_t, std::string_view, boost::system::error_code&) { return true; }
+  bool on_double(double, std::string_view, boost::system::error_code&) { return true; }
+  bool on_bool(bool, boost::system::error_code&) { return true; }
+  bool on_null(boost::system::error_code&) { return true; }
+  bool on_comment_part(std::string_view, boost::system::error_code&) { return true; }
+  bool on_comment(std::string_view, boost::system::error_code&) { return true; }
+
+ private:
+  struct Open {
+    std::vector<std::string> keys;  // an object's, so far
+    std::string outer_key;          // the key it is the value of ("" in an array or at the top)
+  };
+  bool open() {
+    open_.push_back(Open{{}, std::move(key_)});
+    key_.clear();
+    return true;
+  }
+  bool close() {
+    open_.pop_back();
+    key_.clear();
+    return true;
+  }
+  std::vector<Open> open_;
+  std::string key_;   // the key whose value comes next
+  std::string part_;  // a key read in parts
+};
+
+}  // namespace
+
+std::optional<std::string> repeated_key(std::string_view text) {
+  json::basic_parser<RepeatedKeys> parser(json::parse_options{});
+  boost::system::error_code ec;
+  parser.write_some(false, text.data(), text.size(), ec);
+  return std::move(parser.handler().repeated);
 }
 
 }  // namespace sluice::config

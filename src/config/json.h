@@ -5,7 +5,9 @@
 
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "config/config.h"
 
@@ -24,5 +26,12 @@ boost::json::object settings_json(const Config& config);
 
 // JSON text indented by two spaces, one member per line, for people and diffs.
 std::string pretty(const boost::json::value& value);
+
+// The first key that an object in this JSON text has twice, with the keys of the objects around
+// it ("headers.X-Api-Key"); nothing when no key repeats, or when the text is not JSON (which
+// parsing it says). Boost.JSON keeps the last of two equal keys without a word, where the YAML
+// loader refuses them: requests and admin bodies are checked with this, so that a field means
+// one thing to every reader of the text.
+std::optional<std::string> repeated_key(std::string_view text);
 
 }  // namespace sluice::config

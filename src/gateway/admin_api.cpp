@@ -200,8 +200,10 @@ std::optional<Nanos> wait_of(std::string_view text) {
   return parse_duration(text);
 }
 
+// The body as a JSON object; nothing when it is not one, or names a field twice.
 std::optional<json::object> json_object_body(std::string_view body) {
   if (body.empty()) return json::object();
+  if (config::repeated_key(body)) return std::nullopt;
   boost::system::error_code ec;
   json::value v = json::parse(body, ec);
   if (ec || !v.is_object()) return std::nullopt;

@@ -37,6 +37,7 @@
 #include <unordered_set>
 
 #include "config/crypto.h"
+#include "config/json.h"
 #include "config/yaml.h"
 #include "gateway/access_log.h"
 #include "gateway/caller_auth.h"
@@ -1167,11 +1168,19 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
               std::count_if(h->begin(), h->end(), [](const auto& kv) { return beast::iequals(kv.key(), kApiKeyHeader); }) < 2;
     }
   }
-  if (!typed || !path_field || cost < 1 || cost > kMaxLimit) {
-    std::string refusal = cfg.language == config::Language::kChinese
-                              ? R"({"code":400,"reason":"bad_request","msg":"请求体应为 )"
-                              : R"({"code":400,"reason":"bad_request","msg":"expected )";
-    refusal += R"({\"system\":\"...\",\"method\":\"GET\",\"path\":\"/...\",\"cost\":1}"})";
+  // A field given twice would mean one thing here and perhaps another to whatever read the body
+  // before (Boost.JSON keeps the last).
+  const std::optional<std::string> repeated = o != nullptr ? config::repeated_key(body) : std::nullopt;
+  if (!typed || !path_field || cost < 1 || cost > kMaxLimit || repeated) {
+    const bool zh = cfg.language == config::Language::kChinese;
+    std::string refusal = R"({"code":400,"reason":"bad_request","msg":)";
+    if (repeated) {
+      refusal += json_string(zh ? "字段 " + *repeated + " 出现了两次" : "the field " + *repeated + " is given twice");
+    } else {
+      refusal += zh ? R"("请求体应为 )" : R"("expected )";
+      refusal += R"({\"system\":\"...\",\"method\":\"GET\",\"path\":\"/...\",\"cost\":1}")";
+    }
+    refusal += "}";
     const bool ok = co_await respond_json(x, 400, std::move(refusal), {}, true);
     finish(x, 400, Reason::kBadRequest, std::nullopt);
     co_return ok;

@@ -693,6 +693,9 @@ TEST_F(AdminApiTest, AdminsCreateListAndRevokeTokens) {
   EXPECT_EQ(call("DELETE", "/admin/v1/tokens/" + created.str("id")).status, 204);
   EXPECT_EQ(call("GET", "/admin/v1/whoami", "", {}, &token).status, 401);
   EXPECT_EQ(call("POST", "/admin/v1/tokens", R"({"name":"x","role":"root"})").status, 400);
+  // A field given twice is refused, not read as its last value.
+  EXPECT_EQ(call("POST", "/admin/v1/tokens", R"({"name":"x","role":"read","role":"admin"})").status, 400);
+  EXPECT_EQ(call("GET", "/admin/v1/tokens").obj().at("items").as_array().size(), 2u);
 }
 
 // --- a follower -----------------------------------------------------------------------------------

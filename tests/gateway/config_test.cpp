@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "config/json.h"
 #include "config/path_pattern.h"
 #include "config/yaml.h"
 #include "load_config.h"
@@ -257,6 +258,20 @@ TEST(ConfigYaml, LanguageAndHeaderFormsAreRead) {
   EXPECT_EQ(c->system_key_header, "systemKey");
   EXPECT_EQ(problems_of(std::string("language: fr\n") + kMinimal),
             std::vector<std::string>{"test.yaml:1:11: language: must be en or zh-CN, got \"fr\""});
+}
+
+// The first key an object has twice, with the keys around it; none for JSON without a repeat,
+// equal keys in different objects, or text that is not JSON.
+TEST(ConfigJson, RepeatedKeysAreFoundWithTheirPath) {
+  EXPECT_EQ(repeated_key(R"({"a":1,"b":2,"a":3})"), "a");
+  EXPECT_EQ(repeated_key(R"({"a":{"x":1,"y":{"z":1},"x":2}})"), "a.x");
+  EXPECT_EQ(repeated_key(R"({"a":[{"k":1},{"k":2,"k":3}]})"), "a.k");
+  EXPECT_EQ(repeated_key(R"([{"k":1,"k":1}])"), "k");
+  EXPECT_EQ(repeated_key(R"({"a\u0062":1,"ab":2})"), "ab");  // equal once unescaped
+  EXPECT_EQ(repeated_key(R"({"a":{"k":1},"b":{"k":1},"k":[{"k":1}]})"), std::nullopt);
+  EXPECT_EQ(repeated_key(R"({"a":1,"b":[1,2,{"a":1}]})"), std::nullopt);
+  EXPECT_EQ(repeated_key("not json"), std::nullopt);
+  EXPECT_EQ(repeated_key(""), std::nullopt);
 }
 
 // A target reads back from what to_string writes; as a Host field's authority, an IPv6 zone's "%"

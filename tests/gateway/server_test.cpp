@@ -948,6 +948,25 @@ TEST_F(GatewayTest, DecideAnswersTheSameDecisionWithoutProxying) {
   EXPECT_EQ(upstream_->requests(), 0);
 }
 
+// A field given twice is refused, where the JSON parser would keep the last: a proxy before sluice
+// may have read the first ("crm", which may call /echo) and sluice then decided for another.
+TEST_F(GatewayTest, DecideRefusesAFieldGivenTwice) {
+  HttpClient c(gw_->port());
+  const HttpResponse system = c.request("POST", "/_sluice/v1/decide", {},
+                                        R"({"system":"crm","path":"/echo/x","system":"erp"})");
+  EXPECT_EQ(system.status, 400);
+  EXPECT_EQ(str(json(system.body), "reason"), "bad_request");
+  EXPECT_EQ(str(json(system.body), "msg"), "the field system is given twice");
+  const HttpResponse header = c.request("POST", "/_sluice/v1/decide", {},
+                                        R"({"system":"crm","path":"/echo/x","headers":{"X-User-Id":"1","X-User-Id":"2"}})");
+  EXPECT_EQ(header.status, 400);
+  EXPECT_EQ(str(json(header.body), "msg"), "the field headers.X-User-Id is given twice");
+  // Equal values in different objects are no repeat.
+  EXPECT_EQ(c.request("POST", "/_sluice/v1/decide", {},
+                      R"({"system":"crm","path":"/echo/x","headers":{"system":"crm","path":"/"}})").status,
+            200);
+}
+
 // With language: zh-CN, /decide's own 400 says what it expected in Chinese too.
 TEST_F(GatewayTest, DecidesBadRequestFollowsTheLanguage) {
   gw_.reset();
