@@ -829,9 +829,14 @@ Task<void> Worker::session(Socket socket) {
       // its header is still told 408.
       stream.arm(cfg.header_timeout);
     }
+    // A request's latency counts from its first byte, as nginx's $request_time does: a head that
+    // comes slowly (and one that times out, 408) is the request's time too.
+    std::optional<Clock::time_point> first_byte;
+    if (buffer.size() > 0) first_byte = Clock::now();
     error_code rec = parse_buffered(*parser, buffer);
     while (rec == http::error::need_more) {
       auto [read_ec, n] = co_await read_more(stream, buffer);
+      if (n > 0 && !first_byte) first_byte = Clock::now();
       buffer.commit(n);
       rec = read_ec ? read_failed(*parser, stream.timed(read_ec)) : parse_buffered(*parser, buffer);
     }
@@ -848,7 +853,7 @@ Task<void> Worker::session(Socket socket) {
       if (!quiet) {
         conn.busy = true;
         Exchange x{.client = stream, .buffer = buffer, .parser = *parser, .ctx = ctx, .client_ip = client_ip,
-                   .snapshot = snap, .start = Clock::now()};
+                   .snapshot = snap, .start = first_byte.value_or(Clock::now())};
         assign_request_id(x);  // from what the parser read of the head
         co_await respond(x, reason_of_read_error(rec), nullptr, true);
         finish(x, status_of(reason_of_read_error(rec)), reason_of_read_error(rec), std::nullopt);
@@ -858,7 +863,8 @@ Task<void> Worker::session(Socket socket) {
     }
     conn.busy = true;
     Exchange x{.client = stream, .buffer = buffer, .parser = *parser, .ctx = ctx, .client_ip = client_ip,
-               .snapshot = snap, .start = Clock::now(), .chunk = chunk.get(), .up_buffer = &up_buffer, .head = &head,
+               .snapshot = snap, .start = first_byte.value_or(Clock::now()), .chunk = chunk.get(),
+               .up_buffer = &up_buffer, .head = &head,
                .up_parser = &up_parser, .up_head = &up_head};
     bool keep = false;
     if (prepare(x)) {

@@ -1320,12 +1320,19 @@ TEST_F(GatewayTest, ARefusedUploadCanFinishSendingBeforeTheConnectionCloses) {
   ::close(fd);
 }
 
+// Its access log line counts the latency from the head's first byte, not from its timeout.
 TEST_F(GatewayTest, AHeaderThatTakesTooLongGets408AndTheConnectionClosed) {
   const auto start = std::chrono::steady_clock::now();
   const std::string out = raw("GET /echo/x HTTP/1.1\r\nHost: a\r\n", 5s);
   EXPECT_EQ(testing::raw_status(out), 408);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 3s) << "closed by the server, not by the test's wait";
   EXPECT_EQ(upstream_->requests(), 0);
+  const std::size_t at = out.find("X-Request-Id: ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string id = out.substr(at + 14, out.find("\r\n", at) - at - 14);
+  const auto logged = json(access_log_line(id));
+  EXPECT_EQ(str(logged, "reason"), "request_timeout");
+  EXPECT_GT(logged.at("latency_ms").to_number<double>(), 400.0) << "header_timeout is 500ms";
 }
 
 TEST_F(GatewayTest, AnIdleConnectionIsClosedQuietly) {
