@@ -594,7 +594,9 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
 
 // A call for an idle queue goes at the end of this turn of the event loop, with the calls that
 // come during the turn (the requests of every socket that was ready together); those that come
-// while one is in flight wait, and go together when it answers. A full batch goes at once.
+// while one is in flight wait, and go together when it answers. A full batch goes at once. The end
+// of the turn is a next() of its own: it counts as a call in flight until then, and a turn slow
+// enough to outlast a call's deadline fails that call rather than send it late.
 void RedisStore::Impl::submit(std::shared_ptr<Acquire> op, std::size_t batch) {
   const int queue = client->cluster() ? op->batches[batch].slot : 0;
   if (options.max_batch <= 1) return send_alone(-1, std::move(op), batch);
@@ -605,7 +607,7 @@ void RedisStore::Impl::submit(std::shared_ptr<Acquire> op, std::size_t batch) {
     // Posted to the loop, not the strand, which would run it before the calls that queue in the
     // strand behind it.
     asio::post(executor, [self = shared_from_this(), queue] {
-      asio::dispatch(self->strand, [self, queue] { self->send_waiting(queue); });
+      asio::dispatch(self->strand, [self, queue] { self->next(queue); });
     });
   } else if (q.waiting.size() >= static_cast<std::size_t>(options.max_batch)) {
     ++q.busy;
@@ -792,11 +794,11 @@ void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
        deadline);
 }
 
-// A call for the queue has answered or failed: what waits goes when no other call in flight will
-// take it, and an acquire that waited past its deadline fails without being sent (sent, it could
-// still take from a limit after its caller was told it timed out). A release that did is sent
-// anyway, with a deadline from now: sent late, it gives back a permit that would otherwise stay
-// taken until its lease times out.
+// A call for the queue has answered or failed, or a turn has ended: what waits goes when no other
+// call in flight will take it, and an acquire that waited past its deadline fails without being
+// sent (sent, it could still take from a limit after its caller was told it timed out). A release
+// that did is sent anyway, with a deadline from now: sent late, it gives back a permit that would
+// otherwise stay taken until its lease times out.
 void RedisStore::Impl::next(int queue) {
   auto it = queues.find(queue);
   if (it == queues.end()) return;
@@ -850,11 +852,9 @@ void RedisStore::Impl::fail_waiting(const Error& error) {
   }
 }
 
-// Sends the oldest waiting batches, up to max_batch, as one call. Nothing waits when a full batch
-// went before the end of the turn, or a failure answered them: then no call goes.
+// Sends the oldest waiting batches, up to max_batch, as one call.
 void RedisStore::Impl::send_waiting(int queue) {
   std::deque<Waiting>& waiting = queues[queue].waiting;
-  if (waiting.empty()) return next(queue);
   const std::size_t n = std::min(waiting.size(), static_cast<std::size_t>(options.max_batch));
   std::vector<Waiting> calls(std::make_move_iterator(waiting.begin()),
                              std::make_move_iterator(waiting.begin() + static_cast<std::ptrdiff_t>(n)));

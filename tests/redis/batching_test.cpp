@@ -501,6 +501,28 @@ TEST_F(RedisTest, CallsOfATurnGoTogetherAndThoseThatComeInFlightGoWhenItAnswers)
   }
 }
 
+// A call that waits for the end of a turn which outlasts the call's deadline fails with a timeout
+// and is never sent: sent late, it could take from a limit after its caller was told it timed out
+// (and decided by its on_store_failure).
+TEST_F(RedisTest, ACallWhoseTurnOutlastsItsDeadlineFailsUnsent) {
+  const Limit limit = make(Limit::fixed_window({.limit = 10, .period = 1h}));
+  const std::vector<LimitRequest> request = {{"late", &limit, 1, OnStoreFailure::kError}};
+  Answers answers(1);
+  Loop loop;
+  const auto store = connected(*server_, loop, {.command_timeout = 5ms});
+  ASSERT_NE(store, nullptr);
+  server_->cli({"CONFIG", "RESETSTAT"});
+  loop.run([&] {
+    store->async_acquire_all(request, [&answers](Result<std::vector<Decision>> r) { answers.set(0, std::move(r)); });
+    std::this_thread::sleep_for(20ms);  // the rest of a slow turn
+  });
+  answers.wait();
+  ASSERT_FALSE(answers.results[0].ok());
+  EXPECT_EQ(answers.results[0].error().code, ErrorCode::kTimeout);
+  EXPECT_EQ(evalsha_calls(*server_), 0);
+  EXPECT_EQ(server_->cli({"EXISTS", "sluice:{late}:fw"}), "0");
+}
+
 // Calls queued behind one that times out: each completes once, with a timeout, and none waits
 // past its own deadline (they went when the first timed out, with deadlines of their own, not
 // another timeout from then).
