@@ -1,9 +1,9 @@
 #include "config/json.h"
 
-#include <algorithm>
 #include <boost/json/basic_parser_impl.hpp>
 #include <boost/json/serialize.hpp>
 #include <charconv>
+#include <unordered_set>
 #include <vector>
 
 #include "core/duration.h"
@@ -239,7 +239,7 @@ class RepeatedKeys {
   bool on_key(std::string_view s, std::size_t, boost::system::error_code& ec) {
     part_.append(s);
     Open& o = open_.back();
-    if (std::find(o.keys.begin(), o.keys.end(), part_) != o.keys.end()) {
+    if (!o.keys.insert(part_).second) {
       std::string path;
       for (const Open& outer : open_) {
         if (!outer.outer_key.empty()) path.append(outer.outer_key).append(".");
@@ -248,7 +248,6 @@ class RepeatedKeys {
       ec = boost::json::error::syntax;  // stops the parse
       return false;
     }
-    o.keys.push_back(part_);
     key_ = std::move(part_);
     part_.clear();
     return true;
@@ -264,7 +263,7 @@ class RepeatedKeys {
 
  private:
   struct Open {
-    std::vector<std::string> keys;  // an object's, so far
+    std::unordered_set<std::string> keys;  // an object's, so far
     std::string outer_key;          // the key it is the value of ("" in an array or at the top)
   };
   bool open() {

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <array>
@@ -334,6 +335,18 @@ bool body_expected(http::verb method, unsigned status) {
 void put_hex(char* out, std::uint64_t v, int digits) {
   static constexpr char kHex[] = "0123456789abcdef";
   for (int i = digits - 1; i >= 0; --i, v >>= 4) out[i] = kHex[v & 0xf];
+}
+
+// Whether two of the object's keys are the same header name, whatever their case.
+bool names_repeated(const boost::json::object& headers) {
+  std::unordered_set<std::string> seen;
+  for (const auto& kv : headers) {
+    std::string name(kv.key());
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (!seen.insert(std::move(name)).second) return true;
+  }
+  return false;
 }
 
 std::string json_string(std::string_view s) {
@@ -1168,10 +1181,10 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
       if (auto it = o->find(name); it != o->end() && !it->value().is_string()) typed = false;
     }
     if (auto it = o->find("headers"); it != o->end()) {
-      // An API key given twice (in two cases of its name) names the caller twice, as on a request.
+      // A header named twice (in two cases of its name) is refused, as a caller named twice is on
+      // a request: it would mean one thing here (the first) and perhaps another to other readers.
       const auto* h = it->value().if_object();
-      typed = typed && h != nullptr &&
-              std::count_if(h->begin(), h->end(), [](const auto& kv) { return beast::iequals(kv.key(), kApiKeyHeader); }) < 2;
+      typed = typed && h != nullptr && !names_repeated(*h);
     }
   }
   // A field given twice would mean one thing here and perhaps another to whatever read the body

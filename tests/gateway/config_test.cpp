@@ -270,6 +270,10 @@ TEST(ConfigJson, RepeatedKeysAreFoundWithTheirPath) {
   EXPECT_EQ(repeated_key(R"({"a\u0062":1,"ab":2})"), "ab");  // equal once unescaped
   EXPECT_EQ(repeated_key(R"({"a":{"k":1},"b":{"k":1},"k":[{"k":1}]})"), std::nullopt);
   EXPECT_EQ(repeated_key(R"({"a":1,"b":[1,2,{"a":1}]})"), std::nullopt);
+  std::string many = "{";
+  for (int i = 0; i < 20000; ++i) many += "\"k" + std::to_string(i) + "\":0,";
+  EXPECT_EQ(repeated_key(many + "\"x\":1}"), std::nullopt);
+  EXPECT_EQ(repeated_key(many + "\"k19999\":1}"), "k19999");
   EXPECT_EQ(repeated_key("not json"), std::nullopt);
   EXPECT_EQ(repeated_key(""), std::nullopt);
 }

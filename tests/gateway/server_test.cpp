@@ -961,6 +961,12 @@ TEST_F(GatewayTest, DecideRefusesAFieldGivenTwice) {
                                         R"({"system":"crm","path":"/echo/x","headers":{"X-User-Id":"1","X-User-Id":"2"}})");
   EXPECT_EQ(header.status, 400);
   EXPECT_EQ(str(json(header.body), "msg"), "the field headers.X-User-Id is given twice");
+  // A header name is the same name in any case: the first would key a limit here, and another
+  // reader might take the last.
+  const HttpResponse cased = c.request("POST", "/_sluice/v1/decide", {},
+                                       R"({"system":"crm","path":"/echo/x","headers":{"X-User-Id":"1","x-user-id":"2"}})");
+  EXPECT_EQ(cased.status, 400);
+  EXPECT_EQ(str(json(cased.body), "reason"), "bad_request");
   // Equal values in different objects are no repeat.
   EXPECT_EQ(c.request("POST", "/_sluice/v1/decide", {},
                       R"({"system":"crm","path":"/echo/x","headers":{"system":"crm","path":"/"}})").status,
