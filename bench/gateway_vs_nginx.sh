@@ -8,22 +8,24 @@
 # one script call (batched with other requests' under load) plus one to give back the in-flight
 # lease; a third counts only the system limit in that Redis (as nginx has one limit_req). Rounds
 # alternate the five targets; the figures are each target's medians, with the CPU the proxy and
-# Redis spent per request.
+# Redis spent per request. With --pin, each proxy runs each worker on a CPU of its own (sluice
+# --pin-workers, nginx worker_cpu_affinity auto).
 #
-#   bench/gateway_vs_nginx.sh [--threads N] [--connections C] [--duration S] [--rounds R]
+#   bench/gateway_vs_nginx.sh [--threads N] [--connections C] [--duration S] [--rounds R] [--pin]
 #
 # Needs build/sluice (make build), redis-server, and nginx and wrk (scripts/bootstrap --bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-threads=1 connections=32 duration=10 rounds=3 wrk_threads=1
+threads=1 connections=32 duration=10 rounds=3 wrk_threads=1 pin=()
 while (($#)); do
   case "$1" in
     --threads) threads=$2; shift 2 ;;
     --connections) connections=$2; shift 2 ;;
     --duration) duration=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    *) echo "usage: $0 [--threads N] [--connections C] [--duration S] [--rounds R]" >&2; exit 2 ;;
+    --pin) pin=(--pin-workers); shift ;;
+    *) echo "usage: $0 [--threads N] [--connections C] [--duration S] [--rounds R] [--pin]" >&2; exit 2 ;;
   esac
 done
 
@@ -38,7 +40,8 @@ redis_port=$(free_port) sluice_redis_port=$(free_port) redis_admin_port=$(free_p
 sluice_one_port=$(free_port) one_admin_port=$(free_port)
 
 write_upstream_conf "$work/upstream" "$upstream_port"
-write_proxy_conf "$work/proxy" "$nginx_port" "$upstream_port" "worker_processes $threads;"
+write_proxy_conf "$work/proxy" "$nginx_port" "$upstream_port" \
+  "worker_processes $threads;${pin:+ worker_cpu_affinity auto;}"
 write_sluice_yaml "$work/sluice.yaml" "$upstream_port"
 # The Redis-backed sluice with one limit: the system's.
 write_sluice_yaml "$work/sluice-one.yaml" "$upstream_port" one
@@ -50,13 +53,13 @@ redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no --d
   --daemonize no >"$work/redis.log" 2>&1 & pids+=($!)
 redis_pid=$!
 for _ in $(seq 100); do redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break; sleep 0.1; done
-build/sluice serve --config "$work/sluice.yaml" --threads "$threads" \
+build/sluice serve --config "$work/sluice.yaml" --threads "$threads" "${pin[@]}" \
   --listen "127.0.0.1:$sluice_port" --admin-listen "127.0.0.1:$admin_port" 2>"$work/sluice.err" & pids+=($!)
 sluice_pid=$!
-build/sluice serve --config "$work/sluice.yaml" --threads "$threads" --store "redis://127.0.0.1:$redis_port" \
+build/sluice serve --config "$work/sluice.yaml" --threads "$threads" "${pin[@]}" --store "redis://127.0.0.1:$redis_port" \
   --listen "127.0.0.1:$sluice_redis_port" --admin-listen "127.0.0.1:$redis_admin_port" 2>"$work/sluice-redis.err" & pids+=($!)
 redis_sluice_pid=$!
-build/sluice serve --config "$work/sluice-one.yaml" --threads "$threads" --store "redis://127.0.0.1:$redis_port" \
+build/sluice serve --config "$work/sluice-one.yaml" --threads "$threads" "${pin[@]}" --store "redis://127.0.0.1:$redis_port" \
   --listen "127.0.0.1:$sluice_one_port" --admin-listen "127.0.0.1:$one_admin_port" 2>"$work/sluice-one.err" & pids+=($!)
 one_sluice_pid=$!
 for port in $upstream_port $nginx_port $sluice_port $sluice_redis_port $sluice_one_port; do
@@ -131,15 +134,15 @@ for admin in $redis_admin_port $one_admin_port; do
 done
 echo "redis: $(redis-cli -p "$redis_port" info commandstats | grep -E '^cmdstat_evalsha' | tr -d '\r')"
 
-python3 - "${results[sluice]}" "${results[nginx]}" "${results[direct]}" "${results[redis]}" "${results[one]}" "$threads" "$connections" "$duration" "$rounds" <<'PY'
+python3 - "${results[sluice]}" "${results[nginx]}" "${results[direct]}" "${results[redis]}" "${results[one]}" "$threads" "$connections" "$duration" "$rounds" "${#pin[@]}" <<'PY'
 import statistics, sys
 def parse(s):
     rows = [list(map(float, x.split())) for x in s.strip(";").split(";")]
     return [statistics.median(col) for col in zip(*rows)]
 sl, ng, di, rd, r1 = (parse(a) for a in sys.argv[1:6])
-threads, conns, dur, rounds = sys.argv[6:10]
+threads, conns, dur, rounds, pinned = sys.argv[6:10] + [sys.argv[10] != "0"]
 print()
-print(f"threads/workers {threads}, {conns} connections, {dur}s x {rounds} rounds, medians")
+print(f"threads/workers {threads}{' (pinned)' if pinned else ''}, {conns} connections, {dur}s x {rounds} rounds, medians")
 print(f"| | requests/s | p50 | p99 | proxy CPU per request | Redis CPU per request |")
 print(f"| --- | --- | --- | --- | --- | --- |")
 for name, v in (("sluice (limits active, local store)", sl), ("sluice (limits active, store: redis://)", rd),

@@ -20,6 +20,7 @@ struct ServeOptions {
   std::string listen;
   std::string admin_listen;
   int threads = 1;
+  bool pin_workers = false;
   std::string store;
   int fleet_size = 0;  // 0: the file's
   std::string access_log;
@@ -180,6 +181,7 @@ int run(const ServeOptions& o) {
   options.listen = o.listen;
   options.admin_listen = o.admin_listen;
   options.threads = o.threads;
+  options.pin_workers = o.pin_workers;
   options.config_path = o.config_path;
   options.handle_signals = true;
   options.access_log = o.access_log;
@@ -220,6 +222,9 @@ void add_serve_command(CLI::App& app) {
                     "host:port for the admin API, /metrics and /config, or off (default: the configuration's "
                     "admin_listen, 127.0.0.1:9090)");
   serve->add_option("-t,--threads", o->threads, "Worker threads (default 1)")->check(CLI::Range(1, 256));
+  serve->add_flag("--pin-workers", o->pin_workers,
+                  "Run each worker thread on a CPU of its own (the i-th the process may use, in turn), as nginx's "
+                  "worker_cpu_affinity auto: for a host that runs the gateway alone");
   serve->add_option("--store", o->store,
                     "Where limits are counted: local, redis://[:password@]host:port[/db] or "
                     "redis-cluster://host:port,host:port,... (default: the configuration's store)");

@@ -7,6 +7,8 @@
 // worker's metrics shard.
 #include "gateway/gateway.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -14,6 +16,7 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <array>
 #include <atomic>
 #include <boost/asio/as_tuple.hpp>
@@ -335,6 +338,18 @@ bool body_expected(http::verb method, unsigned status) {
 void put_hex(char* out, std::uint64_t v, int digits) {
   static constexpr char kHex[] = "0123456789abcdef";
   for (int i = digits - 1; i >= 0; --i, v >>= 4) out[i] = kHex[v & 0xf];
+}
+
+// The CPUs this process may run on, in order.
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
 }
 
 // Whether two of the object's keys are the same header name, whatever their case.
@@ -2038,9 +2053,21 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
     g.signals = std::make_unique<asio::signal_set>(main, SIGHUP, SIGTERM, SIGINT);
     g.wait_signal();
   }
+  const std::vector<int> cpus = g.options.pin_workers ? allowed_cpus() : std::vector<int>();
   for (auto& w : g.workers) {
     asio::co_spawn(w->ioc, w->sweep_deadlines(), asio::detached);
-    w->thread = std::thread([wp = w.get(), self] {
+    const int cpu = cpus.empty() ? -1 : cpus[w->index % cpus.size()];
+    w->thread = std::thread([wp = w.get(), self, cpu] {
+      const std::string name = "sluice-w" + std::to_string(wp->index);
+      pthread_setname_np(pthread_self(), name.c_str());
+      if (cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        if (const int err = pthread_setaffinity_np(pthread_self(), sizeof set, &set); err != 0) {
+          self->log(name + ": cannot be pinned to CPU " + std::to_string(cpu) + ": " + std::strerror(err));
+        }
+      }
       auto guard = asio::make_work_guard(wp->ioc);
       wp->ioc.run();
       if (wp->index == 0) {

@@ -53,6 +53,13 @@ struct GatewayOptions {
   std::string listen;
   std::string admin_listen;
   int threads = 1;  // worker threads, each with its own event loop and upstream connection pools
+  // Runs worker i on one CPU, the i-th (in turn) of those the process may use, as nginx's
+  // worker_cpu_affinity auto does; the threads are named sluice-w0, sluice-w1, ... either way. Left
+  // free, the kernel can put two busy workers on one CPU while the other serves the client and the
+  // upstream: one worker then waits for the other to use up its time slice, a scheduling tick (4 ms
+  // at HZ=250) for every request it holds. For a host that runs the gateway alone: a pinned worker
+  // cannot move away from a CPU that other work keeps busy.
+  bool pin_workers = false;
   // The file the configuration came from: reloaded when it changes (checked every watch_interval)
   // and on SIGHUP. Empty: reload() only.
   std::string config_path;

@@ -6,12 +6,15 @@
 #include <atomic>
 #include <condition_variable>
 #include <boost/json.hpp>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
 #include <arpa/inet.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -262,11 +265,12 @@ class GatewayTest : public ::testing::Test {
     return replace_all(text, "{DEAD}", std::to_string(dead_port != 0 ? dead_port : testing::free_port())) + extra;
   }
 
-  void start(const std::string& text) {
+  void start(const std::string& text, bool pin_workers = false) {
     GatewayOptions o;
     o.listen = "127.0.0.1:0";
     o.admin_listen = "127.0.0.1:0";
     o.threads = 2;
+    o.pin_workers = pin_workers;
     o.clock = &clock_;
     o.access_log = log_path_;
     o.log = [](std::string_view) {};
@@ -1343,6 +1347,58 @@ TEST_F(GatewayTest, AHeaderThatTakesTooLongGets408AndTheConnectionClosed) {
 
 TEST_F(GatewayTest, AnIdleConnectionIsClosedQuietly) {
   EXPECT_EQ(raw("", 5s), "");
+}
+
+// --- threads ------------------------------------------------------------------------------------
+
+// This process's threads by name: the CPUs each may run on, as /proc lists them ("0-1", "3").
+std::map<std::string, std::string> cpus_of_threads() {
+  std::map<std::string, std::string> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.starts_with("Cpus_allowed_list:")) out[name] = line.substr(line.find_first_not_of(" \t", 18));
+    }
+  }
+  return out;
+}
+
+// Workers are named; with pin_workers, worker i runs on the i-th CPU the process may use (in
+// turn), and without, on any of them; either way they serve.
+TEST_F(GatewayTest, PinnedWorkersEachRunOnTheirOwnCpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  std::vector<int> allowed;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) allowed.push_back(cpu);
+  }
+  ASSERT_FALSE(allowed.empty());
+  std::string all;  // the process's (its main thread's)
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.starts_with("Cpus_allowed_list:")) all = line.substr(line.find_first_not_of(" \t", 18));
+  }
+  ASSERT_FALSE(all.empty());
+  std::map<std::string, std::string> threads;
+  ASSERT_TRUE(testing::eventually([&] {
+    threads = cpus_of_threads();
+    return threads.count("sluice-w0") == 1 && threads.count("sluice-w1") == 1;
+  }));
+  EXPECT_EQ(threads["sluice-w0"], all);
+  EXPECT_EQ(threads["sluice-w1"], all);
+
+  gw_.reset();
+  start(config_text(), /*pin_workers=*/true);
+  ASSERT_TRUE(testing::eventually([&] {
+    threads = cpus_of_threads();
+    return threads["sluice-w0"] == std::to_string(allowed[0]) &&
+           threads["sluice-w1"] == std::to_string(allowed[1 % allowed.size()]);
+  })) << threads["sluice-w0"] << " " << threads["sluice-w1"];
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(get("/echo/x").status, 200);  // on both workers
 }
 
 // --- drain --------------------------------------------------------------------------------------
