@@ -645,7 +645,10 @@ struct Worker {
   // Every socket of this worker's (declared before ioc, so that the sockets that ioc's pending
   // handlers hold unlink before it goes).
   TimedSocket::List sockets;
-  asio::io_context ioc{1};
+  // One thread runs it, and only that thread touches its sockets (the acceptor only registers the
+  // ones it accepts for it; a drain posts its closes), so the reactor needs no lock per socket:
+  // Asio's scheduler and registration stay locked, for what other threads post and register.
+  asio::io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
   std::thread thread;
   // Where this worker's limits are decided (declared after ioc: a store that runs on ioc goes
   // first).
