@@ -45,6 +45,12 @@ struct Running {
     log_line("configuration revision " + std::to_string(c.revision) + " installed");
   }
 
+  // Counts a configuration the watcher refused as a failed reload, unless shutting down.
+  void refused() {
+    std::lock_guard lock(install_mu);
+    if (!stopping) gateway->metrics().count_reload(false);
+  }
+
   // After the gateway stopped: no more installs, then the gateway goes (joining its threads, which
   // may be in the admin API).
   void shut_down() {
@@ -263,6 +269,7 @@ int serve_database(const ServeSettings& s,
   gateway::DatabaseWatcher watcher({.store = &store,
                                     .install = [&r](const config::StoredConfig& c) { r.install(c); },
                                     .changed = refresh_tokens,
+                                    .refused = [&r] { r.refused(); },
                                     .log = log_line},
                                    loaded->revision);
   serve_admin_api(r, {.store = &store,

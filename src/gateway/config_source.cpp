@@ -108,7 +108,10 @@ void DatabaseWatcher::look() {
   if (!loaded.ok()) {
     // An invalid configuration is not looked at again until the next change; a file that could not
     // be read is, at the next tick.
-    if (loaded.error().code == ErrorCode::kInvalidArgument) seen_ = *revision;
+    if (loaded.error().code == ErrorCode::kInvalidArgument) {
+      seen_ = *revision;
+      if (options_.refused) options_.refused();
+    }
     return set_error("configuration refused, still serving revision " + std::to_string(health().revision) + ": " +
                      loaded.error().message);
   }

@@ -38,6 +38,9 @@ class DatabaseWatcher {
     // Each new revision, before its configuration is loaded, valid or not: the admin tokens, which
     // move the revision too, are read again here (a broken configuration must not lock them out).
     std::function<void()> changed{};
+    // Each new revision whose configuration is refused as invalid (once: it is not looked at again
+    // until the next change), so that /metrics counts it as a failed reload.
+    std::function<void()> refused{};
     LogLine log{};
   };
   // Starts watching; revision: the one installed already.

@@ -21,6 +21,7 @@ TEST(DatabaseWatcherTest, InstallsEachValidRevisionAndSkipsAnInvalidOne) {
   std::vector<std::int64_t> installed;  // guarded by mu
   std::vector<std::string> logged;      // guarded by mu
   std::atomic<int> changes{0};
+  std::atomic<int> refused{0};
   DatabaseWatcher watcher({.store = store.get(),
                            .interval = std::chrono::milliseconds(10),
                            .install =
@@ -29,6 +30,7 @@ TEST(DatabaseWatcherTest, InstallsEachValidRevisionAndSkipsAnInvalidOne) {
                                  installed.push_back(c.revision);
                                },
                            .changed = [&] { ++changes; },
+                           .refused = [&] { ++refused; },
                            .log =
                                [&](std::string_view line) {
                                  std::lock_guard lock(mu);
@@ -52,6 +54,7 @@ TEST(DatabaseWatcherTest, InstallsEachValidRevisionAndSkipsAnInvalidOne) {
   sqlite3_close(db);
   ASSERT_TRUE(testing::eventually([&] { return !watcher.health().ok; }));
   EXPECT_EQ(installed_count(), 1u);
+  EXPECT_EQ(refused.load(), 1);  // for /metrics' failed reloads
   EXPECT_EQ(watcher.health().revision, 3);
   EXPECT_NE(watcher.health().error.find("interfaces[1].upstream"), std::string::npos) << watcher.health().error;
   {
@@ -65,6 +68,7 @@ TEST(DatabaseWatcherTest, InstallsEachValidRevisionAndSkipsAnInvalidOne) {
   ASSERT_TRUE(store->create_token("test", config::Role::kAdmin, "fixer").ok());
   ASSERT_TRUE(testing::eventually([&] { return changes.load() > before; }));
   EXPECT_EQ(installed_count(), 1u);
+  EXPECT_EQ(refused.load(), 2);  // the configuration at that revision is still the invalid one
 
   next.systems[0].description = "fixed";
   ASSERT_TRUE(store->replace("test", "config.replace", next).ok());
