@@ -402,8 +402,8 @@ Status check_admin_listen(std::string_view address, bool tokens_exist) {
   const bool loopback = host == "localhost" || (!ec && ip.is_loopback());
   if (loopback || tokens_exist) return {};
   return invalid_argument("refusing to serve the admin API on " + std::string(address) +
-                          ", off loopback, while no admin token exists: create one first (sluice token create "
-                          "--role admin), or listen on 127.0.0.1");
+                          ", off loopback, while no admin token exists (of either role): create one first "
+                          "(sluice token create --role admin, or --role read), or listen on 127.0.0.1");
 }
 
 // --- AdminApi -------------------------------------------------------------------------------------

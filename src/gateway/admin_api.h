@@ -43,8 +43,10 @@ class AdminAuth {
 };
 
 // Whether the admin listener may bind address (host:port): a loopback address always; another one
-// only when an admin token exists, since everything there but /metrics and /healthz on loopback
-// needs one.
+// only when a token of the admin API exists, of either role, since everything there but /metrics
+// and /healthz on loopback needs one. A read token suffices on purpose: a host whose metrics are
+// scraped from elsewhere and that is administered by `sluice` on the host itself needs no admin
+// token at all.
 Status check_admin_listen(std::string_view address, bool tokens_exist);
 
 struct AdminApiOptions {
