@@ -69,6 +69,9 @@ struct CircuitBreakerOptions {
   // threads.
   std::function<void(BreakerState from, BreakerState to)> on_state_change;
 
+  // Every setting out of range, each as its own error ("failure_rate must be ..."); none when
+  // valid. validate() is the first of them.
+  std::vector<Error> problems() const;
   Status validate() const;
 };
 

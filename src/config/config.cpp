@@ -413,8 +413,8 @@ class Validator {
       }
     }
     if (u.breaker.enabled) {
-      if (Status s = u.breaker.options.validate(); !s) {
-        const std::string& m = s.error().message;
+      for (const Error& e : u.breaker.options.problems()) {
+        const std::string& m = e.message;
         const std::size_t space = m.find(' ');
         const std::string field = m.substr(0, space);
         static const std::set<std::string> kFields{

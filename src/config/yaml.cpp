@@ -577,6 +577,17 @@ std::string describe(const Breaker& b) {
   return s + "}";
 }
 
+namespace {
+
+// The entity a problem's path is in: "upstreams[0]" of "upstreams[0].breaker.window", or a
+// setting of the file's top level ("listen").
+std::string entity_of(std::string_view path) {
+  const std::size_t close = path.find(']');
+  return std::string(close != std::string_view::npos ? path.substr(0, close + 1) : path.substr(0, path.find('.')));
+}
+
+}  // namespace
+
 LoadResult load_yaml(std::string_view text, std::string_view file) {
   Reader reader{std::string(file)};
   auto config = std::make_shared<Config>();
@@ -588,9 +599,15 @@ LoadResult load_yaml(std::string_view text, std::string_view file) {
         Problem{"", e.msg, std::string(file), e.mark.line + 1, e.mark.column + 1}};
   }
   std::vector<Problem> problems = std::move(reader.problems());
-  if (problems.empty()) {
-    problems = validate(*config);
-    for (Problem& p : problems) reader.locate(p);
+  // What the file's values break beyond their own fields (ranges, references), for every entity
+  // whose fields all read: an entity with a problem already is not judged on what was read of it
+  // (a limit that could not be made is missing from its list, which would move the others).
+  std::set<std::string> unread;
+  for (const Problem& p : problems) unread.insert(entity_of(p.path));
+  for (Problem& p : validate(*config)) {
+    if (unread.count(entity_of(p.path)) != 0) continue;
+    reader.locate(p);
+    problems.push_back(std::move(p));
   }
   if (!problems.empty()) return problems;
   return std::shared_ptr<const Config>(std::move(config));

@@ -45,38 +45,44 @@ const char* to_string(BreakerState state) {
   return "unknown";
 }
 
-Status CircuitBreakerOptions::validate() const {
-  auto percent = [](const char* name, std::int32_t v) -> Status {
+std::vector<Error> CircuitBreakerOptions::problems() const {
+  std::vector<Error> out;
+  auto percent = [&](const char* name, std::int32_t v) {
     if (v < 0 || v > 100) {
-      return invalid_argument(std::string(name) + " must be a percentage from 0 to 100, got " +
-                              std::to_string(v));
+      out.push_back(invalid_argument(std::string(name) + " must be a percentage from 0 to 100, got " +
+                                     std::to_string(v)));
     }
-    return {};
   };
-  auto positive = [](const char* name, std::int64_t v) -> Status {
-    if (v < 1) return invalid_argument(std::string(name) + " must be at least 1, got " + std::to_string(v));
-    return {};
+  auto positive = [&](const char* name, std::int64_t v) {
+    if (v < 1) out.push_back(invalid_argument(std::string(name) + " must be at least 1, got " + std::to_string(v)));
   };
-  if (Status s = percent("failure_rate", failure_rate); !s) return s;
-  if (Status s = percent("slow_call_rate", slow_call_rate); !s) return s;
-  if (Status s = percent("jitter_percent", jitter_percent); !s) return s;
-  if (Status s = positive("window_size", window_size); !s) return s;
-  if (Status s = positive("minimum_calls", minimum_calls); !s) return s;
-  if (Status s = positive("half_open_probes", half_open_probes); !s) return s;
-  if (Status s = positive("backoff_multiplier", backoff_multiplier); !s) return s;
-  if (consecutive_failures < 0) return invalid_argument("consecutive_failures must not be negative");
+  percent("failure_rate", failure_rate);
+  percent("slow_call_rate", slow_call_rate);
+  percent("jitter_percent", jitter_percent);
+  positive("window_size", window_size);
+  positive("minimum_calls", minimum_calls);
+  positive("half_open_probes", half_open_probes);
+  positive("backoff_multiplier", backoff_multiplier);
+  if (consecutive_failures < 0) out.push_back(invalid_argument("consecutive_failures must not be negative"));
   if (window == BreakerWindow::kTime && window_duration < std::chrono::milliseconds(10)) {
-    return invalid_argument("window_duration must be at least 10ms, got " + format_duration(window_duration));
+    out.push_back(invalid_argument("window_duration must be at least 10ms, got " + format_duration(window_duration)));
   }
   if (open_for < std::chrono::milliseconds(1)) {
-    return invalid_argument("open_for must be at least 1ms, got " + format_duration(open_for));
+    out.push_back(invalid_argument("open_for must be at least 1ms, got " + format_duration(open_for)));
+  } else if (max_open_for < open_for) {
+    out.push_back(invalid_argument("max_open_for must not be shorter than open_for"));
   }
-  if (max_open_for < open_for) return invalid_argument("max_open_for must not be shorter than open_for");
   if (failure_rate == 0 && slow_call_rate == 0 && consecutive_failures == 0) {
-    return invalid_argument(
-        "the breaker would never open: set failure_rate, slow_call_rate or consecutive_failures");
+    out.push_back(invalid_argument(
+        "the breaker would never open: set failure_rate, slow_call_rate or consecutive_failures"));
   }
-  return {};
+  return out;
+}
+
+Status CircuitBreakerOptions::validate() const {
+  std::vector<Error> all = problems();
+  if (all.empty()) return {};
+  return std::move(all.front());
 }
 
 CircuitBreaker::CircuitBreaker(CircuitBreakerOptions options)

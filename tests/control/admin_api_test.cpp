@@ -493,7 +493,8 @@ TEST_F(AdminApiTest, PuttingTheConfigurationReplacesAllOfItOrNothing) {
                          "systems:\n  - key: only\n    enabled: perhaps\ninterfaces:\n  - {id: a, path: /a, upstream: none}\n",
                          {{"Content-Type", "application/yaml"}});
   ASSERT_EQ(bad.status, 400);
-  EXPECT_EQ(bad.problems(), std::vector<std::string>{"systems[0].enabled: must be true or false, got \"perhaps\""});
+  EXPECT_EQ(bad.problems(), (std::vector<std::string>{"systems[0].enabled: must be true or false, got \"perhaps\"",
+                                                       "interfaces[0].upstream: names no upstream: \"none\""}));
   EXPECT_EQ(bad.obj().at("problems").as_array()[0].as_object().at("line").as_int64(), 3);
   EXPECT_EQ(revision(), before);
   const Reply good = call("PUT", "/admin/v1/config",

@@ -232,6 +232,33 @@ TEST(ConfigYaml, BreakerSettingsAreValidatedByTheBreaker) {
   EXPECT_EQ(p[0], "test.yaml:4:29: upstreams[0].breaker.failure_rate: must be a percentage from 0 to 100, got 150");
 }
 
+// Problems in different places are all reported at once: a limit's range beside a breaker's
+// settings (each of them) and an interface's; an entity with a field that could not be read is not
+// judged again on what was read of it.
+TEST(ConfigYaml, RangeProblemsAcrossTheFileAreReportedTogether) {
+  const std::string text = R"(upstreams:
+  - name: app
+    targets: [127.0.0.1:1]
+    breaker: {failure_rate: 101, jitter_percent: -1, window: 0, half_open_probes: 0}
+systems:
+  - key: crm
+    interfaces: [x]
+    limits:
+      - {algorithm: fixed_window, limit: 0, period: 1s}
+      - {algorithm: fixed_window, limit: 5, period: 1s, name: "a\"b"}
+interfaces:
+  - {id: x, path: /x, upstream: app, concurrency: 0}
+)";
+  EXPECT_EQ(problems_of(text),
+            (std::vector<std::string>{
+                "test.yaml:9:42: systems[0].limits[0].limit: limit must be between 1 and 2^40 (1099511627776), got 0",
+                "test.yaml:4:29: upstreams[0].breaker.failure_rate: must be a percentage from 0 to 100, got 101",
+                "test.yaml:4:50: upstreams[0].breaker.jitter_percent: must be a percentage from 0 to 100, got -1",
+                "test.yaml:4:62: upstreams[0].breaker.window: must be at least 1, got 0",
+                "test.yaml:4:83: upstreams[0].breaker.half_open_probes: must be at least 1, got 0",
+                "test.yaml:12:51: interfaces[0].concurrency: must be between 1 and 2^40"}));
+}
+
 TEST(ConfigYaml, AGrantNeedsThePermissionItRefinesUnlessTheInterfaceIsPublic) {
   const std::string text = std::string(kMinimal) +
                            "  - {id: users, path: /api/users, upstream: app}\n"
