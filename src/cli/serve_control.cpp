@@ -96,7 +96,7 @@ bool start(const ServeSettings& s, const std::shared_ptr<const config::Config>& 
   options.access_log = s.access_log;
   options.secret_key = std::move(secret_key);
   options.admin_guard = [auth](const gateway::AdminRequest& r) {
-    return r.from_loopback || auth->authenticate(r.header("Authorization")).has_value();
+    return r.from_loopback || auth->authenticate(r.single("Authorization")).has_value();
   };
   auto started = gateway::Gateway::start(std::move(options), cfg);
   if (!started.ok()) {

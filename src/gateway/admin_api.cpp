@@ -459,7 +459,7 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
       rest.remove_prefix(amp + 1);
     }
   }
-  auto principal = options_.auth ? options_.auth->authenticate(request.header("Authorization")) : std::nullopt;
+  auto principal = options_.auth ? options_.auth->authenticate(request.single("Authorization")) : std::nullopt;
   if (!principal) {
     return error(401, "unauthorized", "This needs an admin token: Authorization: Bearer <token>.",
                  {{"WWW-Authenticate", "Bearer realm=\"sluice\""}});

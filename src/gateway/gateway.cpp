@@ -2124,4 +2124,13 @@ std::string_view AdminRequest::header(std::string_view name) const {
   return {};
 }
 
+std::string_view AdminRequest::single(std::string_view name) const {
+  std::string_view found;
+  int times = 0;
+  for (const auto& [k, v] : headers) {
+    if (beast::iequals(k, name) && ++times == 1) found = v;
+  }
+  return times == 1 ? found : std::string_view();
+}
+
 }  // namespace sluice::gateway

@@ -35,6 +35,9 @@ struct AdminRequest {
 
   // A header field's value by name (case-insensitive); empty when absent.
   std::string_view header(std::string_view name) const;
+  // The field's value when it is given once; empty when absent or given more than once (an
+  // Authorization field given twice would mean one token here and perhaps another to a proxy).
+  std::string_view single(std::string_view name) const;
 };
 struct AdminResponse {
   int status = 200;

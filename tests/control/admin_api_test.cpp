@@ -166,6 +166,22 @@ TEST_F(AdminApiTest, TheBearerSchemeIsCaseInsensitiveAndTheTokenIsNot) {
   EXPECT_EQ(api_->handle(req).status, 401);
 }
 
+// Two Authorization fields are refused whichever comes first, as the data plane refuses a caller
+// named twice: a proxy in front may have read the other one.
+TEST_F(AdminApiTest, ATokenGivenTwiceIsRefusedInEitherOrder) {
+  AdminRequest req;
+  req.method = "GET";
+  req.target = "/admin/v1/whoami";
+  req.headers = {{"Authorization", "Bearer " + admin_}, {"authorization", "Bearer nobody"}};
+  EXPECT_EQ(api_->handle(req).status, 401);
+  req.headers = {{"Authorization", "Bearer nobody"}, {"Authorization", "Bearer " + admin_}};
+  EXPECT_EQ(api_->handle(req).status, 401);
+  req.headers = {{"Authorization", "Bearer " + admin_}, {"Authorization", "Bearer " + admin_}};
+  EXPECT_EQ(api_->handle(req).status, 401);
+  req.headers = {{"X-Other", "1"}, {"Authorization", "Bearer " + admin_}};
+  EXPECT_EQ(api_->handle(req).status, 200);
+}
+
 TEST(AdminListenTest, AnAddressOffLoopbackNeedsATokenToExist) {
   EXPECT_TRUE(check_admin_listen("127.0.0.1:9090", false).ok());
   EXPECT_TRUE(check_admin_listen("localhost:9090", false).ok());
