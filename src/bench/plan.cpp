@@ -33,8 +33,12 @@ bool is_token(std::string_view s) {
   });
 }
 
-bool has_line_break(std::string_view s) {
-  return s.find_first_of("\r\n") != std::string_view::npos;
+// Whether a header value holds what a field's value cannot (RFC 9110 5.5): a control character
+// other than a tab, a line break among them.
+bool has_control(std::string_view s) {
+  return std::any_of(s.begin(), s.end(), [](char c) {
+    return (static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f;
+  });
 }
 
 bool iequals(std::string_view a, std::string_view b) {
@@ -115,7 +119,7 @@ Result<HeaderLine> parse_header(const std::string& text) {
                std::string(trim(std::string_view(text).substr(colon + 1)))};
   if (!is_token(h.name))
     return bad("--header '" + text + "': '" + h.name + "' is not a header name");
-  if (has_line_break(h.value)) return bad("--header '" + h.name + "': the value has a line break");
+  if (has_control(h.value)) return bad("--header '" + h.name + "': the value has a line break or another control character");
   if (iequals(h.name, "Content-Length") || iequals(h.name, "Transfer-Encoding")) {
     return bad("--header " + h.name + ": sluice bench sets the body's length itself");
   }
@@ -250,8 +254,8 @@ Status plan_requests(const Options& o, Plan& plan) {
     std::stringstream values(o.vary_header->substr(eq + 1));
     for (std::string v; std::getline(values, v, ',');) {
       const std::string value(trim(v));
-      if (value.empty() || has_line_break(value)) {
-        return bad("--vary-header " + name + ": every value must be non-empty, on one line");
+      if (value.empty() || has_control(value)) {
+        return bad("--vary-header " + name + ": every value must be non-empty, on one line, without control characters");
       }
       plan.vary_values.push_back(value);
     }

@@ -540,7 +540,14 @@ std::string limit_flow(const LimitRule& r) {
     s += (s.size() > 1 ? ", " : "") + k + ": " + v;
   };
   if (!r.name.empty()) add("name", quote(r.name));
-  for (const auto& [k, v] : limit_fields(r.limit)) add(k, quote(v));
+  // A count or a duration goes bare (limit: 20, period: 1s), as YAML tools read a number and a
+  // plain string; anything else is quoted as needed.
+  auto bare = [](const std::string& v) {
+    const std::size_t digits = v.find_first_not_of("0123456789");
+    const std::string_view unit = digits == std::string::npos ? "" : std::string_view(v).substr(digits);
+    return digits != 0 && (unit.empty() || unit == "ms" || unit == "s" || unit == "m" || unit == "h" || unit == "d");
+  };
+  for (const auto& [k, v] : limit_fields(r.limit)) add(k, bare(v) ? v : quote(v));
   if (r.key_by == KeyBy::kClientIp) add("key_by", "client_ip");
   if (r.key_by == KeyBy::kHeader) add("key_by", quote("header:" + r.key_name));
   if (r.key_by == KeyBy::kQuery) add("key_by", quote("query:" + r.key_name));

@@ -1083,7 +1083,11 @@ AdminResponse AdminApi::tokens_route(Call& call) const {
   auto body = json_object_body(call.request.body);
   const auto role = body ? config::role_from_string(str_field(*body, "role")) : std::nullopt;
   const std::string name = body ? str_field(*body, "name") : "";
-  if (!role || name.empty()) {
+  // Nothing else: a field this route does not know (an expiry, say) would be dropped unsaid.
+  const bool only_known = body && std::all_of(body->begin(), body->end(), [](const auto& kv) {
+                            return kv.key() == "name" || kv.key() == "role";
+                          });
+  if (!role || name.empty() || !only_known) {
     return error(400, "bad_request", "The body must be {\"name\": \"...\", \"role\": \"admin\" or \"read\"}.");
   }
   auto created = options_.store->create_token(call.actor, *role, name);

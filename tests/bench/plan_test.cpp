@@ -169,11 +169,19 @@ TEST(Plan, RejectsBadHeadersBodiesAndStatuses) {
   EXPECT_NE(error_of(header).find("'Name: value'"), std::string::npos);
   header.headers = {"Content-Length: 5"};
   EXPECT_NE(error_of(header).find("length itself"), std::string::npos);
+  for (const char* bad : {"X-A: b\x01c", "X-A: b\rc", "X-A: b\x7f"}) {
+    header.headers = {bad};
+    EXPECT_NE(error_of(header).find("control character"), std::string::npos) << bad;
+  }
+  header.headers = {"X-A: b\tc"};  // a tab is a value's own
+  EXPECT_TRUE(make_plan(header, 2).ok());
   Options vary = with_url();
   vary.vary_header = "X-Key";
   EXPECT_NE(error_of(vary).find("Name=value1"), std::string::npos);
   vary.vary_header = "X-Key=a,,b";
   EXPECT_NE(error_of(vary).find("non-empty"), std::string::npos);
+  vary.vary_header = "X-Key=a,b\x01";
+  EXPECT_NE(error_of(vary).find("control characters"), std::string::npos);
   Options body = with_url();
   body.body_file = "/nonexistent/body.json";
   EXPECT_NE(error_of(body).find("cannot read"), std::string::npos);

@@ -710,8 +710,10 @@ TEST_F(AdminApiTest, AdminsCreateListAndRevokeTokens) {
   EXPECT_EQ(call("DELETE", "/admin/v1/tokens/" + created.str("id")).status, 204);
   EXPECT_EQ(call("GET", "/admin/v1/whoami", "", {}, &token).status, 401);
   EXPECT_EQ(call("POST", "/admin/v1/tokens", R"({"name":"x","role":"root"})").status, 400);
-  // A field given twice is refused, not read as its last value.
+  // A field given twice is refused, not read as its last value; so is one the route does not know.
   EXPECT_EQ(call("POST", "/admin/v1/tokens", R"({"name":"x","role":"read","role":"admin"})").status, 400);
+  EXPECT_EQ(call("POST", "/admin/v1/tokens", R"({"name":"x","role":"read","expires":"2030-01-01T00:00:00Z"})").status,
+            400);
   EXPECT_EQ(call("GET", "/admin/v1/tokens").obj().at("items").as_array().size(), 2u);
 }
 

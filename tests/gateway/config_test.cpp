@@ -90,6 +90,9 @@ TEST(ConfigYaml, ExportReadsBackIntoTheSameConfiguration) {
   EXPECT_EQ(again->interfaces[1].methods, (std::vector<std::string>{"GET"}));
   EXPECT_EQ(again->grants[0].limits[0], c->grants[0].limits[0]);
   EXPECT_EQ(again->interfaces[0].limits[1], c->interfaces[0].limits[1]);
+  // Counts and durations go bare, as other YAML tools read a number; names are quoted as needed.
+  EXPECT_NE(once.find("{name: crm-window, algorithm: sliding_log, limit: 50, period: 15s}"), std::string::npos) << once;
+  EXPECT_NE(once.find("{algorithm: gcra, limit: 5, period: 1m, burst: 5, key_by: client_ip"), std::string::npos) << once;
 }
 
 TEST(ConfigYaml, DefaultsApplyWhenFieldsAreLeftOut) {
@@ -257,6 +260,18 @@ interfaces:
                 "test.yaml:4:62: upstreams[0].breaker.window: must be at least 1, got 0",
                 "test.yaml:4:83: upstreams[0].breaker.half_open_probes: must be at least 1, got 0",
                 "test.yaml:12:51: interfaces[0].concurrency: must be between 1 and 2^40"}));
+}
+
+// A system key is sent as a header field's value: one with a control character, or a space at
+// either end, could never be matched, and is refused.
+TEST(ConfigYaml, ASystemKeyNoHeaderCanCarryIsRefused) {
+  for (const char* key : {"\"a\\nb\"", "\"a\\tb\"", "\" crm\"", "\"crm \""}) {
+    const auto p = problems_of(std::string("systems:\n  - key: ") + key + "\n");
+    ASSERT_EQ(p.size(), 1u) << key;
+    EXPECT_NE(p[0].find("systems[0].key: must not hold control characters, nor begin or end with a space"),
+              std::string::npos) << p[0];
+  }
+  EXPECT_TRUE(problems_of("systems:\n  - key: \"crm team\"\n").empty());
 }
 
 TEST(ConfigYaml, AGrantNeedsThePermissionItRefinesUnlessTheInterfaceIsPublic) {
