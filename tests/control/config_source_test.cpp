@@ -67,8 +67,10 @@ TEST(DatabaseWatcherTest, InstallsEachValidRevisionAndSkipsAnInvalidOne) {
   const int before = changes.load();
   ASSERT_TRUE(store->create_token("test", config::Role::kAdmin, "fixer").ok());
   ASSERT_TRUE(testing::eventually([&] { return changes.load() > before; }));
+  // The change is announced before the revision is loaded, so wait for the load's verdict: the
+  // configuration at that revision is still the invalid one.
+  ASSERT_TRUE(testing::eventually([&] { return refused.load() == 2; }));
   EXPECT_EQ(installed_count(), 1u);
-  EXPECT_EQ(refused.load(), 2);  // the configuration at that revision is still the invalid one
 
   next.systems[0].description = "fixed";
   ASSERT_TRUE(store->replace("test", "config.replace", next).ok());
