@@ -1803,12 +1803,12 @@ Status Gateway::Impl::reload_from_file() {
   }
   auto loaded = config::load_yaml_file(options.config_path);
   if (auto* problems = std::get_if<std::vector<config::Problem>>(&loaded)) {
-    metrics->count_reload(false);
     std::string all;
     for (const auto& p : *problems) {
       log("reload refused: " + p.to_string());
       all += (all.empty() ? "" : "\n") + p.to_string();
     }
+    metrics->count_reload(false);  // after the log: who sees the count can read why
     return invalid_argument(all);
   }
   Status s = install(std::get<std::shared_ptr<const config::Config>>(std::move(loaded)));

@@ -74,8 +74,8 @@ TEST(DatabaseWatcherTest, InstallsEachValidRevisionAndSkipsAnInvalidOne) {
 
   next.systems[0].description = "fixed";
   ASSERT_TRUE(store->replace("test", "config.replace", next).ok());
-  ASSERT_TRUE(testing::eventually([&] { return installed_count() == 2; }));
-  EXPECT_TRUE(watcher.health().ok);
+  // Installed first, then reported healthy.
+  ASSERT_TRUE(testing::eventually([&] { return installed_count() == 2 && watcher.health().ok; }));
 }
 
 }  // namespace

@@ -257,7 +257,9 @@ TEST(RedisFleetTest, EveryConfigurationSourceCountsInRedis) {
                                   "--admin-listen", "127.0.0.1:" + std::to_string(i.admin), "--access-log", "off"};
     argv.insert(argv.end(), source.begin(), source.end());
     i.child = std::make_unique<Child>(argv, testing::temp_dir());
-    return testing::eventually([&] { return HttpClient(i.port).get("/_sluice/healthz").status == 200; });
+    // The line that says where limits are counted comes once the gateway answers.
+    return testing::eventually([&] { return i.child->stderr_text().find("serving on port ") != std::string::npos; }) &&
+           HttpClient(i.port).get("/_sluice/healthz").status == 200;
   };
   ASSERT_TRUE(serve(instances[0], {"--db", dir + "/sluice.db"})) << instances[0].child->stderr_text();
   ASSERT_TRUE(serve(instances[1], {"--config-from", "http://127.0.0.1:" + std::to_string(instances[0].admin),
@@ -437,6 +439,9 @@ TEST_F(RedisGatewayTest, TheInFlightLeaseIsGivenBackWhenTheUpstreamHasAnswered) 
   EXPECT_EQ(reason_of(refused), "interface_concurrency_limited");
   slow.join();
   EXPECT_EQ(slow_status.load(), 200);
+  // The lease goes back just after the response is written, over the slow request's worker's own
+  // Redis connection: a state with no lease left is deleted.
+  ASSERT_TRUE(testing::eventually([&] { return count_keys(*redis_) == 0; }));
   // Each lease goes back once its response is written: 20 requests in a row each find it free.
   EXPECT_EQ(admitted_of(20, "/slow"), 20);
   EXPECT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 0; }));
