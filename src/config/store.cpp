@@ -544,6 +544,9 @@ Status ConfigStore::add_audit(std::string_view actor, const ChangeRecord& record
            .bind(6, redact_credentials(record.before)).bind(7, redact_credentials(record.after)).run()) {
     return db_error(db_, "cannot write the audit log");
   }
+  for (const ChangeRecord& with : record.along) {
+    if (Status st = add_audit(actor, with, revision); !st) return st;
+  }
   return {};
 }
 
@@ -568,7 +571,9 @@ WriteResult ConfigStore::write(std::string_view actor, const Change& change, std
   // fixed. It does need it read, though, to carry credentials over.
   auto current = read_config();
   if (!current.ok() && (needs_current || current.error().code != ErrorCode::kInvalidArgument)) {
-    return refused(Refusal::Kind::kFailed, current.error().message, *revision);
+    const bool invalid = current.error().code == ErrorCode::kInvalidArgument;
+    return refused(invalid ? Refusal::Kind::kStoredInvalid : Refusal::Kind::kFailed, current.error().message,
+                   *revision);
   }
   Config next = current.ok() ? *current->config : Config{};
   if (!current.ok()) {

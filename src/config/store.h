@@ -58,11 +58,14 @@ struct ChangeRecord {
   std::string target{};
   std::string before = "null";  // JSON text (redacted by the store)
   std::string after = "null";
+  std::vector<ChangeRecord> along{};  // what it changed with it (the grants a system's delete takes): a row each
 };
 
 // Why a change was not made.
 struct Refusal {
-  enum class Kind : std::uint8_t { kNotFound, kConflict, kStale, kInvalid, kFailed };
+  // kStoredInvalid: the configuration stored does not validate (the tables were edited by hand),
+  // so no part of it can be changed; a replacement of the whole can.
+  enum class Kind : std::uint8_t { kNotFound, kConflict, kStale, kInvalid, kStoredInvalid, kFailed };
   Kind kind = Kind::kFailed;
   std::string message{};
   std::vector<Problem> problems;  // kInvalid

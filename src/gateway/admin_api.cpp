@@ -91,12 +91,25 @@ std::vector<Problem> placed(std::vector<Problem> problems, const std::string& pr
   return problems;
 }
 
+// The configuration in the database does not validate: no part of it can be read or changed.
+AdminResponse stored_invalid(const std::string& why) {
+  return error(409, "stored_config_invalid",
+               why + "\nReplace it whole to fix it: PUT /admin/v1/config, or sluice config apply or import.");
+}
+
+// Why the configuration could not be read.
+AdminResponse unreadable(const Error& e) {
+  if (e.code == ErrorCode::kInvalidArgument) return stored_invalid(e.message);
+  return error(503, "store_unavailable", e.message);
+}
+
 AdminResponse refusal_response(const Refusal& r, std::string_view prefix) {
   switch (r.kind) {
     case Refusal::Kind::kNotFound: return not_found(r.message);
     case Refusal::Kind::kConflict: return error(409, "conflict", r.message);
     case Refusal::Kind::kStale: return error(412, "precondition_failed", r.message);
     case Refusal::Kind::kInvalid: return invalid(r.problems, prefix, r.message);
+    case Refusal::Kind::kStoredInvalid: return stored_invalid(r.message);
     case Refusal::Kind::kFailed: return error(503, "store_unavailable", r.message);
   }
   return error(503, "store_unavailable", r.message);
@@ -233,6 +246,20 @@ std::int64_t millis(Nanos d) { return std::chrono::duration_cast<std::chrono::mi
 template <class T>
 struct Entity;
 
+template <class T>
+std::string path_of(const std::vector<std::string>& id);
+
+// Deletes the grants `gone` says, each with an audit row of its own along with the change's.
+template <class Gone>
+void delete_grants(config::Config& c, config::ChangeRecord& record, Gone gone) {
+  std::erase_if(c.grants, [&](const config::Grant& g) {
+    if (!gone(g)) return false;
+    record.along.push_back({"grant.delete", path_of<config::Grant>({g.system, g.interface}),
+                            json::serialize(config::to_json(g)), "null"});
+    return true;
+  });
+}
+
 template <>
 struct Entity<config::System> {
   static constexpr std::string_view kCollection = "systems";
@@ -246,8 +273,8 @@ struct Entity<config::System> {
   static void carry_over(const config::System* before, config::System& next) {
     next.credentials = before != nullptr ? before->credentials : std::vector<config::Credential>{};
   }
-  static void on_delete(config::Config& c, const config::System& s) {
-    std::erase_if(c.grants, [&](const config::Grant& g) { return g.system == s.key; });
+  static void on_delete(config::Config& c, const config::System& s, config::ChangeRecord& record) {
+    delete_grants(c, record, [&](const config::Grant& g) { return g.system == s.key; });
   }
 };
 
@@ -261,8 +288,8 @@ struct Entity<config::Interface> {
   static void set_id(config::Interface& f, const std::vector<std::string>& id) { f.id = id[0]; }
   static auto parse(std::string_view text) { return config::parse_interface(text); }
   static void carry_over(const config::Interface*, config::Interface&) {}
-  static void on_delete(config::Config& c, const config::Interface& f) {
-    std::erase_if(c.grants, [&](const config::Grant& g) { return g.interface == f.id; });
+  static void on_delete(config::Config& c, const config::Interface& f, config::ChangeRecord& record) {
+    delete_grants(c, record, [&](const config::Grant& g) { return g.interface == f.id; });
   }
 };
 
@@ -276,7 +303,7 @@ struct Entity<config::Upstream> {
   static void set_id(config::Upstream& u, const std::vector<std::string>& id) { u.name = id[0]; }
   static auto parse(std::string_view text) { return config::parse_upstream(text); }
   static void carry_over(const config::Upstream*, config::Upstream&) {}
-  static void on_delete(config::Config&, const config::Upstream&) {}
+  static void on_delete(config::Config&, const config::Upstream&, config::ChangeRecord&) {}
 };
 
 template <>
@@ -292,7 +319,7 @@ struct Entity<config::Grant> {
   }
   static auto parse(std::string_view text) { return config::parse_grant(text); }
   static void carry_over(const config::Grant*, config::Grant&) {}
-  static void on_delete(config::Config&, const config::Grant&) {}
+  static void on_delete(config::Config&, const config::Grant&, config::ChangeRecord&) {}
 };
 
 template <class T>
@@ -429,11 +456,11 @@ std::int64_t AdminApi::now_seconds() const {
   return std::chrono::duration_cast<std::chrono::seconds>(clock.now()).count();
 }
 
-config::StoredConfig AdminApi::current() const {
-  if (options_.store == nullptr) return options_.pulled();
-  auto loaded = options_.store->load();
-  if (!loaded.ok()) return {};
-  return *loaded;
+Result<config::StoredConfig> AdminApi::current() const {
+  if (options_.store != nullptr) return options_.store->load();
+  config::StoredConfig pulled = options_.pulled();
+  if (!pulled.config) return Error{ErrorCode::kStoreUnavailable, "No configuration has been pulled from the primary yet."};
+  return pulled;
 }
 
 AdminResponse AdminApi::handle(const AdminRequest& request) const {
@@ -527,8 +554,9 @@ AdminResponse AdminApi::config_route(Call& call) const {
       r.hold = std::min(*wait, options_.max_wait);
       return r;
     }
-    config::StoredConfig stored = current();
-    if (!stored.config) return error(503, "store_unavailable", "The configuration cannot be read now.");
+    auto read = current();
+    if (!read.ok()) return unreadable(read.error());
+    config::StoredConfig stored = std::move(*read);
     if (call.principal.role != config::Role::kAdmin) {
       // The limit store's password is for admin tokens (and the followers that hold one) only.
       auto shown = std::make_shared<config::Config>(*stored.config);
@@ -577,8 +605,9 @@ AdminResponse AdminApi::entity_route(Call& call) const {
   const bool collection = parts == 0;
 
   if (call.method == "GET") {
-    const config::StoredConfig stored = current();
-    if (!stored.config) return error(503, "store_unavailable", "The configuration cannot be read now.");
+    auto read = current();
+    if (!read.ok()) return unreadable(read.error());
+    const config::StoredConfig& stored = *read;
     config::Config c = *stored.config;
     auto& list = E::list(c);
     if (collection) {
@@ -620,7 +649,7 @@ AdminResponse AdminApi::entity_route(Call& call) const {
           if (auto r = match.check(true, entity_tag(full), describe<T>(id))) return r;
           record = {std::string(E::kName) + ".delete", path_of<T>(id), json::serialize(full), "null"};
           list.erase(list.begin() + at);
-          E::on_delete(c, gone);
+          E::on_delete(c, gone, record);
           return std::nullopt;
         },
         match.revision);
@@ -634,10 +663,10 @@ AdminResponse AdminApi::entity_route(Call& call) const {
   if (!collection) id.assign(seg.begin() + 1, seg.end());
   if (auto* problems = std::get_if<std::vector<Problem>>(&parsed)) {
     // Placed where the entity is, or would go, in the configuration.
-    const config::StoredConfig stored = current();
+    const auto stored = current();
     std::size_t index = 0;
-    if (stored.config) {
-      config::Config c = *stored.config;
+    if (stored.ok()) {
+      config::Config c = *stored->config;
       const auto at = collection ? -1 : find(E::list(c), id);
       index = at >= 0 ? static_cast<std::size_t>(at) : E::list(c).size();
     }
@@ -704,9 +733,9 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
   const std::string& key = seg[1];
   if (seg.size() > 4) return not_found("No such admin API route.");
   if (seg.size() == 3 && call.method == "GET") {
-    const config::StoredConfig stored = current();
-    if (!stored.config) return error(503, "store_unavailable", "The configuration cannot be read now.");
-    for (const config::System& s : stored.config->systems) {
+    const auto stored = current();
+    if (!stored.ok()) return unreadable(stored.error());
+    for (const config::System& s : stored->config->systems) {
       if (s.key != key) continue;
       json::array items;
       for (const config::Credential& c : s.credentials) {
@@ -934,15 +963,26 @@ AdminResponse AdminApi::limits_route(Call& call) const {
     itf = interface_named(key.substr(10));
     if (itf != nullptr) limits = &itf->limits;
   } else if (key.starts_with("grant:")) {
-    // grant:SYSTEM/INTERFACE; either may hold a slash, so every split is tried.
+    // grant:SYSTEM/INTERFACE; either may hold a slash, so every split is tried, and system= says
+    // which is meant when more than one names a grant.
     const std::string rest = key.substr(6);
-    for (std::size_t slash = rest.find('/'); slash != std::string::npos && limits == nullptr;
-         slash = rest.find('/', slash + 1)) {
-      const SystemEntry* s = snapshot->system(rest.substr(0, slash));
+    const std::string system = call.param("system");
+    std::vector<std::string> named;  // the grants the key could mean, as "system" + interface "i"
+    for (std::size_t slash = rest.find('/'); slash != std::string::npos; slash = rest.find('/', slash + 1)) {
+      const std::string system_key = rest.substr(0, slash);
+      if (!system.empty() && system_key != system) continue;
+      const SystemEntry* s = snapshot->system(system_key);
       const InterfaceEntry* f = interface_named(rest.substr(slash + 1));
-      if (s != nullptr && f != nullptr) {
-        if (const GrantEntry* g = snapshot->grant(*s, *f)) limits = &g->limits;
-      }
+      const GrantEntry* g = s != nullptr && f != nullptr ? snapshot->grant(*s, *f) : nullptr;
+      if (g == nullptr) continue;
+      limits = &g->limits;
+      named.push_back("system \"" + system_key + "\" with interface \"" + rest.substr(slash + 1) + "\"");
+    }
+    if (named.size() > 1) {
+      std::string all;
+      for (const std::string& n : named) all += (all.empty() ? "" : "; ") + n;
+      return error(400, "bad_request",
+                   "\"" + key + "\" names more than one grant (" + all + "): add system=KEY to say which");
     }
   } else {
     return error(400, "bad_request",

@@ -93,7 +93,8 @@ class AdminApi {
   template <class T>
   AdminResponse entity_route(Call& call) const;
 
-  config::StoredConfig current() const;
+  // The configuration now: the database's, or on a follower what it pulled.
+  Result<config::StoredConfig> current() const;
   std::int64_t now_seconds() const;
 
   AdminApiOptions options_;

@@ -9,6 +9,7 @@
 #include <sqlite3.h>
 #include <functional>
 #include <thread>
+#include <tuple>
 
 #include "config/crypto.h"
 #include "config/json.h"
@@ -260,9 +261,34 @@ TEST_F(AdminApiTest, ABodyNamingAnotherEntityThanItsUrlIsRefused) {
   EXPECT_EQ(r.str("reason"), "bad_request");
 }
 
-TEST_F(AdminApiTest, DeletingASystemTakesItsGrantsWithIt) {
+TEST_F(AdminApiTest, DeletingASystemTakesItsGrantsWithItAndAuditsEach) {
   EXPECT_EQ(call("DELETE", "/admin/v1/systems/crm").status, 204);
   EXPECT_TRUE(store_->load()->config->grants.empty());
+  // Newest first: the grant's row follows the system's, at the same revision.
+  const Reply audit = call("GET", "/admin/v1/audit?limit=2");
+  const auto& items = audit.obj().at("items").as_array();
+  ASSERT_EQ(items.size(), 2u);
+  const auto& grant = items[0].as_object();
+  const auto& system = items[1].as_object();
+  EXPECT_EQ(system.at("action").as_string(), "system.delete");
+  EXPECT_EQ(grant.at("action").as_string(), "grant.delete");
+  EXPECT_EQ(grant.at("target").as_string(), "grants/crm/orders");
+  EXPECT_EQ(grant.at("before").as_object().at("interface").as_string(), "orders");
+  EXPECT_TRUE(grant.at("after").is_null());
+  EXPECT_EQ(grant.at("revision"), system.at("revision"));
+}
+
+TEST_F(AdminApiTest, DeletingAnInterfaceTakesItsGrantsWithItAndAuditsEach) {
+  EXPECT_EQ(call("DELETE", "/admin/v1/interfaces/orders").status, 400);  // the systems name it
+  ASSERT_EQ(call("PUT", "/admin/v1/systems/crm", R"({"interfaces":["*"]})").status, 200);  // keeps its grant
+  ASSERT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["users"]})").status, 200);
+  EXPECT_EQ(call("DELETE", "/admin/v1/interfaces/orders").status, 204);
+  EXPECT_TRUE(store_->load()->config->grants.empty());
+  const Reply audit = call("GET", "/admin/v1/audit?limit=2");
+  const auto& items = audit.obj().at("items").as_array();
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_EQ(items[0].as_object().at("action").as_string(), "grant.delete");
+  EXPECT_EQ(items[1].as_object().at("action").as_string(), "interface.delete");
 }
 
 TEST_F(AdminApiTest, DeletingWhatOthersStillNameIsRefusedWithTheirPaths) {
@@ -522,6 +548,33 @@ TEST_F(AdminApiTest, PuttingTheConfigurationReplacesAllOfItOrNothing) {
   EXPECT_EQ(call("PUT", "/admin/v1/config", "{}", {{"If-Match", "\"r" + std::to_string(before) + "\""}}).status, 412);
 }
 
+TEST_F(AdminApiTest, WhileTheStoredConfigurationIsInvalidOnlyAWholeReplacementIsTakenAndEveryRefusalSaysWhy) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE interfaces SET upstream = 'gone' WHERE id = 'users'", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  const std::int64_t broken = revision();
+  for (const auto& [method, target, body] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"GET", "/admin/v1/config", ""},
+           {"GET", "/admin/v1/systems", ""},
+           {"GET", "/admin/v1/systems/crm/credentials", ""},
+           {"PUT", "/admin/v1/systems/erp", R"({"enabled":false})"},
+           {"DELETE", "/admin/v1/grants/crm/orders", ""},
+           {"POST", "/admin/v1/systems/crm/credentials", R"({"kind":"api_key"})"}}) {
+    const Reply r = call(method, target, body);
+    EXPECT_EQ(r.status, 409) << method << " " << target << ": " << r.raw.body;
+    EXPECT_EQ(r.str("reason"), "stored_config_invalid") << method << " " << target;
+    EXPECT_NE(r.str("msg").find("interfaces[1].upstream"), std::string::npos) << r.str("msg");
+    EXPECT_NE(r.str("msg").find("PUT /admin/v1/config"), std::string::npos) << r.str("msg");
+  }
+  EXPECT_EQ(revision(), broken);
+  const Reply fixed = call("PUT", "/admin/v1/config", base_yaml());
+  ASSERT_EQ(fixed.status, 200) << fixed.raw.body;
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"enabled":false})").status, 200);
+  EXPECT_FALSE(store_->load()->config->systems[1].enabled);
+}
+
 TEST_F(AdminApiTest, ALongPollHoldsWhileNothingChangesAndAnswersOnceSomethingDoes) {
   const std::string etag = call("GET", "/admin/v1/config").header("ETag");
   const Reply waiting = call("GET", "/admin/v1/config?wait=30s", "", {{"If-None-Match", etag}});
@@ -615,6 +668,31 @@ TEST_F(AdminApiTest, KeyedLimitsNeedAValueAndGrantsAndInFlightLimitsAreFound) {
   EXPECT_EQ(call("GET", "/admin/v1/limits?key=grant:crm/orders").obj().at("items").as_array().size(), 1u);
   EXPECT_EQ(call("GET", "/admin/v1/limits?key=system:nobody").status, 404);
   EXPECT_EQ(call("GET", "/admin/v1/limits?key=crm").status, 400);
+}
+
+TEST_F(AdminApiTest, AGrantKeyThatCouldNameTwoGrantsIsRefusedUntilTheSystemIsGiven) {
+  for (const char* system : {R"({"key":"a/b","interfaces":["*"]})", R"({"key":"a","interfaces":["*"]})"}) {
+    ASSERT_EQ(call("POST", "/admin/v1/systems", system).status, 201);
+  }
+  for (const char* itf : {R"({"id":"c","path":"/c","upstream":"app"})", R"({"id":"b/c","path":"/bc","upstream":"app"})"}) {
+    ASSERT_EQ(call("POST", "/admin/v1/interfaces", itf).status, 201);
+  }
+  for (const char* grant : {R"({"system":"a/b","interface":"c","limits":[{"algorithm":"fixed_window","limit":7,"period":"1m"}]})",
+                            R"({"system":"a","interface":"b/c","limits":[{"algorithm":"fixed_window","limit":9,"period":"1m"}]})"}) {
+    ASSERT_EQ(call("POST", "/admin/v1/grants", grant).status, 201);
+  }
+  const Reply both = call("POST", "/admin/v1/limits/reset?key=grant:a/b/c");
+  EXPECT_EQ(both.status, 400);
+  EXPECT_NE(both.str("msg").find(R"(system "a/b" with interface "c")"), std::string::npos) << both.str("msg");
+  EXPECT_NE(both.str("msg").find(R"(system "a" with interface "b/c")"), std::string::npos) << both.str("msg");
+  auto quota = [&](const std::string& system) {
+    const Reply r = call("GET", "/admin/v1/limits?key=grant:a/b/c&system=" + system);
+    EXPECT_EQ(r.status, 200) << r.raw.body;
+    return r.obj().at("items").as_array().at(0).as_object().at("state").as_object().at("limit").as_int64();
+  };
+  EXPECT_EQ(quota("a%2Fb"), 7);
+  EXPECT_EQ(quota("a"), 9);
+  EXPECT_EQ(call("GET", "/admin/v1/limits?key=grant:a/b/c&system=b").status, 404);
 }
 
 TEST_F(AdminApiTest, BreakersAreForcedThroughTheConfigurationAndResetHere) {

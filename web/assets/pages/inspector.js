@@ -41,7 +41,9 @@ export function render(view, ctx) {
   view.append(pageHead(t('nav.limits')), msg.el, form, results);
   if (!key) return;
 
+  // system= says which grant a grant:a/b/c means when ids hold slashes (the API asks for it then).
   const query = { key, value };
+  if (ctx.query.get('system')) query.system = ctx.query.get('system');
   function draw(answer) {
     results.hidden = false;
     if (!answer.items.length) {
