@@ -233,6 +233,11 @@ using DeadlineHook =
 // or started after, is cancelled, and timed() turns its operation_aborted into
 // beast::error::timeout (as it does any error once the deadline has passed: a connect that moves on
 // to a resolved name's next address fails otherwise). Belongs to its worker's thread; does not move.
+//
+// An upstream connection can also watch its client's socket while the upstream works on the
+// request: once the wait has lasted a sweep, each sweep peeks at the client's socket, and when the
+// client has closed it (or reset it), what is pending here is cancelled and client_gone() says so
+// (nginx's 499), so that a client that gave up stops holding its in-flight place.
 class TimedSocket : public DeadlineHook {
  public:
   using List = boost::intrusive::list<TimedSocket, boost::intrusive::constant_time_size<false>>;
@@ -255,19 +260,43 @@ class TimedSocket : public DeadlineHook {
     timed_out_ = false;
   }
   error_code timed(const error_code& ec) const { return ec && timed_out_ ? error_code(beast::error::timeout) : ec; }
+  void watch(TimedSocket& client) {
+    watched_ = &client;
+    watch_from_ = coarse_now() + kDeadlineSweep;
+    client_gone_ = false;
+  }
+  void unwatch() { watched_ = nullptr; }
+  bool client_gone() const { return client_gone_; }
   // The sweep: cancels what is pending once the deadline has passed (again at every sweep, for an
-  // operation started after it).
+  // operation started after it), or once the watched client has gone.
   void check(Nanos now) {
-    if (deadline_ > now) return;
-    timed_out_ = true;
+    if (deadline_ <= now) {
+      timed_out_ = true;
+    } else if (watched_ != nullptr && now >= watch_from_ && closed_by_peer(*watched_)) {
+      client_gone_ = true;
+      watched_ = nullptr;
+    } else {
+      return;
+    }
     error_code ignored;
     socket_.cancel(ignored);
   }
 
  private:
+  // Whether the peer has closed (or reset) the connection: a peek reads its end, or fails other than
+  // for want of data. Bytes waiting (a next request sent ahead) say nothing, and count as open.
+  static bool closed_by_peer(TimedSocket& s) {
+    char c = 0;
+    const ssize_t n = ::recv(s.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  }
+
   Socket socket_;
   Nanos deadline_ = Nanos::max();
   bool timed_out_ = false;
+  TimedSocket* watched_ = nullptr;
+  Nanos watch_from_{0};
+  bool client_gone_ = false;
 };
 
 // Whether an idle upstream connection is still open and has sent nothing unasked.
@@ -1373,6 +1402,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
   Reason failure = Reason::kOk;
   bool body_failed = false;
   bool connect_failed = false;
+  bool client_gone = false;
   Nanos upload{0};
   // Whether the request can be written again (it has no body, or all of it is held), and whether
   // it may be sent again after the upstream might have acted on it: only an idempotent one may
@@ -1443,8 +1473,10 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
     if (body_failed) break;
     if (!ec) {
       // The response header, skipping interim (1xx) responses: the upstream has the interface's
-      // timeout from the end of the request (its writes went at once, setting no deadline).
+      // timeout from the end of the request (its writes went at once, setting no deadline), as
+      // long as the client stays.
       us.arm(itf.timeout);
+      us.watch(x.client);
       while (true) {
         rp.emplace(*x.up_head);
         rp->body_limit(std::nullopt);
@@ -1458,6 +1490,8 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
         }
         if (ec || rp->status() / 100 != 1 || rp->status() == 101) break;
       }
+      us.unwatch();
+      client_gone = us.client_gone();
     }
     // Some servers answer an idle connection they close with a 408: on a pooled connection not
     // checked before the write (a replayable request's), that answers no request of ours, and the
@@ -1470,6 +1504,10 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
     rp.reset();
     conn.reset();
     up_buffer.clear();
+    if (client_gone) {
+      failure = Reason::kClientClosedRequest;  // the connection closes: the upstream sees it gave up too
+      break;
+    }
     if (reused) pool.clear();  // the upstream closed them: they are all likely stale
     if (ec == beast::error::timeout) {
       failure = Reason::kUpstreamTimeout;
@@ -1576,6 +1614,12 @@ Task<bool> Worker::proxy(Exchange& x) {
   // The upstream's time: to connect, and from the end of the request to the response header.
   const Nanos upstream_latency = since(up_start) - sent_up.upload;
   if (!conn) {
+    if (sent_up.failure == Reason::kClientClosedRequest) {
+      // Nobody to answer, and nothing the upstream did wrong.
+      release_permit();
+      finish(x, status_of(sent_up.failure), sent_up.failure, upstream_latency);
+      co_return false;
+    }
     if (sent_up.body_failed) {
       release_permit();
     } else {

@@ -48,6 +48,8 @@ constexpr std::array<ReasonInfo, kReasonCount> kReasons{{
     {"header_too_large", 431, "The request header is larger than 8 KiB.", "请求头过大"},
     {"body_too_large", 413, "The request body is too large.", "请求体过大"},
     {"request_timeout", 408, "The request took too long to arrive.", "请求接收超时"},
+    {"client_closed_request", 499, "The client closed the connection before the answer came.",
+     "客户端在响应前关闭了连接"},
     {"not_found", 404, "Not found.", "未找到"},
     {"method_not_allowed", 405, "Method not allowed.", "不允许的请求方法"},
     {"draining", 503, "The gateway is shutting down; retry.", "网关正在关闭,请重试"},

@@ -42,6 +42,7 @@ enum class Reason : std::uint8_t {
   kHeaderTooLarge,
   kBodyTooLarge,
   kRequestTimeout,
+  kClientClosedRequest,    // 499: the client left while the upstream worked on its request
   kNotFound,               // the gateway's own endpoints
   kMethodNotAllowed,
   kDraining,

@@ -907,6 +907,46 @@ TEST_F(GatewayTest, TheInFlightLimitRefusesWhileARequestIsInProgress) {
   EXPECT_EQ(get("/slow", "crm").status, 200) << "the lease was given back";
 }
 
+// A client that gives up on a slow upstream frees its in-flight place within a sweep or two of
+// closing its connection, not when the upstream answers (10 s here); nobody is answered, and the
+// log says 499.
+TEST_F(GatewayTest, AClientThatGivesUpFreesItsInFlightPlaceWithoutWaitingForTheUpstream) {
+  const int fd = connect_to_loopback(gw_->port());
+  ASSERT_GE(fd, 0);
+  const std::string request =
+      "GET /slow?delay_ms=60000 HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nX-Request-Id: gives-up\r\n\r\n";
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 1; }));
+  EXPECT_EQ(get("/slow", "crm").status, 429);
+  ::close(fd);
+  ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 0; }, 5s));
+  EXPECT_EQ(get("/slow", "crm").status, 200);
+  const auto logged = json(access_log_line("gives-up"));
+  EXPECT_EQ(logged.at("status").as_int64(), 499);
+  EXPECT_EQ(str(logged, "reason"), "client_closed_request");
+  EXPECT_LT(logged.at("upstream_latency_ms").as_double(), 5000.0);
+}
+
+// A next request sent while the upstream works on the first (pipelined) is not taken for the
+// client leaving: the sweeps that peek at the client's socket find it waiting there.
+TEST_F(GatewayTest, ARequestSentAheadIsNotTakenForTheClientLeaving) {
+  const int fd = connect_to_loopback(gw_->port());
+  ASSERT_GE(fd, 0);
+  const std::string first = "GET /slow?delay_ms=300 HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n\r\n";
+  const std::string second = "GET /echo/x HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::send(fd, first.data(), first.size(), MSG_NOSIGNAL), static_cast<ssize_t>(first.size()));
+  ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 1; }));
+  ASSERT_EQ(::send(fd, second.data(), second.size(), MSG_NOSIGNAL), static_cast<ssize_t>(second.size()));
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  const std::size_t at = out.find("HTTP/1.1 ", 1);
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_EQ(testing::raw_status(out), 200) << out;
+  EXPECT_EQ(testing::raw_status(out.substr(at)), 200) << out;
+}
+
 TEST_F(GatewayTest, ConcurrentClientsGetExactlyTheLimit) {
   std::atomic<int> ok{0};
   std::atomic<int> limited{0};

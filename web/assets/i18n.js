@@ -291,6 +291,7 @@ const en = {
   'reason.upstream_unavailable': 'breaker open',
   'reason.upstream_connect_failed': 'upstream refused',
   'reason.upstream_timeout': 'upstream timeout',
+  'reason.client_closed_request': 'client left',
 };
 
 const zh = {
@@ -582,6 +583,7 @@ const zh = {
   'reason.upstream_unavailable': '熔断打开',
   'reason.upstream_connect_failed': '上游拒绝连接',
   'reason.upstream_timeout': '上游超时',
+  'reason.client_closed_request': '客户端已断开',
 };
 
 export const dictionaries = { en, 'zh-CN': zh };
