@@ -53,21 +53,29 @@ AdminResponse method_not_allowed(std::string_view allow) {
 
 AdminResponse not_found(std::string_view what) { return error(404, "not_found", what); }
 
+// Where a request's body sits in the configuration, for the problems inside it: empty when the body
+// is the whole configuration; kNoBody when no problem can be in the body (a delete; a change the
+// body only asks for, as a breaker's force).
+using BodyAt = std::optional<std::string_view>;
+constexpr BodyAt kNoBody = std::nullopt;
+
 // Problems as JSON: "path" in the whole configuration, and "field" relative to the request body when
-// the problem is inside it (prefix: where the body sits in the configuration; empty: the body is the
-// whole configuration).
-json::array problems_json(const std::vector<Problem>& problems, std::string_view prefix) {
+// the problem is inside it.
+json::array problems_json(const std::vector<Problem>& problems, BodyAt body_at) {
   json::array out;
   for (const Problem& p : problems) {
     json::object o;
     o["path"] = p.path;
     const std::string_view path = p.path;
-    if (prefix.empty()) {
-      o["field"] = p.path;
-    } else if (path == prefix) {
-      o["field"] = "";
-    } else if (path.starts_with(prefix) && (path[prefix.size()] == '.' || path[prefix.size()] == '[')) {
-      o["field"] = path.substr(prefix.size() + (path[prefix.size()] == '.' ? 1 : 0));
+    if (body_at) {
+      const std::string_view prefix = *body_at;
+      if (prefix.empty()) {
+        o["field"] = p.path;
+      } else if (path == prefix) {
+        o["field"] = "";
+      } else if (path.starts_with(prefix) && (path[prefix.size()] == '.' || path[prefix.size()] == '[')) {
+        o["field"] = path.substr(prefix.size() + (path[prefix.size()] == '.' ? 1 : 0));
+      }
     }
     o["message"] = p.message;
     if (p.line > 0) {
@@ -79,7 +87,7 @@ json::array problems_json(const std::vector<Problem>& problems, std::string_view
   return out;
 }
 
-AdminResponse invalid(const std::vector<Problem>& problems, std::string_view prefix, std::string_view msg) {
+AdminResponse invalid(const std::vector<Problem>& problems, BodyAt prefix, std::string_view msg) {
   json::object o{{"code", 400}, {"reason", "invalid_config"}, {"msg", msg}};
   o["problems"] = problems_json(problems, prefix);
   return json_response(400, o);
@@ -103,7 +111,7 @@ AdminResponse unreadable(const Error& e) {
   return error(503, "store_unavailable", e.message);
 }
 
-AdminResponse refusal_response(const Refusal& r, std::string_view prefix) {
+AdminResponse refusal_response(const Refusal& r, BodyAt prefix) {
   switch (r.kind) {
     case Refusal::Kind::kNotFound: return not_found(r.message);
     case Refusal::Kind::kConflict: return error(409, "conflict", r.message);
@@ -653,7 +661,7 @@ AdminResponse AdminApi::entity_route(Call& call) const {
           return std::nullopt;
         },
         match.revision);
-    if (!w.ok()) return refusal_response(*w.refusal, "");
+    if (!w.ok()) return refusal_response(*w.refusal, kNoBody);
     return no_content({{"X-Sluice-Revision", std::to_string(w.revision)}});
   }
 
@@ -771,7 +779,7 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
           }
           return Refusal{Refusal::Kind::kNotFound, "No credential \"" + id + "\" of system \"" + key + "\".", {}};
         });
-    if (!w.ok()) return refusal_response(*w.refusal, "");
+    if (!w.ok()) return refusal_response(*w.refusal, kNoBody);
     return no_content({{"X-Sluice-Revision", std::to_string(w.revision)}});
   }
 
@@ -845,7 +853,7 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
         }
         return Refusal{Refusal::Kind::kNotFound, "No system \"" + key + "\".", {}};
       });
-  if (!w.ok()) return refusal_response(*w.refusal, "");
+  if (!w.ok()) return refusal_response(*w.refusal, kNoBody);
   json::object o = config::to_json(credential);
   o.erase("api_key_sha256");
   o.erase("sealed_secret");
@@ -1086,7 +1094,7 @@ AdminResponse AdminApi::breakers_route(Call& call) const {
         }
         return Refusal{Refusal::Kind::kNotFound, "No upstream \"" + name + "\".", {}};
       });
-  if (!w.ok()) return refusal_response(*w.refusal, "");
+  if (!w.ok()) return refusal_response(*w.refusal, kNoBody);
   return json_response(200, json::object{{"upstream", name}, {"force", force}, {"revision", w.revision}},
                        {{"X-Sluice-Revision", std::to_string(w.revision)}});
 }

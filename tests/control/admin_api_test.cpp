@@ -296,6 +296,8 @@ TEST_F(AdminApiTest, DeletingWhatOthersStillNameIsRefusedWithTheirPaths) {
   const Reply r = call("DELETE", "/admin/v1/upstreams/spare");
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(r.problems(), std::vector<std::string>{"interfaces[2].upstream: names no upstream: \"spare\""});
+  // A delete has no body, so no problem has a field in it.
+  EXPECT_FALSE(r.obj().at("problems").as_array()[0].as_object().contains("field")) << r.raw.body;
   EXPECT_EQ(revision(), before);
 }
 
