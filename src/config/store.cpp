@@ -280,7 +280,8 @@ Result<StoredConfig> ConfigStore::read_config() {
   auto parse = [&](const std::string& text, const std::string& path) -> json::value {
     boost::system::error_code ec;
     json::value v = json::parse(text, ec);
-    if (ec) problems.push_back(Problem{path, "is not valid JSON: " + text});
+    // Not quoted: the value may hold the limit store's password, and read tokens see this message.
+    if (ec) problems.push_back(Problem{path, "is not valid JSON"});
     return v;
   };
   json::object doc;

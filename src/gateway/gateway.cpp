@@ -206,6 +206,10 @@ const Nanos kCoarseTick = coarse_tick();
 // of the coarse clock before the operation it bounds is cancelled, and never before.
 constexpr Nanos kDeadlineSweep = std::chrono::milliseconds(10);
 
+// The longest wait between two looks at whether a client waiting for its upstream's answer is still
+// there (TimedSocket::watch).
+constexpr Nanos kPeekEvery = std::chrono::seconds(1);
+
 // How long an upstream host name's addresses are used before it is looked up again (per worker, in
 // the background, when a connection is next opened). Until a name resolves again, its last
 // addresses stay in use.
@@ -235,9 +239,11 @@ using DeadlineHook =
 // to a resolved name's next address fails otherwise). Belongs to its worker's thread; does not move.
 //
 // An upstream connection can also watch its client's socket while the upstream works on the
-// request: once the wait has lasted a sweep, each sweep peeks at the client's socket, and when the
-// client has closed it (or reset it), what is pending here is cancelled and client_gone() says so
-// (nginx's 499), so that a client that gave up stops holding its in-flight place.
+// request: a sweep peeks at the client's socket once the wait has lasted a sweep, then after waits
+// that double up to kPeekEvery (a request that waits long costs a system call a second, not a
+// hundred); when the client has closed it (or reset it), what is pending here is cancelled and
+// client_gone() says so (nginx's 499), so that a client that gave up stops holding its in-flight
+// place.
 class TimedSocket : public DeadlineHook {
  public:
   using List = boost::intrusive::list<TimedSocket, boost::intrusive::constant_time_size<false>>;
@@ -262,7 +268,8 @@ class TimedSocket : public DeadlineHook {
   error_code timed(const error_code& ec) const { return ec && timed_out_ ? error_code(beast::error::timeout) : ec; }
   void watch(TimedSocket& client) {
     watched_ = &client;
-    watch_from_ = coarse_now() + kDeadlineSweep;
+    peek_wait_ = kDeadlineSweep;
+    next_peek_ = coarse_now() + peek_wait_;
     client_gone_ = false;
   }
   void unwatch() { watched_ = nullptr; }
@@ -272,7 +279,7 @@ class TimedSocket : public DeadlineHook {
   void check(Nanos now) {
     if (deadline_ <= now) {
       timed_out_ = true;
-    } else if (watched_ != nullptr && now >= watch_from_ && closed_by_peer(*watched_)) {
+    } else if (watched_ != nullptr && now >= next_peek_ && client_left()) {
       client_gone_ = true;
       watched_ = nullptr;
     } else {
@@ -283,11 +290,14 @@ class TimedSocket : public DeadlineHook {
   }
 
  private:
-  // Whether the peer has closed (or reset) the connection: a peek reads its end, or fails other than
-  // for want of data. Bytes waiting (a next request sent ahead) say nothing, and count as open.
-  static bool closed_by_peer(TimedSocket& s) {
+  // Whether the watched client has closed (or reset) its connection: a peek reads its end, or fails
+  // other than for want of data. Bytes waiting (a next request sent ahead) say nothing, and count as
+  // open. Sets when to peek next.
+  bool client_left() {
     char c = 0;
-    const ssize_t n = ::recv(s.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    const ssize_t n = ::recv(watched_->socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    peek_wait_ = std::min(peek_wait_ * 2, kPeekEvery);
+    next_peek_ = coarse_now() + peek_wait_;
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
   }
 
@@ -295,7 +305,8 @@ class TimedSocket : public DeadlineHook {
   Nanos deadline_ = Nanos::max();
   bool timed_out_ = false;
   TimedSocket* watched_ = nullptr;
-  Nanos watch_from_{0};
+  Nanos peek_wait_{0};
+  Nanos next_peek_{0};
   bool client_gone_ = false;
 };
 
@@ -1487,6 +1498,8 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
           auto [hec, hn] = co_await read_more(us, up_buffer);
           up_buffer.commit(hn);
           ec = hec ? read_failed(*rp, us.timed(hec)) : parse_buffered(*rp, up_buffer);
+          // A read the sweep's cancel did not reach (done, its completion queued) ends the wait too.
+          if (us.client_gone()) ec = asio::error::operation_aborted;
         }
         if (ec || rp->status() / 100 != 1 || rp->status() == 101) break;
       }
@@ -1615,8 +1628,15 @@ Task<bool> Worker::proxy(Exchange& x) {
   const Nanos upstream_latency = since(up_start) - sent_up.upload;
   if (!conn) {
     if (sent_up.failure == Reason::kClientClosedRequest) {
-      // Nobody to answer, and nothing the upstream did wrong.
-      release_permit();
+      // Nobody to answer. The upstream did nothing wrong, unless it was already slow: a call that
+      // outlasted slow_call counts as slow, or a hung upstream whose clients give up would never
+      // trip its breaker.
+      const CircuitBreakerOptions* judged = up.breaker ? &up.breaker->options() : nullptr;
+      if (judged != nullptr && judged->slow_call_rate > 0 && upstream_latency >= judged->slow_call) {
+        record(false, upstream_latency);
+      } else {
+        release_permit();
+      }
       finish(x, status_of(sent_up.failure), sent_up.failure, upstream_latency);
       co_return false;
     }

@@ -577,6 +577,21 @@ TEST_F(AdminApiTest, WhileTheStoredConfigurationIsInvalidOnlyAWholeReplacementIs
   EXPECT_FALSE(store_->load()->config->systems[1].enabled);
 }
 
+// A setting that does not read is named, not quoted: it may hold the limit store's password, which
+// is for admin tokens only.
+TEST_F(AdminApiTest, ASettingThatDoesNotReadIsNamedNotQuoted) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "INSERT OR REPLACE INTO settings (name, value) VALUES ('store', 'redis://:s3cret@h:6379')",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  const Reply r = call("GET", "/admin/v1/config", "", {}, &read_);
+  EXPECT_EQ(r.status, 409);
+  EXPECT_NE(r.str("msg").find("store: is not valid JSON"), std::string::npos) << r.str("msg");
+  EXPECT_EQ(r.raw.body.find("s3cret"), std::string::npos) << r.raw.body;
+}
+
 TEST_F(AdminApiTest, ALongPollHoldsWhileNothingChangesAndAnswersOnceSomethingDoes) {
   const std::string etag = call("GET", "/admin/v1/config").header("ETag");
   const Reply waiting = call("GET", "/admin/v1/config?wait=30s", "", {{"If-None-Match", etag}});

@@ -927,6 +927,31 @@ TEST_F(GatewayTest, AClientThatGivesUpFreesItsInFlightPlaceWithoutWaitingForTheU
   EXPECT_LT(logged.at("upstream_latency_ms").as_double(), 5000.0);
 }
 
+// A client that gives up is nothing the upstream did wrong, unless the call had already outlasted
+// the breaker's slow_call: then it counts as slow, or a hung upstream whose clients all give up
+// would never trip its breaker. Two give-ups each time, in a window of two.
+TEST_F(GatewayTest, AGiveUpCountsForTheBreakerOnlyAsASlowCall) {
+  for (const char* slow_call : {"1h", "1ms"}) {
+    gw_.reset();
+    start(replace_all(config_text(), "    timeout: 10s\n    breaker: {enabled: false}",
+                      std::string("    timeout: 10s\n    breaker: {slow_call_rate: 50, slow_call: ") + slow_call +
+                          ", window: 2, minimum_calls: 2, open_for: 1h}"));
+    for (int i = 0; i < 2; ++i) {
+      const int fd = connect_to_loopback(gw_->port());
+      ASSERT_GE(fd, 0);
+      const std::string request = "GET /slow?delay_ms=60000 HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n\r\n";
+      ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+      ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 1; }));
+      ::close(fd);
+      ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 0; }, 5s)) << slow_call;
+    }
+    const std::string open = std::string(slow_call) == "1ms" ? "1" : "0";
+    EXPECT_NE(metrics().find("sluice_breaker_state{upstream=\"slow\",state=\"open\"} " + open), std::string::npos)
+        << slow_call << "\n" << metrics();
+    EXPECT_EQ(get("/slow", "crm").status, open == "1" ? 503 : 200) << slow_call;
+  }
+}
+
 // A next request sent while the upstream works on the first (pipelined) is not taken for the
 // client leaving: the sweeps that peek at the client's socket find it waiting there.
 TEST_F(GatewayTest, ARequestSentAheadIsNotTakenForTheClientLeaving) {

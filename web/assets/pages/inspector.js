@@ -24,17 +24,21 @@ export function render(view, ctx) {
   const kind = select(colon > 0 ? key.slice(0, colon) : 'system', KINDS.map((k) => [k, t(`scope.${k}`)]));
   const owner = input(colon > 0 ? key.slice(colon + 1) : '', { required: true });
   const valueInput = input(value);
+  const system = ctx.query.get('system') ?? '';
+  const systemInput = input(system);
   const form = h('form', { class: 'card inspector', role: 'search' },
     h('p', { class: 'hint' }, t('inspector.intro')),
     h('div', { class: 'row' },
       field('kind', t('inspector.kind'), kind),
       field('owner', t('inspector.owner'), owner, t('inspector.ownerHint')),
-      field('value', t('inspector.value'), valueInput, t('inspector.valueHint'))),
+      field('value', t('inspector.value'), valueInput, t('inspector.valueHint')),
+      field('system', t('inspector.system'), systemInput, t('inspector.systemHint'))),
     h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('inspector.lookUp'))));
   form.addEventListener('submit', (e) => {
     e.preventDefault();
     const q = new URLSearchParams({ key: `${kind.value}:${owner.value.trim()}` });
     if (valueInput.value.trim()) q.set('value', valueInput.value.trim());
+    if (kind.value === 'grant' && systemInput.value.trim()) q.set('system', systemInput.value.trim());
     ctx.navigate(`#/limits?${q}`);
   });
   const results = h('section', { class: 'card', hidden: true });
@@ -42,8 +46,7 @@ export function render(view, ctx) {
   if (!key) return;
 
   // system= says which grant a grant:a/b/c means when ids hold slashes (the API asks for it then).
-  const query = { key, value };
-  if (ctx.query.get('system')) query.system = ctx.query.get('system');
+  const query = { key, value, system };
   function draw(answer) {
     results.hidden = false;
     if (!answer.items.length) {
