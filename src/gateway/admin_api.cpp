@@ -483,13 +483,15 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
     if (slash == std::string_view::npos) break;
     rest.remove_prefix(slash + 1);
   }
+  std::string repeated;  // a query parameter given twice: which value was meant is not known
   if (q != std::string_view::npos) {
     for (std::string_view rest = target.substr(q + 1); !rest.empty();) {
       const std::size_t amp = rest.find('&');
       const std::string_view pair = rest.substr(0, amp);
       const std::size_t eq = pair.find('=');
-      call.query[percent_decode(pair.substr(0, eq), true)] =
-          eq == std::string_view::npos ? "" : percent_decode(pair.substr(eq + 1), true);
+      std::string name = percent_decode(pair.substr(0, eq), true);
+      std::string value = eq == std::string_view::npos ? "" : percent_decode(pair.substr(eq + 1), true);
+      if (!call.query.emplace(name, std::move(value)).second && repeated.empty()) repeated = std::move(name);
       if (amp == std::string_view::npos) break;
       rest.remove_prefix(amp + 1);
     }
@@ -503,6 +505,7 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
       std::any_of(call.segments.begin(), call.segments.end(), [](const std::string& s) { return s.empty(); })) {
     return not_found("No such admin API route.");
   }
+  if (!repeated.empty()) return error(400, "bad_request", "The query parameter " + repeated + " is given twice.");
   call.principal = *principal;
   call.actor = "token:" + principal->name + " (" + principal->id + ")";
   const bool reads = call.method == "GET";
@@ -997,7 +1000,11 @@ AdminResponse AdminApi::limits_route(Call& call) const {
                  "key must be system:KEY, interface:ID or grant:SYSTEM/INTERFACE (and value=... for limits keyed "
                  "by client_ip, a header or a query parameter)");
   }
-  if (limits == nullptr) return not_found("Nothing in the configuration is called \"" + key + "\".");
+  if (limits == nullptr) {
+    const std::string system = call.param("system");
+    return not_found("Nothing in the configuration is called \"" + key + "\"" +
+                     (system.empty() ? "" : " with system \"" + system + "\"") + ".");
+  }
 
   std::vector<const CompiledLimit*> selected;
   for (const CompiledLimit& l : *limits) selected.push_back(&l);
@@ -1036,6 +1043,9 @@ AdminResponse AdminApi::limits_route(Call& call) const {
                               {"reset_after_ms", millis(d->reset_after)},
                               {"retry_after_ms", millis(d->retry_after)}};
     items.push_back(std::move(o));
+  }
+  if (!only.empty() && items.empty()) {
+    return not_found("\"" + key + "\" has no limit named \"" + only + "\"" + (reset ? ": nothing was reset." : "."));
   }
   return json_response(200, json::object{{"key", key}, {"value", value}, {"items", std::move(items)}});
 }

@@ -356,6 +356,16 @@ Reason reason_of_read_error(const error_code& ec) {
   return Reason::kBadRequest;
 }
 
+// Of a request's body: a body cut short by the client closing its connection is the client leaving,
+// not bad input.
+Reason reason_of_body_read_error(const error_code& ec) {
+  if (ec == http::error::partial_message || ec == asio::error::eof || ec == asio::error::connection_reset ||
+      ec == asio::error::broken_pipe) {
+    return Reason::kClientClosedRequest;
+  }
+  return reason_of_read_error(ec);
+}
+
 bool is_idempotent(http::verb method) {
   switch (method) {
     case http::verb::get:
@@ -1040,7 +1050,10 @@ void Worker::finish(Exchange& x, int status, Reason reason, std::optional<Nanos>
   r.system = system;
   r.interface = interface;
   r.method = x.parser.method_string();
-  r.path = x.path.empty() ? x.parser.target() : x.path;
+  // The path without its query, as for every request (a query may carry a secret), also when the
+  // request was refused before its path was read.
+  const std::string_view target = x.parser.target();
+  r.path = x.path.empty() ? target.substr(0, target.find('?')) : x.path;
   r.status = status;
   r.reason = reason;
   r.latency = since(x.start);
@@ -1082,6 +1095,7 @@ Task<bool> Worker::send_continue(Exchange& x) {
 }
 
 Task<bool> Worker::respond(Exchange& x, Reason reason, const Verdict* verdict, bool close) {
+  if (reason == Reason::kClientClosedRequest) co_return false;  // nobody to answer
   HeaderList headers;
   if (verdict != nullptr) append_headers(*verdict, x.snapshot->config().rate_limit_headers, headers);
   co_return co_await respond_json(x, static_cast<unsigned>(status_of(reason)),
@@ -1100,7 +1114,7 @@ Task<Reason> Worker::read_body(Exchange& x, std::size_t limit, std::string& body
       x.buffer.commit(n);
       ec = read_ec ? read_failed(x.parser, x.client.timed(read_ec)) : parse_buffered(x.parser, x.buffer);
     }
-    if (ec && ec != http::error::need_buffer && ec != http::error::need_more) co_return reason_of_read_error(ec);
+    if (ec && ec != http::error::need_buffer && ec != http::error::need_more) co_return reason_of_body_read_error(ec);
     body.append(chunk, sizeof chunk - x.parser.body().size);
     if (body.size() > limit) co_return Reason::kBodyTooLarge;
   }
@@ -1473,7 +1487,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
                                               x.snapshot->config().header_timeout, itf.timeout, [] {});
       if (has_body) upload += since(upload_start);
       if (sent.read) {
-        failure = reason_of_read_error(sent.read);
+        failure = reason_of_body_read_error(sent.read);
         body_failed = true;
       }
       ec = sent.write;

@@ -709,7 +709,19 @@ TEST_F(AdminApiTest, AGrantKeyThatCouldNameTwoGrantsIsRefusedUntilTheSystemIsGiv
   };
   EXPECT_EQ(quota("a%2Fb"), 7);
   EXPECT_EQ(quota("a"), 9);
-  EXPECT_EQ(call("GET", "/admin/v1/limits?key=grant:a/b/c&system=b").status, 404);
+  const Reply other = call("GET", "/admin/v1/limits?key=grant:a/b/c&system=b");
+  EXPECT_EQ(other.status, 404);
+  EXPECT_NE(other.str("msg").find(R"(with system "b")"), std::string::npos) << other.str("msg");
+}
+
+TEST_F(AdminApiTest, AQueryParameterGivenTwiceOrALimitNamedWrongIsRefused) {
+  const Reply twice = call("POST", "/admin/v1/limits/reset?key=system:crm&key=system:erp");
+  EXPECT_EQ(twice.status, 400);
+  EXPECT_NE(twice.str("msg").find("key is given twice"), std::string::npos) << twice.str("msg");
+  const Reply typo = call("POST", "/admin/v1/limits/reset?key=system:crm&limit=crm-hours");
+  EXPECT_EQ(typo.status, 404);
+  EXPECT_NE(typo.str("msg").find("nothing was reset"), std::string::npos) << typo.str("msg");
+  EXPECT_EQ(call("POST", "/admin/v1/limits/reset?key=system:crm&limit=crm-hour").status, 200);
 }
 
 TEST_F(AdminApiTest, BreakersAreForcedThroughTheConfigurationAndResetHere) {

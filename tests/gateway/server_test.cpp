@@ -1276,6 +1276,42 @@ TEST(AccessLogTest, ValuesStayJsonInUtf8) {
   }
 }
 
+// A client that closes its connection before its body is whole has left: that is a 499 in the log,
+// not bad input, and nothing is answered (the upstream got the start of the body, and sees the
+// connection close).
+TEST_F(GatewayTest, ABodyCutShortByTheClientClosingIsTheClientLeaving) {
+  for (const std::string& cut :
+       {std::string("POST /echo/x HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nX-Request-Id: cut-length\r\n"
+                    "Content-Length: 10\r\n\r\nhello"),
+        std::string("POST /echo/x HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nX-Request-Id: cut-chunked\r\n"
+                    "Transfer-Encoding: chunked\r\n\r\n5\r\nhel")}) {
+    const int fd = connect_to_loopback(gw_->port());
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::send(fd, cut.data(), cut.size(), MSG_NOSIGNAL), static_cast<ssize_t>(cut.size()));
+    ::shutdown(fd, SHUT_WR);
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<std::size_t>(n));
+    ::close(fd);
+    EXPECT_EQ(out, "") << cut;
+    const std::string id = cut.find("chunked") != std::string::npos ? "cut-chunked" : "cut-length";
+    const auto logged = json(access_log_line(id));
+    EXPECT_EQ(logged.at("status").as_int64(), 499) << id;
+    EXPECT_EQ(str(logged, "reason"), "client_closed_request") << id;
+  }
+}
+
+// A request refused before its path is read is logged by its path alone, as every other: a query may
+// carry a secret.
+TEST_F(GatewayTest, ARequestRefusedWhileReadingIsLoggedWithoutItsQuery) {
+  const std::string out = raw("GET /echo/x?token=s3cret HTTP/1.1\r\nX-Request-Id: two-hosts\r\nHost: a\r\nHost: b\r\n"
+                              "Connection: close\r\n\r\n");
+  EXPECT_EQ(testing::raw_status(out), 400) << out;
+  const std::string line = access_log_line("two-hosts");
+  EXPECT_EQ(str(json(line), "path"), "/echo/x") << line;
+  EXPECT_EQ(line.find("s3cret"), std::string::npos) << line;
+}
+
 // A caller named twice is refused, whichever name comes first: the upstream, or a log reading the
 // other, would take the request for another caller's.
 TEST_F(GatewayTest, ACallerNamedTwiceIsRefused) {
