@@ -24,6 +24,7 @@ struct ConfigOptions {
   std::string admin;
   std::string token;
   std::string if_match;
+  bool as_stored = false;
 };
 
 void fail(const ConfigOptions&, const char* what, const std::string& message) {
@@ -63,7 +64,17 @@ void import(const ConfigOptions& o) {
 void export_config(const ConfigOptions& o) {
   if (o.format != "yaml" && o.format != "json") fail(o, "export", "--format must be yaml or json");
   auto store = open_store_or_exit(o.db, "config export", false);
+  if (o.as_stored) {
+    auto text = store->stored_text();
+    if (!text.ok()) fail(o, "export", text.error().message);
+    std::printf("%s\n", config::pretty(boost::json::parse(*text)).c_str());
+    return;
+  }
   auto loaded = store->load();
+  if (!loaded.ok() && loaded.error().code == ErrorCode::kInvalidArgument) {
+    fail(o, "export", loaded.error().message +
+                          "\nTo repair it: sluice config export --as-stored > fix.json, edit, sluice config import fix.json");
+  }
   if (!loaded.ok()) fail(o, "export", loaded.error().message);
   const std::string text = o.format == "yaml" ? config::to_yaml(*loaded->config)
                                               : config::pretty(config::to_json(*loaded->config));
@@ -147,6 +158,9 @@ void add_config_command(CLI::App& app) {
 
   CLI::App* exp = cmd->add_subcommand("export", "Print the database's configuration");
   exp->add_option("--format", o->format, "yaml (default) or json");
+  exp->add_flag("--as-stored", o->as_stored,
+                "Print the tables as they are, in JSON, even when they do not make a valid configuration (to "
+                "repair a hand edit: edit the output, then import it)");
   exp->add_option("--db", o->db, "The database (default ./sluice.db)");
   exp->callback([o] { export_config(*o); });
 

@@ -273,16 +273,15 @@ Result<std::int64_t> ConfigStore::bump_revision() {
   return read_revision();
 }
 
-Result<StoredConfig> ConfigStore::read_config() {
-  auto revision = read_revision();
-  if (!revision.ok()) return revision.error();
-  std::vector<Problem> problems;
+Result<json::object> ConfigStore::read_document(std::vector<Problem>& problems) {
   auto parse = [&](const std::string& text, const std::string& path) -> json::value {
     boost::system::error_code ec;
     json::value v = json::parse(text, ec);
+    if (!ec) return v;
     // Not quoted: the value may hold the limit store's password, and read tokens see this message.
-    if (ec) problems.push_back(Problem{path, "is not valid JSON"});
-    return v;
+    // The document keeps it as a string, for an export of the rows as they are.
+    problems.push_back(Problem{path, "is not valid JSON"});
+    return json::string(text);
   };
   json::object doc;
   {
@@ -391,15 +390,23 @@ Result<StoredConfig> ConfigStore::read_config() {
   doc["systems"] = std::move(systems);
   doc["interfaces"] = std::move(interfaces);
   doc["grants"] = std::move(grants);
+  return doc;
+}
 
-  if (problems.empty()) {
-    // The rows as the JSON form of the file, read by the file's reader: the same checks and
-    // messages for a hand edit of the tables as for a typo in a file.
-    LoadResult loaded = load_yaml(text_of(doc), "");
-    if (auto* config = std::get_if<std::shared_ptr<const Config>>(&loaded)) {
-      return StoredConfig{std::move(*config), *revision};
-    }
-    problems = std::get<std::vector<Problem>>(std::move(loaded));
+Result<StoredConfig> ConfigStore::read_config() {
+  auto revision = read_revision();
+  if (!revision.ok()) return revision.error();
+  std::vector<Problem> problems;
+  auto doc = read_document(problems);
+  if (!doc.ok()) return doc.error();
+  // The rows as the JSON form of the file, read by the file's reader: the same checks and messages
+  // for a hand edit of the tables as for a typo in a file, reported with the values that are not
+  // JSON (read as strings).
+  LoadResult loaded = load_yaml(text_of(*doc), "");
+  if (auto* config = std::get_if<std::shared_ptr<const Config>>(&loaded)) {
+    if (problems.empty()) return StoredConfig{std::move(*config), *revision};
+  } else {
+    for (Problem& p : std::get<std::vector<Problem>>(loaded)) problems.push_back(std::move(p));
   }
   std::string message = "the configuration in " + options_.path + " is not valid:";
   for (Problem& p : problems) {
@@ -438,6 +445,16 @@ Result<std::vector<System>> ConfigStore::read_credentials() {
   }
   if (!s.finished()) return db_error(db_, "cannot read the credentials of " + options_.path);
   return systems;
+}
+
+Result<std::string> ConfigStore::stored_text() {
+  std::lock_guard lock(mu_);
+  Transaction tx(db_, false);
+  if (!tx.ok()) return db_error(db_, "cannot read " + options_.path);
+  std::vector<Problem> ignored;  // a value that is not JSON is a string here, and named by load()
+  auto doc = read_document(ignored);
+  if (!doc.ok()) return doc.error();
+  return text_of(*doc);
 }
 
 Result<StoredConfig> ConfigStore::load() {
@@ -586,6 +603,14 @@ WriteResult ConfigStore::write(std::string_view actor, const Change& change, std
   }
   ChangeRecord record;
   if (std::optional<Refusal> r = change(next, record)) return WriteResult{std::move(r), *revision};
+  if (!current.ok()) {
+    // What is replaced did not read: the audit row keeps the rows as they were, not the empty
+    // configuration the change started from.
+    std::vector<Problem> ignored;
+    auto rows = read_document(ignored);
+    if (!rows.ok()) return refused(Refusal::Kind::kFailed, rows.error().message, *revision);
+    record.before = text_of(*rows);
+  }
   if (std::vector<Problem> problems = validate(next); !problems.empty()) {
     return WriteResult{Refusal{Refusal::Kind::kInvalid, "the change would make the configuration invalid",
                                std::move(problems)},

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include <boost/json/object.hpp>
+
 #include "config/config.h"
 #include "sluice/clock.h"
 #include "sluice/result.h"
@@ -110,6 +112,9 @@ class ConfigStore {
   // The configuration and its revision, read in one transaction. An error when the rows (edited by
   // hand) do not make a valid configuration: it lists the problems.
   Result<StoredConfig> load();
+  // The rows as the JSON text of a configuration file, whether or not they make a valid one (a value
+  // that is not JSON is a string): what an operator exports to repair a hand edit that load() refuses.
+  Result<std::string> stored_text();
 
   // Applies change to the current configuration in one transaction: refused whole when change
   // refuses, when if_revision is set and is not the current revision (kStale), or when the result
@@ -141,6 +146,9 @@ class ConfigStore {
   Status migrate();
   Status exec(const char* sql);
   Result<std::int64_t> read_revision();
+  // The tables as the JSON form of a configuration file (a value that is not JSON is a string, and
+  // named in problems), and that read and validated.
+  Result<boost::json::object> read_document(std::vector<Problem>& problems);
   Result<StoredConfig> read_config();
   Result<std::vector<System>> read_credentials();
   Status write_config(const Config& config);

@@ -102,7 +102,8 @@ std::vector<Problem> placed(std::vector<Problem> problems, const std::string& pr
 // The configuration in the database does not validate: no part of it can be read or changed.
 AdminResponse stored_invalid(const std::string& why) {
   return error(409, "stored_config_invalid",
-               why + "\nReplace it whole to fix it: PUT /admin/v1/config, or sluice config apply or import.");
+               why + "\nReplace it whole to fix it: PUT /admin/v1/config, or sluice config apply or import "
+                     "(sluice config export --as-stored prints it as it is).");
 }
 
 // Why the configuration could not be read.

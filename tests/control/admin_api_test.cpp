@@ -573,6 +573,11 @@ TEST_F(AdminApiTest, WhileTheStoredConfigurationIsInvalidOnlyAWholeReplacementIs
   EXPECT_EQ(revision(), broken);
   const Reply fixed = call("PUT", "/admin/v1/config", base_yaml());
   ASSERT_EQ(fixed.status, 200) << fixed.raw.body;
+  // The audit row keeps what was replaced: the rows as they were, not an empty configuration.
+  const Reply audit = call("GET", "/admin/v1/audit?limit=1");
+  const auto& replaced = audit.obj().at("items").as_array().at(0).as_object();
+  EXPECT_EQ(replaced.at("action").as_string(), "config.replace");
+  EXPECT_EQ(replaced.at("before").at("interfaces").as_array().at(1).at("upstream").as_string(), "gone") << audit.raw.body;
   EXPECT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"enabled":false})").status, 200);
   EXPECT_FALSE(store_->load()->config->systems[1].enabled);
 }

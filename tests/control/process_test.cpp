@@ -2,6 +2,7 @@
 // a second, counters carried over), a follower that keeps serving when its primary is killed and
 // catches up when it is back, kill -9 in the middle of writes, and the config and token commands.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <signal.h>
 #include <stdlib.h>
@@ -414,6 +415,43 @@ TEST_F(ControlProcessTest, ImportThenExportKeepsTheFilesMeaningInYamlAndJson) {
   ASSERT_EQ(sluice({"config", "export", "--format", "json", "--db", db_}, &out), 0);
   EXPECT_EQ(out.front(), '{');
   EXPECT_EQ(control_test::yaml_of(*control_test::parse(out)), expected);
+}
+
+// A hand edit that does not validate cannot be exported as a configuration; --as-stored prints the
+// rows as they are (a value that is not JSON as a string), to edit and import back.
+TEST_F(ControlProcessTest, AnInvalidDatabaseIsRepairedByExportingItAsStoredAndImportingTheFix) {
+  const std::string fixture = std::string(SLUICE_FIXTURES) + "/issue_example.yaml";
+  ASSERT_EQ(sluice({"config", "import", fixture, "--db", db_}), 0);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "UPDATE interfaces SET upstream = 'gone' WHERE id = 'users'; "
+                         "UPDATE settings SET value = 'en' WHERE name = 'language'",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  std::string out;
+  std::string err;
+  EXPECT_EQ(sluice({"config", "export", "--db", db_}, &out, &err), 1);
+  EXPECT_NE(err.find("interfaces[1].upstream"), std::string::npos) << err;
+  EXPECT_NE(err.find("language: is not valid JSON"), std::string::npos) << err;
+  EXPECT_NE(err.find("--as-stored"), std::string::npos) << err;
+  ASSERT_EQ(sluice({"config", "export", "--as-stored", "--db", db_}, &out, &err), 0) << err;
+  const boost::json::object stored = boost::json::parse(out).as_object();
+  EXPECT_EQ(stored.at("language").as_string(), "en");
+  EXPECT_EQ(stored.at("interfaces").as_array()[1].as_object().at("upstream").as_string(), "gone");
+  const std::string fixed = dir_ + "/fixed.json";
+  const std::size_t gone = out.find(R"("upstream": "gone")");
+  ASSERT_NE(gone, std::string::npos) << out;
+  testing::write_file(fixed, out.replace(gone, std::string_view(R"("upstream": "gone")").size(), R"("upstream": "app")"));
+  ASSERT_EQ(sluice({"config", "import", fixed, "--db", db_}, &out, &err), 0) << err;
+  ASSERT_EQ(sluice({"config", "export", "--db", db_}, &out), 0);
+  EXPECT_EQ(control_test::yaml_of(*control_test::parse(out)), control_test::yaml_of(*control_test::parse([&] {
+              std::ifstream in(fixture);
+              std::stringstream s;
+              s << in.rdbuf();
+              return s.str();
+            }())));
 }
 
 TEST_F(ControlProcessTest, ReadingOrRevokingFromAMissingDatabaseFailsAndCreatesNone) {
