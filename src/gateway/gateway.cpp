@@ -239,11 +239,11 @@ using DeadlineHook =
 // to a resolved name's next address fails otherwise). Belongs to its worker's thread; does not move.
 //
 // An upstream connection can also watch its client's socket while the upstream works on the
-// request: a sweep peeks at the client's socket once the wait has lasted a sweep, then after waits
-// that double up to kPeekEvery (a request that waits long costs a system call a second, not a
-// hundred); when the client has closed it (or reset it), what is pending here is cancelled and
-// client_gone() says so (nginx's 499), so that a client that gave up stops holding its in-flight
-// place.
+// request and sends its answer: a sweep peeks at the client's socket once the wait has lasted a
+// sweep, then after waits that double up to kPeekEvery (a request that waits long costs a system
+// call a second, not a hundred); once the client has closed it (or reset it), client_gone() says so
+// (nginx's 499) and what is pending here is cancelled, at every sweep until unwatch(), so that a
+// client that gave up stops holding its in-flight place.
 class TimedSocket : public DeadlineHook {
  public:
   using List = boost::intrusive::list<TimedSocket, boost::intrusive::constant_time_size<false>>;
@@ -279,9 +279,8 @@ class TimedSocket : public DeadlineHook {
   void check(Nanos now) {
     if (deadline_ <= now) {
       timed_out_ = true;
-    } else if (watched_ != nullptr && now >= next_peek_ && client_left()) {
-      client_gone_ = true;
-      watched_ = nullptr;
+    } else if (watched_ != nullptr && (client_gone_ || (now >= next_peek_ && client_left()))) {
+      client_gone_ = true;  // and cancelled again at every sweep until unwatched, as for a deadline
     } else {
       return;
     }
@@ -1512,8 +1511,6 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
           auto [hec, hn] = co_await read_more(us, up_buffer);
           up_buffer.commit(hn);
           ec = hec ? read_failed(*rp, us.timed(hec)) : parse_buffered(*rp, up_buffer);
-          // A read the sweep's cancel did not reach (done, its completion queued) ends the wait too.
-          if (us.client_gone()) ec = asio::error::operation_aborted;
         }
         if (ec || rp->status() / 100 != 1 || rp->status() == 101) break;
       }
@@ -1640,18 +1637,21 @@ Task<bool> Worker::proxy(Exchange& x) {
   UpConn conn = std::move(sent_up.conn);
   // The upstream's time: to connect, and from the end of the request to the response header.
   const Nanos upstream_latency = since(up_start) - sent_up.upload;
+  // A call whose client left: the upstream did nothing wrong, unless it was already slow. One that
+  // outlasted slow_call counts as slow, or a hung upstream whose clients give up would never trip
+  // its breaker.
+  auto abandoned = [&] {
+    const CircuitBreakerOptions* judged = up.breaker ? &up.breaker->options() : nullptr;
+    if (judged != nullptr && judged->slow_call_rate > 0 && upstream_latency >= judged->slow_call) {
+      record(false, upstream_latency);
+    } else {
+      release_permit();
+    }
+  };
   if (!conn) {
     if (sent_up.failure == Reason::kClientClosedRequest) {
-      // Nobody to answer. The upstream did nothing wrong, unless it was already slow: a call that
-      // outlasted slow_call counts as slow, or a hung upstream whose clients give up would never
-      // trip its breaker.
-      const CircuitBreakerOptions* judged = up.breaker ? &up.breaker->options() : nullptr;
-      if (judged != nullptr && judged->slow_call_rate > 0 && upstream_latency >= judged->slow_call) {
-        record(false, upstream_latency);
-      } else {
-        release_permit();
-      }
-      finish(x, status_of(sent_up.failure), sent_up.failure, upstream_latency);
+      abandoned();
+      finish(x, status_of(sent_up.failure), sent_up.failure, upstream_latency);  // nobody to answer
       co_return false;
     }
     if (sent_up.body_failed) {
@@ -1686,9 +1686,17 @@ Task<bool> Worker::proxy(Exchange& x) {
   // end, or a stream would hold a half-open probe for as long as it lasts — and as failed when the
   // upstream stalls or breaks off before that piece.
   const bool failure_status = status < 600 && up.failure_statuses.test(status);
+  conn->watch(x.client);  // a stream, or a body the upstream is slow to send, can outlast the client
   const RelayResult sent = co_await relay(*conn, up_buffer, *rp, x.client, wire, relay_chunked,
                                           x.chunk, itf.timeout, itf.timeout,
                                           [&] { record(failure_status, upstream_latency); });
+  conn->unwatch();
+  if (conn->client_gone() && (sent.read || sent.write)) {  // a relay done whole was not cut short
+    abandoned();  // when the first piece of the body did not come before the client left
+    finish(x, sent.started ? static_cast<int>(status) : status_of(Reason::kClientClosedRequest),
+           Reason::kClientClosedRequest, upstream_latency);
+    co_return false;
+  }
   const bool upstream_ok = !sent.read;
   const error_code ec = sent.write;
   record(failure_status || !upstream_ok, upstream_latency);  // when on_first did not

@@ -927,6 +927,31 @@ TEST_F(GatewayTest, AClientThatGivesUpFreesItsInFlightPlaceWithoutWaitingForTheU
   EXPECT_LT(logged.at("upstream_latency_ms").as_double(), 5000.0);
 }
 
+// A client that leaves while the upstream is slow to send the body (a stream, or a stall) frees its
+// place too, and the upstream connection is closed; the log keeps the status it was sent.
+TEST_F(GatewayTest, AClientThatLeavesWhileTheBodyStallsFreesItsPlace) {
+  ClosingUpstream stalled("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello", ClosingUpstream::After::kHold);
+  restart_in_front_of(stalled);
+  const int fd = connect_to_loopback(gw_->port());
+  ASSERT_GE(fd, 0);
+  const std::string request = "GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nX-Request-Id: left-mid-body\r\n\r\n";
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  std::string out;
+  char buf[4096];
+  while (out.find("hello") == std::string::npos) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << out;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  EXPECT_EQ(gw_->metrics().in_flight(), 1);
+  ::close(fd);
+  ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 0; }, 5s));
+  EXPECT_TRUE(testing::eventually([&] { return stalled.closed() == 1; }, 5s));
+  const auto logged = json(access_log_line("left-mid-body"));
+  EXPECT_EQ(logged.at("status").as_int64(), 200);
+  EXPECT_EQ(str(logged, "reason"), "client_closed_request");
+}
+
 // A client that gives up is nothing the upstream did wrong, unless the call had already outlasted
 // the breaker's slow_call: then it counts as slow, or a hung upstream whose clients all give up
 // would never trip its breaker. Two give-ups each time, in a window of two.
