@@ -811,9 +811,14 @@ struct Worker {
   Task<Reason> read_body(Exchange& x, std::size_t limit, std::string& body);
   // Writes "100 Continue" (within header_timeout): false when it could not.
   Task<bool> send_continue(Exchange& x);
-  // A new connection to target, within timeout (name resolution included): whether it timed out,
-  // and the connection (null when it failed).
-  Task<std::pair<bool, UpConn>> connect(const config::Target& target, Nanos timeout);
+  // A new connection to target, within timeout (name resolution included), for as long as the client
+  // stays (it is watched while the connection is opened).
+  struct Connected {
+    UpConn conn;              // null when it failed
+    bool timed_out = false;
+    bool client_gone = false;
+  };
+  Task<Connected> connect(const config::Target& target, Nanos timeout, TimedSocket& client);
   // A target's addresses, when its host is a name: its last ones (looked up again once kResolveEvery
   // has passed), or, the first time, those of a lookup within timeout.
   struct Resolution {
@@ -1390,24 +1395,27 @@ Task<Worker::Resolution> Worker::addresses_of(const config::Target& target, Nano
   co_return Resolution{lookup->endpoints, false};
 }
 
-Task<std::pair<bool, UpConn>> Worker::connect(const config::Target& target, Nanos timeout) {
+Task<Worker::Connected> Worker::connect(const config::Target& target, Nanos timeout, TimedSocket& client) {
   auto c = std::make_unique<TimedSocket>(ioc, sockets);
   c->arm(timeout);
   error_code ec;
   const auto address = asio::ip::make_address(target.host, ec);
   if (!ec) {
+    c->watch(client);
     auto [cec] = co_await c->socket().async_connect(tcp::endpoint(address, target.port), kTok);
     ec = c->timed(cec);
   } else {
     const Resolution r = co_await addresses_of(target, timeout);
-    if (r.endpoints.empty()) co_return std::pair{r.timed_out, UpConn()};
+    if (r.endpoints.empty()) co_return Connected{UpConn(), r.timed_out};
+    c->watch(client);
     auto [cec, endpoint] = co_await asio::async_connect(c->socket(), r.endpoints, kTok);
     ec = c->timed(cec);
   }
-  if (ec) co_return std::pair{ec == beast::error::timeout, UpConn()};
+  c->unwatch();
+  if (ec) co_return Connected{UpConn(), ec == beast::error::timeout, c->client_gone()};
   c->socket().set_option(tcp::no_delay(true), ec);
   c->socket().non_blocking(true, ec);  // for write_now
-  co_return std::pair{false, std::move(c)};
+  co_return Connected{std::move(c)};
 }
 
 // On a pooled connection when one is idle; a pooled connection the upstream had closed is retried
@@ -1446,14 +1454,18 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
       }
     }
     if (!reused) {
-      auto [timed_out, fresh] = co_await connect(target, up.upstream->connect_timeout);
-      if (!fresh) {
-        failure = timed_out ? Reason::kUpstreamTimeout : Reason::kUpstreamConnectFailed;
+      Connected made = co_await connect(target, up.upstream->connect_timeout, x.client);
+      if (made.client_gone) {
+        failure = Reason::kClientClosedRequest;  // not the target's failure: no other is tried
+        break;
+      }
+      if (!made.conn) {
+        failure = made.timed_out ? Reason::kUpstreamTimeout : Reason::kUpstreamConnectFailed;
         connect_failed = true;
         gw.metrics->count_connect_failure(up.upstream->name, target);
         break;
       }
-      conn = std::move(fresh);
+      conn = std::move(made.conn);
     }
     if (expects_continue && attempt == 0 && has_body && !x.continue_sent && !co_await send_continue(x)) {
       failure = Reason::kRequestTimeout;

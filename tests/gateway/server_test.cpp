@@ -863,6 +863,25 @@ TEST_F(GatewayTest, AConnectThatHangsIs504OnceTheConnectTimeoutPasses) {
   EXPECT_EQ(c.get("/echo/next", "crm").status, 200) << "and serves its next request";
 }
 
+// A client that leaves while the gateway is still connecting to a target that hangs is not kept
+// for the connect timeout (2s here): its place goes at once, and the target is not blamed.
+TEST_F(GatewayTest, AClientThatLeavesWhileTheConnectHangsIsNotWaitedFor) {
+  const FullListener hanging;
+  gw_.reset();
+  start(config_text("", 0, hanging.port()));
+  const int fd = connect_to_loopback(gw_->port());
+  ASSERT_GE(fd, 0);
+  const std::string request = "GET /dead HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nX-Request-Id: left-connecting\r\n\r\n";
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 1; }));
+  ::close(fd);
+  ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 0; }, 1500ms));
+  const auto logged = json(access_log_line("left-connecting"));
+  EXPECT_EQ(logged.at("status").as_int64(), 499);
+  EXPECT_EQ(str(logged, "reason"), "client_closed_request");
+  EXPECT_EQ(metrics().find("sluice_upstream_connect_failures_total{upstream=\"dead\""), std::string::npos) << metrics();
+}
+
 // The upstream's timeout runs from the end of the request: an upload that pauses longer than it
 // (a slow client, within its own header_timeout per read) is answered when the upstream answers.
 // The pause is real time: deadlines run on the monotonic clock.
