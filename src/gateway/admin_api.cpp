@@ -567,7 +567,12 @@ AdminResponse AdminApi::config_route(Call& call) const {
       return r;
     }
     auto read = current();
-    if (!read.ok()) return unreadable(read.error());
+    if (!read.ok()) {
+      // With the revision it is at: a replacement that fixes it can be made conditional on it.
+      AdminResponse r = unreadable(read.error());
+      r.headers.emplace_back("ETag", tag);
+      return r;
+    }
     config::StoredConfig stored = std::move(*read);
     if (call.principal.role != config::Role::kAdmin) {
       // The limit store's password is for admin tokens (and the followers that hold one) only.

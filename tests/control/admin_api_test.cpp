@@ -571,7 +571,10 @@ TEST_F(AdminApiTest, WhileTheStoredConfigurationIsInvalidOnlyAWholeReplacementIs
     EXPECT_NE(r.str("msg").find("PUT /admin/v1/config"), std::string::npos) << r.str("msg");
   }
   EXPECT_EQ(revision(), broken);
-  const Reply fixed = call("PUT", "/admin/v1/config", base_yaml());
+  // The configuration's 409 says the revision it is at, for a replacement made conditional on it.
+  const std::string tag = call("GET", "/admin/v1/config").header("ETag");
+  EXPECT_EQ(tag, "\"r" + std::to_string(broken) + "\"");
+  const Reply fixed = call("PUT", "/admin/v1/config", base_yaml(), {{"If-Match", tag}});
   ASSERT_EQ(fixed.status, 200) << fixed.raw.body;
   // The audit row keeps what was replaced: the rows as they were, not an empty configuration.
   const Reply audit = call("GET", "/admin/v1/audit?limit=1");
