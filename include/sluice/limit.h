@@ -38,6 +38,11 @@ inline constexpr Nanos kMinPeriod = std::chrono::milliseconds(1);
 inline constexpr Nanos kMaxPeriod = std::chrono::hours(24 * 365);
 inline constexpr Nanos kMaxFillTime = std::chrono::hours(24 * 365 * 100);
 
+// The checks of one parameter each spec makes (`what` names it in the message), for a caller that
+// reports every parameter out of range at once rather than the first.
+Status check_count(const char* what, std::int64_t value);
+Status check_period(const char* what, Nanos period);
+
 struct TokenBucketSpec {
   std::int64_t capacity = 0;       // the most tokens the bucket holds; it starts full
   std::int64_t refill_tokens = 0;  // tokens added per refill_period

@@ -148,19 +148,32 @@ std::string authority_of(const Target& target) {
 
 namespace {
 
+// Reads a limit's fields, noting every problem (a field that does not read, or is out of range).
 struct FieldReader {
   const LimitFields& fields;
-  Problem* problem;
+  std::vector<Problem>* problems;
   std::set<std::string> used{"algorithm"};
+  bool failed = false;
 
   bool has(const std::string& name) const { return fields.count(name) != 0; }
 
   bool fail(const std::string& field, std::string message) {
-    if (problem != nullptr) {
-      problem->path = field;
-      problem->message = std::move(message);
-    }
+    if (problems != nullptr) problems->push_back(Problem{field, std::move(message)});
+    failed = true;
     return false;
+  }
+
+  // A count read, then checked against the core's range (`what`: its name in the core's message).
+  bool count(const std::string& name, const char* what, std::int64_t& out) {
+    if (!integer(name, out)) return false;
+    const Status s = check_count(what, out);
+    return s || fail(name, s.error().message);
+  }
+
+  bool period(const std::string& name, const char* what, Nanos& out) {
+    if (!duration(name, out)) return false;
+    const Status s = check_period(what, out);
+    return s || fail(name, s.error().message);
   }
 
   bool integer(const std::string& name, std::int64_t& out) {
@@ -187,35 +200,17 @@ struct FieldReader {
     return true;
   }
 
-  bool no_others(const std::string& algorithm) {
+  void no_others(const std::string& algorithm) {
     for (const auto& [name, value] : fields) {
-      if (used.count(name) == 0) return fail(name, "is not a parameter of " + algorithm);
+      if (used.count(name) == 0) fail(name, "is not a parameter of " + algorithm);
     }
-    return true;
   }
 };
 
-// The field a core range error is about, from the words it starts with.
-std::string field_of(const std::string& message, const std::string& rate_field,
-                     const std::string& period_field) {
-  static const std::pair<std::string_view, std::string_view> kWords[] = {
-      {"capacity", "capacity"}, {"refill tokens", ""}, {"refill period", ""},
-      {"burst", "burst"},       {"limit ", "limit"},   {"period", "period"},
-      {"lease timeout", "lease_timeout"},
-  };
-  for (const auto& [words, field] : kWords) {
-    if (message.rfind(words, 0) != 0) continue;
-    if (words == "refill tokens") return rate_field;
-    if (words == "refill period") return period_field;
-    return std::string(field);
-  }
-  return "";
-}
-
 }  // namespace
 
-Result<Limit> limit_from_fields(const LimitFields& fields, Problem* problem) {
-  FieldReader r{fields, problem};
+Result<Limit> limit_from_fields(const LimitFields& fields, std::vector<Problem>* problems) {
+  FieldReader r{fields, problems};
   auto it = fields.find("algorithm");
   if (it == fields.end()) {
     r.fail("algorithm", "is required (token_bucket, gcra, sliding_log, sliding_window, fixed_window or concurrency)");
@@ -223,62 +218,56 @@ Result<Limit> limit_from_fields(const LimitFields& fields, Problem* problem) {
   }
   const std::string& algorithm = it->second;
   const Error bad = invalid_argument("invalid limit");
-  std::string rate_field;
-  std::string period_field;
+  // Every field is read and checked, so that all their problems are reported together; the spec is
+  // built only from fields that all passed (it then checks only what spans them: the time to fill).
   Result<Limit> limit = bad;
   if (algorithm == "token_bucket") {
     TokenBucketSpec spec;
-    if (!r.integer("capacity", spec.capacity)) return bad;
+    r.count("capacity", "capacity", spec.capacity);
     if (r.has("rate") || r.has("per")) {
-      rate_field = "rate";
-      period_field = "per";
-      if (!r.integer("rate", spec.refill_tokens) || !r.duration("per", spec.refill_period)) return bad;
+      r.count("rate", "refill tokens", spec.refill_tokens);
+      r.period("per", "refill period", spec.refill_period);
+    } else if (!r.has("refill_tokens") && !r.has("refill_interval")) {
+      r.fail("rate", "is required: give rate and per (continuous refill), or refill_tokens and "
+                     "refill_interval (refill in steps)");
     } else {
-      rate_field = "refill_tokens";
-      period_field = "refill_interval";
       spec.refill = Refill::kInterval;
-      if (!r.has("refill_tokens") && !r.has("refill_interval")) {
-        r.fail("rate", "is required: give rate and per (continuous refill), or refill_tokens and "
-                       "refill_interval (refill in steps)");
-        return bad;
-      }
-      if (!r.integer("refill_tokens", spec.refill_tokens) ||
-          !r.duration("refill_interval", spec.refill_period)) {
-        return bad;
-      }
+      r.count("refill_tokens", "refill tokens", spec.refill_tokens);
+      r.period("refill_interval", "refill period", spec.refill_period);
     }
-    if (!r.no_others(algorithm)) return bad;
-    limit = Limit::token_bucket(spec);
+    r.no_others(algorithm);
+    if (!r.failed) limit = Limit::token_bucket(spec);
   } else if (algorithm == "gcra") {
     GcraSpec spec;
-    if (!r.integer("limit", spec.limit) || !r.duration("period", spec.period)) return bad;
+    r.count("limit", "limit", spec.limit);
+    r.period("period", "period", spec.period);
     spec.burst = spec.limit;
-    if (r.has("burst") && !r.integer("burst", spec.burst)) return bad;
-    if (!r.no_others(algorithm)) return bad;
-    limit = Limit::gcra(spec);
+    if (r.has("burst")) r.count("burst", "burst", spec.burst);
+    r.no_others(algorithm);
+    if (!r.failed) limit = Limit::gcra(spec);
   } else if (algorithm == "sliding_log" || algorithm == "sliding_window" ||
              algorithm == "fixed_window") {
     WindowSpec spec;
-    if (!r.integer("limit", spec.limit) || !r.duration("period", spec.period)) return bad;
-    if (!r.no_others(algorithm)) return bad;
-    limit = algorithm == "sliding_log"      ? Limit::sliding_log(spec)
-            : algorithm == "sliding_window" ? Limit::sliding_window(spec)
-                                            : Limit::fixed_window(spec);
+    r.count("limit", "limit", spec.limit);
+    r.period("period", "period", spec.period);
+    r.no_others(algorithm);
+    if (!r.failed) {
+      limit = algorithm == "sliding_log"      ? Limit::sliding_log(spec)
+              : algorithm == "sliding_window" ? Limit::sliding_window(spec)
+                                              : Limit::fixed_window(spec);
+    }
   } else if (algorithm == "concurrency") {
     ConcurrencySpec spec;
-    if (!r.integer("limit", spec.limit) || !r.duration("lease_timeout", spec.lease_timeout)) {
-      return bad;
-    }
-    if (!r.no_others(algorithm)) return bad;
-    limit = Limit::concurrency(spec);
+    r.count("limit", "limit", spec.limit);
+    r.period("lease_timeout", "lease timeout", spec.lease_timeout);
+    r.no_others(algorithm);
+    if (!r.failed) limit = Limit::concurrency(spec);
   } else {
     r.fail("algorithm", "must be token_bucket, gcra, sliding_log, sliding_window, fixed_window or "
                         "concurrency, got \"" + algorithm + "\"");
-    return bad;
   }
-  if (!limit.ok()) {
-    r.fail(field_of(limit.error().message, rate_field, period_field), limit.error().message);
-  }
+  if (r.failed) return bad;
+  if (!limit.ok()) r.fail("", limit.error().message);  // the time to fill, which no one field decides
   return limit;
 }
 

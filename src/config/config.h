@@ -165,8 +165,9 @@ std::vector<Problem> validate(const Config& config);
 // "burst": "5"}. Durations take ms, s, m, h and d.
 using LimitFields = std::map<std::string, std::string>;
 
-// Builds a limit from its fields. On failure the Problem's path is the offending field's name.
-Result<Limit> limit_from_fields(const LimitFields& fields, Problem* problem);
+// Builds a limit from its fields. On failure, every problem is appended to problems (when given),
+// each with the offending field's name as its path (empty: the limit as a whole).
+Result<Limit> limit_from_fields(const LimitFields& fields, std::vector<Problem>* problems);
 // The canonical fields of a limit (the algorithm first, then its parameters), which
 // limit_from_fields turns back into an equal limit.
 std::vector<std::pair<std::string, std::string>> limit_fields(const Limit& limit);

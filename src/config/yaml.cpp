@@ -364,12 +364,14 @@ class Reader {
           f[key] = value;
         }
       }
-      Problem problem;
-      auto limit = limit_from_fields(f, &problem);
+      std::vector<Problem> problems;
+      auto limit = limit_from_fields(f, &problems);
       if (!limit.ok()) {
-        const std::string field = problem.path.empty() ? path : path + "." + problem.path;
-        const YAML::Node where = problem.path.empty() || !n[problem.path].IsDefined() ? n : n[problem.path];
-        fail(where, field, problem.message);
+        for (const Problem& problem : problems) {
+          const std::string field = problem.path.empty() ? path : path + "." + problem.path;
+          const YAML::Node where = problem.path.empty() || !n[problem.path].IsDefined() ? n : n[problem.path];
+          fail(where, field, problem.message);
+        }
         return;
       }
       if (!ok) return;

@@ -26,12 +26,6 @@ const char* to_string(Algorithm algorithm) {
   return "unknown";
 }
 
-namespace {
-
-using detail::LimitParams;
-
-constexpr std::int64_t kMaxFillUs = kMaxFillTime.count() / 1000;
-
 Status check_count(const char* what, std::int64_t value) {
   if (value < 1 || value > kMaxLimit) {
     return invalid_argument(std::string(what) + " must be between 1 and 2^40 (1099511627776), got " +
@@ -51,6 +45,12 @@ Status check_period(const char* what, Nanos period) {
   }
   return {};
 }
+
+namespace {
+
+using detail::LimitParams;
+
+constexpr std::int64_t kMaxFillUs = kMaxFillTime.count() / 1000;
 
 Status check_fill_time(__int128 fill_us) {
   if (fill_us > kMaxFillUs) {

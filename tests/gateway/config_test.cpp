@@ -361,10 +361,36 @@ TEST(ConfigLimits, GcraBurstDefaultsToTheLimit) {
 }
 
 TEST(ConfigLimits, ATokenBucketWithoutARateSaysWhichFieldsItNeeds) {
-  Problem p;
+  std::vector<Problem> p;
   EXPECT_FALSE(limit_from_fields({{"algorithm", "token_bucket"}, {"capacity", "5"}}, &p).ok());
-  EXPECT_EQ(p.path, "rate");
-  EXPECT_NE(p.message.find("refill_interval"), std::string::npos);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].path, "rate");
+  EXPECT_NE(p[0].message.find("refill_interval"), std::string::npos);
+}
+
+// Every field of a limit that does not read or is out of range is reported, not the first.
+TEST(ConfigLimits, EveryParameterOutOfRangeIsReportedWithItsField) {
+  std::vector<Problem> p;
+  EXPECT_FALSE(limit_from_fields({{"algorithm", "token_bucket"}, {"capacity", "0"}, {"rate", "-1"}, {"per", "0s"},
+                                  {"colour", "red"}},
+                                 &p)
+                   .ok());
+  std::vector<std::string> fields;
+  for (const Problem& one : p) fields.push_back(one.path);
+  EXPECT_EQ(fields, (std::vector<std::string>{"capacity", "rate", "per", "colour"}));
+  EXPECT_NE(p[1].message.find("refill tokens must be between 1 and 2^40"), std::string::npos) << p[1].message;
+  p.clear();
+  EXPECT_FALSE(limit_from_fields({{"algorithm", "gcra"}, {"limit", "x"}, {"period", "400d"}, {"burst", "0"}}, &p).ok());
+  fields.clear();
+  for (const Problem& one : p) fields.push_back(one.path);
+  EXPECT_EQ(fields, (std::vector<std::string>{"limit", "period", "burst"}));
+  // What no one field decides, the time to fill, is the limit's as a whole.
+  p.clear();
+  EXPECT_FALSE(limit_from_fields({{"algorithm", "gcra"}, {"limit", "1"}, {"period", "365d"}, {"burst", "1099511627776"}}, &p)
+                   .ok());
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].path, "");
+  EXPECT_NE(p[0].message.find("100 years"), std::string::npos) << p[0].message;
 }
 
 TEST(PathPattern, MatchesExactParameterAndPrefixPatterns) {
