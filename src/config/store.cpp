@@ -159,14 +159,24 @@ class Transaction {
 
 std::string text_of(const json::value& v) { return json::serialize(v); }
 
+// Every string in v read as a store URL, its password redacted: a "store" setting of the wrong type
+// (rows edited by hand) may still hold one.
+void redact_store_strings(json::value& v) {
+  if (v.is_string()) {
+    v = redact_store_password(v.as_string());
+  } else if (v.is_object()) {
+    for (auto& kv : v.as_object()) redact_store_strings(kv.value());
+  } else if (v.is_array()) {
+    for (json::value& e : v.as_array()) redact_store_strings(e);
+  }
+}
+
 void redact(json::value& v) {
   if (v.is_object()) {
     json::object& o = v.as_object();
     o.erase("api_key_sha256");
     o.erase("sealed_secret");
-    if (auto* store = o.if_contains("store"); store != nullptr && store->is_string()) {
-      *store = redact_store_password(store->as_string());
-    }
+    if (auto* store = o.if_contains("store")) redact_store_strings(*store);
     for (auto& kv : o) redact(kv.value());
   } else if (v.is_array()) {
     for (json::value& e : v.as_array()) redact(e);

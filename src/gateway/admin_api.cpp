@@ -492,7 +492,9 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
       const std::size_t eq = pair.find('=');
       std::string name = percent_decode(pair.substr(0, eq), true);
       std::string value = eq == std::string_view::npos ? "" : percent_decode(pair.substr(eq + 1), true);
-      if (!call.query.emplace(name, std::move(value)).second && repeated.empty()) repeated = std::move(name);
+      if (!name.empty() && !call.query.emplace(name, std::move(value)).second && repeated.empty()) {
+        repeated = std::move(name);
+      }
       if (amp == std::string_view::npos) break;
       rest.remove_prefix(amp + 1);
     }
@@ -506,7 +508,6 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
       std::any_of(call.segments.begin(), call.segments.end(), [](const std::string& s) { return s.empty(); })) {
     return not_found("No such admin API route.");
   }
-  if (!repeated.empty()) return error(400, "bad_request", "The query parameter " + repeated + " is given twice.");
   call.principal = *principal;
   call.actor = "token:" + principal->name + " (" + principal->id + ")";
   const bool reads = call.method == "GET";
@@ -514,6 +515,7 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
   if ((!reads || what == "tokens") && principal->role != config::Role::kAdmin) {
     return error(403, "forbidden", "This token has the read role; this needs the admin role.");
   }
+  if (!repeated.empty()) return error(400, "bad_request", "The query parameter " + repeated + " is given twice.");
 
   if (what == "config") return config_route(call);
   if (what == "systems") return entity_route<config::System>(call);
@@ -568,9 +570,10 @@ AdminResponse AdminApi::config_route(Call& call) const {
     }
     auto read = current();
     if (!read.ok()) {
-      // With the revision it is at: a replacement that fixes it can be made conditional on it.
+      // Invalid, with the revision it is at: a replacement that fixes it can be made conditional on
+      // it (one read apart, so at worst it is refused with 412).
       AdminResponse r = unreadable(read.error());
-      r.headers.emplace_back("ETag", tag);
+      if (read.error().code == ErrorCode::kInvalidArgument) r.headers.emplace_back("ETag", tag);
       return r;
     }
     config::StoredConfig stored = std::move(*read);

@@ -264,13 +264,14 @@ class TimedSocket : public DeadlineHook {
   void disarm() {
     deadline_ = Nanos::max();
     timed_out_ = false;
+    client_gone_ = false;  // for the next request (it goes back to its pool)
   }
   error_code timed(const error_code& ec) const { return ec && timed_out_ ? error_code(beast::error::timeout) : ec; }
+  // Once gone, the client stays gone for the rest of the exchange, whatever phase watches next.
   void watch(TimedSocket& client) {
     watched_ = &client;
     peek_wait_ = kDeadlineSweep;
     next_peek_ = coarse_now() + peek_wait_;
-    client_gone_ = false;
   }
   void unwatch() { watched_ = nullptr; }
   bool client_gone() const { return client_gone_; }
@@ -1412,7 +1413,9 @@ Task<Worker::Connected> Worker::connect(const config::Target& target, Nanos time
     ec = c->timed(cec);
   }
   c->unwatch();
-  if (ec) co_return Connected{UpConn(), ec == beast::error::timeout, c->client_gone()};
+  // A range connect moves on to the next address when cancelled: one may succeed for a client gone.
+  if (c->client_gone()) co_return Connected{UpConn(), false, true};
+  if (ec) co_return Connected{UpConn(), ec == beast::error::timeout};
   c->socket().set_option(tcp::no_delay(true), ec);
   c->socket().non_blocking(true, ec);  // for write_now
   co_return Connected{std::move(c)};
@@ -1640,7 +1643,8 @@ Task<bool> Worker::proxy(Exchange& x) {
     pool = &idle[target];
     sent_up = co_await send_upstream(x, itf, target, *pool, has_body, expects_continue);
     if (!sent_up.connect_failed) {
-      if (!resting.empty()) resting.erase(target);
+      // Connected (a client that left while it connected says nothing of the target).
+      if (!resting.empty() && sent_up.failure != Reason::kClientClosedRequest) resting.erase(target);
       break;
     }
     resting.insert_or_assign(target, steady_clock().now() + kTargetRest);
@@ -1652,17 +1656,23 @@ Task<bool> Worker::proxy(Exchange& x) {
   // A call whose client left: the upstream did nothing wrong, unless it was already slow. One that
   // outlasted slow_call counts as slow, or a hung upstream whose clients give up would never trip
   // its breaker.
-  auto abandoned = [&] {
+  // took: the upstream's time until the client left.
+  auto abandoned = [&](Nanos took) {
     const CircuitBreakerOptions* judged = up.breaker ? &up.breaker->options() : nullptr;
-    if (judged != nullptr && judged->slow_call_rate > 0 && upstream_latency >= judged->slow_call) {
-      record(false, upstream_latency);
+    if (judged != nullptr && judged->slow_call_rate > 0 && took >= judged->slow_call) {
+      record(false, took);
     } else {
       release_permit();
     }
   };
   if (!conn) {
     if (sent_up.failure == Reason::kClientClosedRequest) {
-      abandoned();
+      // An upload the client broke off was never the upstream's to answer.
+      if (sent_up.body_failed) {
+        release_permit();
+      } else {
+        abandoned(upstream_latency);
+      }
       finish(x, status_of(sent_up.failure), sent_up.failure, upstream_latency);  // nobody to answer
       co_return false;
     }
@@ -1703,8 +1713,14 @@ Task<bool> Worker::proxy(Exchange& x) {
                                           x.chunk, itf.timeout, itf.timeout,
                                           [&] { record(failure_status, upstream_latency); });
   conn->unwatch();
-  if (conn->client_gone() && (sent.read || sent.write)) {  // a relay done whole was not cut short
-    abandoned();  // when the first piece of the body did not come before the client left
+  // The client left: found by the sweep, or by a write to it that failed for its closing (a relay
+  // done whole was not cut short).
+  const bool left = sent.write == asio::error::broken_pipe || sent.write == asio::error::connection_reset ||
+                    (conn->client_gone() && (sent.read || sent.write));
+  if (left) {
+    // Judged by the upstream's time until then, when the first piece of the body did not come
+    // before (a body that stalls at once is as slow as a header that does).
+    abandoned(since(up_start) - sent_up.upload);
     finish(x, sent.started ? static_cast<int>(status) : status_of(Reason::kClientClosedRequest),
            Reason::kClientClosedRequest, upstream_latency);
     co_return false;

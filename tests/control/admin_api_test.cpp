@@ -598,6 +598,17 @@ TEST_F(AdminApiTest, ASettingThatDoesNotReadIsNamedNotQuoted) {
   EXPECT_EQ(r.status, 409);
   EXPECT_NE(r.str("msg").find("store: is not valid JSON"), std::string::npos) << r.str("msg");
   EXPECT_EQ(r.raw.body.find("s3cret"), std::string::npos) << r.raw.body;
+  // Nor does the audit row of the replacement show it, whatever the type the hand edit gave it.
+  ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, R"(UPDATE settings SET value = '{"url":["redis://:s3cret@h:6379"]}' WHERE name = 'store')",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  ASSERT_EQ(call("PUT", "/admin/v1/config", base_yaml()).status, 200);
+  const Reply audit = call("GET", "/admin/v1/audit?limit=1", "", {}, &read_);
+  EXPECT_EQ(audit.status, 200);
+  EXPECT_NE(audit.raw.body.find("REDACTED"), std::string::npos) << audit.raw.body;
+  EXPECT_EQ(audit.raw.body.find("s3cret"), std::string::npos) << audit.raw.body;
 }
 
 TEST_F(AdminApiTest, ALongPollHoldsWhileNothingChangesAndAnswersOnceSomethingDoes) {

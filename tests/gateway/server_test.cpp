@@ -950,7 +950,10 @@ TEST_F(GatewayTest, AClientThatGivesUpFreesItsInFlightPlaceWithoutWaitingForTheU
 // place too, and the upstream connection is closed; the log keeps the status it was sent.
 TEST_F(GatewayTest, AClientThatLeavesWhileTheBodyStallsFreesItsPlace) {
   ClosingUpstream stalled("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello", ClosingUpstream::After::kHold);
-  restart_in_front_of(stalled);
+  gw_.reset();
+  start(replace_all(config_text("", stalled.port()), "    targets: [127.0.0.1:" + std::to_string(stalled.port()) +
+                                                         "]\n    timeout: 300ms",
+                    "    targets: [127.0.0.1:" + std::to_string(stalled.port()) + "]\n    timeout: 60s"));
   const int fd = connect_to_loopback(gw_->port());
   ASSERT_GE(fd, 0);
   const std::string request = "GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nX-Request-Id: left-mid-body\r\n\r\n";
