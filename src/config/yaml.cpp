@@ -361,7 +361,7 @@ class Reader {
             ok = false;
           }
         } else {
-          f[key] = value;
+          f.emplace(key, value);  // a key given twice is reported, and only the first counts
         }
       }
       std::vector<Problem> problems;

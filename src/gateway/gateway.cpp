@@ -840,6 +840,7 @@ struct Worker {
     bool body_failed = false;  // the client's body was bad (413/400/timeout) rather than the upstream
     bool connect_failed = false;  // no connection could be opened: nothing was sent
     Nanos upload{0};  // spent streaming the client's body up: the client's time, not the upstream's
+    bool left_connecting = false;  // the client left while a connection was being opened
   };
   Task<Sent> send_upstream(Exchange& x, const InterfaceEntry& itf, const config::Target& target,
                            std::vector<UpConn>& pool, bool has_body, bool expects_continue);
@@ -1438,6 +1439,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
   bool body_failed = false;
   bool connect_failed = false;
   bool client_gone = false;
+  bool left_connecting = false;
   Nanos upload{0};
   // Whether the request can be written again (it has no body, or all of it is held), and whether
   // it may be sent again after the upstream might have acted on it: only an idempotent one may
@@ -1460,6 +1462,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
       Connected made = co_await connect(target, up.upstream->connect_timeout, x.client);
       if (made.client_gone) {
         failure = Reason::kClientClosedRequest;  // not the target's failure: no other is tried
+        left_connecting = true;
         break;
       }
       if (!made.conn) {
@@ -1558,8 +1561,8 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
     const bool again = idle_408 || (reused && nothing_back && (written ? replayable : resendable));
     if (!again) break;
   }
-  if (!rp) co_return Sent{UpConn(), failure, body_failed, connect_failed, upload};
-  co_return Sent{std::move(conn), Reason::kOk, false, false, upload};
+  if (!rp) co_return Sent{UpConn(), failure, body_failed, connect_failed, upload, left_connecting};
+  co_return Sent{std::move(conn), Reason::kOk, false, false, upload, false};
 }
 
 Task<bool> Worker::proxy(Exchange& x) {
@@ -1644,7 +1647,7 @@ Task<bool> Worker::proxy(Exchange& x) {
     sent_up = co_await send_upstream(x, itf, target, *pool, has_body, expects_continue);
     if (!sent_up.connect_failed) {
       // Connected (a client that left while it connected says nothing of the target).
-      if (!resting.empty() && sent_up.failure != Reason::kClientClosedRequest) resting.erase(target);
+      if (!resting.empty() && !sent_up.left_connecting) resting.erase(target);
       break;
     }
     resting.insert_or_assign(target, steady_clock().now() + kTargetRest);
