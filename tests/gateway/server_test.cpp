@@ -139,6 +139,16 @@ int connect_to_loopback(std::uint16_t port) {
   return connect_to_loopback(port, [](int) { return true; });
 }
 
+// A new connection to port with bytes sent on it (all of them): its descriptor, or -1.
+int connect_and_send(std::uint16_t port, const std::string& bytes) {
+  const int fd = connect_to_loopback(port);
+  if (fd >= 0 && ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(bytes.size())) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // An upstream that reads a request (the header and its Content-Length body), sends `response`, and
 // then, as `after` says: closes the connection; or shuts down its sending side only, which ends a
 // response framed by the connection's end, and counts what the gateway still sends on it (it must
@@ -869,10 +879,9 @@ TEST_F(GatewayTest, AClientThatLeavesWhileTheConnectHangsIsNotWaitedFor) {
   const FullListener hanging;
   gw_.reset();
   start(config_text("", 0, hanging.port()));
-  const int fd = connect_to_loopback(gw_->port());
-  ASSERT_GE(fd, 0);
   const std::string request = "GET /dead HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nX-Request-Id: left-connecting\r\n\r\n";
-  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  const int fd = connect_and_send(gw_->port(), request);
+  ASSERT_GE(fd, 0);
   ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 1; }));
   ::close(fd);
   ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 0; }, 1500ms));
@@ -930,11 +939,10 @@ TEST_F(GatewayTest, TheInFlightLimitRefusesWhileARequestIsInProgress) {
 // closing its connection, not when the upstream answers (10 s here); nobody is answered, and the
 // log says 499.
 TEST_F(GatewayTest, AClientThatGivesUpFreesItsInFlightPlaceWithoutWaitingForTheUpstream) {
-  const int fd = connect_to_loopback(gw_->port());
-  ASSERT_GE(fd, 0);
   const std::string request =
       "GET /slow?delay_ms=60000 HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nX-Request-Id: gives-up\r\n\r\n";
-  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  const int fd = connect_and_send(gw_->port(), request);
+  ASSERT_GE(fd, 0);
   ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 1; }));
   EXPECT_EQ(get("/slow", "crm").status, 429);
   ::close(fd);
@@ -954,10 +962,9 @@ TEST_F(GatewayTest, AClientThatLeavesWhileTheBodyStallsFreesItsPlace) {
   start(replace_all(config_text("", stalled.port()), "    targets: [127.0.0.1:" + std::to_string(stalled.port()) +
                                                          "]\n    timeout: 300ms",
                     "    targets: [127.0.0.1:" + std::to_string(stalled.port()) + "]\n    timeout: 60s"));
-  const int fd = connect_to_loopback(gw_->port());
-  ASSERT_GE(fd, 0);
   const std::string request = "GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nX-Request-Id: left-mid-body\r\n\r\n";
-  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  const int fd = connect_and_send(gw_->port(), request);
+  ASSERT_GE(fd, 0);
   std::string out;
   char buf[4096];
   while (out.find("hello") == std::string::npos) {
@@ -984,10 +991,9 @@ TEST_F(GatewayTest, AGiveUpCountsForTheBreakerOnlyAsASlowCall) {
                       std::string("    timeout: 10s\n    breaker: {slow_call_rate: 50, slow_call: ") + slow_call +
                           ", window: 2, minimum_calls: 2, open_for: 1h}"));
     for (int i = 0; i < 2; ++i) {
-      const int fd = connect_to_loopback(gw_->port());
-      ASSERT_GE(fd, 0);
       const std::string request = "GET /slow?delay_ms=60000 HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n\r\n";
-      ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+      const int fd = connect_and_send(gw_->port(), request);
+      ASSERT_GE(fd, 0);
       ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 1; }));
       ::close(fd);
       ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 0; }, 5s)) << slow_call;
