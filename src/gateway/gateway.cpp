@@ -1656,10 +1656,9 @@ Task<bool> Worker::proxy(Exchange& x) {
   UpConn conn = std::move(sent_up.conn);
   // The upstream's time: to connect, and from the end of the request to the response header.
   const Nanos upstream_latency = since(up_start) - sent_up.upload;
-  // A call whose client left: the upstream did nothing wrong, unless it was already slow. One that
-  // outlasted slow_call counts as slow, or a hung upstream whose clients give up would never trip
-  // its breaker.
-  // took: the upstream's time until the client left.
+  // A call whose client left after the upstream had taken `took`: the upstream did nothing wrong,
+  // unless it was already slow. One that outlasted slow_call counts as slow, or a hung upstream
+  // whose clients give up would never trip its breaker.
   auto abandoned = [&](Nanos took) {
     const CircuitBreakerOptions* judged = up.breaker ? &up.breaker->options() : nullptr;
     if (judged != nullptr && judged->slow_call_rate > 0 && took >= judged->slow_call) {
