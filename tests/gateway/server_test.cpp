@@ -149,6 +149,16 @@ int connect_and_send(std::uint16_t port, const std::string& bytes) {
   return fd;
 }
 
+// What fd gives until `marker` has come, or until the connection ends or fails.
+std::string read_until(int fd, std::string_view marker) {
+  std::string in;
+  char buf[4096];
+  for (ssize_t n; in.find(marker) == std::string::npos && (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
+    in.append(buf, static_cast<std::size_t>(n));
+  }
+  return in;
+}
+
 // An upstream that reads a request (the header and its Content-Length body), sends `response`, and
 // then, as `after` says: closes the connection; or shuts down its sending side only, which ends a
 // response framed by the connection's end, and counts what the gateway still sends on it (it must
@@ -766,17 +776,10 @@ TEST_F(GatewayTest, AHalfOpenBreakerJudgesAStreamingProbeByItsFirstPiece) {
   EXPECT_NE(metrics().find("sluice_breaker_state{upstream=\"closing\",state=\"open\"} 1"), std::string::npos);
   clock_.advance(10s);
 
-  const int probe = connect_to_loopback(gw_->port());
+  const int probe = connect_and_send(gw_->port(), "GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n\r\n");
   ASSERT_GE(probe, 0);
-  const std::string request = "GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n\r\n";
-  ASSERT_EQ(::send(probe, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
-  std::string in;
-  char buf[4096];
-  while (in.find("\r\n\r\nhel") == std::string::npos) {
-    const ssize_t n = ::recv(probe, buf, sizeof buf, 0);
-    ASSERT_GT(n, 0) << in;
-    in.append(buf, static_cast<std::size_t>(n));
-  }
+  const std::string in = read_until(probe, "\r\n\r\nhel");
+  ASSERT_NE(in.find("\r\n\r\nhel"), std::string::npos) << in;
   // The stream is still going (7 bytes to come): the breaker has closed already.
   const std::string m = metrics();
   EXPECT_NE(m.find("sluice_breaker_state{upstream=\"closing\",state=\"closed\"} 1"), std::string::npos) << m;
@@ -965,13 +968,8 @@ TEST_F(GatewayTest, AClientThatLeavesWhileTheBodyStallsFreesItsPlace) {
   const std::string request = "GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nX-Request-Id: left-mid-body\r\n\r\n";
   const int fd = connect_and_send(gw_->port(), request);
   ASSERT_GE(fd, 0);
-  std::string out;
-  char buf[4096];
-  while (out.find("hello") == std::string::npos) {
-    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    ASSERT_GT(n, 0) << out;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
+  const std::string out = read_until(fd, "hello");
+  ASSERT_NE(out.find("hello"), std::string::npos) << out;
   EXPECT_EQ(gw_->metrics().in_flight(), 1);
   ::close(fd);
   ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 0; }, 5s));
