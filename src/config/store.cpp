@@ -403,12 +403,13 @@ Result<json::object> ConfigStore::read_document(std::vector<Problem>& problems) 
   return doc;
 }
 
-Result<StoredConfig> ConfigStore::read_config() {
+Result<StoredConfig> ConfigStore::read_config(boost::json::object* rows) {
   auto revision = read_revision();
   if (!revision.ok()) return revision.error();
   std::vector<Problem> problems;
   auto doc = read_document(problems);
   if (!doc.ok()) return doc.error();
+  if (rows != nullptr) *rows = *doc;
   // The rows as the JSON form of the file, read by the file's reader: the same checks and messages
   // for a hand edit of the tables as for a typo in a file, reported with the values that are not
   // JSON (read as strings).
@@ -597,7 +598,8 @@ WriteResult ConfigStore::write(std::string_view actor, const Change& change, std
   }
   // A replacement does not need what it replaces to be valid: it is how rows broken by hand get
   // fixed. It does need it read, though, to carry credentials over.
-  auto current = read_config();
+  json::object rows;  // as read, for the audit row when they are not valid
+  auto current = read_config(&rows);
   if (!current.ok() && (needs_current || current.error().code != ErrorCode::kInvalidArgument)) {
     const bool invalid = current.error().code == ErrorCode::kInvalidArgument;
     return refused(invalid ? Refusal::Kind::kStoredInvalid : Refusal::Kind::kFailed, current.error().message,
@@ -613,14 +615,9 @@ WriteResult ConfigStore::write(std::string_view actor, const Change& change, std
   }
   ChangeRecord record;
   if (std::optional<Refusal> r = change(next, record)) return WriteResult{std::move(r), *revision};
-  if (!current.ok()) {
-    // What is replaced did not read: the audit row keeps the rows as they were, not the empty
-    // configuration the change started from.
-    std::vector<Problem> ignored;
-    auto rows = read_document(ignored);
-    if (!rows.ok()) return refused(Refusal::Kind::kFailed, rows.error().message, *revision);
-    record.before = text_of(*rows);
-  }
+  // What is replaced did not read: the audit row keeps the rows as they were, not the empty
+  // configuration the change started from.
+  if (!current.ok()) record.before = text_of(rows);
   if (std::vector<Problem> problems = validate(next); !problems.empty()) {
     return WriteResult{Refusal{Refusal::Kind::kInvalid, "the change would make the configuration invalid",
                                std::move(problems)},

@@ -149,7 +149,8 @@ class ConfigStore {
   // The tables as the JSON form of a configuration file (a value that is not JSON is a string, and
   // named in problems), and that read and validated.
   Result<boost::json::object> read_document(std::vector<Problem>& problems);
-  Result<StoredConfig> read_config();
+  // rows, when given, gets the document the configuration was read from, valid or not.
+  Result<StoredConfig> read_config(boost::json::object* rows = nullptr);
   Result<std::vector<System>> read_credentials();
   Status write_config(const Config& config);
   Status add_audit(std::string_view actor, const ChangeRecord& record, std::int64_t revision);
