@@ -403,7 +403,7 @@ Result<json::object> ConfigStore::read_document(std::vector<Problem>& problems) 
   return doc;
 }
 
-Result<StoredConfig> ConfigStore::read_config(boost::json::object* rows) {
+Result<StoredConfig> ConfigStore::read_config(boost::json::object* rows, std::vector<Problem>* problems_out) {
   auto revision = read_revision();
   if (!revision.ok()) return revision.error();
   std::vector<Problem> problems;
@@ -425,6 +425,7 @@ Result<StoredConfig> ConfigStore::read_config(boost::json::object* rows) {
     p.column = 0;
     message += "\n  " + p.to_string();
   }
+  if (problems_out != nullptr) *problems_out = std::move(problems);
   return Error{ErrorCode::kInvalidArgument, message};
 }
 
@@ -468,11 +469,11 @@ Result<std::string> ConfigStore::stored_text() {
   return text_of(*doc);
 }
 
-Result<StoredConfig> ConfigStore::load() {
+Result<StoredConfig> ConfigStore::load(std::vector<Problem>* problems) {
   std::lock_guard lock(mu_);
   Transaction tx(db_, false);  // one snapshot of the file for the revision and every table
   if (!tx.ok()) return db_error(db_, "cannot read " + options_.path);
-  return read_config();
+  return read_config(nullptr, problems);
 }
 
 Status ConfigStore::write_config(const Config& c) {
@@ -599,11 +600,13 @@ WriteResult ConfigStore::write(std::string_view actor, const Change& change, std
   // A replacement does not need what it replaces to be valid: it is how rows broken by hand get
   // fixed. It does need it read, though, to carry credentials over.
   json::object rows;  // as read, for the audit row when they are not valid
-  auto current = read_config(&rows);
+  std::vector<Problem> stored_problems;
+  auto current = read_config(&rows, &stored_problems);
   if (!current.ok() && (needs_current || current.error().code != ErrorCode::kInvalidArgument)) {
     const bool invalid = current.error().code == ErrorCode::kInvalidArgument;
-    return refused(invalid ? Refusal::Kind::kStoredInvalid : Refusal::Kind::kFailed, current.error().message,
-                   *revision);
+    return WriteResult{Refusal{invalid ? Refusal::Kind::kStoredInvalid : Refusal::Kind::kFailed,
+                               current.error().message, std::move(stored_problems)},
+                       *revision};
   }
   Config next = current.ok() ? *current->config : Config{};
   if (!current.ok()) {

@@ -70,7 +70,7 @@ struct Refusal {
   enum class Kind : std::uint8_t { kNotFound, kConflict, kStale, kInvalid, kStoredInvalid, kFailed };
   Kind kind = Kind::kFailed;
   std::string message{};
-  std::vector<Problem> problems;  // kInvalid
+  std::vector<Problem> problems;  // kInvalid: the change's; kStoredInvalid: the stored configuration's
 };
 
 // A change: edits the configuration in place and describes itself, or refuses.
@@ -110,8 +110,9 @@ class ConfigStore {
   // The revision: changes with every commit, from any process. Cheap.
   Result<std::int64_t> revision();
   // The configuration and its revision, read in one transaction. An error when the rows (edited by
-  // hand) do not make a valid configuration: it lists the problems.
-  Result<StoredConfig> load();
+  // hand) do not make a valid configuration: it lists the problems, which go to `problems` too when
+  // it is given.
+  Result<StoredConfig> load(std::vector<Problem>* problems = nullptr);
   // The rows as the JSON text of a configuration file, whether or not they make a valid one (a value
   // that is not JSON is a string): what an operator exports to repair a hand edit that load() refuses.
   Result<std::string> stored_text();
@@ -149,8 +150,9 @@ class ConfigStore {
   // The tables as the JSON form of a configuration file (a value that is not JSON is a string, and
   // named in problems), and that read and validated.
   Result<boost::json::object> read_document(std::vector<Problem>& problems);
-  // rows, when given, gets the document the configuration was read from, valid or not.
-  Result<StoredConfig> read_config(boost::json::object* rows = nullptr);
+  // rows, when given, gets the document the configuration was read from, valid or not; problems, what
+  // is wrong with it when it is not valid.
+  Result<StoredConfig> read_config(boost::json::object* rows = nullptr, std::vector<Problem>* problems = nullptr);
   Result<std::vector<System>> read_credentials();
   Status write_config(const Config& config);
   Status add_audit(std::string_view actor, const ChangeRecord& record, std::int64_t revision);

@@ -99,16 +99,20 @@ std::vector<Problem> placed(std::vector<Problem> problems, const std::string& pr
   return problems;
 }
 
-// The configuration in the database does not validate: no part of it can be read or changed.
-AdminResponse stored_invalid(const std::string& why) {
-  return error(409, "stored_config_invalid",
-               why + "\nReplace it whole to fix it: PUT /admin/v1/config, or sluice config apply or import "
-                     "(sluice config export --as-stored prints it as it is).");
+// The configuration in the database does not validate: no part of it can be read or changed. Its
+// problems are listed in msg, and each in `problems` (none is in a request's body).
+AdminResponse stored_invalid(const std::string& why, const std::vector<Problem>& problems) {
+  json::object o{{"code", 409},
+                 {"reason", "stored_config_invalid"},
+                 {"msg", why + "\nReplace it whole to fix it: PUT /admin/v1/config, or sluice config apply or "
+                               "import (sluice config export --as-stored prints it as it is)."}};
+  o["problems"] = problems_json(problems, kNoBody);
+  return json_response(409, o);
 }
 
-// Why the configuration could not be read.
-AdminResponse unreadable(const Error& e) {
-  if (e.code == ErrorCode::kInvalidArgument) return stored_invalid(e.message);
+// Why the configuration could not be read (problems: what is wrong with it when it is not valid).
+AdminResponse unreadable(const Error& e, const std::vector<Problem>& problems) {
+  if (e.code == ErrorCode::kInvalidArgument) return stored_invalid(e.message, problems);
   return error(503, "store_unavailable", e.message);
 }
 
@@ -118,7 +122,7 @@ AdminResponse refusal_response(const Refusal& r, BodyAt prefix) {
     case Refusal::Kind::kConflict: return error(409, "conflict", r.message);
     case Refusal::Kind::kStale: return error(412, "precondition_failed", r.message);
     case Refusal::Kind::kInvalid: return invalid(r.problems, prefix, r.message);
-    case Refusal::Kind::kStoredInvalid: return stored_invalid(r.message);
+    case Refusal::Kind::kStoredInvalid: return stored_invalid(r.message, r.problems);
     case Refusal::Kind::kFailed: return error(503, "store_unavailable", r.message);
   }
   return error(503, "store_unavailable", r.message);
@@ -465,8 +469,8 @@ std::int64_t AdminApi::now_seconds() const {
   return std::chrono::duration_cast<std::chrono::seconds>(clock.now()).count();
 }
 
-Result<config::StoredConfig> AdminApi::current() const {
-  if (options_.store != nullptr) return options_.store->load();
+Result<config::StoredConfig> AdminApi::current(std::vector<Problem>* problems) const {
+  if (options_.store != nullptr) return options_.store->load(problems);
   config::StoredConfig pulled = options_.pulled();
   if (!pulled.config) return Error{ErrorCode::kStoreUnavailable, "No configuration has been pulled from the primary yet."};
   return pulled;
@@ -568,11 +572,12 @@ AdminResponse AdminApi::config_route(Call& call) const {
       r.hold = std::min(*wait, options_.max_wait);
       return r;
     }
-    auto read = current();
+    std::vector<Problem> problems;
+    auto read = current(&problems);
     if (!read.ok()) {
       // Invalid, with the revision it is at: a replacement that fixes it can be made conditional on
       // it (one read apart, so at worst it is refused with 412).
-      AdminResponse r = unreadable(read.error());
+      AdminResponse r = unreadable(read.error(), problems);
       if (read.error().code == ErrorCode::kInvalidArgument) r.headers.emplace_back("ETag", tag);
       return r;
     }
@@ -625,8 +630,9 @@ AdminResponse AdminApi::entity_route(Call& call) const {
   const bool collection = parts == 0;
 
   if (call.method == "GET") {
-    auto read = current();
-    if (!read.ok()) return unreadable(read.error());
+    std::vector<Problem> problems;
+    auto read = current(&problems);
+    if (!read.ok()) return unreadable(read.error(), problems);
     const config::StoredConfig& stored = *read;
     config::Config c = *stored.config;
     auto& list = E::list(c);
@@ -753,8 +759,9 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
   const std::string& key = seg[1];
   if (seg.size() > 4) return not_found("No such admin API route.");
   if (seg.size() == 3 && call.method == "GET") {
-    const auto stored = current();
-    if (!stored.ok()) return unreadable(stored.error());
+    std::vector<Problem> problems;
+    const auto stored = current(&problems);
+    if (!stored.ok()) return unreadable(stored.error(), problems);
     for (const config::System& s : stored->config->systems) {
       if (s.key != key) continue;
       json::array items;

@@ -93,8 +93,9 @@ class AdminApi {
   template <class T>
   AdminResponse entity_route(Call& call) const;
 
-  // The configuration now: the database's, or on a follower what it pulled.
-  Result<config::StoredConfig> current() const;
+  // The configuration now: the database's, or on a follower what it pulled. problems, when given,
+  // gets what is wrong with the database's when it does not validate.
+  Result<config::StoredConfig> current(std::vector<config::Problem>* problems = nullptr) const;
   std::int64_t now_seconds() const;
 
   AdminApiOptions options_;

@@ -569,6 +569,10 @@ TEST_F(AdminApiTest, WhileTheStoredConfigurationIsInvalidOnlyAWholeReplacementIs
     EXPECT_EQ(r.str("reason"), "stored_config_invalid") << method << " " << target;
     EXPECT_NE(r.str("msg").find("interfaces[1].upstream"), std::string::npos) << r.str("msg");
     EXPECT_NE(r.str("msg").find("PUT /admin/v1/config"), std::string::npos) << r.str("msg");
+    // Each problem listed as a change's are, with no `field`: none is in the request's body.
+    EXPECT_EQ(r.problems(), std::vector<std::string>{"interfaces[1].upstream: names no upstream: \"gone\""})
+        << method << " " << target << ": " << r.raw.body;
+    EXPECT_FALSE(r.obj().at("problems").as_array().at(0).as_object().contains("field")) << r.raw.body;
   }
   EXPECT_EQ(revision(), broken);
   // The configuration's 409 says the revision it is at, for a replacement made conditional on it.
