@@ -99,6 +99,9 @@ struct System {
   bool enabled = true;
   Auth auth = Auth::kKey;
   std::vector<Credential> credentials;
+  // Read from a file that lists them (maybe as []): a replacement of the configuration takes them as
+  // they are, where a system listed without them keeps those it has.
+  bool credentials_listed = false;
   bool all_interfaces = false;          // "*"
   std::vector<std::string> interfaces;  // interface ids it may call (besides "*")
   std::vector<LimitRule> limits;

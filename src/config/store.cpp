@@ -650,7 +650,7 @@ WriteResult ConfigStore::replace(std::string_view actor, std::string_view action
         record.before = text_of(to_json(c));
         Config next = config;
         for (System& s : next.systems) {
-          if (!s.credentials.empty()) continue;
+          if (s.credentials_listed || !s.credentials.empty()) continue;
           for (const System& old : c.systems) {
             if (old.key == s.key) s.credentials = old.credentials;
           }

@@ -410,6 +410,8 @@ class Reader {
     if (scalar(n, at, "auth", auth)) {
       if (!auth_of(auth, s.auth)) fail(n["auth"], join(at, "auth"), "must be key, api_key or hmac, got \"" + auth + "\"");
     }
+    const YAML::Node credentials = n["credentials"];
+    s.credentials_listed = credentials.IsDefined() && credentials.IsSequence();
     list(n, at, "credentials", [&](const YAML::Node& c, const std::string& path) {
       s.credentials.push_back(credential(c, path));
     });

@@ -258,6 +258,24 @@ TEST_F(StoreTest, ReplacingKeepsTheCredentialsOfSystemsListedWithoutAny) {
   EXPECT_EQ(loaded->config->systems[0].credentials[0].id, "ak_1");
 }
 
+// `credentials: []` says there are none: how a leaked key is revoked from a file.
+TEST_F(StoreTest, ReplacingWithAnEmptyListOfCredentialsRemovesThem) {
+  Config with = *parse(base_yaml());
+  Credential k;
+  k.id = "ak_1";
+  k.api_key_sha256 = sha256_hex("key");
+  with.systems[0].credentials.push_back(k);
+  ASSERT_TRUE(store_->replace("test", "config.import", with).ok());
+  std::string text = base_yaml();
+  const std::string key = "  - key: " + with.systems[0].key + "\n";
+  ASSERT_NE(text.find(key), std::string::npos) << text;
+  text.insert(text.find(key) + key.size(), "    credentials: []\n");
+  const auto emptied = parse(text);
+  ASSERT_TRUE(emptied->systems[0].credentials_listed) << text;
+  ASSERT_TRUE(store_->replace("test", "config.import", *emptied).ok());
+  EXPECT_TRUE(store_->load()->config->systems[0].credentials.empty());
+}
+
 // An import is how rows broken by hand get fixed; it must not also lose the credentials, which are
 // kept only as hashes and sealed secrets and so could not be given again.
 TEST_F(StoreTest, ReplacingAConfigurationBrokenByHandKeepsTheCredentialsToo) {
