@@ -149,6 +149,12 @@ void Context::clear() {
 
 Reason check_access(const Request& request, const Snapshot& snapshot, Context& ctx) {
   ctx.interface = snapshot.route(request.method, request.path);
+  // "/api/%61dmin", "/api//admin" or "/api/admin;x" is "/api/admin" to many upstreams: routed as
+  // written, it would reach that interface through a catch-all, with the catch-all's permissions
+  // and limits. Such a path must route where its routing form does.
+  if (const std::optional<std::string> tidy = routing_form(request.path)) {
+    if (snapshot.route(request.method, *tidy) != ctx.interface) return Reason::kBadRequest;
+  }
   const bool is_public = ctx.interface != nullptr && ctx.interface->interface->is_public;
   const bool has_key = request.has_system_key && !request.system_key.empty();
   if (!has_key) {
@@ -406,6 +412,62 @@ bool path_is_clean(std::string_view path) {
     }
   }
   return true;
+}
+
+namespace {
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  c = static_cast<char>(c | 0x20);
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+// RFC 3986 2.3.
+bool is_unreserved(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+         c == '_' || c == '~';
+}
+
+}  // namespace
+
+std::optional<std::string> routing_form(std::string_view path) {
+  bool plain = true;
+  for (std::size_t i = 0; i < path.size() && plain; ++i) {
+    const char c = path[i];
+    plain = c != '%' && c != '\\' && c != ';' && !(c == '/' && i + 1 < path.size() && path[i + 1] == '/');
+  }
+  if (plain) return std::nullopt;
+  std::string out;
+  out.reserve(path.size());
+  bool params = false;  // in a segment's parameters
+  for (std::size_t i = 0; i < path.size();) {
+    if (const std::size_t sep = separator_at(path, i)) {
+      if (out.empty() || out.back() != '/') out += '/';
+      params = false;
+      i += sep;
+      continue;
+    }
+    const char c = path[i];
+    if (params || c == ';') {
+      params = true;
+      ++i;
+      continue;
+    }
+    if (c == '%' && i + 2 < path.size()) {
+      const int hi = hex_value(path[i + 1]);
+      const int lo = hex_value(path[i + 2]);
+      const char decoded = static_cast<char>(hi * 16 + lo);
+      if (hi >= 0 && lo >= 0 && is_unreserved(decoded)) {
+        out += decoded;
+        i += 3;
+        continue;
+      }
+    }
+    out += c;
+    ++i;
+  }
+  return out;
 }
 
 std::string_view query_param(std::string_view query, std::string_view name) {

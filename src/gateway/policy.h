@@ -125,7 +125,8 @@ struct Context {
 };
 
 // Step 1 and 2: identifies the system and the interface and checks permissions, in the documented
-// order. Fills ctx.system / interface / grant as far as it got; kOk when the request may go on.
+// order. Fills ctx.system / interface / grant as far as it got; kOk when the request may go on. A
+// path whose routing form (routing_form()) routes elsewhere than it does is kBadRequest, first.
 Reason check_access(const Request& request, const Snapshot& snapshot, Context& ctx);
 
 // Step 3, before the store: the limits that apply, as store requests (enforced, all or nothing;
@@ -162,6 +163,12 @@ HeaderNames write_header_lines(const Verdict& verdict, config::RateLimitHeaders 
 // segments also split where some servers split them ('\', %2F, %5C) and cut at ';' (path
 // parameters, which Java servers drop: "/public/..;/admin" is "/admin" to them).
 bool path_is_clean(std::string_view path);
+
+// The path as an upstream that decodes and tidies it before routing may read it: escapes of
+// unreserved characters (RFC 3986 2.3: "%61" is "a") decoded, separators ('/', and '\', %2F, %5C
+// as some servers take them) run together into one '/', and each segment's parameters (";...")
+// dropped. nullopt when there is nothing of that in it: the path reads the same everywhere.
+std::optional<std::string> routing_form(std::string_view path);
 
 // The value of one query parameter (raw, not decoded); empty when absent.
 std::string_view query_param(std::string_view query, std::string_view name);

@@ -415,6 +415,34 @@ TEST(PolicyPaths, DotSegmentsAreRefusedWhereOtherServersWouldSeeThem) {
   EXPECT_TRUE(path_is_clean("/api/x;..;/y"));    // nor dots inside path parameters
 }
 
+TEST(PolicyPaths, TheRoutingFormDecodesUnreservedCharactersMergesSeparatorsAndDropsParameters) {
+  EXPECT_EQ(routing_form("/api/orders/7"), std::nullopt);
+  EXPECT_EQ(routing_form("/api/%61dmin/%7E%2d%2E%5F%30"), "/api/admin/~-._0");
+  EXPECT_EQ(routing_form("/api//admin///x/"), "/api/admin/x/");
+  EXPECT_EQ(routing_form("/api/admin%2fx%5Cy\\z"), "/api/admin/x/y/z");
+  EXPECT_EQ(routing_form("/api/admin;v=1/x;y"), "/api/admin/x");
+  // Escapes of reserved or other characters stay as they are: they do not read as another path.
+  EXPECT_EQ(routing_form("/api/a%20b%3Fc%25"), "/api/a%20b%3Fc%25");
+  EXPECT_EQ(routing_form("/api/x%6"), "/api/x%6");
+  EXPECT_EQ(routing_form("/api/x%zz"), "/api/x%zz");
+}
+
+// An upstream that decodes "%65" or merges "//" before routing would take these for the forbidden
+// order-items interface; as written they match the orders catch-all, which crm may call.
+TEST_F(PolicyTest, APathThatRoutesElsewhereOnceTidiedIsRefused) {
+  EXPECT_EQ(call("GET", "/api/orders/7/items", "crm"), Reason::kInterfaceForbidden);
+  EXPECT_EQ(call("GET", "/api/orders/7/it%65ms", "crm"), Reason::kBadRequest);
+  EXPECT_EQ(call("GET", "/api/orders//7/items", "crm"), Reason::kBadRequest);
+  EXPECT_EQ(call("GET", "/api/orders/7%2Fitems", "crm"), Reason::kBadRequest);
+  EXPECT_EQ(call("GET", "/api/orders/7/items;x=1", "crm"), Reason::kBadRequest);
+  EXPECT_EQ(call("GET", "/api/%6Frders/7/items", ""), Reason::kBadRequest);  // before the key is looked at
+  // Where the tidy form routes to the same interface, the path goes as it came (an id with an
+  // encoded '/', as some APIs take).
+  EXPECT_EQ(call("POST", "/api/orders/group%2Fproject", "crm"), Reason::kOk);
+  EXPECT_EQ(ctx_.interface->interface->id, "orders");
+  EXPECT_EQ(call("POST", "/api/orders/a%20b/c%41", "crm"), Reason::kOk);
+}
+
 TEST(PolicyPaths, QueryParametersAreFoundByName) {
   EXPECT_EQ(query_param("a=1&b=2", "b"), "2");
   EXPECT_EQ(query_param("ab=1&a=3", "a"), "3");
