@@ -423,6 +423,17 @@ std::string json_string(std::string_view s) {
 // An upstream connection (Beast streams move, but do not move-assign).
 using UpConn = std::unique_ptr<TimedSocket>;
 
+// Whether a field name reads as `name` where fields reach applications CGI-style (X_Sluice_System
+// and X-Sluice-System are both HTTP_X_SLUICE_SYSTEM there).
+bool cgi_alias_of(std::string_view field, std::string_view name) {
+  if (field.size() != name.size()) return false;
+  for (std::size_t i = 0; i < field.size(); ++i) {
+    const auto f = static_cast<unsigned char>(field[i] == '_' ? '-' : field[i]);
+    if (std::tolower(f) != std::tolower(static_cast<unsigned char>(name[i]))) return false;
+  }
+  return true;
+}
+
 void append_field(std::string& out, std::string_view name, std::string_view value) {
   out.append(name).append(": ", 2).append(value).append("\r\n", 2);
 }
@@ -431,7 +442,8 @@ void append_field(std::string& out, std::string_view name, std::string_view valu
 // its fields but the hop-by-hop ones, Expect (answered here), every Content-Length (one goes up, as
 // the parser read it: it accepts repeats of the same value), the caller's API key (a secret of its
 // own: X-Sluice-System says whose it was), and the X-Forwarded-*, X-Request-Id and X-Sluice-System
-// fields the gateway sets itself; X-Forwarded-For keeps what earlier proxies said. An HTTP/1.0
+// fields the gateway sets itself, also spelt with '_' (which a CGI-style upstream reads as the
+// same); X-Forwarded-For keeps what earlier proxies said. An HTTP/1.0
 // request without Host (which HTTP/1.1 requires, and the parser requires of an HTTP/1.1 one) gets
 // the upstream target's. The request's target goes in origin form; one that came in absolute form
 // has its authority as the Host, in place of the client's (RFC 9112 3.2.2).
@@ -459,6 +471,12 @@ void append_upstream_head(std::string& out, const RequestParser& p, std::string_
       }
       if (beast::iequals(name, "X-Forwarded-Proto") || beast::iequals(name, "X-Request-Id") ||
           beast::iequals(name, "X-Sluice-System") || beast::iequals(name, kApiKeyHeader)) {
+        continue;
+      }
+      if (name.find('_') != std::string_view::npos &&
+          (cgi_alias_of(name, "X-Forwarded-For") || cgi_alias_of(name, "X-Forwarded-Proto") ||
+           cgi_alias_of(name, "X-Request-Id") || cgi_alias_of(name, "X-Sluice-System") ||
+           cgi_alias_of(name, kApiKeyHeader))) {
         continue;
       }
     }
@@ -1530,7 +1548,13 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
           up_buffer.commit(hn);
           ec = hec ? read_failed(*rp, us.timed(hec)) : parse_buffered(*rp, up_buffer);
         }
-        if (ec || rp->status() / 100 != 1 || rp->status() == 101) break;
+        if (ec || rp->status() / 100 != 1) break;
+        if (rp->status() == 101) {
+          // Switching protocols, which no request asked for (the gateway forwards no Upgrade): the
+          // connection speaks something else from here on (RFC 9110 15.2.2), a bad response.
+          ec = http::error::bad_status;
+          break;
+        }
       }
       us.unwatch();
       client_gone = us.client_gone();

@@ -462,6 +462,46 @@ TEST_F(GatewayTest, AClientsSluiceSystemHeaderNeverReachesTheUpstream) {
   EXPECT_FALSE(r.header("x-request-id").empty());
 }
 
+// A CGI-style upstream (PHP, WSGI, Rack) reads X_Sluice_System as X-Sluice-System: the fields the
+// gateway sets are not forged that way either. Other names with '_' pass.
+TEST_F(GatewayTest, TheFieldsTheGatewaySetsCannotBeForgedWithUnderscores) {
+  HttpClient c(gw_->port());
+  const HttpResponse r = c.request("GET", "/public",
+                                   {{"X_Sluice_System", "crm"},
+                                    {"x-sluice_system", "crm"},
+                                    {"X_Forwarded_For", "203.0.113.9"},
+                                    {"X-Forwarded_Proto", "https"},
+                                    {"X_Request_Id", "forged"},
+                                    {"X_Api_Key", "k"},
+                                    {"X_Custom_Thing", "kept"}});
+  ASSERT_EQ(r.status, 200);
+  const auto echo = json(r.body);
+  const auto& h = echo.at("headers").as_object();
+  for (const char* forged : {"X_Sluice_System", "x-sluice_system", "X_Forwarded_For", "X-Forwarded_Proto",
+                             "X_Request_Id", "X_Api_Key"}) {
+    EXPECT_EQ(h.count(forged), 0u) << forged;
+  }
+  EXPECT_EQ(str(h, "X_Custom_Thing"), "kept");
+  EXPECT_EQ(str(h, "X-Forwarded-For"), "127.0.0.1");
+  EXPECT_EQ(str(h, "X-Forwarded-Proto"), "http");
+}
+
+// An upstream that switches protocols unasked (the gateway forwards no Upgrade) no longer speaks
+// HTTP on that connection: the answer is a 502, and the connection is closed, never pooled for the
+// next request.
+TEST_F(GatewayTest, ASwitchOfProtocolsNobodyAskedForIs502AndItsConnectionIsNotReused) {
+  ClosingUpstream upstream("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+                           ClosingUpstream::After::kHold);
+  restart_in_front_of(upstream);
+  HttpClient c(gw_->port());
+  for (int i = 1; i <= 2; ++i) {
+    const HttpResponse r = c.get("/closing", "crm");
+    EXPECT_EQ(r.status, 502) << i;
+    EXPECT_TRUE(testing::eventually([&] { return upstream.closed() == i; })) << i;
+  }
+  EXPECT_EQ(upstream.requests(), 2);
+}
+
 // "Connection" may name hop-by-hop fields to drop, in any number of Connection fields, but never
 // the framing: a body whose Content-Length were dropped would reach the upstream as a second
 // request that no check had seen (here with a forged X-Sluice-System).
