@@ -67,7 +67,10 @@ void export_config(const ConfigOptions& o) {
   if (o.as_stored) {
     auto text = store->stored_text();
     if (!text.ok()) fail(o, "export", text.error().message);
-    std::printf("%s\n", config::pretty(boost::json::parse(*text)).c_str());
+    // As they are: a hand edit may have left bytes that are not UTF-8, which import then points at.
+    boost::json::parse_options bytes_as_they_are;
+    bytes_as_they_are.allow_invalid_utf8 = true;
+    std::printf("%s\n", config::pretty(boost::json::parse(*text, {}, bytes_as_they_are)).c_str());
     return;
   }
   auto loaded = store->load();

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -13,6 +14,67 @@
 
 namespace sluice::config {
 namespace {
+
+// Where the first byte that does not belong to well-formed UTF-8 (RFC 3629: no overlong forms, no
+// surrogates, nothing past U+10FFFF) is; npos when there is none.
+std::size_t invalid_utf8_at(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    if (b < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t n = 0;
+    unsigned char lo = 0x80;
+    unsigned char hi = 0xBF;  // the range of the second byte
+    if (b >= 0xC2 && b <= 0xDF) {
+      n = 1;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      n = 2;
+      if (b == 0xE0) lo = 0xA0;
+      if (b == 0xED) hi = 0x9F;
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      n = 3;
+      if (b == 0xF0) lo = 0x90;
+      if (b == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + n >= s.size()) return i;
+    for (std::size_t k = 1; k <= n; ++k) {
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) return i;
+    }
+    i += n + 1;
+  }
+  return std::string_view::npos;
+}
+
+// Reads text as one YAML document into root; the problem when it is not one. Names and descriptions
+// go to JSON answers, the audit log and exports, which must read back: the text must be UTF-8. A
+// second document (after a "---") would be dropped without a word.
+std::optional<Problem> read_one_document(std::string_view text, const std::string& file, YAML::Node& root) {
+  if (const std::size_t bad = invalid_utf8_at(text); bad != std::string_view::npos) {
+    const std::string_view before = text.substr(0, bad);
+    const std::size_t line_start = before.rfind('\n') + 1;  // npos + 1: 0
+    return Problem{"", "is not valid UTF-8 text", file,
+                   static_cast<int>(std::count(before.begin(), before.end(), '\n')) + 1,
+                   static_cast<int>(bad - line_start) + 1};
+  }
+  try {
+    const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(text));
+    if (documents.size() > 1) {
+      const YAML::Mark at = documents[1].Mark();
+      return Problem{"", "a second YAML document begins here: a configuration is one (remove the \"---\")", file,
+                     at.line + 1, at.column + 1};
+    }
+    root = documents.empty() ? YAML::Node() : documents[0];
+  } catch (const YAML::Exception& e) {
+    return Problem{"", e.msg, file, e.mark.line + 1, e.mark.column + 1};
+  }
+  return std::nullopt;
+}
 
 // Walks the YAML tree into a Config, collecting every problem (with its line and column) instead of
 // stopping at the first, and remembering where each field was so that the model's own validation
@@ -600,10 +662,11 @@ std::string entity_of(std::string_view path) {
 }  // namespace
 
 LoadResult load_yaml(std::string_view text, std::string_view file) {
+  YAML::Node root;
+  if (std::optional<Problem> p = read_one_document(text, std::string(file), root)) return std::vector<Problem>{*p};
   Reader reader{std::string(file)};
   auto config = std::make_shared<Config>();
   try {
-    const YAML::Node root = YAML::Load(std::string(text));
     reader.config(root, *config);
   } catch (const YAML::Exception& e) {
     return std::vector<Problem>{
@@ -630,11 +693,12 @@ template <class T, class F>
 EntityResult<T> parse_entity(std::string_view text, F read) {
   Reader reader{""};
   T value;
+  YAML::Node root;
+  if (std::optional<Problem> p = read_one_document(text, "", root)) return std::vector<Problem>{*p};
+  if (!root.IsDefined() || root.IsNull()) {
+    return std::vector<Problem>{Problem{"", "is empty: expected a mapping of fields"}};
+  }
   try {
-    const YAML::Node root = YAML::Load(std::string(text));
-    if (!root.IsDefined() || root.IsNull()) {
-      return std::vector<Problem>{Problem{"", "is empty: expected a mapping of fields"}};
-    }
     value = read(reader, root);
   } catch (const YAML::Exception& e) {
     return std::vector<Problem>{Problem{"", e.msg, "", e.mark.line + 1, e.mark.column + 1}};

@@ -550,6 +550,24 @@ TEST_F(AdminApiTest, PuttingTheConfigurationReplacesAllOfItOrNothing) {
   EXPECT_EQ(call("PUT", "/admin/v1/config", "{}", {{"If-Match", "\"r" + std::to_string(before) + "\""}}).status, 412);
 }
 
+// What the API takes it must give back as JSON: a body that is not UTF-8 is refused, and nothing
+// is changed.
+TEST_F(AdminApiTest, ABodyThatIsNotUtf8IsRefusedWhereItStops) {
+  const std::int64_t before = revision();
+  for (const auto& [method, target, body] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"POST", "/admin/v1/systems", "{\"key\":\"ok\",\"description\":\"x\xff\"}"},
+           {"PUT", "/admin/v1/systems/crm", "{\"description\":\"\xc3(\"}"},
+           {"PUT", "/admin/v1/config", base_yaml() + "# \xff\n"}}) {
+    const Reply r = call(method, target, body);
+    ASSERT_EQ(r.status, 400) << method << " " << target << ": " << r.raw.body;
+    ASSERT_EQ(r.obj().at("problems").as_array().size(), 1u) << r.raw.body;
+    const auto& p = r.obj().at("problems").as_array()[0].as_object();
+    EXPECT_EQ(p.at("message").as_string(), "is not valid UTF-8 text") << r.raw.body;
+    EXPECT_EQ(p.at("line").as_int64(), method == "PUT" && target == "/admin/v1/config" ? 19 : 1) << r.raw.body;
+  }
+  EXPECT_EQ(revision(), before);
+}
+
 TEST_F(AdminApiTest, WhileTheStoredConfigurationIsInvalidOnlyAWholeReplacementIsTakenAndEveryRefusalSaysWhy) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);

@@ -417,6 +417,29 @@ TEST_F(ControlProcessTest, ImportThenExportKeepsTheFilesMeaningInYamlAndJson) {
   EXPECT_EQ(control_test::yaml_of(*control_test::parse(out)), expected);
 }
 
+// Bytes that are not UTF-8, put in by hand: the configuration does not read, and --as-stored still
+// prints the rows (it used to abort), with the bytes as they are for the import to point at.
+TEST_F(ControlProcessTest, AHandEditThatIsNotUtf8IsExportedAsStoredAndRefusedWhereItIs) {
+  const std::string fixture = std::string(SLUICE_FIXTURES) + "/issue_example.yaml";
+  ASSERT_EQ(sluice({"config", "import", fixture, "--db", db_}), 0);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE systems SET description = CAST(X'6F6BFF' AS TEXT) WHERE key = 'crm'", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  std::string out;
+  std::string err;
+  EXPECT_EQ(sluice({"config", "export", "--db", db_}, &out, &err), 1);
+  EXPECT_NE(err.find("is not valid UTF-8 text"), std::string::npos) << err;
+  ASSERT_EQ(sluice({"config", "export", "--as-stored", "--db", db_}, &out, &err), 0) << err;
+  EXPECT_NE(out.find("\"description\": \"ok\xff\""), std::string::npos) << out;
+  const std::string file = dir_ + "/as-stored.json";
+  testing::write_file(file, out);
+  EXPECT_EQ(sluice({"config", "import", file, "--db", db_}, &out, &err), 1);
+  EXPECT_NE(err.find("is not valid UTF-8 text"), std::string::npos) << err;
+}
+
 // A hand edit that does not validate cannot be exported as a configuration; --as-stored prints the
 // rows as they are (a value that is not JSON as a string), to edit and import back.
 TEST_F(ControlProcessTest, AnInvalidDatabaseIsRepairedByExportingItAsStoredAndImportingTheFix) {

@@ -115,6 +115,24 @@ TEST(ConfigYaml, AnUnknownFieldIsReportedWithItsPositionAndPath) {
             "test.yaml:11:5: interfaces[0].colour: unknown field \"colour\"");
 }
 
+// Names and descriptions go to JSON answers, the audit log and exports, which must read back.
+TEST(ConfigYaml, TextThatIsNotUtf8IsRefusedWhereItStops) {
+  for (const std::string bad : {"x\xff", "x\xc3(", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "x\xe2\x82"}) {
+    const auto p = problems_of(std::string(kMinimal) + "    description: \"a " + bad + "\"\n");
+    ASSERT_EQ(p.size(), 1u) << bad;
+    EXPECT_EQ(p[0], "test.yaml:11:" + std::to_string(21 + (bad[0] == 'x' ? 1 : 0)) + ": is not valid UTF-8 text") << bad;
+  }
+  EXPECT_TRUE(problems_of(std::string(kMinimal) + "    description: \"订单 ✓ \xf0\x9f\x98\x80\"\n").empty());
+}
+
+// YAML::Load reads the first document of several and drops the rest: a stray "---", or files
+// joined, would lose what follows without a word.
+TEST(ConfigYaml, ASecondYamlDocumentIsRefused) {
+  const auto p = problems_of(std::string(kMinimal) + "---\nsystems:\n  - key: b\n");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_TRUE(p[0].starts_with("test.yaml:12:1: a second YAML document begins here")) << p[0];
+}
+
 // YAML reads the first of two equal keys and drops the other: a setting given twice is refused, so
 // that an override added at the end of a file is not silently ignored.
 TEST(ConfigYaml, AFieldGivenTwiceIsRefusedWhereverItIs) {
