@@ -175,14 +175,16 @@ std::string entity_tag(const json::value& full) {
   return "\"" + config::sha256_hex(json::serialize(full)).substr(0, 20) + "\"";
 }
 
-// If-Match as given: absent, "*", the configuration's revision ("r42") or an entity's tags.
+// If-Match or If-None-Match as given: absent, "*", the configuration's revision ("r42") or an
+// entity's tags. If-Match compares strongly (RFC 9110 13.1.1): a weak tag (W/"...") matches nothing;
+// If-None-Match weakly.
 struct Precondition {
   bool present = false;
   bool any = false;
   std::optional<std::int64_t> revision;
   std::vector<std::string> tags;
 
-  explicit Precondition(std::string_view header) {
+  explicit Precondition(std::string_view header, bool weak = false) {
     present = !header.empty();
     std::size_t start = 0;
     while (start < header.size()) {
@@ -191,7 +193,13 @@ struct Precondition {
       std::string_view tag = header.substr(start, end - start);
       while (!tag.empty() && tag.front() == ' ') tag.remove_prefix(1);
       while (!tag.empty() && tag.back() == ' ') tag.remove_suffix(1);
-      if (tag.starts_with("W/")) tag.remove_prefix(2);
+      if (tag.starts_with("W/")) {
+        if (!weak) {
+          start = end + 1;
+          continue;
+        }
+        tag.remove_prefix(2);
+      }
       if (tag == "*") any = true;
       std::int64_t r = 0;
       if (tag.size() > 3 && tag.starts_with("\"r") && tag.back() == '"') {
@@ -203,20 +211,50 @@ struct Precondition {
     }
   }
 
-  // The check an entity's change makes itself (the revision is the store's check).
-  std::optional<Refusal> check(bool exists, const std::string& current_tag, const std::string& what) const {
-    if (!present || revision) return std::nullopt;
-    if (!exists) return Refusal{Refusal::Kind::kStale, "If-Match: " + what + " does not exist", {}};
-    if (any) return std::nullopt;
-    for (const std::string& t : tags) {
-      if (t == current_tag) return std::nullopt;
+  bool lists(const std::string& tag) const { return std::find(tags.begin(), tags.end(), tag) != tags.end(); }
+};
+
+// A write's If-Match and If-None-Match. The entity a write changes checks them against itself
+// (check()); the configuration's revision, when If-Match gives it, is the store's check.
+struct Conditions {
+  Precondition match;
+  Precondition none_match;
+
+  explicit Conditions(const AdminRequest& req)
+      : match(req.header("If-Match")), none_match(req.header("If-None-Match"), true) {}
+
+  std::optional<std::int64_t> revision() const { return match.revision; }
+
+  // `what` (an entity, or the one a change is made in: a credential's system) exists or not, with
+  // the ETag `tag` when it does.
+  std::optional<Refusal> check(bool exists, const std::string& tag, const std::string& what) const {
+    if (match.present && !match.revision) {
+      if (!exists) return Refusal{Refusal::Kind::kStale, "If-Match: " + what + " does not exist", {}};
+      if (!match.any && !match.lists(tag)) {
+        return Refusal{Refusal::Kind::kStale,
+                       "If-Match: " + what + " changed since you read it (its ETag is now " + tag +
+                           "): read it again and redo the change",
+                       {}};
+      }
     }
-    return Refusal{Refusal::Kind::kStale,
-                   "If-Match: " + what + " changed since you read it (its ETag is now " + current_tag +
-                       "): read it again and redo the change",
-                   {}};
+    if (none_match.present && exists && (none_match.any || none_match.lists(tag))) {
+      return Refusal{Refusal::Kind::kStale,
+                     "If-None-Match: " + what + (none_match.any ? " exists" : " is still as you read it"), {}};
+    }
+    return std::nullopt;
   }
 };
+
+// A write to what has no ETag (tokens, counters, a breaker's state on this instance) can hold no
+// precondition but If-Match: * (it exists): any other is refused rather than ignored.
+std::optional<AdminResponse> no_preconditions(const AdminRequest& req, std::string_view what) {
+  const Precondition match(req.header("If-Match"));
+  if ((match.present && !match.any) || !req.header("If-None-Match").empty()) {
+    return error(412, "precondition_failed",
+                 std::string(what) + " has no ETag: a write to it takes no If-None-Match, and no If-Match but *.");
+  }
+  return std::nullopt;
+}
 
 std::optional<Nanos> wait_of(std::string_view text) {
   if (text.empty()) return Nanos{0};
@@ -653,8 +691,7 @@ AdminResponse AdminApi::entity_route(Call& call) const {
   }
   if (options_.store == nullptr) return read_only(options_.primary);
 
-  const Precondition match(req.header("If-Match"));
-  const Precondition none_match(req.header("If-None-Match"));
+  const Conditions conditions(req);
   std::string prefix;
   bool created = false;
   json::object after;  // the entity as stored (or as it was, when the write changed nothing)
@@ -667,18 +704,18 @@ AdminResponse AdminApi::entity_route(Call& call) const {
           auto& list = E::list(c);
           const auto at = find(list, id);
           if (at < 0) {
-            if (match.present) return Refusal{Refusal::Kind::kStale, "If-Match: " + describe<T>(id) + " does not exist", {}};
+            if (auto r = conditions.check(false, "", describe<T>(id))) return r;
             return Refusal{Refusal::Kind::kNotFound, "No " + describe<T>(id) + ".", {}};
           }
           const T gone = list[static_cast<std::size_t>(at)];
           const json::object full = config::to_json(gone);
-          if (auto r = match.check(true, entity_tag(full), describe<T>(id))) return r;
+          if (auto r = conditions.check(true, entity_tag(full), describe<T>(id))) return r;
           record = {std::string(E::kName) + ".delete", path_of<T>(id), json::serialize(full), "null"};
           list.erase(list.begin() + at);
           E::on_delete(c, gone, record);
           return std::nullopt;
         },
-        match.revision);
+        conditions.revision());
     if (!w.ok()) return refusal_response(*w.refusal, kNoBody);
     return no_content({{"X-Sluice-Revision", std::to_string(w.revision)}});
   }
@@ -725,10 +762,7 @@ AdminResponse AdminApi::entity_route(Call& call) const {
         }
         const T* before = exists ? &list[static_cast<std::size_t>(at)] : nullptr;
         const json::object before_json = before != nullptr ? config::to_json(*before) : json::object();
-        if (auto r = match.check(exists, entity_tag(before_json), describe<T>(id))) return r;
-        if (none_match.any && exists) {
-          return Refusal{Refusal::Kind::kStale, "If-None-Match: * but " + describe<T>(id) + " exists", {}};
-        }
+        if (auto r = conditions.check(exists, entity_tag(before_json), describe<T>(id))) return r;
         E::carry_over(before, entity);
         record.action = std::string(E::kName) + (exists ? ".update" : ".create");
         record.target = path_of<T>(id);
@@ -746,7 +780,7 @@ AdminResponse AdminApi::entity_route(Call& call) const {
         record.after = json::serialize(after);
         return std::nullopt;
       },
-      match.revision);
+      conditions.revision());
   if (!w.ok()) return refusal_response(*w.refusal, prefix);
   Headers headers{{"ETag", entity_tag(after)}, {"X-Sluice-Revision", std::to_string(w.revision)}};
   if (created) headers.emplace_back("Location", std::string(kPrefix) + path_of<T>(id));
@@ -781,13 +815,16 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
   if (seg.size() == 4 && call.method != "DELETE") return method_not_allowed("DELETE");
   if (options_.store == nullptr) return read_only(options_.primary);
   const std::string target = "systems/" + percent_encode(key) + "/credentials";
+  const Conditions conditions(call.request);  // on the system, whose ETag its credentials are part of
 
   if (seg.size() == 4) {
     const std::string& id = seg[3];
     const config::WriteResult w = options_.store->update(
-        call.actor, [&](config::Config& c, config::ChangeRecord& record) -> std::optional<Refusal> {
+        call.actor,
+        [&](config::Config& c, config::ChangeRecord& record) -> std::optional<Refusal> {
           for (config::System& s : c.systems) {
             if (s.key != key) continue;
+            if (auto r = conditions.check(true, entity_tag(config::to_json(s)), describe<config::System>({key}))) return r;
             auto it = std::find_if(s.credentials.begin(), s.credentials.end(),
                                    [&](const config::Credential& k) { return k.id == id; });
             if (it == s.credentials.end()) break;
@@ -796,8 +833,10 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
             s.credentials.erase(it);
             return std::nullopt;
           }
+          if (auto r = conditions.check(false, "", describe<config::System>({key}))) return r;
           return Refusal{Refusal::Kind::kNotFound, "No credential \"" + id + "\" of system \"" + key + "\".", {}};
-        });
+        },
+        conditions.revision());
     if (!w.ok()) return refusal_response(*w.refusal, kNoBody);
     return no_content({{"X-Sluice-Revision", std::to_string(w.revision)}});
   }
@@ -858,6 +897,7 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
         for (config::System& s : c.systems) {
           if (s.key != key) continue;
           const json::object before = config::to_json(s);
+          if (auto r = conditions.check(true, entity_tag(before), describe<config::System>({key}))) return r;
           if (rotate) {
             for (config::Credential& old : s.credentials) {
               if (old.kind != credential.kind || (old.expires && *old.expires <= until)) continue;
@@ -870,8 +910,10 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
                     json::serialize(config::to_json(s))};
           return std::nullopt;
         }
+        if (auto r = conditions.check(false, "", describe<config::System>({key}))) return r;
         return Refusal{Refusal::Kind::kNotFound, "No system \"" + key + "\".", {}};
-      });
+      },
+      conditions.revision());
   if (!w.ok()) return refusal_response(*w.refusal, kNoBody);
   json::object o = config::to_json(credential);
   o.erase("api_key_sha256");
@@ -971,6 +1013,9 @@ AdminResponse AdminApi::limits_route(Call& call) const {
   const bool reset = call.segments.size() == 2 && call.segments[1] == "reset";
   if (call.segments.size() != 1 && !reset) return not_found("No such admin API route.");
   if (reset ? call.method != "POST" : call.method != "GET") return method_not_allowed(reset ? "POST" : "GET");
+  if (reset) {
+    if (auto refused = no_preconditions(call.request, "A limit's count")) return *refused;
+  }
   if (options_.limits == nullptr) return error(503, "store_unavailable", "No limit store to read from.");
   const std::shared_ptr<const Snapshot> snapshot = options_.snapshot();
   const std::string key = call.param("key");
@@ -1088,6 +1133,7 @@ AdminResponse AdminApi::breakers_route(Call& call) const {
   }
   if (call.method != "POST") return method_not_allowed("POST");
   if (seg[2] == "reset") {
+    if (auto refused = no_preconditions(call.request, "A breaker's state")) return *refused;
     if (!entry->breaker) return error(409, "conflict", "The breaker of upstream \"" + name + "\" is disabled.");
     if (entry->upstream->breaker.force != config::BreakerForce::kNone) {
       return error(409, "conflict",
@@ -1104,10 +1150,15 @@ AdminResponse AdminApi::breakers_route(Call& call) const {
   if (force != "open" && force != "closed" && force != "none") {
     return error(400, "bad_request", "The body must be {\"force\": \"open\"}, {\"force\": \"closed\"} or {\"force\": \"none\"}.");
   }
+  const Conditions conditions(call.request);  // on the upstream, whose ETag its breaker's force is part of
   const config::WriteResult w = options_.store->update(
-      call.actor, [&](config::Config& c, config::ChangeRecord& record) -> std::optional<Refusal> {
+      call.actor,
+      [&](config::Config& c, config::ChangeRecord& record) -> std::optional<Refusal> {
         for (config::Upstream& u : c.upstreams) {
           if (u.name != name) continue;
+          if (auto r = conditions.check(true, entity_tag(config::to_json(u)), describe<config::Upstream>({name}))) {
+            return r;
+          }
           if (!u.breaker.enabled) {
             return Refusal{Refusal::Kind::kConflict, "The breaker of upstream \"" + name + "\" is disabled.", {}};
           }
@@ -1118,8 +1169,10 @@ AdminResponse AdminApi::breakers_route(Call& call) const {
           record = {"breaker.force", "upstreams/" + percent_encode(name), before, json::serialize(config::to_json(u))};
           return std::nullopt;
         }
+        if (auto r = conditions.check(false, "", describe<config::Upstream>({name}))) return r;
         return Refusal{Refusal::Kind::kNotFound, "No upstream \"" + name + "\".", {}};
-      });
+      },
+      conditions.revision());
   if (!w.ok()) return refusal_response(*w.refusal, kNoBody);
   return json_response(200, json::object{{"upstream", name}, {"force", force}, {"revision", w.revision}},
                        {{"X-Sluice-Revision", std::to_string(w.revision)}});
@@ -1131,6 +1184,9 @@ AdminResponse AdminApi::tokens_route(Call& call) const {
   if (seg.size() == 1 && call.method != "GET" && call.method != "POST") return method_not_allowed("GET, POST");
   if (seg.size() == 2 && call.method != "DELETE") return method_not_allowed("DELETE");
   if (options_.store == nullptr) return read_only(options_.primary);
+  if (call.method != "GET") {
+    if (auto refused = no_preconditions(call.request, "A token")) return *refused;
+  }
   auto refresh = [&] {
     if (options_.tokens_changed) options_.tokens_changed();
   };

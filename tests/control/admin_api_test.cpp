@@ -479,6 +479,54 @@ TEST_F(AdminApiTest, TheConfigurationRevisionCanGuardAnEntityWriteToo) {
   EXPECT_EQ(call("PUT", "/admin/v1/systems/new", R"({})", {{"If-None-Match", "*"}}).status, 201);
 }
 
+// A delete checks If-None-Match as a replacement does; If-Match compares strongly, so a weak tag
+// matches nothing (RFC 9110 13.1.1).
+TEST_F(AdminApiTest, ADeleteHoldsToIfNoneMatchAndIfMatchTakesNoWeakTag) {
+  const std::string etag = call("GET", "/admin/v1/systems/erp").header("ETag");
+  const std::int64_t before = revision();
+  EXPECT_EQ(call("DELETE", "/admin/v1/systems/erp", "", {{"If-None-Match", "*"}}).status, 412);
+  EXPECT_EQ(call("DELETE", "/admin/v1/systems/erp", "", {{"If-None-Match", etag}}).status, 412);
+  EXPECT_EQ(call("DELETE", "/admin/v1/systems/erp", "", {{"If-Match", "W/" + etag}}).status, 412);
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["users"]})", {{"If-Match", "W/" + etag}}).status,
+            412);
+  EXPECT_EQ(revision(), before);
+  EXPECT_EQ(call("DELETE", "/admin/v1/systems/erp", "", {{"If-None-Match", "\"other\""}, {"If-Match", etag}}).status,
+            204);
+  EXPECT_EQ(call("DELETE", "/admin/v1/systems/erp", "", {{"If-None-Match", "*"}}).status, 404);
+}
+
+// The writes made inside an entity are conditional on that entity (a credential on its system, a
+// breaker's force on its upstream) or on the revision; what has no ETag refuses a precondition
+// rather than ignore it.
+TEST_F(AdminApiTest, EveryWriteHoldsToItsPreconditionsOrRefusesThem) {
+  const std::string stale = "\"r" + std::to_string(revision() - 1) + "\"";
+  const std::int64_t before = revision();
+  const std::size_t tokens = call("GET", "/admin/v1/tokens").obj().at("items").as_array().size();
+  EXPECT_EQ(call("POST", "/admin/v1/systems/crm/credentials", R"({"kind":"api_key"})", {{"If-Match", stale}}).status,
+            412);
+  EXPECT_EQ(call("POST", "/admin/v1/systems/crm/credentials", R"({"kind":"api_key"})", {{"If-Match", "\"x\""}}).status,
+            412);
+  EXPECT_EQ(call("POST", "/admin/v1/breakers/app/force", R"({"force":"open"})", {{"If-Match", stale}}).status, 412);
+  EXPECT_EQ(call("POST", "/admin/v1/breakers/app/force", R"({"force":"open"})", {{"If-None-Match", "*"}}).status, 412);
+  EXPECT_EQ(revision(), before);
+  EXPECT_EQ(call("POST", "/admin/v1/tokens", R"({"name":"t","role":"read"})", {{"If-Match", stale}}).status, 412);
+  EXPECT_EQ(call("POST", "/admin/v1/breakers/app/reset", "", {{"If-Match", stale}}).status, 412);
+  EXPECT_EQ(call("POST", "/admin/v1/limits/reset?key=system:crm", "", {{"If-None-Match", "*"}}).status, 412);
+  EXPECT_EQ(call("GET", "/admin/v1/tokens").obj().at("items").as_array().size(), tokens);
+
+  const std::string system = call("GET", "/admin/v1/systems/crm").header("ETag");
+  const Reply made = call("POST", "/admin/v1/systems/crm/credentials", R"({"kind":"api_key"})", {{"If-Match", system}});
+  ASSERT_EQ(made.status, 201) << made.raw.body;
+  EXPECT_EQ(call("DELETE", "/admin/v1/systems/crm/credentials/" + made.str("id"), "", {{"If-Match", system}}).status,
+            412);  // the credential made changed the system
+  const std::string upstream = call("GET", "/admin/v1/upstreams/app").header("ETag");
+  EXPECT_EQ(call("POST", "/admin/v1/breakers/app/force", R"({"force":"open"})", {{"If-Match", upstream}}).status, 200);
+  EXPECT_EQ(call("POST", "/admin/v1/breakers/app/force", R"({"force":"none"})",
+                 {{"If-Match", "\"r" + std::to_string(revision()) + "\""}})
+                .status,
+            200);
+}
+
 // --- the whole configuration ----------------------------------------------------------------------
 
 TEST_F(AdminApiTest, TheConfigurationExportsAsJsonOrYamlWithItsRevisionAsETag) {
