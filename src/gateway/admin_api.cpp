@@ -928,19 +928,25 @@ AdminResponse AdminApi::audit_route(Call& call) const {
   if (call.segments.size() != 1) return not_found("No such admin API route.");
   if (call.method != "GET") return method_not_allowed("GET");
   if (options_.store == nullptr) return read_only(options_.primary);
+  // Whole numbers, all of the parameter ("1e2" is not 1).
+  auto number = [](const std::string& text) -> std::optional<std::int64_t> {
+    std::int64_t v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+    return v;
+  };
   std::int64_t limit = 50;
   std::optional<std::int64_t> before;
   const std::string l = call.param("limit");
   const std::string b = call.param("before");
-  if (!l.empty() && (std::from_chars(l.data(), l.data() + l.size(), limit).ec != std::errc() || limit < 1 || limit > 1000)) {
-    return error(400, "bad_request", "limit must be a number from 1 to 1000");
+  if (!l.empty()) {
+    const auto n = number(l);
+    if (!n || *n < 1 || *n > 1000) return error(400, "bad_request", "limit must be a number from 1 to 1000");
+    limit = *n;
   }
   if (!b.empty()) {
-    std::int64_t v = 0;
-    if (std::from_chars(b.data(), b.data() + b.size(), v).ec != std::errc()) {
-      return error(400, "bad_request", "before must be an audit entry id");
-    }
-    before = v;
+    before = number(b);
+    if (!before || *before < 1) return error(400, "bad_request", "before must be an audit entry id");
   }
   auto entries = options_.store->audit(static_cast<std::size_t>(limit), before);
   if (!entries.ok()) return error(503, "store_unavailable", entries.error().message);

@@ -717,6 +717,10 @@ TEST_F(AdminApiTest, TheAuditLogSaysWhoChangedWhatWhenWithBeforeAndAfter) {
   const auto& older = page.obj().at("items").as_array();
   ASSERT_EQ(older.size(), 2u);
   EXPECT_EQ(older[1].as_object().at("action").as_string(), "config.import");
+  for (const char* bad : {"limit=1e2", "limit=0", "limit=1001", "limit=2x", "before=1e1", "before=-1", "before=0",
+                          "before=x"}) {
+    EXPECT_EQ(call("GET", std::string("/admin/v1/audit?") + bad).status, 400) << bad;
+  }
 }
 
 TEST_F(AdminApiTest, StatsShowEachSecondOfTheLastMinuteBySystemAndInterface) {
