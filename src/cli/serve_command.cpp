@@ -199,6 +199,11 @@ int run(const ServeOptions& o) {
 
 }  // namespace
 
+// A value given empty (an unset variable in a script) is refused, not taken for the default.
+const CLI::Validator kNotEmpty(
+    [](const std::string& value) { return value.empty() ? std::string("must not be empty") : std::string(); },
+    "NOT EMPTY");
+
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* serve = app.add_subcommand(
@@ -208,32 +213,41 @@ void add_serve_command(CLI::App& app) {
       "changes are served within a second), a YAML file (--config; SIGHUP or a change to the file "
       "reloads it) or a primary (--config-from). SIGTERM drains and exits 0.");
   serve->add_option("--db", o->db, "The configuration database (SQLite; default ./sluice.db), edited with "
-                                   "the admin API or sluice config import");
-  serve->add_option("-c,--config", o->config_path, "The YAML configuration (see docs/configuration.md)");
-  serve->add_option("--config-from", o->config_from,
-                    "Follow a primary: http://host:port of its admin listener (needs --token)");
-  serve->add_option("--token", o->token, "With --config-from: an admin token of the primary (read role suffices)");
+                                   "the admin API or sluice config import")
+      ->check(kNotEmpty);
+  serve->add_option("-c,--config", o->config_path, "The YAML configuration (see docs/configuration.md)")
+      ->check(kNotEmpty);
+  CLI::Option* config_from = serve->add_option("--config-from", o->config_from,
+                                               "Follow a primary: http://host:port of its admin listener (needs --token)")
+                                 ->check(kNotEmpty);
+  serve->add_option("--token", o->token, "With --config-from: an admin token of the primary (read role suffices)")
+      ->check(kNotEmpty)
+      ->needs(config_from);
   serve->add_flag("--demo", o->demo,
                   "Run the built-in demo configuration, kept in the database (--db; written there on the first "
                   "run), in front of a built-in echo upstream, with an admin token for the web console");
   serve->add_option("--listen", o->listen,
-                    "host:port for requests (default: the configuration's listen, 127.0.0.1:8080)");
+                    "host:port for requests (default: the configuration's listen, 127.0.0.1:8080)")
+      ->check(kNotEmpty);
   serve->add_option("--admin-listen", o->admin_listen,
                     "host:port for the admin API, /metrics and /config, or off (default: the configuration's "
-                    "admin_listen, 127.0.0.1:9090)");
+                    "admin_listen, 127.0.0.1:9090)")
+      ->check(kNotEmpty);
   serve->add_option("-t,--threads", o->threads, "Worker threads (default 1)")->check(CLI::Range(1, 256));
   serve->add_flag("--pin-workers", o->pin_workers,
                   "Run each worker thread on a CPU of its own (the i-th the process may use, in turn), as nginx's "
                   "worker_cpu_affinity auto: for a host that runs the gateway alone");
   serve->add_option("--store", o->store,
                     "Where limits are counted: local, redis://[:password@]host:port[/db] or "
-                    "redis-cluster://host:port,host:port,... (default: the configuration's store)");
+                    "redis-cluster://host:port,host:port,... (default: the configuration's store)")
+      ->check(kNotEmpty);
   serve->add_option("--fleet-size", o->fleet_size,
                     "Gateways sharing the Redis store: on_store_failure: local divides each limit by it "
                     "(default: the configuration's fleet_size, 1)")
       ->check(CLI::Range(1, config::Config::kMaxFleetSize));
   serve->add_option("--access-log", o->access_log,
-                    "stdout, off or a file path (default: the configuration's access_log)");
+                    "stdout, off or a file path (default: the configuration's access_log)")
+      ->check(kNotEmpty);
   serve->add_flag("--check", o->check, "Validate the configuration and exit");
   serve->add_flag("--print-config", o->print_config, "Print the configuration as YAML (defaults filled in) and exit");
   serve->footer(

@@ -280,7 +280,7 @@ int serve_database(const ServeSettings& s,
   if (on_serving) on_serving(gw.port(), gw.admin_port());
   say_serving(gw, s.threads, limits_where(s, *loaded->config),
               "configuration from " + s.db + " (revision " + std::to_string(loaded->revision) + ")");
-  if (auth->empty()) {
+  if (auth->empty() && gw.admin_port() != 0) {
     std::fprintf(stderr,
                  "sluice: no admin token yet: the admin API answers 401 until you create one with\n"
                  "  sluice token create --role admin --db %s\n",

@@ -317,8 +317,8 @@ class Validator {
 
   std::vector<Problem> run() {
     if (!parse_target(c_.listen)) add("listen", "must be host:port, got \"" + c_.listen + "\"");
-    if (!parse_target(c_.admin_listen)) {
-      add("admin_listen", "must be host:port, got \"" + c_.admin_listen + "\"");
+    if (c_.admin_listen != "off" && !parse_target(c_.admin_listen)) {
+      add("admin_listen", "must be host:port or off, got \"" + c_.admin_listen + "\"");
     }
     if (c_.store != "local" && c_.store.rfind("redis://", 0) != 0 &&
         c_.store.rfind("redis-cluster://", 0) != 0) {

@@ -577,6 +577,27 @@ TEST_F(ControlProcessTest, ACheckRefusesAListenFlagAStartWouldRefuse) {
   EXPECT_EQ(sluice({"serve", "--config", yaml_, "--admin-listen", "off", "--check"}), 0);
 }
 
+// A flag given empty (an unset variable in a script) or one that does nothing without another is
+// misuse (2), not a silent fallback to the default.
+TEST_F(ControlProcessTest, AnEmptyFlagOrATokenWithoutAPrimaryIsMisuse) {
+  std::string err;
+  for (const char* flag : {"--listen", "--admin-listen", "--store", "--access-log", "--db"}) {
+    EXPECT_EQ(sluice({"serve", "--config", yaml_, flag, "", "--check"}, nullptr, &err), 2) << flag;
+    EXPECT_NE(err.find("must not be empty"), std::string::npos) << flag << ": " << err;
+  }
+  EXPECT_EQ(sluice({"serve", "--db", db_, "--token", "abc", "--check"}, nullptr, &err), 2);
+  EXPECT_NE(err.find("--token requires --config-from"), std::string::npos) << err;
+}
+
+// The file's admin_listen takes off as the flag does.
+TEST_F(ControlProcessTest, AFilesAdminListenMayBeOff) {
+  const std::string file = dir_ + "/off.yaml";
+  testing::write_file(file, "admin_listen: \"off\"\n" + control_test::base_yaml(upstream_->port()));
+  std::string out;
+  std::string err;
+  EXPECT_EQ(sluice({"serve", "--config", file, "--check"}, &out, &err), 0) << err;
+}
+
 TEST_F(ControlProcessTest, TheAdminListenerStaysOnLoopbackUntilATokenExists) {
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
   const std::string open = "0.0.0.0:" + std::to_string(testing::free_port());
