@@ -129,6 +129,10 @@ class FieldsLookup final : public HeaderLookup {
  public:
   explicit FieldsLookup(std::span<const HeadField> f) : f_(f) {}
   std::string_view get(std::string_view name) const override { return find_field(f_, name); }
+  bool repeated(std::string_view name) const override {
+    return std::count_if(f_.begin(), f_.end(), [&](const HeadField& f) { return beast::iequals(f.name_string(), name); }) >
+           1;
+  }
 
  private:
   std::span<const HeadField> f_;
@@ -1312,6 +1316,10 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
         if (beast::iequals(kv.key(), name) && kv.value().is_string()) return kv.value().as_string();
       }
       return {};
+    }
+    bool repeated(std::string_view name) const override {
+      if (h_ == nullptr) return false;
+      return std::count_if(h_->begin(), h_->end(), [&](const auto& kv) { return beast::iequals(kv.key(), name); }) > 1;
     }
 
    private:

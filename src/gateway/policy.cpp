@@ -71,15 +71,54 @@ Reason rejection_of(Scope scope) {
 // requests end much sooner than their leases expire.
 constexpr Nanos kInFlightRetry = std::chrono::seconds(1);
 
-std::string_view key_value(const config::LimitRule& rule, const Request& request) {
-  switch (rule.key_by) {
-    case config::KeyBy::kOwner: return {};
-    case config::KeyBy::kClientIp: return request.client_ip;
-    case config::KeyBy::kHeader:
-      return request.headers != nullptr ? request.headers->get(rule.key_name) : std::string_view();
-    case config::KeyBy::kQuery: return query_param(request.query, rule.key_name);
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  c = static_cast<char>(c | 0x20);
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+// A query parameter's value as applications read it (application/x-www-form-urlencoded): escapes
+// decoded and '+' a space, so that "a", "%61" count as one value. An escape that is not one stays.
+void append_decoded(std::string& out, std::string_view raw) {
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    const char c = raw[i];
+    if (c == '+') {
+      out += ' ';
+    } else if (c == '%' && i + 2 < raw.size() && hex_value(raw[i + 1]) >= 0 && hex_value(raw[i + 2]) >= 0) {
+      out += static_cast<char>(hex_value(raw[i + 1]) * 16 + hex_value(raw[i + 2]));
+      i += 2;
+    } else {
+      out += c;
+    }
   }
-  return {};
+}
+
+// Appends the value a keyed-by limit counts this request under.
+void append_key_value(std::string& out, const config::LimitRule& rule, const Request& request) {
+  switch (rule.key_by) {
+    case config::KeyBy::kOwner: return;
+    case config::KeyBy::kClientIp: out.append(request.client_ip); return;
+    case config::KeyBy::kHeader:
+      if (request.headers != nullptr) out.append(request.headers->get(rule.key_name));
+      return;
+    case config::KeyBy::kQuery: append_decoded(out, query_param(request.query, rule.key_name)); return;
+  }
+}
+
+// Whether every header and query parameter a limit of `limits` is keyed by comes at most once:
+// counted by one value, a request whose upstream read another (PHP takes a parameter's last) would
+// take another value's place.
+bool keys_given_once(const std::vector<CompiledLimit>& limits, const Request& request) {
+  for (const CompiledLimit& l : limits) {
+    if (l.rule == nullptr) continue;
+    if (l.rule->key_by == config::KeyBy::kHeader && request.headers != nullptr &&
+        request.headers->repeated(l.rule->key_name)) {
+      return false;
+    }
+    if (l.rule->key_by == config::KeyBy::kQuery && query_param_repeated(request.query, l.rule->key_name)) return false;
+  }
+  return true;
 }
 
 void add_limits(const std::vector<CompiledLimit>& limits, Context& ctx) {
@@ -109,7 +148,7 @@ void to_requests(const Request& request, const std::vector<const CompiledLimit*>
     if (l->rule != nullptr && l->rule->key_by != config::KeyBy::kOwner) {
       std::string& k = ctx.keys[next_key++];
       k.assign(l->key);
-      k.append(key_value(*l->rule, request));
+      append_key_value(k, *l->rule, request);
       key = k;
     }
     requests.push_back(LimitRequest{key, limit, request.cost, store_policy(l)});
@@ -170,6 +209,11 @@ Reason check_access(const Request& request, const Snapshot& snapshot, Context& c
   if (ctx.system != nullptr) {
     if (!is_public && !ctx.system->permitted[ctx.interface->index]) return Reason::kInterfaceForbidden;
     ctx.grant = snapshot.grant(*ctx.system, *ctx.interface);
+  }
+  if ((ctx.system != nullptr && !keys_given_once(ctx.system->limits, request)) ||
+      !keys_given_once(ctx.interface->limits, request) ||
+      (ctx.grant != nullptr && !keys_given_once(ctx.grant->limits, request))) {
+    return Reason::kBadRequest;
   }
   return Reason::kOk;
 }
@@ -416,13 +460,6 @@ bool path_is_clean(std::string_view path) {
 
 namespace {
 
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  c = static_cast<char>(c | 0x20);
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;
-}
-
 // RFC 3986 2.3.
 bool is_unreserved(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
@@ -468,6 +505,18 @@ std::optional<std::string> routing_form(std::string_view path) {
     ++i;
   }
   return out;
+}
+
+bool query_param_repeated(std::string_view query, std::string_view name) {
+  int seen = 0;
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    if (pair.substr(0, pair.find('=')) == name && ++seen > 1) return true;
+    if (amp == std::string_view::npos) break;
+    query = query.substr(amp + 1);
+  }
+  return false;
 }
 
 std::string_view query_param(std::string_view query, std::string_view name) {

@@ -58,6 +58,8 @@ std::string_view message(Reason reason, config::Language language);
 class HeaderLookup {
  public:
   virtual std::string_view get(std::string_view name) const = 0;
+  // Whether the request has more than one header of that name.
+  virtual bool repeated(std::string_view name) const = 0;
 
  protected:
   ~HeaderLookup() = default;
@@ -172,5 +174,7 @@ std::optional<std::string> routing_form(std::string_view path);
 
 // The value of one query parameter (raw, not decoded); empty when absent.
 std::string_view query_param(std::string_view query, std::string_view name);
+// Whether the query string gives the parameter more than once.
+bool query_param_repeated(std::string_view query, std::string_view name);
 
 }  // namespace sluice::gateway

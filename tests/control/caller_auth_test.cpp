@@ -27,6 +27,7 @@ class Headers final : public HeaderLookup {
     }
     return {};
   }
+  bool repeated(std::string_view) const override { return false; }  // a map holds each once
 };
 
 class CallerAuthTest : public ::testing::Test {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 #include "config/yaml.h"
 #include "load_config.h"
@@ -60,6 +61,8 @@ class MapHeaders final : public HeaderLookup {
     auto it = values.find(std::string(name));
     return it == values.end() ? std::string_view() : std::string_view(it->second);
   }
+  bool repeated(std::string_view name) const override { return twice.count(std::string(name)) != 0; }
+  std::set<std::string> twice;  // headers given twice
 };
 
 // A store that is down.
@@ -266,6 +269,23 @@ TEST_F(PolicyTest, KeyedLimitsCountEachValueApart) {
   EXPECT_EQ(call("GET", "/api/search", "ops", "x=1&q=a"), Reason::kOk);
   EXPECT_EQ(call("GET", "/api/search", "ops", "q=a"), Reason::kInterfaceRateLimited);
   EXPECT_EQ(call("GET", "/api/search", "ops", "q=b"), Reason::kOk);
+}
+
+// A query parameter is counted by its value as applications decode it; a parameter or header a
+// limit is keyed by, given twice, is refused: the upstream may read the other one (PHP takes the
+// last), which the limit did not count.
+TEST_F(PolicyTest, AKeyIsItsDecodedValueAndAKeyGivenTwiceIsRefused) {
+  EXPECT_EQ(call("GET", "/api/search", "ops", "q=a+b"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/api/search", "ops", "q=%61%20b"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/api/search", "ops", "q=a%20%62"), Reason::kInterfaceRateLimited);
+  EXPECT_EQ(call("GET", "/api/search", "ops", "q=%zz"), Reason::kOk);  // not an escape: as it is
+  EXPECT_EQ(call("GET", "/api/search", "ops", "q=b&q=a"), Reason::kBadRequest);
+  EXPECT_EQ(call("GET", "/api/search", "ops", "q=c&x=1&x=2"), Reason::kOk);  // x keys no limit
+  headers_.values["X-User-Id"] = "7";
+  headers_.twice.insert("X-User-Id");
+  EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kBadRequest);  // a shadow limit's key too
+  headers_.twice.clear();
+  EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kOk);
 }
 
 TEST_F(PolicyTest, AShadowLimitReportsButNeverRejects) {
