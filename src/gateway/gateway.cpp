@@ -527,8 +527,11 @@ void append_client_head(std::string& out, const ResponseParser& p, const Verdict
   out += "\r\n";
   const HeaderNames set = write_header_lines(verdict, form, out);
   append_field(out, "X-Request-Id", request_id);
+  // A 204 has no framing fields (RFC 9110 8.6, RFC 9112 6.1), whatever the upstream sent.
+  const bool unframed = status == 204;
   for (const HeadField& f : p.fields()) {
     if (hop.drops(f) || (!client11 && f.name() == http::field::transfer_encoding)) continue;
+    if (unframed && (f.name() == http::field::content_length || f.name() == http::field::transfer_encoding)) continue;
     const std::string_view name = f.name_string();
     const bool replaced = std::any_of(set.begin(), set.end(), [&](std::string_view n) { return beast::iequals(n, name); }) ||
                           (f.name() == http::field::unknown && beast::iequals(name, "X-Request-Id"));
@@ -1209,7 +1212,9 @@ Task<bool> Worker::answer(Exchange& x) {
   }
   if (x.path == "/_sluice/v1/decide") {
     if (req.method() != http::verb::post) {
-      const bool ok = co_await respond(x, Reason::kMethodNotAllowed, nullptr, false);
+      const HeaderList allow{{"Allow", "POST"}};  // RFC 9110 15.5.6
+      const bool ok = co_await respond_json(x, 405, error_body(Reason::kMethodNotAllowed, x.snapshot->config().language),
+                                            allow, false);
       finish(x, 405, Reason::kMethodNotAllowed, std::nullopt);
       co_return ok;
     }
@@ -1246,6 +1251,35 @@ Task<Reason> Worker::verify_body(Exchange& x, const Request& r, std::string_view
   // Judged at the time the body is in, not when the header came: a replay that holds its body back
   // until the original's nonce has expired must find its timestamp expired too.
   co_return verify(x, r, target, config::sha256_hex(x.body));
+}
+
+// The first of /decide's string fields (read by `field`) that a proxied request could not carry,
+// and why, in English (names and values are the same in either language); empty when all can.
+template <class Field>
+std::string_view decide_field_malformed(const Field& field) {
+  if (const auto method = field("method")) {
+    // RFC 9110 5.6.2: a token.
+    const bool token = !method->empty() && std::all_of(method->begin(), method->end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) != 0 || std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+    });
+    if (!token) return "method must be an HTTP method, such as GET";
+  }
+  if (const auto path = field("path")) {
+    // A request target: visible ASCII, the rest percent-encoded; no fragment.
+    const bool visible = std::all_of(path->begin(), path->end(), [](char c) { return c > ' ' && c < 0x7f && c != '#'; });
+    if (!visible) return "path must be visible ASCII (the rest percent-encoded), without a #fragment";
+  }
+  if (const auto ip = field("client_ip")) {
+    boost::system::error_code ec;
+    (void)asio::ip::make_address(*ip, ec);
+    if (ec) return "client_ip must be an IP address";
+  }
+  if (const auto hash = field("body_sha256")) {
+    if (hash->size() != 64 || !std::all_of(hash->begin(), hash->end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; })) {
+      return "body_sha256 must be 64 hex digits";
+    }
+  }
+  return {};
 }
 
 Task<bool> Worker::decide_endpoint(Exchange& x) {
@@ -1290,11 +1324,15 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
   // A field given twice would mean one thing here and perhaps another to whatever read the body
   // before (Boost.JSON keeps the last).
   const std::optional<std::string> repeated = o != nullptr ? config::repeated_key(body) : std::nullopt;
-  if (!typed || !path_field || cost < 1 || cost > kMaxLimit || repeated) {
+  // What a proxied request could not carry is refused too: the answer is the proxy's.
+  const std::string_view malformed = typed && !repeated ? decide_field_malformed(str) : std::string_view();
+  if (!typed || !path_field || cost < 1 || cost > kMaxLimit || repeated || !malformed.empty()) {
     const bool zh = cfg.language == config::Language::kChinese;
     std::string refusal = R"({"code":400,"reason":"bad_request","msg":)";
     if (repeated) {
       refusal += json_string(zh ? "字段 " + *repeated + " 出现了两次" : "the field " + *repeated + " is given twice");
+    } else if (!malformed.empty()) {
+      refusal += json_string(malformed);
     } else {
       refusal += zh ? R"("请求体应为 )" : R"("expected )";
       refusal += R"({\"system\":\"...\",\"method\":\"GET\",\"path\":\"/...\",\"cost\":1}")";
@@ -1556,6 +1594,9 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
           up_buffer.commit(hn);
           ec = hec ? read_failed(*rp, us.timed(hec)) : parse_buffered(*rp, up_buffer);
         }
+        // A coding besides chunked, which no request asked for (none says TE) and which an
+        // HTTP/1.0 client could not be sent: a bad response, as nginx has it.
+        if (!ec && rp->transfer_coded()) ec = http::error::bad_transfer_encoding;
         if (ec || rp->status() / 100 != 1) break;
         if (rp->status() == 101) {
           // Switching protocols, which no request asked for (the gateway forwards no Upgrade): the

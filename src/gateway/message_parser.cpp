@@ -339,11 +339,10 @@ error_code MessageParser<isRequest>::add_field(std::string_view name, std::strin
       std::string_view last;
       for_each_token(value, [&](std::string_view token) { last = token; });
       chunked_ = boost::beast::iequals(last, "chunked");
+      transfer_coded_ = transfer_coded_ || transfer_encodings_ > 1 || !boost::beast::iequals(value, "chunked");
       if constexpr (isRequest) {
         // A request's body length must not be guessed at: "chunked" alone, once, or nothing.
-        if (transfer_encodings_ > 1 || !boost::beast::iequals(value, "chunked")) {
-          return http::error::bad_transfer_encoding;
-        }
+        if (transfer_coded_) return http::error::bad_transfer_encoding;
       }
       return {};
     }

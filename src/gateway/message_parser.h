@@ -112,6 +112,8 @@ class MessageParser {
   // Once the head is in: whether the connection carries on after this message.
   bool keep_alive() const;
   bool chunked() const { return chunked_; }
+  // Transfer-Encoding gives more than "chunked" alone (a request with such is refused).
+  bool transfer_coded() const { return transfer_coded_; }
   std::optional<std::uint64_t> content_length() const { return content_length_; }
   // Once the head is in: HTTP/1.1, rather than 1.0.
   bool http11() const { return http11_; }
@@ -161,6 +163,7 @@ class MessageParser {
   std::uint64_t remaining_ = 0;  // of a body with a length
   bool chunked_ = false;
   int transfer_encodings_ = 0;
+  bool transfer_coded_ = false;
   int hosts_ = 0;  // Host fields (requests)
   bool to_eof_ = false;  // a response whose body runs to the connection's end
   std::uint64_t to_eof_received_ = 0;

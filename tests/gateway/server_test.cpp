@@ -443,15 +443,36 @@ TEST_F(GatewayTest, TheUpstreamsHopByHopFieldsAndRequestIdStayBehind) {
   EXPECT_EQ(out.substr(out.find("\r\n\r\n") + 4), "ok");
 }
 
-// A response head the gateway cannot read exactly (here a folded field line) is not passed on.
-TEST_F(GatewayTest, AnUpstreamsMalformedHeadIs502) {
-  ClosingUpstream upstream("HTTP/1.1 200 OK\r\nX-Folded: a\r\n b\r\nContent-Length: 2\r\n\r\nok",
+// A 204 goes on without the framing fields an upstream wrongly gave it (RFC 9110 8.6), and without
+// the body it wrongly sent.
+TEST_F(GatewayTest, A204GoesOnWithoutFraming) {
+  ClosingUpstream upstream("HTTP/1.1 204 No Content\r\nContent-Length: 5\r\nX-Kept: yes\r\n\r\nHELLO",
                            ClosingUpstream::After::kClose);
   restart_in_front_of(upstream);
-  const HttpResponse r = get("/closing");
-  EXPECT_EQ(r.status, 502);
-  EXPECT_EQ(str(json(r.body), "reason"), "upstream_connect_failed");
-  EXPECT_EQ(upstream.requests(), 1);
+  const std::string out = raw("GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(testing::raw_status(out), 204) << out;
+  const std::string head = out.substr(0, out.find("\r\n\r\n") + 2);
+  EXPECT_NE(head.find("\r\nX-Kept: yes\r\n"), std::string::npos) << head;
+  EXPECT_EQ(head.find("Content-Length"), std::string::npos) << head;
+  EXPECT_EQ(out.substr(out.find("\r\n\r\n") + 4), "") << out;
+}
+
+// A response head the gateway cannot read exactly (here a folded field line) is not passed on.
+// So is a transfer coding besides chunked, which no request asks for (none says TE) and which an
+// HTTP/1.0 client could not be sent.
+TEST_F(GatewayTest, AnUpstreamsMalformedHeadIs502) {
+  for (const std::string response : {"HTTP/1.1 200 OK\r\nX-Folded: a\r\n b\r\nContent-Length: 2\r\n\r\nok",
+                                     "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+                                     "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nok",
+                                     "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                     "2\r\nok\r\n0\r\n\r\n"}) {
+    ClosingUpstream upstream(response, ClosingUpstream::After::kClose);
+    restart_in_front_of(upstream);
+    const HttpResponse r = get("/closing");
+    EXPECT_EQ(r.status, 502) << response;
+    EXPECT_EQ(str(json(r.body), "reason"), "upstream_connect_failed") << response;
+    EXPECT_EQ(upstream.requests(), 1) << response;
+  }
 }
 
 TEST_F(GatewayTest, AClientsSluiceSystemHeaderNeverReachesTheUpstream) {
@@ -1106,7 +1127,25 @@ TEST_F(GatewayTest, DecideAnswersTheSameDecisionWithoutProxying) {
     EXPECT_EQ(r.status, 400) << bad;
     EXPECT_EQ(str(json(r.body), "reason"), "bad_request") << bad;
   }
-  EXPECT_EQ(c.request("GET", "/_sluice/v1/decide").status, 405);
+  // What a proxied request could not carry.
+  for (const auto& [bad, why] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"system":"crm","method":"","path":"/echo/x"})", "method must be"},
+           {R"({"system":"crm","method":"G ET","path":"/echo/x"})", "method must be"},
+           {R"({"system":"crm","path":"/echo/x y"})", "path must be"},
+           {"{\"system\":\"crm\",\"path\":\"/echo/\u00e9\"}", "path must be"},
+           {R"({"system":"crm","path":"/echo/x#top"})", "path must be"},
+           {R"({"system":"crm","path":"/echo/x","client_ip":"not-an-ip"})", "client_ip must be"},
+           {R"({"system":"crm","path":"/echo/x","client_ip":""})", "client_ip must be"},
+           {R"({"system":"crm","path":"/echo/x","body_sha256":"zz"})", "body_sha256 must be"}}) {
+    const HttpResponse r = c.request("POST", "/_sluice/v1/decide", {}, bad);
+    EXPECT_EQ(r.status, 400) << bad;
+    EXPECT_TRUE(str(json(r.body), "msg").starts_with(why)) << bad << ": " << r.body;
+  }
+  EXPECT_EQ(c.request("POST", "/_sluice/v1/decide", {}, R"({"system":"crm","path":"/echo/x","client_ip":"::1"})").status,
+            200);
+  const HttpResponse get = c.request("GET", "/_sluice/v1/decide");
+  EXPECT_EQ(get.status, 405);
+  EXPECT_EQ(get.header("allow"), "POST");
   EXPECT_EQ(upstream_->requests(), 0);
 }
 
