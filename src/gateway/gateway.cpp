@@ -1775,8 +1775,10 @@ Task<bool> Worker::proxy(Exchange& x) {
   const bool client11 = x.parser.http11();
   const bool chunk_it = client11 && with_body && !rp->content_length() && !rp->chunked();
   const bool relay_chunked = client11 && with_body && (chunk_it || rp->chunked());
+  // (A request whose body was not read whole, an upload the upstream answered early, ends the
+  // connection: the rest of it cannot be told from a next request.)
   const bool keep_client = client_keep_alive && !gw.draining.load(std::memory_order_acquire) &&
-                           (client11 || !with_body || rp->content_length());
+                           (client11 || !with_body || rp->content_length()) && x.parser.is_done();
   wire.clear();
   append_client_head(wire, *rp, ctx.verdict, cfg.rate_limit_headers, x.request_id, chunk_it, keep_client, client11);
   // The breaker judges the call by its status once the first piece of the body is in — not at the

@@ -1509,9 +1509,10 @@ TEST_F(GatewayTest, ARequestIdThatIsNotOneIsReplaced) {
 
 // An upstream that refuses an upload before it has all of it answers early and stops reading: its
 // answer reaches the client, rather than a 502 for the write that failed, and the breaker counts
-// no failure.
+// no failure. The client's connection ends (the rest of its body was not read), and the answer says
+// so.
 TEST_F(GatewayTest, AnUpstreamsEarlyAnswerToAnUploadReachesTheClient) {
-  ClosingUpstream refusing("HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo long",
+  ClosingUpstream refusing("HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\n\r\ntoo long",
                            ClosingUpstream::After::kEarly);
   gw_.reset();
   start(replace_all(config_text("", refusing.port()), "max_body_bytes: 4096", "max_body_bytes: 67108864"));
@@ -1536,6 +1537,8 @@ TEST_F(GatewayTest, AnUpstreamsEarlyAnswerToAnUploadReachesTheClient) {
     upload.join();
     ::close(fd);
     EXPECT_EQ(testing::raw_status(out), 413) << i << ": " << out.substr(0, 300);
+    EXPECT_NE(out.substr(0, out.find("\r\n\r\n") + 2).find("\r\nConnection: close\r\n"), std::string::npos)
+        << i << ": " << out.substr(0, 300);
     EXPECT_EQ(out.substr(out.find("\r\n\r\n") + 4), "too long") << i;
   }
   EXPECT_NE(metrics().find("sluice_breaker_state{upstream=\"closing\",state=\"closed\"} 1"), std::string::npos);
