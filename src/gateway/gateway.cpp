@@ -967,8 +967,16 @@ Task<void> Worker::session(Socket socket) {
         Exchange x{.client = stream, .buffer = buffer, .parser = *parser, .ctx = ctx, .client_ip = client_ip,
                    .snapshot = snap, .start = first_byte.value_or(Clock::now())};
         assign_request_id(x);  // from what the parser read of the head
-        co_await respond(x, reason_of_read_error(rec), nullptr, true);
-        finish(x, status_of(reason_of_read_error(rec)), reason_of_read_error(rec), std::nullopt);
+        Reason why = reason_of_read_error(rec);
+        // A head over the limit with no line ended: its request line alone is (RFC 9112 3: 414).
+        if (why == Reason::kHeaderTooLarge) {
+          const auto* data = static_cast<const char*>(buffer.data().data());
+          std::string_view in(data, std::min<std::size_t>(buffer.size(), kHeaderLimit));
+          while (in.starts_with("\r\n")) in.remove_prefix(2);
+          if (in.find("\r\n") == std::string_view::npos) why = Reason::kUriTooLong;
+        }
+        co_await respond(x, why, nullptr, true);
+        finish(x, status_of(why), why, std::nullopt);
         unread = true;
       }
       break;

@@ -202,10 +202,16 @@ std::size_t MessageParser<isRequest>::put_head(const char* data, std::size_t siz
   const std::size_t from = std::max(scanned_, skipped);
   const std::size_t end = in.find("\r\n\r\n", from);
   if (end == std::string_view::npos) {
-    // A head whose lines end in a bare LF would never end in CRLF CRLF: refused now rather than
-    // timed out (parse_head refuses one in a head that does end).
+    // A head whose lines end in a bare LF, or hold a bare CR, would never end in CRLF CRLF: refused
+    // now rather than timed out (parse_head refuses one in a head that does end).
     for (std::size_t lf = in.find('\n', from); lf != std::string_view::npos; lf = in.find('\n', lf + 1)) {
       if (lf == 0 || in[lf - 1] != '\r') {
+        ec = http::error::bad_line_ending;
+        return 0;
+      }
+    }
+    for (std::size_t cr = in.find('\r', from); cr != std::string_view::npos && cr + 1 < size; cr = in.find('\r', cr + 1)) {
+      if (in[cr + 1] != '\n') {
         ec = http::error::bad_line_ending;
         return 0;
       }

@@ -40,6 +40,7 @@ enum class Reason : std::uint8_t {
   kUpstreamTimeout,        // 504
   kBadRequest,             // malformed or ambiguous request
   kHeaderTooLarge,
+  kUriTooLong,             // 414: a request line over the head's limit on its own
   kBodyTooLarge,
   kRequestTimeout,
   kClientClosedRequest,    // 499: the client left while the upstream worked on its request

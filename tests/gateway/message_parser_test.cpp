@@ -209,6 +209,9 @@ TEST(MessageParserTest, BadRequestHeadsAreRefusedWithTheirReason) {
       // Lines that end in a bare LF only, which never end the head: refused at once, not timed out.
       {"GET / HTTP/1.1\nHost: x\n\n", http::error::bad_line_ending},
       {"\nGET / HTTP/1.1\r\n", http::error::bad_line_ending},
+      // A bare CR in a head not yet ended (it never would end): the same.
+      {"GET / HTTP/1.1\r\nHost: h\r\n\r\r\n", http::error::bad_line_ending},
+      {"GET / HTTP/1.1\r\nX: a\rb", http::error::bad_line_ending},
       {std::string("GET / HTTP/1.1\r\nHost: h\r\nX: a\x01\r\n\r\n"), http::error::bad_value},
       {std::string("GET / HTTP/1.1\r\nHost: h\r\nX: a\x7f\r\n\r\n"), http::error::bad_value},
       {" / HTTP/1.1\r\n\r\n", http::error::bad_method},

@@ -1345,6 +1345,8 @@ TEST_F(GatewayTest, BadInputIsRefusedAndNeverReachesTheUpstream) {
   const std::string head = "POST /echo/x HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n";
   const BadInput cases[] = {
       {"header over 8 KiB", "GET /echo/x HTTP/1.1\r\nHost: a\r\nX-Big: " + std::string(9000, 'a') + "\r\n\r\n", 431},
+      {"request line over 8 KiB", "GET /echo/" + std::string(9000, 'a') + " HTTP/1.1\r\nHost: a\r\n\r\n", 414},
+      {"a bare CR where the head would end", "GET /echo/x HTTP/1.1\r\nHost: a\r\n\r\r\n", 400},
       {"body over the limit", head + "Content-Length: 5000\r\n\r\n" + std::string(5000, 'b'), 413},
       {"chunked body over the limit",
        head + "Transfer-Encoding: chunked\r\n\r\n1388\r\n" + std::string(5000, 'b') + "\r\n0\r\n\r\n", 413},
