@@ -1105,10 +1105,9 @@ AdminResponse AdminApi::limits_route(Call& call) const {
     }
     auto d = options_.limits->peek(store_key, limit);
     if (!d.ok()) return error(503, "store_unavailable", d.error().message);
-    o["state"] = json::object{{"limit", d->limit},
-                              {"remaining", d->remaining},
-                              {"reset_after_ms", millis(d->reset_after)},
-                              {"retry_after_ms", millis(d->retry_after)}};
+    // (No retry_after: a peek asks for a cost of 0, which always passes.)
+    o["state"] = json::object{
+        {"limit", d->limit}, {"remaining", d->remaining}, {"reset_after_ms", millis(d->reset_after)}};
     items.push_back(std::move(o));
   }
   if (!only.empty() && items.empty()) {

@@ -1,5 +1,5 @@
-// The limit inspector: an owner's limits with their live state (remaining, when full again, when the
-// next request passes), and for an admin a reset of one or all. The address keeps the lookup
+// The limit inspector: an owner's limits with their live state (remaining, when full again), and for
+// an admin a reset of one or all. The address keeps the lookup
 // (#/limits?key=system:crm&value=...), so a lookup can be shared and reloaded.
 import { api } from '../api.js';
 import { h, replace } from '../dom.js';
@@ -8,13 +8,6 @@ import { duration, limitSummary, number, t } from '../i18n.js';
 import { messages, pageHead, table } from '../page.js';
 
 const KINDS = ['system', 'interface', 'grant'];
-
-// When the next request passes: now while some remain; else the wait the state gives, when it gives
-// one (a peek's retry_after is for a cost of 0, so it may not).
-function nextIn(s) {
-  if (s.remaining > 0) return t('overview.now');
-  return s.retry_after_ms > 0 ? duration(s.retry_after_ms) : '—';
-}
 
 export function render(view, ctx) {
   const msg = messages();
@@ -53,7 +46,7 @@ export function render(view, ctx) {
       replace(results, h('h2', {}, t('inspector.results')), h('p', { class: 'muted' }, t('inspector.noLimits')));
       return;
     }
-    const columns = [t('inspector.limit'), t('inspector.scope'), t('inspector.remaining'), t('inspector.resetIn'), t('inspector.retryIn')];
+    const columns = [t('inspector.limit'), t('inspector.scope'), t('inspector.remaining'), t('inspector.resetIn')];
     if (ctx.admin) columns.push(t('list.actions'));
     const tbl = table(columns, { 'aria-label': t('inspector.results') });
     for (const item of answer.items) {
@@ -62,8 +55,7 @@ export function render(view, ctx) {
         h('th', { scope: 'row' }, limitSummary(item.limit)),
         h('td', {}, t(`scope.${item.scope}`)),
         h('td', { class: 'remaining' }, s ? t('inspector.remainingOf', { r: number(s.remaining), l: number(s.limit) }) : t('inspector.needValue')),
-        h('td', {}, s ? duration(s.reset_after_ms) : ''),
-        h('td', {}, s ? nextIn(s) : ''));
+        h('td', {}, s ? duration(s.reset_after_ms) : ''));
       if (ctx.admin) {
         row.append(h('td', { class: 'actions-cell' }, h('button', {
           type: 'button',
