@@ -359,6 +359,11 @@ class Validator {
     problems_.push_back(Problem{std::move(path), std::move(message)});
   }
 
+  // Ids and names go into URLs, logs, metrics labels and the console: no control characters.
+  static bool has_control(std::string_view s) {
+    return std::any_of(s.begin(), s.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; });
+  }
+
   static bool valid_header_name(std::string_view name) {
     if (name.empty()) return false;
     return std::all_of(name.begin(), name.end(), [](char ch) {
@@ -375,8 +380,8 @@ class Validator {
       if (!r.name.empty() && !names.insert(r.name).second) {
         add(path + ".name", "\"" + r.name + "\" names another limit of the same owner too");
       }
-      if (r.name.find_first_of("\"\\\r\n") != std::string::npos) {
-        add(path + ".name", "must not contain quotes, backslashes or line breaks");
+      if (r.name.find_first_of("\"\\") != std::string::npos || has_control(r.name)) {
+        add(path + ".name", "must not contain quotes, backslashes or control characters");
       }
       if ((r.key_by == KeyBy::kHeader && !valid_header_name(r.key_name)) ||
           (r.key_by == KeyBy::kQuery && r.key_name.empty())) {
@@ -389,6 +394,7 @@ class Validator {
     const Upstream& u = c_.upstreams[i];
     const std::string at = "upstreams[" + std::to_string(i) + "]";
     if (u.name.empty()) add(at + ".name", "is required");
+    if (has_control(u.name)) add(at + ".name", "must not hold control characters");
     if (!u.name.empty() && !names.insert(u.name).second) {
       add(at + ".name", "\"" + u.name + "\" is the name of another upstream too");
     }
@@ -400,6 +406,9 @@ class Validator {
       if (u.failure_statuses[j] < 100 || u.failure_statuses[j] > 599) {
         add(at + ".failure_statuses[" + std::to_string(j) + "]", "must be an HTTP status from 100 to 599");
       }
+    }
+    if (!u.breaker.enabled && u.breaker.force != BreakerForce::kNone) {
+      add(at + ".breaker.force", "forces a breaker that is disabled (enabled: false)");
     }
     if (u.breaker.enabled) {
       for (const Error& e : u.breaker.options.problems()) {
@@ -425,6 +434,7 @@ class Validator {
     const std::string at = "interfaces[" + std::to_string(i) + "]";
     if (f.id.empty()) add(at + ".id", "is required");
     if (f.id == "*") add(at + ".id", "\"*\" stands for every interface and cannot be an id");
+    if (has_control(f.id)) add(at + ".id", "must not hold control characters");
     if (!f.id.empty() && !ids.insert(f.id).second) {
       add(at + ".id", "\"" + f.id + "\" is the id of another interface too");
     }
@@ -479,18 +489,18 @@ class Validator {
     if (s.key.empty()) add(at + ".key", "is required");
     // A caller sends it as a header field's value, which holds no control character and loses the
     // spaces around it: such a key could never be matched.
-    const bool control = std::any_of(s.key.begin(), s.key.end(), [](char ch) {
-      return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f;  // a tab among them
-    });
-    if (control || (!s.key.empty() && (s.key.front() == ' ' || s.key.back() == ' '))) {
+    if (has_control(s.key) || (!s.key.empty() && (s.key.front() == ' ' || s.key.back() == ' '))) {
       add(at + ".key", "must not hold control characters, nor begin or end with a space");
     }
     if (!s.key.empty() && !keys.insert(s.key).second) {
       add(at + ".key", "\"" + s.key + "\" is the key of another system too");
     }
+    std::set<std::string> listed;
     for (std::size_t j = 0; j < s.interfaces.size(); ++j) {
       if (interfaces.count(s.interfaces[j]) == 0) {
         add(at + ".interfaces[" + std::to_string(j) + "]", "names no interface: \"" + s.interfaces[j] + "\"");
+      } else if (!listed.insert(s.interfaces[j]).second) {
+        add(at + ".interfaces[" + std::to_string(j) + "]", "\"" + s.interfaces[j] + "\" is listed twice");
       }
     }
     credentials(at, s);

@@ -330,6 +330,9 @@ class Reader {
           fail(s, path, "must be an HTTP status like 503, or a class like 5xx");
         }
       });
+      // Each once ("5xx, 503" is the 5xx class), so that it exports as it counts.
+      std::set<std::int32_t> seen;
+      std::erase_if(u.failure_statuses, [&](std::int32_t v) { return !seen.insert(v).second; });
     }
     const YAML::Node b = n["breaker"];
     if (b.IsDefined() && !b.IsNull()) {

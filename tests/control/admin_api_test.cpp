@@ -364,6 +364,18 @@ TEST_F(AdminApiTest, EveryValidationErrorIsRefusedWholeWithItsFieldPath) {
        "interfaces[0].limits[1].name", "names another limit"},
       {"limit name quote", [](Config& c) { c.interfaces[0].limits[0].name = "a\"b"; }, "interfaces[0].limits[0].name",
        "must not contain quotes"},
+      {"limit name control", [](Config& c) { c.interfaces[0].limits[0].name = std::string("a\0b", 3); },
+       "interfaces[0].limits[0].name", "control characters"},
+      {"upstream name control", [](Config& c) { c.upstreams[1].name = "sp\tare"; for (auto& i : c.interfaces) {
+                                                  if (i.upstream == "spare") i.upstream = "sp\tare"; } },
+       "upstreams[1].name", "control characters"},
+      {"interface id control", [](Config& c) { c.interfaces[2].id = std::string("hea\0lth", 7); }, "interfaces[2].id",
+       "control characters"},
+      {"forced disabled breaker", [](Config& c) { c.upstreams[0].breaker.enabled = false;
+                                                  c.upstreams[0].breaker.force = config::BreakerForce::kOpen; },
+       "upstreams[0].breaker.force", "disabled"},
+      {"interface listed twice", [](Config& c) { c.systems[1].interfaces = {"orders", "orders"}; },
+       "systems[1].interfaces[1]", "listed twice"},
       {"key_by", [](Config& c) { c.interfaces[0].limits[0].key_by = config::KeyBy::kHeader;
                                  c.interfaces[0].limits[0].key_name = "X User"; },
        "interfaces[0].limits[0].key_by", "names no header"},

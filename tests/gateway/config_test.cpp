@@ -125,6 +125,19 @@ TEST(ConfigYaml, TextThatIsNotUtf8IsRefusedWhereItStops) {
   EXPECT_TRUE(problems_of(std::string(kMinimal) + "    description: \"订单 ✓ \xf0\x9f\x98\x80\"\n").empty());
 }
 
+// A status given by itself and in its class counts once, and exports once.
+TEST(ConfigYaml, AFailureStatusGivenTwiceCountsOnce) {
+  std::string text = kMinimal;
+  const std::string targets = "    targets: [127.0.0.1:8081]\n";
+  text.insert(text.find(targets) + targets.size(), "    failure_statuses: [429, 4xx, 429]\n");
+  const auto c = load_ok(text);
+  ASSERT_EQ(c->upstreams[0].failure_statuses.size(), 100u);
+  EXPECT_EQ(c->upstreams[0].failure_statuses[0], 429);
+  const std::string exported = to_yaml(*c);
+  EXPECT_EQ(exported.find("429, 429"), std::string::npos);
+  EXPECT_EQ(load_ok(exported)->upstreams[0].failure_statuses, c->upstreams[0].failure_statuses);
+}
+
 // YAML::Load reads the first document of several and drops the rest: a stray "---", or files
 // joined, would lose what follows without a word.
 TEST(ConfigYaml, ASecondYamlDocumentIsRefused) {
