@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -726,6 +727,8 @@ EntityResult<Grant> parse_grant(std::string_view text) {
 }
 
 LoadResult load_yaml_file(const std::string& path) {
+  std::error_code dir_ec;
+  if (std::filesystem::is_directory(path, dir_ec)) return std::vector<Problem>{Problem{"", "is a directory, not a file", path}};
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::vector<Problem>{Problem{"", "cannot read the file", path}};
   std::ostringstream text;

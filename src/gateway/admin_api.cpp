@@ -137,13 +137,17 @@ int hex_digit(char ch) {
   return -1;
 }
 
-std::string percent_decode(std::string_view s, bool plus_is_space) {
+// Sets `bad` when a '%' is not an escape (%XX): such a name is refused, not read as it stands.
+std::string percent_decode(std::string_view s, bool plus_is_space, bool& bad) {
   std::string out;
   out.reserve(s.size());
   for (std::size_t i = 0; i < s.size(); ++i) {
     if (s[i] == '%' && i + 2 < s.size() && hex_digit(s[i + 1]) >= 0 && hex_digit(s[i + 2]) >= 0) {
       out += static_cast<char>(hex_digit(s[i + 1]) * 16 + hex_digit(s[i + 2]));
       i += 2;
+    } else if (s[i] == '%') {
+      bad = true;
+      out += s[i];
     } else if (s[i] == '+' && plus_is_space) {
       out += ' ';
     } else {
@@ -520,9 +524,10 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
   const std::string_view path = target.substr(0, q);
   if (!path.starts_with(kPrefix)) return not_found("No such admin API route.");
   Call call{request, request.method, {}, {}, {}, {}};
+  bool bad_escape = false;
   for (std::string_view rest = path.substr(kPrefix.size()); !rest.empty();) {
     const std::size_t slash = rest.find('/');
-    call.segments.push_back(percent_decode(rest.substr(0, slash), false));
+    call.segments.push_back(percent_decode(rest.substr(0, slash), false, bad_escape));
     if (slash == std::string_view::npos) break;
     rest.remove_prefix(slash + 1);
   }
@@ -532,8 +537,8 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
       const std::size_t amp = rest.find('&');
       const std::string_view pair = rest.substr(0, amp);
       const std::size_t eq = pair.find('=');
-      std::string name = percent_decode(pair.substr(0, eq), true);
-      std::string value = eq == std::string_view::npos ? "" : percent_decode(pair.substr(eq + 1), true);
+      std::string name = percent_decode(pair.substr(0, eq), true, bad_escape);
+      std::string value = eq == std::string_view::npos ? "" : percent_decode(pair.substr(eq + 1), true, bad_escape);
       if (!name.empty() && !call.query.emplace(name, std::move(value)).second && repeated.empty()) {
         repeated = std::move(name);
       }
@@ -558,6 +563,7 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
     return error(403, "forbidden", "This token has the read role; this needs the admin role.");
   }
   if (!repeated.empty()) return error(400, "bad_request", "The query parameter " + repeated + " is given twice.");
+  if (bad_escape) return error(400, "bad_request", "The URL holds a % that is not an escape: write % as %25.");
 
   if (what == "config") return config_route(call);
   if (what == "systems") return entity_route<config::System>(call);
@@ -627,6 +633,9 @@ AdminResponse AdminApi::config_route(Call& call) const {
       stored.config = std::move(shown);
     }
     const std::string format = call.param("format");
+    if (!format.empty() && format != "yaml" && format != "json") {
+      return error(400, "bad_request", "format must be yaml or json, got \"" + format + "\".");
+    }
     const bool yaml = format == "yaml" || (format.empty() && req.header("Accept").find("yaml") != std::string_view::npos);
     AdminResponse r;
     if (yaml) {
@@ -1152,7 +1161,8 @@ AdminResponse AdminApi::breakers_route(Call& call) const {
   if (options_.store == nullptr) return read_only(options_.primary);
   auto body = json_object_body(call.request.body);
   const std::string force = body ? str_field(*body, "force") : "";
-  if (force != "open" && force != "closed" && force != "none") {
+  // Nothing else: a field this route does not know would be dropped unsaid.
+  if ((force != "open" && force != "closed" && force != "none") || body->size() != 1) {
     return error(400, "bad_request", "The body must be {\"force\": \"open\"}, {\"force\": \"closed\"} or {\"force\": \"none\"}.");
   }
   const Conditions conditions(call.request);  // on the upstream, whose ETag its breaker's force is part of
@@ -1233,6 +1243,7 @@ AdminResponse AdminApi::tokens_route(Call& call) const {
                                          {"name", t.name},
                                          {"role", config::to_string(t.role)},
                                          {"created", config::format_time(t.created)},
+                                         {"created_by", t.created_by},
                                          {"token", created->second},
                                          {"note", "This is the only time the token is shown: sluice keeps only its hash."}});
 }

@@ -1856,11 +1856,23 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
     parser.body_limit(kAdminBodyLimit);
     stream.expires_after(std::chrono::seconds(30));
     auto [ec, n] = co_await http::async_read(stream, buffer, parser, kTok);
-    if (ec == http::error::body_limit) {
-      // Said, not just hung up on: a whole configuration may be what is too big.
-      http::response<http::string_body> res{http::status::payload_too_large, 11};
+    // A request that cannot be read is answered, not just hung up on (a whole configuration may be
+    // what is too big), and ends the connection; one that ended or stalled just ends.
+    const bool unreadable = ec && ec.category() == http::make_error_code(http::error::body_limit).category() &&
+                            ec != http::error::end_of_stream && ec != http::error::partial_message;
+    if (unreadable) {
+      const bool too_large = ec == http::error::body_limit;
+      const bool head_too_large = ec == http::error::header_limit;
+      http::response<http::string_body> res{too_large        ? http::status::payload_too_large
+                                            : head_too_large ? http::status::request_header_fields_too_large
+                                                             : http::status::bad_request,
+                                            11};
       res.set(http::field::content_type, "application/json");
-      res.body() = R"({"code":413,"reason":"body_too_large","msg":"The admin listener takes bodies up to 16 MiB."})";
+      res.body() = too_large ? R"({"code":413,"reason":"body_too_large","msg":"The admin listener takes bodies up to 16 MiB."})"
+                   : head_too_large
+                       ? R"({"code":431,"reason":"header_too_large","msg":"The request header is larger than 8 KiB."})"
+                       : R"({"code":400,"reason":"bad_request","msg":)" +
+                             json_string("The request is malformed: " + ec.message()) + "}";
       res.keep_alive(false);
       res.prepare_payload();
       stream.expires_after(std::chrono::seconds(30));

@@ -247,6 +247,12 @@ TEST_F(AdminApiTest, InterfacesUpstreamsAndGrantsHaveTheSameRoutes) {
 TEST_F(AdminApiTest, NamesWithSlashesAndSpacesArePercentEncodedInTheUrl) {
   EXPECT_EQ(call("POST", "/admin/v1/systems", R"({"key":"team a/b"})").status, 201);
   EXPECT_EQ(call("GET", "/admin/v1/systems/team%20a%2Fb").str("key"), "team a/b");
+  // A % that is not an escape is refused, not read as it stands.
+  EXPECT_EQ(call("POST", "/admin/v1/systems", R"({"key":"100%"})").status, 201);
+  EXPECT_EQ(call("GET", "/admin/v1/systems/100%").status, 400);
+  EXPECT_EQ(call("GET", "/admin/v1/systems/100%2").status, 400);
+  EXPECT_EQ(call("GET", "/admin/v1/limits?key=system:10%zz").status, 400);
+  EXPECT_EQ(call("GET", "/admin/v1/systems/100%25").str("key"), "100%");
 }
 
 TEST_F(AdminApiTest, CreatingWhatExistsIsAConflict) {
@@ -551,6 +557,7 @@ TEST_F(AdminApiTest, TheConfigurationExportsAsJsonOrYamlWithItsRevisionAsETag) {
   EXPECT_EQ(y.raw.content_type, "application/yaml");
   EXPECT_EQ(y.raw.body, config::to_yaml(*store_->load()->config));
   EXPECT_EQ(call("GET", "/admin/v1/config?format=yaml").raw.content_type, "application/yaml");
+  EXPECT_EQ(call("GET", "/admin/v1/config?format=xml").status, 400);
 }
 
 // The limit store's password goes to admin tokens (a follower needs it) and to nobody else: not
@@ -844,6 +851,7 @@ TEST_F(AdminApiTest, BreakersAreForcedThroughTheConfigurationAndResetHere) {
   EXPECT_EQ(call("GET", "/admin/v1/breakers/app").str("state"), "open");
   EXPECT_EQ(call("POST", "/admin/v1/breakers/app/reset").str("state"), "closed");
   EXPECT_EQ(call("POST", "/admin/v1/breakers/app/force", R"({"force":"sideways"})").status, 400);
+  EXPECT_EQ(call("POST", "/admin/v1/breakers/app/force", R"({"force":"none","x":1})").status, 400);
   EXPECT_EQ(call("GET", "/admin/v1/breakers").obj().at("items").as_array().size(), 2u);
 }
 
@@ -914,6 +922,7 @@ TEST_F(AdminApiTest, BadCredentialRequestsAreRefusedWithTheirFields) {
 TEST_F(AdminApiTest, AdminsCreateListAndRevokeTokens) {
   const Reply created = call("POST", "/admin/v1/tokens", R"({"name":"console","role":"read"})");
   ASSERT_EQ(created.status, 201);
+  EXPECT_TRUE(created.str("created_by").starts_with("token:ops")) << created.raw.body;
   const std::string token = created.str("token");
   EXPECT_EQ(call("GET", "/admin/v1/whoami", "", {}, &token).str("name"), "console");
   const Reply list = call("GET", "/admin/v1/tokens");

@@ -589,6 +589,12 @@ TEST_F(ControlProcessTest, AnEmptyFlagOrATokenWithoutAPrimaryIsMisuse) {
   EXPECT_NE(err.find("--token requires --config-from"), std::string::npos) << err;
 }
 
+TEST_F(ControlProcessTest, AConfigurationThatIsADirectoryIsSaidToBeOne) {
+  std::string err;
+  EXPECT_EQ(sluice({"config", "check", dir_}, nullptr, &err), 1);
+  EXPECT_NE(err.find("is a directory, not a file"), std::string::npos) << err;
+}
+
 // The file's admin_listen takes off as the flag does.
 TEST_F(ControlProcessTest, AFilesAdminListenMayBeOff) {
   const std::string file = dir_ + "/off.yaml";

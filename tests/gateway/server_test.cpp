@@ -1280,6 +1280,19 @@ TEST_F(GatewayTest, TheAdminListenerExportsTheConfigurationAsYaml) {
   EXPECT_EQ(config::to_yaml(*std::get<std::shared_ptr<const config::Config>>(again)), r.body);
 }
 
+// A request the admin listener cannot read is answered, and its connection closed, rather than just
+// hung up on.
+TEST_F(GatewayTest, TheAdminListenerAnswersWhatItCannotRead) {
+  for (const auto& [bytes, status] : std::vector<std::pair<std::string, int>>{
+           {"POST /admin/v1/systems HTTP/1.1\r\nHost: a\r\nContent-Length: -1\r\n\r\n", 400},
+           {"POST /admin/v1/systems HTTP/1.1\r\nHost: a\r\nContent-Length: abc\r\n\r\n", 400},
+           {"GET /config HTTP/1.1\r\nHost: a\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n", 431}}) {
+    const std::string out = testing::raw_exchange(gw_->admin_port(), bytes, 5s);
+    EXPECT_EQ(testing::raw_status(out), status) << out.substr(0, 200);
+    EXPECT_NE(out.find("Connection: close"), std::string::npos) << out.substr(0, 200);
+  }
+}
+
 TEST_F(GatewayTest, EachRequestWritesOneJsonAccessLogLine) {
   HttpClient c(gw_->port());
   c.request("GET", "/limited?q=1", {{"X-System-Key", "crm"}, {"X-Request-Id", "log-me"}});
