@@ -20,6 +20,11 @@ std::vector<std::int32_t> Upstream::default_failure_statuses() {
   return statuses;
 }
 
+bool claims(const std::vector<std::string>& methods, std::string_view method) {
+  const auto listed = [&](std::string_view m) { return std::find(methods.begin(), methods.end(), m) != methods.end(); };
+  return methods.empty() || listed(method) || (method == "HEAD" && listed("GET"));
+}
+
 std::string Problem::to_string() const {
   std::string s;
   if (!file.empty()) s += file + ":";
@@ -471,9 +476,8 @@ class Validator {
           const Interface& x = c_.interfaces[list[a]];
           const Interface& y = c_.interfaces[list[b]];
           bool overlap = x.methods.empty() || y.methods.empty();
-          for (const std::string& m : x.methods) {
-            overlap = overlap || std::find(y.methods.begin(), y.methods.end(), m) != y.methods.end();
-          }
+          for (const std::string& m : x.methods) overlap = overlap || claims(y.methods, m);
+          for (const std::string& m : y.methods) overlap = overlap || claims(x.methods, m);
           if (overlap) {
             add("interfaces[" + std::to_string(list[a]) + "].path",
                 "\"" + x.path + "\" claims the same requests as interface \"" + y.id + "\" (" + y.path + ")");

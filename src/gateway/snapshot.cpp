@@ -58,10 +58,7 @@ std::vector<CompiledLimit> compile(Scope scope, const std::string& owner, const 
 
 }  // namespace
 
-bool InterfaceEntry::allows(std::string_view method) const {
-  const auto& methods = interface->methods;
-  return methods.empty() || std::find(methods.begin(), methods.end(), method) != methods.end();
-}
+bool InterfaceEntry::allows(std::string_view method) const { return config::claims(interface->methods, method); }
 
 std::string Snapshot::breaker_key(const config::Upstream& upstream) {
   config::Breaker settings = upstream.breaker;

@@ -387,6 +387,9 @@ TEST_F(AdminApiTest, EveryValidationErrorIsRefusedWholeWithItsFieldPath) {
        "interfaces[0].limits[0].key_by", "names no header"},
       {"routes", [](Config& c) { c.interfaces[2].path = "/users/{name}"; }, "interfaces[2].path",
        "claims the same requests"},
+      {"routes head", [](Config& c) { c.interfaces[1].methods = {"GET"}; c.interfaces[2].path = "/users/{name}";
+                                      c.interfaces[2].methods = {"HEAD"}; },
+       "interfaces[2].path", "claims the same requests"},
       {"system key", [](Config& c) { c.systems[1].key = ""; }, "systems[1].key", "is required"},
       {"system twice", [](Config& c) { c.systems[1].key = "crm"; }, "systems[1].key", "another system"},
       {"system interface", [](Config& c) { c.systems[1].interfaces = {"gone"}; }, "systems[1].interfaces[0]",

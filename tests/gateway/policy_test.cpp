@@ -134,6 +134,13 @@ TEST_F(PolicyTest, AnIdentifiedSystemWithPermissionIsAdmitted) {
   EXPECT_EQ(ctx_.system->system->key, "crm");
 }
 
+// HEAD is GET without the body (RFC 9110 9.3.2): it goes where GET does.
+TEST_F(PolicyTest, AHeadRequestGoesWhereAGetWould) {
+  EXPECT_EQ(call("HEAD", "/api/users/1", "crm"), Reason::kOk);
+  EXPECT_EQ(ctx_.interface->interface->id, "users");
+  EXPECT_EQ(call("HEAD", "/api/login", "ops"), Reason::kInterfaceUnknown) << "POST only";
+}
+
 TEST_F(PolicyTest, ANonPublicInterfaceNeedsASystemKey) {
   EXPECT_EQ(call("GET", "/api/users/1"), Reason::kSystemKeyMissing);
   EXPECT_EQ(status_of(Reason::kSystemKeyMissing), 401);
