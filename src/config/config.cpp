@@ -20,11 +20,6 @@ std::vector<std::int32_t> Upstream::default_failure_statuses() {
   return statuses;
 }
 
-bool claims(const std::vector<std::string>& methods, std::string_view method) {
-  const auto listed = [&](std::string_view m) { return std::find(methods.begin(), methods.end(), m) != methods.end(); };
-  return methods.empty() || listed(method) || (method == "HEAD" && listed("GET"));
-}
-
 std::string Problem::to_string() const {
   std::string s;
   if (!file.empty()) s += file + ":";
@@ -412,9 +407,6 @@ class Validator {
         add(at + ".failure_statuses[" + std::to_string(j) + "]", "must be an HTTP status from 100 to 599");
       }
     }
-    if (!u.breaker.enabled && u.breaker.force != BreakerForce::kNone) {
-      add(at + ".breaker.force", "forces a breaker that is disabled (enabled: false)");
-    }
     if (u.breaker.enabled) {
       for (const Error& e : u.breaker.options.problems()) {
         const std::string& m = e.message;
@@ -476,8 +468,9 @@ class Validator {
           const Interface& x = c_.interfaces[list[a]];
           const Interface& y = c_.interfaces[list[b]];
           bool overlap = x.methods.empty() || y.methods.empty();
-          for (const std::string& m : x.methods) overlap = overlap || claims(y.methods, m);
-          for (const std::string& m : y.methods) overlap = overlap || claims(x.methods, m);
+          for (const std::string& m : x.methods) {
+            overlap = overlap || std::find(y.methods.begin(), y.methods.end(), m) != y.methods.end();
+          }
           if (overlap) {
             add("interfaces[" + std::to_string(list[a]) + "].path",
                 "\"" + x.path + "\" claims the same requests as interface \"" + y.id + "\" (" + y.path + ")");
@@ -499,12 +492,9 @@ class Validator {
     if (!s.key.empty() && !keys.insert(s.key).second) {
       add(at + ".key", "\"" + s.key + "\" is the key of another system too");
     }
-    std::set<std::string> listed;
     for (std::size_t j = 0; j < s.interfaces.size(); ++j) {
       if (interfaces.count(s.interfaces[j]) == 0) {
         add(at + ".interfaces[" + std::to_string(j) + "]", "names no interface: \"" + s.interfaces[j] + "\"");
-      } else if (!listed.insert(s.interfaces[j]).second) {
-        add(at + ".interfaces[" + std::to_string(j) + "]", "\"" + s.interfaces[j] + "\" is listed twice");
       }
     }
     credentials(at, s);

@@ -107,10 +107,6 @@ struct System {
   std::vector<LimitRule> limits;
 };
 
-// Whether an interface with these methods answers `method`: any when none are listed, and HEAD
-// where GET is (RFC 9110 9.3.2: HEAD is GET without the body).
-bool claims(const std::vector<std::string>& methods, std::string_view method);
-
 struct Interface {
   std::string id;
   std::string description;

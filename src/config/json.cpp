@@ -139,9 +139,13 @@ json::object to_json(const System& s) {
   out["description"] = s.description;
   out["enabled"] = s.enabled;
   out["auth"] = to_string(s.auth);
-  json::array credentials;
-  for (const Credential& c : s.credentials) credentials.push_back(to_json(c));
-  out["credentials"] = std::move(credentials);
+  // None: no field, as in YAML, so that an export imported back (where credentials: [] removes
+  // every credential) keeps those made since.
+  if (!s.credentials.empty()) {
+    json::array credentials;
+    for (const Credential& c : s.credentials) credentials.push_back(to_json(c));
+    out["credentials"] = std::move(credentials);
+  }
   std::vector<std::string> ids = s.interfaces;
   if (s.all_interfaces) ids.insert(ids.begin(), "*");
   out["interfaces"] = strings_json(ids);

@@ -486,8 +486,8 @@ class Reader {
     for (std::string& id : ids) {
       if (id == "*") {
         s.all_interfaces = true;
-      } else {
-        s.interfaces.push_back(std::move(id));
+      } else if (std::find(s.interfaces.begin(), s.interfaces.end(), id) == s.interfaces.end()) {
+        s.interfaces.push_back(std::move(id));  // each once, as it counts
       }
     }
     s.limits = limits(n, at);

@@ -1174,7 +1174,8 @@ AdminResponse AdminApi::breakers_route(Call& call) const {
           if (auto r = conditions.check(true, entity_tag(config::to_json(u)), describe<config::Upstream>({name}))) {
             return r;
           }
-          if (!u.breaker.enabled) {
+          // A disabled breaker cannot be forced; a force left on it can be cleared.
+          if (!u.breaker.enabled && force != "none") {
             return Refusal{Refusal::Kind::kConflict, "The breaker of upstream \"" + name + "\" is disabled.", {}};
           }
           const std::string before = json::serialize(config::to_json(u));

@@ -125,12 +125,24 @@ CallerFields caller_fields(std::span<const HeadField> fields, std::string_view k
   return out;
 }
 
+// Whether a field name reads as `name` (whatever its case) where fields reach applications CGI-style (X_Sluice_System
+// and X-Sluice-System are both HTTP_X_SLUICE_SYSTEM there).
+bool cgi_alias_of(std::string_view field, std::string_view name) {
+  if (field.size() != name.size()) return false;
+  for (std::size_t i = 0; i < field.size(); ++i) {
+    const auto f = static_cast<unsigned char>(field[i] == '_' ? '-' : field[i]);
+    if (std::tolower(f) != std::tolower(static_cast<unsigned char>(name[i]))) return false;
+  }
+  return true;
+}
+
 class FieldsLookup final : public HeaderLookup {
  public:
   explicit FieldsLookup(std::span<const HeadField> f) : f_(f) {}
   std::string_view get(std::string_view name) const override { return find_field(f_, name); }
+  // Also spelt with '_', which a CGI-style upstream reads as the same.
   bool repeated(std::string_view name) const override {
-    return std::count_if(f_.begin(), f_.end(), [&](const HeadField& f) { return beast::iequals(f.name_string(), name); }) >
+    return std::count_if(f_.begin(), f_.end(), [&](const HeadField& f) { return cgi_alias_of(f.name_string(), name); }) >
            1;
   }
 
@@ -427,17 +439,6 @@ std::string json_string(std::string_view s) {
 // An upstream connection (Beast streams move, but do not move-assign).
 using UpConn = std::unique_ptr<TimedSocket>;
 
-// Whether a field name reads as `name` where fields reach applications CGI-style (X_Sluice_System
-// and X-Sluice-System are both HTTP_X_SLUICE_SYSTEM there).
-bool cgi_alias_of(std::string_view field, std::string_view name) {
-  if (field.size() != name.size()) return false;
-  for (std::size_t i = 0; i < field.size(); ++i) {
-    const auto f = static_cast<unsigned char>(field[i] == '_' ? '-' : field[i]);
-    if (std::tolower(f) != std::tolower(static_cast<unsigned char>(name[i]))) return false;
-  }
-  return true;
-}
-
 void append_field(std::string& out, std::string_view name, std::string_view value) {
   out.append(name).append(": ", 2).append(value).append("\r\n", 2);
 }
@@ -473,14 +474,9 @@ void append_upstream_head(std::string& out, const RequestParser& p, std::string_
         if (f.value().find_first_not_of(" \t") != std::string_view::npos) forwarded_for.push_back(f.value());
         continue;
       }
-      if (beast::iequals(name, "X-Forwarded-Proto") || beast::iequals(name, "X-Request-Id") ||
-          beast::iequals(name, "X-Sluice-System") || beast::iequals(name, kApiKeyHeader)) {
-        continue;
-      }
-      if (name.find('_') != std::string_view::npos &&
-          (cgi_alias_of(name, "X-Forwarded-For") || cgi_alias_of(name, "X-Forwarded-Proto") ||
-           cgi_alias_of(name, "X-Request-Id") || cgi_alias_of(name, "X-Sluice-System") ||
-           cgi_alias_of(name, kApiKeyHeader))) {
+      static constexpr std::array<std::string_view, 5> kDropped{"X-Forwarded-For", "X-Forwarded-Proto", "X-Request-Id",
+                                                               "X-Sluice-System", kApiKeyHeader};
+      if (std::any_of(kDropped.begin(), kDropped.end(), [&](std::string_view n) { return cgi_alias_of(name, n); })) {
         continue;
       }
     }
@@ -1363,10 +1359,7 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
       }
       return {};
     }
-    bool repeated(std::string_view name) const override {
-      if (h_ == nullptr) return false;
-      return std::count_if(h_->begin(), h_->end(), [&](const auto& kv) { return beast::iequals(kv.key(), name); }) > 1;
-    }
+    bool repeated(std::string_view) const override { return false; }  // refused before (names_repeated)
 
    private:
     const boost::json::object* h_;

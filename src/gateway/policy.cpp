@@ -79,20 +79,31 @@ int hex_value(char c) {
   return -1;
 }
 
-// A query parameter's value as applications read it (application/x-www-form-urlencoded): escapes
-// decoded and '+' a space, so that "a", "%61" count as one value. An escape that is not one stays.
-void append_decoded(std::string& out, std::string_view raw) {
-  for (std::size_t i = 0; i < raw.size(); ++i) {
-    const char c = raw[i];
-    if (c == '+') {
-      out += ' ';
-    } else if (c == '%' && i + 2 < raw.size() && hex_value(raw[i + 1]) >= 0 && hex_value(raw[i + 2]) >= 0) {
-      out += static_cast<char>(hex_value(raw[i + 1]) * 16 + hex_value(raw[i + 2]));
-      i += 2;
-    } else {
-      out += c;
-    }
+// The character of a query string's name or value (application/x-www-form-urlencoded) at raw[i], as
+// applications read it: an escape decoded ("%61" is "a"), '+' a space, and an escape that is not
+// one as it is. Moves i past it.
+char form_char(std::string_view raw, std::size_t& i) {
+  const char c = raw[i++];
+  if (c == '+') return ' ';
+  if (c == '%' && i + 1 < raw.size() && hex_value(raw[i]) >= 0 && hex_value(raw[i + 1]) >= 0) {
+    const char decoded = static_cast<char>(hex_value(raw[i]) * 16 + hex_value(raw[i + 1]));
+    i += 2;
+    return decoded;
   }
+  return c;
+}
+
+void append_decoded(std::string& out, std::string_view raw) {
+  for (std::size_t i = 0; i < raw.size();) out += form_char(raw, i);
+}
+
+// Whether a query parameter's name, as sent, is `name` once decoded ("%71" is "q").
+bool is_named(std::string_view raw, std::string_view name) {
+  std::size_t j = 0;
+  for (std::size_t i = 0; i < raw.size();) {
+    if (j == name.size() || form_char(raw, i) != name[j++]) return false;
+  }
+  return j == name.size();
 }
 
 // Appends the value a keyed-by limit counts this request under.
@@ -189,11 +200,13 @@ void Context::clear() {
 
 Reason check_access(const Request& request, const Snapshot& snapshot, Context& ctx) {
   ctx.interface = snapshot.route(request.method, request.path);
-  // "/api/%61dmin", "/api//admin" or "/api/admin;x" is "/api/admin" to many upstreams: routed as
-  // written, it would reach that interface through a catch-all, with the catch-all's permissions
-  // and limits. Such a path must route where its routing form does.
+  // "/api/%61dmin", "/api//admin", "/api/admin;x" or "/api/admin/" is "/api/admin" to many
+  // upstreams: routed as written, it would reach that interface through a catch-all, with the
+  // catch-all's permissions and limits. Such a path must not route elsewhere than its routing form,
+  // when that routes anywhere.
   if (const std::optional<std::string> tidy = routing_form(request.path)) {
-    if (snapshot.route(request.method, *tidy) != ctx.interface) return Reason::kBadRequest;
+    const InterfaceEntry* other = snapshot.route(request.method, *tidy);
+    if (other != nullptr && other != ctx.interface) return Reason::kBadRequest;
   }
   const bool is_public = ctx.interface != nullptr && ctx.interface->interface->is_public;
   const bool has_key = request.has_system_key && !request.system_key.empty();
@@ -461,16 +474,10 @@ bool path_is_clean(std::string_view path) {
 
 namespace {
 
-// RFC 3986 2.3.
-bool is_unreserved(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
-         c == '_' || c == '~';
-}
-
 }  // namespace
 
 std::optional<std::string> routing_form(std::string_view path) {
-  bool plain = true;
+  bool plain = path.size() <= 1 || path.back() != '/';
   for (std::size_t i = 0; i < path.size() && plain; ++i) {
     const char c = path[i];
     plain = c != '%' && c != '\\' && c != ';' && !(c == '/' && i + 1 < path.size() && path[i + 1] == '/');
@@ -495,9 +502,9 @@ std::optional<std::string> routing_form(std::string_view path) {
     if (c == '%' && i + 2 < path.size()) {
       const int hi = hex_value(path[i + 1]);
       const int lo = hex_value(path[i + 2]);
-      const char decoded = static_cast<char>(hi * 16 + lo);
-      if (hi >= 0 && lo >= 0 && is_unreserved(decoded)) {
-        out += decoded;
+      // Every escape but a '%' itself, which decoded would read as the start of another.
+      if (hi >= 0 && lo >= 0 && !(hi == 2 && lo == 5)) {
+        out += static_cast<char>(hi * 16 + lo);
         i += 3;
         continue;
       }
@@ -505,6 +512,8 @@ std::optional<std::string> routing_form(std::string_view path) {
     out += c;
     ++i;
   }
+  if (out.size() > 1 && out.back() == '/') out.pop_back();
+  if (out == path) return std::nullopt;
   return out;
 }
 
@@ -513,7 +522,7 @@ bool query_param_repeated(std::string_view query, std::string_view name) {
   while (!query.empty()) {
     const std::size_t amp = query.find('&');
     const std::string_view pair = query.substr(0, amp);
-    if (pair.substr(0, pair.find('=')) == name && ++seen > 1) return true;
+    if (is_named(pair.substr(0, pair.find('=')), name) && ++seen > 1) return true;
     if (amp == std::string_view::npos) break;
     query = query.substr(amp + 1);
   }
@@ -525,7 +534,7 @@ std::string_view query_param(std::string_view query, std::string_view name) {
     const std::size_t amp = query.find('&');
     const std::string_view pair = query.substr(0, amp);
     const std::size_t eq = pair.find('=');
-    if (pair.substr(0, eq) == name) return eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    if (is_named(pair.substr(0, eq), name)) return eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
     if (amp == std::string_view::npos) break;
     query = query.substr(amp + 1);
   }

@@ -167,15 +167,16 @@ HeaderNames write_header_lines(const Verdict& verdict, config::RateLimitHeaders 
 // parameters, which Java servers drop: "/public/..;/admin" is "/admin" to them).
 bool path_is_clean(std::string_view path);
 
-// The path as an upstream that decodes and tidies it before routing may read it: escapes of
-// unreserved characters (RFC 3986 2.3: "%61" is "a") decoded, separators ('/', and '\', %2F, %5C
-// as some servers take them) run together into one '/', and each segment's parameters (";...")
-// dropped. nullopt when there is nothing of that in it: the path reads the same everywhere.
+// The path as an upstream that decodes and tidies it before routing may read it: escapes decoded
+// ("%61" is "a"; but %25, which would read as another escape), separators ('/', and '\', %2F, %5C
+// as some servers take them) run together into one '/', each segment's parameters (";...")
+// dropped, and a trailing '/' too. nullopt when that is the path itself.
 std::optional<std::string> routing_form(std::string_view path);
 
-// The value of one query parameter (raw, not decoded); empty when absent.
+// The value of one query parameter (raw, not decoded), named as applications decode names ("%71"
+// is "q"); empty when absent.
 std::string_view query_param(std::string_view query, std::string_view name);
-// Whether the query string gives the parameter more than once.
+// Whether the query string gives the parameter more than once (names decoded).
 bool query_param_repeated(std::string_view query, std::string_view name);
 
 }  // namespace sluice::gateway

@@ -58,7 +58,10 @@ std::vector<CompiledLimit> compile(Scope scope, const std::string& owner, const 
 
 }  // namespace
 
-bool InterfaceEntry::allows(std::string_view method) const { return config::claims(interface->methods, method); }
+bool InterfaceEntry::lists(std::string_view method) const {
+  const auto& methods = interface->methods;
+  return methods.empty() || std::find(methods.begin(), methods.end(), method) != methods.end();
+}
 
 std::string Snapshot::breaker_key(const config::Upstream& upstream) {
   config::Breaker settings = upstream.breaker;
@@ -182,15 +185,25 @@ const SystemEntry* Snapshot::system(std::string_view key) const {
 }
 
 const InterfaceEntry* Snapshot::route(std::string_view method, std::string_view path) const {
+  // HEAD is GET without the body (RFC 9110 9.3.2): it goes where GET would, unless an interface of
+  // that same pattern lists HEAD (or any method).
+  const bool head = method == "HEAD";
+  const InterfaceEntry* as_get = nullptr;
   if (auto it = exact_.find(path); it != exact_.end()) {
     for (const InterfaceEntry* e : it->second) {
-      if (e->allows(method)) return e;
+      if (e->lists(method)) return e;
+      if (head && as_get == nullptr && e->lists("GET")) as_get = e;
     }
+    if (as_get != nullptr) return as_get;
   }
+  // Most specific first: patterns of one shape are next to each other.
   for (const InterfaceEntry* e : patterns_) {
-    if (e->allows(method) && e->pattern.matches(path)) return e;
+    if (as_get != nullptr && e->pattern.compare_specificity(as_get->pattern) != 0) return as_get;
+    if (!e->pattern.matches(path)) continue;
+    if (e->lists(method)) return e;
+    if (head && as_get == nullptr && e->lists("GET")) as_get = e;
   }
-  return nullptr;
+  return as_get;
 }
 
 const GrantEntry* Snapshot::grant(const SystemEntry& system, const InterfaceEntry& interface) const {

@@ -51,7 +51,8 @@ struct InterfaceEntry {
   const UpstreamEntry* upstream = nullptr;
   Nanos timeout{0};
 
-  bool allows(std::string_view method) const;
+  // Whether it lists the method (or lists none: any).
+  bool lists(std::string_view method) const;
 };
 
 struct GrantEntry {

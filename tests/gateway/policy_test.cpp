@@ -141,6 +141,34 @@ TEST_F(PolicyTest, AHeadRequestGoesWhereAGetWould) {
   EXPECT_EQ(call("HEAD", "/api/login", "ops"), Reason::kInterfaceUnknown) << "POST only";
 }
 
+// ... unless an interface of the same pattern lists HEAD; a more specific pattern for GET still
+// beats a less specific one that lists HEAD.
+TEST(PolicyRoutes, AHeadGoesToAnInterfaceOfItsPatternThatListsItFirst) {
+  BreakerRegistry breakers(BreakerRegistry::Options{});
+  const Snapshot snapshot(parse(R"(
+upstreams: [{name: app, targets: [127.0.0.1:1]}]
+interfaces:
+  - {id: get-x, methods: [GET], path: /x, upstream: app}
+  - {id: head-x, methods: [HEAD], path: /x, upstream: app}
+  - {id: get-p, methods: [GET], path: "/p/{id}", upstream: app}
+  - {id: head-p, methods: [HEAD], path: "/p/{name}", upstream: app}
+  - {id: get-item, methods: [GET], path: "/api/items/{id}", upstream: app}
+  - {id: any-api, methods: [HEAD, POST], path: "/api/*", upstream: app}
+)"),
+                          breakers, 1);
+  auto id = [&](const char* method, const char* path) {
+    const InterfaceEntry* e = snapshot.route(method, path);
+    return e == nullptr ? std::string("none") : e->interface->id;
+  };
+  EXPECT_EQ(id("GET", "/x"), "get-x");
+  EXPECT_EQ(id("HEAD", "/x"), "head-x");
+  EXPECT_EQ(id("HEAD", "/p/1"), "head-p");
+  EXPECT_EQ(id("GET", "/p/1"), "get-p");
+  EXPECT_EQ(id("HEAD", "/api/items/1"), "get-item");
+  EXPECT_EQ(id("HEAD", "/api/other"), "any-api");
+  EXPECT_EQ(id("DELETE", "/x"), "none");
+}
+
 TEST_F(PolicyTest, ANonPublicInterfaceNeedsASystemKey) {
   EXPECT_EQ(call("GET", "/api/users/1"), Reason::kSystemKeyMissing);
   EXPECT_EQ(status_of(Reason::kSystemKeyMissing), 401);
@@ -287,6 +315,8 @@ TEST_F(PolicyTest, AKeyIsItsDecodedValueAndAKeyGivenTwiceIsRefused) {
   EXPECT_EQ(call("GET", "/api/search", "ops", "q=a%20%62"), Reason::kInterfaceRateLimited);
   EXPECT_EQ(call("GET", "/api/search", "ops", "q=%zz"), Reason::kOk);  // not an escape: as it is
   EXPECT_EQ(call("GET", "/api/search", "ops", "q=b&q=a"), Reason::kBadRequest);
+  EXPECT_EQ(call("GET", "/api/search", "ops", "q=b&%71=a"), Reason::kBadRequest);  // a name decodes too
+  EXPECT_EQ(call("GET", "/api/search", "ops", "%71=a+b"), Reason::kInterfaceRateLimited);
   EXPECT_EQ(call("GET", "/api/search", "ops", "q=c&x=1&x=2"), Reason::kOk);  // x keys no limit
   headers_.values["X-User-Id"] = "7";
   headers_.twice.insert("X-User-Id");
@@ -442,16 +472,20 @@ TEST(PolicyPaths, DotSegmentsAreRefusedWhereOtherServersWouldSeeThem) {
   EXPECT_TRUE(path_is_clean("/api/x;..;/y"));    // nor dots inside path parameters
 }
 
-TEST(PolicyPaths, TheRoutingFormDecodesUnreservedCharactersMergesSeparatorsAndDropsParameters) {
+TEST(PolicyPaths, TheRoutingFormDecodesEscapesMergesSeparatorsAndDropsParametersAndATrailingSlash) {
   EXPECT_EQ(routing_form("/api/orders/7"), std::nullopt);
+  EXPECT_EQ(routing_form("/"), std::nullopt);
   EXPECT_EQ(routing_form("/api/%61dmin/%7E%2d%2E%5F%30"), "/api/admin/~-._0");
-  EXPECT_EQ(routing_form("/api//admin///x/"), "/api/admin/x/");
+  EXPECT_EQ(routing_form("/api/orders/%40me/%3a%2C"), "/api/orders/@me/:,");
+  EXPECT_EQ(routing_form("/api//admin///x/"), "/api/admin/x");
+  EXPECT_EQ(routing_form("/api/admin/"), "/api/admin");
   EXPECT_EQ(routing_form("/api/admin%2fx%5Cy\\z"), "/api/admin/x/y/z");
   EXPECT_EQ(routing_form("/api/admin;v=1/x;y"), "/api/admin/x");
-  // Escapes of reserved or other characters stay as they are: they do not read as another path.
-  EXPECT_EQ(routing_form("/api/a%20b%3Fc%25"), "/api/a%20b%3Fc%25");
-  EXPECT_EQ(routing_form("/api/x%6"), "/api/x%6");
-  EXPECT_EQ(routing_form("/api/x%zz"), "/api/x%zz");
+  // %25 stays: decoded, it would read as the start of another escape. What is no escape stays.
+  EXPECT_EQ(routing_form("/api/a%20b%25"), "/api/a b%25");
+  EXPECT_EQ(routing_form("/api/x%25"), std::nullopt);
+  EXPECT_EQ(routing_form("/api/x%6"), std::nullopt);
+  EXPECT_EQ(routing_form("/api/x%zz"), std::nullopt);
 }
 
 // An upstream that decodes "%65" or merges "//" before routing would take these for the forbidden
@@ -462,6 +496,8 @@ TEST_F(PolicyTest, APathThatRoutesElsewhereOnceTidiedIsRefused) {
   EXPECT_EQ(call("GET", "/api/orders//7/items", "crm"), Reason::kBadRequest);
   EXPECT_EQ(call("GET", "/api/orders/7%2Fitems", "crm"), Reason::kBadRequest);
   EXPECT_EQ(call("GET", "/api/orders/7/items;x=1", "crm"), Reason::kBadRequest);
+  EXPECT_EQ(call("GET", "/api/orders/7/items/", "crm"), Reason::kBadRequest);
+  EXPECT_EQ(call("GET", "/api/orders/7/items//", "crm"), Reason::kBadRequest);
   EXPECT_EQ(call("GET", "/api/%6Frders/7/items", ""), Reason::kBadRequest);  // before the key is looked at
   // Where the tidy form routes to the same interface, the path goes as it came (an id with an
   // encoded '/', as some APIs take).

@@ -78,6 +78,11 @@ interfaces:
   - {id: off, path: /off, upstream: app, enabled: false}
   - {id: other, path: /other, upstream: app}
   - {id: public, path: /public, upstream: app, public: true}
+  - id: per-user
+    path: /per-user
+    upstream: app
+    public: true
+    limits: [{algorithm: fixed_window, limit: 1, period: 1m, key_by: "header:X-User"}]
 )";
 
 std::shared_ptr<const config::Config> parse(const std::string& text) { return testing::load_config(text); }
@@ -481,6 +486,18 @@ TEST_F(GatewayTest, AClientsSluiceSystemHeaderNeverReachesTheUpstream) {
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(json(r.body).at("headers").as_object().count("X-Sluice-System"), 0u);
   EXPECT_FALSE(r.header("x-request-id").empty());
+}
+
+// A header a limit is keyed by, given twice (also spelt with '_', as a CGI-style upstream reads
+// it), is refused: the upstream might read the value the limit did not count.
+TEST_F(GatewayTest, AKeyHeaderGivenTwiceIsRefused) {
+  const std::string head = "GET /per-user HTTP/1.1\r\nHost: a\r\n";
+  EXPECT_EQ(testing::raw_status(raw(head + "X-User: a\r\nConnection: close\r\n\r\n")), 200);
+  EXPECT_EQ(testing::raw_status(raw(head + "X-User: a\r\nConnection: close\r\n\r\n")), 429);
+  EXPECT_EQ(testing::raw_status(raw(head + "X-User: b\r\nX-User: a\r\nConnection: close\r\n\r\n")), 400);
+  EXPECT_EQ(testing::raw_status(raw(head + "X-User: b\r\nX_User: a\r\nConnection: close\r\n\r\n")), 400);
+  EXPECT_EQ(testing::raw_status(raw(head + "X-User: b\r\nConnection: close\r\n\r\n")), 200);
+  EXPECT_EQ(testing::raw_status(raw(head + "X-User: c\r\nX-Other: a\r\nConnection: close\r\n\r\n")), 200);
 }
 
 // A CGI-style upstream (PHP, WSGI, Rack) reads X_Sluice_System as X-Sluice-System: the fields the
