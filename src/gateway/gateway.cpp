@@ -1262,11 +1262,12 @@ Task<Reason> Worker::verify_body(Exchange& x, const Request& r, std::string_view
 template <class Field>
 std::string_view decide_field_malformed(const Field& field) {
   if (const auto method = field("method")) {
-    // RFC 9110 5.6.2: a token.
+    // RFC 9110 5.6.2: a token; with no lower case, as the proxy takes it.
     const bool token = !method->empty() && std::all_of(method->begin(), method->end(), [](char c) {
-      return std::isalnum(static_cast<unsigned char>(c)) != 0 || std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+      return std::isupper(static_cast<unsigned char>(c)) != 0 || std::isdigit(static_cast<unsigned char>(c)) != 0 ||
+             std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
     });
-    if (!token) return "method must be an HTTP method, such as GET";
+    if (!token) return "method must be an HTTP method in capitals, such as GET";
   }
   if (const auto path = field("path")) {
     // A request target: visible ASCII, the rest percent-encoded; no fragment.

@@ -277,14 +277,18 @@ error_code MessageParser<isRequest>::parse_start_line(const char*& p) {
   };
   if constexpr (isRequest) {
     // method SP request-target SP HTTP-version CRLF
+    // A method is case-sensitive (RFC 9110 9.1): "get" is not GET to the interfaces here, but is to
+    // some servers, which would reach through a catch-all what GET may not. Refused, as nginx does.
     const char* method = p;
-    while (kTchar[static_cast<unsigned char>(*p)]) ++p;
-    if (p == method || *p != ' ') return http::error::bad_method;
+    bool lower = false;
+    for (; kTchar[static_cast<unsigned char>(*p)]; ++p) lower = lower || (*p >= 'a' && *p <= 'z');
+    if (p == method || *p != ' ' || lower) return http::error::bad_method;
     method_string_ = std::string_view(method, static_cast<std::size_t>(p - method));
     method_ = http::string_to_verb(method_string_);
-    // The target is visible ASCII (RFC 9112 3.2: a URI's characters; others come percent-encoded).
+    // The target is visible ASCII (RFC 9112 3.2: a URI's characters; others come percent-encoded),
+    // with no fragment ('#'), which a request does not carry and servers would cut the path at.
     const char* target = ++p;
-    while (static_cast<unsigned char>(*p) > 0x20 && static_cast<unsigned char>(*p) < 0x7f) ++p;
+    while (static_cast<unsigned char>(*p) > 0x20 && static_cast<unsigned char>(*p) < 0x7f && *p != '#') ++p;
     if (p == target || *p != ' ') return http::error::bad_target;
     target_ = std::string_view(target, static_cast<std::size_t>(p - target));
     ++p;

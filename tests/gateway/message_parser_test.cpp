@@ -201,6 +201,10 @@ struct Bad {
 TEST(MessageParserTest, BadRequestHeadsAreRefusedWithTheirReason) {
   const Bad cases[] = {
       {"GET / HTTP/1.1\r\nHost: h\r\nX: a\r\n b\r\n\r\n", http::error::bad_obs_fold},
+      {"get / HTTP/1.1\r\nHost: h\r\n\r\n", http::error::bad_method},
+      {"GEt / HTTP/1.1\r\nHost: h\r\n\r\n", http::error::bad_method},
+      {"GET /a#b HTTP/1.1\r\nHost: h\r\n\r\n", http::error::bad_target},
+      {"GET /a?q=1# HTTP/1.1\r\nHost: h\r\n\r\n", http::error::bad_target},
       {"GET / HTTP/1.1\r\nHost: h\r\nHost : a\r\n\r\n", http::error::bad_field},
       {"GET / HTTP/1.1\r\nHost: h\r\n: a\r\n\r\n", http::error::bad_field},
       {"GET / HTTP/1.1\r\nHost: h\r\nNoColon\r\n\r\n", http::error::bad_field},

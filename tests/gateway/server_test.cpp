@@ -1148,6 +1148,7 @@ TEST_F(GatewayTest, DecideAnswersTheSameDecisionWithoutProxying) {
   for (const auto& [bad, why] : std::vector<std::pair<std::string, std::string>>{
            {R"({"system":"crm","method":"","path":"/echo/x"})", "method must be"},
            {R"({"system":"crm","method":"G ET","path":"/echo/x"})", "method must be"},
+           {R"({"system":"crm","method":"get","path":"/echo/x"})", "method must be"},
            {R"({"system":"crm","path":"/echo/x y"})", "path must be"},
            {"{\"system\":\"crm\",\"path\":\"/echo/\u00e9\"}", "path must be"},
            {R"({"system":"crm","path":"/echo/x#top"})", "path must be"},
@@ -1398,6 +1399,8 @@ TEST_F(GatewayTest, BadInputIsRefusedAndNeverReachesTheUpstream) {
       {"two Hosts", "GET /echo/x HTTP/1.1\r\nHost: a\r\nHost: b\r\nX-System-Key: crm\r\n\r\n", 400},
       {"a Host that is not a host", "GET /echo/x HTTP/1.1\r\nHost: a b/c\r\nX-System-Key: crm\r\n\r\n", 400},
       {"a target outside ASCII", "GET /echo/\xc0\xaf HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n\r\n", 400},
+      {"a fragment", "GET /echo/x#/y HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n\r\n", 400},
+      {"a method in lower case", "get /echo/x HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n\r\n", 400},
   };
   for (const BadInput& c : cases) {
     const std::string out = raw(c.bytes);
