@@ -1854,42 +1854,58 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
     // what is too big), and ends the connection; one that ended or stalled just ends.
     const bool unreadable = ec && ec.category() == http::make_error_code(http::error::body_limit).category() &&
                             ec != http::error::end_of_stream && ec != http::error::partial_message;
-    if (unreadable) {
-      const bool too_large = ec == http::error::body_limit;
-      const bool head_too_large = ec == http::error::header_limit;
-      http::response<http::string_body> res{too_large        ? http::status::payload_too_large
-                                            : head_too_large ? http::status::request_header_fields_too_large
-                                                             : http::status::bad_request,
-                                            11};
+    auto refuse = [&](http::status status, std::string body) -> Task<void> {
+      http::response<http::string_body> res{status, 11};
       res.set(http::field::content_type, "application/json");
-      res.body() = too_large ? R"({"code":413,"reason":"body_too_large","msg":"The admin listener takes bodies up to 16 MiB."})"
-                   : head_too_large
-                       ? R"({"code":431,"reason":"header_too_large","msg":"The request header is larger than 8 KiB."})"
-                       : R"({"code":400,"reason":"bad_request","msg":)" +
-                             json_string("The request is malformed: " + ec.message()) + "}";
+      res.body() = std::move(body);
       res.keep_alive(false);
       res.prepare_payload();
       stream.expires_after(std::chrono::seconds(30));
       co_await http::async_write(stream, res, kTok);
+    };
+    if (unreadable) {
+      if (ec == http::error::body_limit) {
+        co_await refuse(http::status::payload_too_large,
+                        R"({"code":413,"reason":"body_too_large","msg":"The admin listener takes bodies up to 16 MiB."})");
+      } else if (ec == http::error::header_limit) {
+        co_await refuse(http::status::request_header_fields_too_large,
+                        R"({"code":431,"reason":"header_too_large","msg":"The request header is larger than 8 KiB."})");
+      } else {
+        co_await refuse(http::status::bad_request, R"({"code":400,"reason":"bad_request","msg":)" +
+                                                       json_string("The request is malformed: " + ec.message()) + "}");
+      }
       break;
     }
     if (ec) break;
     auto& req = parser.get();
+    // Framing the data plane refuses as ambiguous (RFC 9112 6.1, 3.2): a body read one way here
+    // could be read another way by a proxy in front, and a request hidden in it answered.
+    const std::size_t codings = req.count(http::field::transfer_encoding);
+    if (codings > 1 || (codings == 1 && !beast::iequals(req[http::field::transfer_encoding], "chunked")) ||
+        req.count(http::field::host) > 1 || (req.version() == 11 && req.count(http::field::host) == 0)) {
+      co_await refuse(http::status::bad_request,
+                      R"({"code":400,"reason":"bad_request","msg":"The request's framing or Host is not one the admin listener takes."})");
+      break;
+    }
+    // HEAD is answered as GET, without the body (RFC 9110 9.3.2).
+    const bool head = req.method() == http::verb::head;
+    const http::verb method = head ? http::verb::get : req.method();
+    const std::string_view method_string = head ? "GET" : req.method_string();
     const std::string_view target = req.target();
     const std::string_view path = target.substr(0, target.find('?'));
-    AdminRequest request{std::string(req.method_string()), std::string(target), req.body(), {}, loopback};
+    AdminRequest request{std::string(method_string), std::string(target), req.body(), {}, loopback};
     for (const auto& f : req) request.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
     AdminResponse out{404, "application/json", R"({"code":404,"reason":"not_found","msg":"Not found."})"};
     const bool builtin = path == "/metrics" || path == "/healthz" || path == "/config";
-    if (builtin && req.method() == http::verb::get && options.admin_guard && !options.admin_guard(request)) {
+    if (builtin && method == http::verb::get && options.admin_guard && !options.admin_guard(request)) {
       out = {401, "application/json",
              R"({"code":401,"reason":"unauthorized","msg":"From off loopback, this needs an admin token: Authorization: Bearer <token>."})"};
-    } else if (req.method() == http::verb::get && path == "/metrics") {
+    } else if (method == http::verb::get && path == "/metrics") {
       out = {200, "text/plain; version=0.0.4; charset=utf-8", metrics->render(*snapshot(), store_breakers())};
-    } else if (req.method() == http::verb::get && path == "/healthz") {
+    } else if (method == http::verb::get && path == "/healthz") {
       out = draining ? AdminResponse{503, "application/json", R"({"status":"draining"})"}
                      : AdminResponse{200, "application/json", R"({"status":"ok"})"};
-    } else if (req.method() == http::verb::get && path == "/config") {
+    } else if (method == http::verb::get && path == "/config") {
       // Without the store's password: a read token or a loopback caller may see this.
       config::Config shown = snapshot()->config();
       shown.store = config::redact_store_password(shown.store);
@@ -1899,8 +1915,8 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
       {
         std::lock_guard lock(admin_mu);
         std::size_t longest = 0;  // the route with the longest matching prefix answers
-        for (const auto& [method, prefix, h] : admin_routes) {
-          if ((method == "*" || req.method_string() == method) && path.starts_with(prefix) &&
+        for (const auto& [route_method, prefix, h] : admin_routes) {
+          if ((route_method == "*" || method_string == route_method) && path.starts_with(prefix) &&
               (!handler || prefix.size() >= longest)) {
             handler = h;
             longest = prefix.size();
@@ -1927,7 +1943,15 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
     res.keep_alive(req.keep_alive());
     res.prepare_payload();
     stream.expires_after(std::chrono::seconds(30));
-    auto [wec, wn] = co_await http::async_write(stream, res, kTok);
+    http::response_serializer<http::string_body> serializer(res);
+    error_code wec;
+    if (head) {
+      auto [hec, hn] = co_await http::async_write_header(stream, serializer, kTok);
+      wec = hec;
+    } else {
+      auto [bec, bn] = co_await http::async_write(stream, serializer, kTok);
+      wec = bec;
+    }
     if (wec || !res.keep_alive()) break;
   }
   error_code ec;
