@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "cli/not_empty.h"
 #include "cli/serve_control.h"
 #include "config/json.h"
 #include "config/store.h"
@@ -155,8 +156,8 @@ void add_config_command(CLI::App& app) {
 
   CLI::App* imp = cmd->add_subcommand("import", "Replace the configuration in the database with a YAML file's "
                                                 "(systems listed without credentials keep theirs)");
-  imp->add_option("file", o->file, "The YAML file")->required();
-  imp->add_option("--db", o->db, "The database (default ./sluice.db)");
+  imp->add_option("file", o->file, "The YAML file")->required()->check(kNotEmpty);
+  imp->add_option("--db", o->db, "The database (default ./sluice.db)")->check(kNotEmpty);
   imp->callback([o] { import(*o); });
 
   CLI::App* exp = cmd->add_subcommand("export", "Print the database's configuration");
@@ -164,19 +165,19 @@ void add_config_command(CLI::App& app) {
   exp->add_flag("--as-stored", o->as_stored,
                 "Print the tables as they are, in JSON, even when they do not make a valid configuration (to "
                 "repair a hand edit: edit the output, then import it)");
-  exp->add_option("--db", o->db, "The database (default ./sluice.db)");
+  exp->add_option("--db", o->db, "The database (default ./sluice.db)")->check(kNotEmpty);
   exp->callback([o] { export_config(*o); });
 
   CLI::App* chk = cmd->add_subcommand("check", "Check a YAML file: every problem with its line and column; "
                                                "exit 1 when there is one");
-  chk->add_option("file", o->file, "The YAML file")->required();
+  chk->add_option("file", o->file, "The YAML file")->required()->check(kNotEmpty);
   chk->callback([o] { check(*o); });
 
   CLI::App* app_ = cmd->add_subcommand("apply", "Replace a running primary's configuration with a YAML file's, "
                                                 "through its admin API");
-  app_->add_option("file", o->file, "The YAML file")->required();
-  app_->add_option("--admin", o->admin, "The primary's admin listener, http://host:port")->required();
-  app_->add_option("--token", o->token, "An admin token (admin role)")->required();
+  app_->add_option("file", o->file, "The YAML file")->required()->check(kNotEmpty);
+  app_->add_option("--admin", o->admin, "The primary's admin listener, http://host:port")->required()->check(kNotEmpty);
+  app_->add_option("--token", o->token, "An admin token (admin role)")->required()->check(kNotEmpty);
   app_->add_option("--if-match", o->if_match,
                    "Only if the configuration is still at this revision (a number: the ETag \"r42\" is 42); "
                    "412 otherwise");

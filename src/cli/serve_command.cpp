@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/not_empty.h"
 #include "cli/serve_control.h"
 #include "config/store.h"
 #include "config/yaml.h"
@@ -198,11 +199,6 @@ int run(const ServeOptions& o) {
 }
 
 }  // namespace
-
-// A value given empty (an unset variable in a script) is refused, not taken for the default.
-const CLI::Validator kNotEmpty(
-    [](const std::string& value) { return value.empty() ? std::string("must not be empty") : std::string(); },
-    "NOT EMPTY");
 
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/not_empty.h"
 #include "cli/serve_control.h"
 #include "config/store.h"
 
@@ -76,16 +77,16 @@ void add_token_command(CLI::App& app) {
   CLI::App* c = cmd->add_subcommand("create", "Create a token and print it (once: only its hash is kept)");
   c->add_option("--role", o->role, "admin (every change) or read (read-only)")->required();
   c->add_option("--name", o->name, "What it is for, e.g. the person or the console (default: the role)");
-  c->add_option("--db", o->db, "The database (default ./sluice.db)");
+  c->add_option("--db", o->db, "The database (default ./sluice.db)")->check(kNotEmpty);
   c->callback([o] { create(*o); });
 
   CLI::App* l = cmd->add_subcommand("list", "List the tokens (never the tokens themselves)");
-  l->add_option("--db", o->db, "The database (default ./sluice.db)");
+  l->add_option("--db", o->db, "The database (default ./sluice.db)")->check(kNotEmpty);
   l->callback([o] { list(*o); });
 
   CLI::App* r = cmd->add_subcommand("revoke", "Delete a token by its id");
   r->add_option("id", o->id, "The token's id (at_...)")->required();
-  r->add_option("--db", o->db, "The database (default ./sluice.db)");
+  r->add_option("--db", o->db, "The database (default ./sluice.db)")->check(kNotEmpty);
   r->callback([o] { revoke(*o); });
 }
 

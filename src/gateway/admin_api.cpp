@@ -609,7 +609,7 @@ AdminResponse AdminApi::config_route(Call& call) const {
       revision = options_.pulled().revision;
     }
     const std::string tag = revision_tag(revision);
-    const Precondition none_match(req.header("If-None-Match"));
+    const Precondition none_match(req.header("If-None-Match"), true);  // compared weakly
     if (none_match.present && (none_match.any || none_match.revision == revision)) {
       AdminResponse r = no_content({{"ETag", tag}});
       r.status = 304;
@@ -1237,6 +1237,9 @@ AdminResponse AdminApi::tokens_route(Call& call) const {
     return error(400, "bad_request", "The body must be {\"name\": \"...\", \"role\": \"admin\" or \"read\"}.");
   }
   auto created = options_.store->create_token(call.actor, *role, name);
+  if (!created.ok() && created.error().code == ErrorCode::kInvalidArgument) {
+    return error(400, "bad_request", "The token was refused: " + created.error().message + ".");
+  }
   if (!created.ok()) return error(503, "store_unavailable", created.error().message);
   refresh();
   const config::TokenInfo& t = created->first;

@@ -702,6 +702,7 @@ TEST_F(AdminApiTest, ALongPollHoldsWhileNothingChangesAndAnswersOnceSomethingDoe
   EXPECT_EQ(waiting.raw.hold, std::chrono::seconds(30));
   EXPECT_EQ(call("GET", "/admin/v1/config?wait=600", "", {{"If-None-Match", etag}}).raw.hold, std::chrono::seconds(60));
   EXPECT_EQ(call("GET", "/admin/v1/config", "", {{"If-None-Match", etag}}).raw.hold, Nanos{0});
+  EXPECT_EQ(call("GET", "/admin/v1/config", "", {{"If-None-Match", "W/" + etag}}).status, 304);  // compared weakly
   EXPECT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["users"]})").status, 200);
   const Reply news = call("GET", "/admin/v1/config?wait=30s", "", {{"If-None-Match", etag}});
   EXPECT_EQ(news.status, 200);
@@ -934,6 +935,7 @@ TEST_F(AdminApiTest, AdminsCreateListAndRevokeTokens) {
   EXPECT_EQ(call("DELETE", "/admin/v1/tokens/" + created.str("id")).status, 204);
   EXPECT_EQ(call("GET", "/admin/v1/whoami", "", {}, &token).status, 401);
   EXPECT_EQ(call("POST", "/admin/v1/tokens", R"({"name":"x","role":"root"})").status, 400);
+  EXPECT_EQ(call("POST", "/admin/v1/tokens", R"({"name":"a\u0001b","role":"read"})").status, 400);
   // A field given twice is refused, not read as its last value; so is one the route does not know.
   EXPECT_EQ(call("POST", "/admin/v1/tokens", R"({"name":"x","role":"read","role":"admin"})").status, 400);
   EXPECT_EQ(call("POST", "/admin/v1/tokens", R"({"name":"x","role":"read","expires":"2030-01-01T00:00:00Z"})").status,

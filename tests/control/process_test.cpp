@@ -587,6 +587,14 @@ TEST_F(ControlProcessTest, AnEmptyFlagOrATokenWithoutAPrimaryIsMisuse) {
   }
   EXPECT_EQ(sluice({"serve", "--db", db_, "--token", "abc", "--check"}, nullptr, &err), 2);
   EXPECT_NE(err.find("--token requires --config-from"), std::string::npos) << err;
+  // The other commands' database too: SQLite would take "" for a throwaway one.
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"config", "import", yaml_, "--db", ""},
+                                              std::vector<std::string>{"config", "export", "--db", ""},
+                                              std::vector<std::string>{"token", "create", "--role", "admin", "--db", ""},
+                                              std::vector<std::string>{"token", "list", "--db", ""}}) {
+    EXPECT_EQ(sluice(args, nullptr, &err), 2) << args[0] << " " << args[1];
+    EXPECT_NE(err.find("must not be empty"), std::string::npos) << err;
+  }
 }
 
 TEST_F(ControlProcessTest, AConfigurationThatIsADirectoryIsSaidToBeOne) {
