@@ -65,9 +65,10 @@ std::optional<Problem> read_one_document(std::string_view text, const std::strin
   }
   try {
     const std::vector<YAML::Node> documents = YAML::LoadAll(std::string(text));
-    if (documents.size() > 1) {
-      const YAML::Mark at = documents[1].Mark();
-      return Problem{"", "a second YAML document begins here: a configuration is one (remove the \"---\")", file,
+    for (std::size_t i = 1; i < documents.size(); ++i) {
+      if (documents[i].IsNull()) continue;  // a "---" with nothing after it drops nothing
+      const YAML::Mark at = documents[i].Mark();
+      return Problem{"", "a second YAML document (after a \"---\" line) begins here: a configuration is one", file,
                      at.line + 1, at.column + 1};
     }
     root = documents.empty() ? YAML::Node() : documents[0];

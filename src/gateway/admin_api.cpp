@@ -659,6 +659,14 @@ AdminResponse AdminApi::config_route(Call& call) const {
   if (match.present && !match.any && !match.revision) {
     return error(412, "precondition_failed", "If-Match must be the configuration's ETag (\"r<revision>\") or *");
   }
+  // The configuration always exists: If-None-Match holds only for a revision it is no longer at.
+  if (const Precondition none_match(req.header("If-None-Match"), true); none_match.present) {
+    auto at = options_.store->revision();
+    if (!at.ok()) return error(503, "store_unavailable", at.error().message);
+    if (none_match.any || none_match.revision == *at) {
+      return error(412, "precondition_failed", "If-None-Match: the configuration is at " + revision_tag(*at) + ".");
+    }
+  }
   const config::WriteResult w = options_.store->replace(call.actor, "config.replace", *next, match.revision);
   if (!w.ok()) return refusal_response(*w.refusal, "");
   return json_response(200, json::object{{"revision", w.revision}}, {{"ETag", revision_tag(w.revision)}});
@@ -836,14 +844,16 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
             if (auto r = conditions.check(true, entity_tag(config::to_json(s)), describe<config::System>({key}))) return r;
             auto it = std::find_if(s.credentials.begin(), s.credentials.end(),
                                    [&](const config::Credential& k) { return k.id == id; });
-            if (it == s.credentials.end()) break;
+            if (it == s.credentials.end()) {
+              return Refusal{Refusal::Kind::kNotFound, "No credential \"" + id + "\" of system \"" + key + "\".", {}};
+            }
             record = {"credential.delete", target + "/" + percent_encode(id), json::serialize(config::to_json(*it)),
                       "null"};
             s.credentials.erase(it);
             return std::nullopt;
           }
           if (auto r = conditions.check(false, "", describe<config::System>({key}))) return r;
-          return Refusal{Refusal::Kind::kNotFound, "No credential \"" + id + "\" of system \"" + key + "\".", {}};
+          return Refusal{Refusal::Kind::kNotFound, "No system \"" + key + "\".", {}};
         },
         conditions.revision());
     if (!w.ok()) return refusal_response(*w.refusal, kNoBody);

@@ -142,8 +142,13 @@ class FieldsLookup final : public HeaderLookup {
   std::string_view get(std::string_view name) const override { return find_field(f_, name); }
   // Also spelt with '_', which a CGI-style upstream reads as the same.
   bool repeated(std::string_view name) const override {
-    return std::count_if(f_.begin(), f_.end(), [&](const HeadField& f) { return cgi_alias_of(f.name_string(), name); }) >
-           1;
+    bool seen = false;
+    for (const HeadField& f : f_) {
+      if (!cgi_alias_of(f.name_string(), name)) continue;
+      if (seen) return true;
+      seen = true;
+    }
+    return false;
   }
 
  private:

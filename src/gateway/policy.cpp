@@ -206,7 +206,10 @@ Reason check_access(const Request& request, const Snapshot& snapshot, Context& c
   // when that routes anywhere.
   if (const std::optional<std::string> tidy = routing_form(request.path)) {
     const InterfaceEntry* other = snapshot.route(request.method, *tidy);
-    if (other != nullptr && other != ctx.interface) return Reason::kBadRequest;
+    if (other != nullptr && other != ctx.interface) {
+      ctx.interface = nullptr;  // (logged as it is: for no interface)
+      return Reason::kBadRequest;
+    }
   }
   const bool is_public = ctx.interface != nullptr && ctx.interface->interface->is_public;
   const bool has_key = request.has_system_key && !request.system_key.empty();

@@ -532,6 +532,13 @@ TEST_F(AdminApiTest, EveryWriteHoldsToItsPreconditionsOrRefusesThem) {
   ASSERT_EQ(made.status, 201) << made.raw.body;
   EXPECT_EQ(call("DELETE", "/admin/v1/systems/crm/credentials/" + made.str("id"), "", {{"If-Match", system}}).status,
             412);  // the credential made changed the system
+  EXPECT_EQ(call("DELETE", "/admin/v1/systems/crm/credentials/nope", "", {{"If-Match", "*"}}).status, 404);
+  EXPECT_EQ(call("DELETE", "/admin/v1/systems/nobody/credentials/nope", "", {{"If-Match", "*"}}).status, 412);
+  // The whole configuration always exists, at its revision.
+  const std::string now = "\"r" + std::to_string(revision()) + "\"";
+  EXPECT_EQ(call("PUT", "/admin/v1/config", base_yaml(), {{"If-None-Match", "*"}}).status, 412);
+  EXPECT_EQ(call("PUT", "/admin/v1/config", base_yaml(), {{"If-None-Match", now}}).status, 412);
+  EXPECT_EQ(call("PUT", "/admin/v1/config", base_yaml(), {{"If-None-Match", stale}}).status, 200);
   const std::string upstream = call("GET", "/admin/v1/upstreams/app").header("ETag");
   EXPECT_EQ(call("POST", "/admin/v1/breakers/app/force", R"({"force":"open"})", {{"If-Match", upstream}}).status, 200);
   EXPECT_EQ(call("POST", "/admin/v1/breakers/app/force", R"({"force":"none"})",

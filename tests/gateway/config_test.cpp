@@ -143,7 +143,10 @@ TEST(ConfigYaml, AFailureStatusGivenTwiceCountsOnce) {
 TEST(ConfigYaml, ASecondYamlDocumentIsRefused) {
   const auto p = problems_of(std::string(kMinimal) + "---\nsystems:\n  - key: b\n");
   ASSERT_EQ(p.size(), 1u);
-  EXPECT_TRUE(p[0].starts_with("test.yaml:12:1: a second YAML document begins here")) << p[0];
+  EXPECT_TRUE(p[0].starts_with("test.yaml:12:1: a second YAML document (after a \"---\" line) begins here")) << p[0];
+  // A "---" with nothing after it drops nothing.
+  EXPECT_TRUE(problems_of(std::string(kMinimal) + "---\n").empty());
+  EXPECT_TRUE(problems_of(std::string(kMinimal) + "--- # end\n").empty());
 }
 
 // YAML reads the first of two equal keys and drops the other: a setting given twice is refused, so
