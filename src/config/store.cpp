@@ -117,6 +117,17 @@ class Stmt {
   }
   std::int64_t integer(int col) const { return sqlite3_column_int64(s_, col); }
   bool null(int col) const { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
+  // An INTEGER column as JSON: the number, or what else a hand edit stored there as a string, for
+  // the configuration's reader to refuse or read as a file's would ("abc" is no whole number).
+  json::value number(int col) const {
+    if (sqlite3_column_type(s_, col) == SQLITE_INTEGER) return integer(col);
+    return json::string(text(col));
+  }
+  // A flag kept as 0 or 1, likewise (a hand edit's "true" reads as true, "yes" is refused).
+  json::value flag(int col) const {
+    if (sqlite3_column_type(s_, col) == SQLITE_INTEGER && (integer(col) == 0 || integer(col) == 1)) return integer(col) == 1;
+    return json::string(text(col));
+  }
 
  private:
   sqlite3_stmt* s_ = nullptr;
@@ -339,7 +350,7 @@ Result<json::object> ConfigStore::read_document(std::vector<Problem>& problems) 
       u["targets"] = parse(s.text(1), at + ".targets");
       u["connect_timeout"] = s.text(2);
       u["timeout"] = s.text(3);
-      u["max_idle_connections"] = s.integer(4);
+      u["max_idle_connections"] = s.number(4);
       u["failure_statuses"] = parse(s.text(5), at + ".failure_statuses");
       u["breaker"] = parse(s.text(6), at + ".breaker");
       upstreams.push_back(std::move(u));
@@ -354,7 +365,7 @@ Result<json::object> ConfigStore::read_document(std::vector<Problem>& problems) 
       json::object o;
       o["key"] = key;
       o["description"] = s.text(1);
-      o["enabled"] = s.integer(2) != 0;
+      o["enabled"] = s.flag(2);
       o["auth"] = s.text(3);
       o["interfaces"] = parse(s.text(4), "systems[" + std::to_string(systems.size()) + "].interfaces");
       o["credentials"] = credentials[key];
@@ -375,9 +386,9 @@ Result<json::object> ConfigStore::read_document(std::vector<Problem>& problems) 
       o["methods"] = parse(s.text(2), "interfaces[" + std::to_string(interfaces.size()) + "].methods");
       o["path"] = s.text(3);
       o["upstream"] = s.text(4);
-      o["enabled"] = s.integer(5) != 0;
-      o["public"] = s.integer(6) != 0;
-      if (!s.null(7)) o["concurrency"] = s.integer(7);
+      o["enabled"] = s.flag(5);
+      o["public"] = s.flag(6);
+      if (!s.null(7)) o["concurrency"] = s.number(7);
       if (!s.null(8)) o["timeout"] = s.text(8);
       o["limits"] = limits_of("interface", "", id);
       interfaces.push_back(std::move(o));

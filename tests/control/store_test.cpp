@@ -161,6 +161,28 @@ TEST_F(StoreTest, ATableThatCannotBeReadIsAnErrorNotAShorterConfiguration) {
   EXPECT_EQ(*store_->revision(), revision);
 }
 
+// A number or flag column a hand edit filled with text is read as a file's value would be: "true"
+// is true, and what is no flag or no number is a problem, never a silent 0.
+TEST_F(StoreTest, AHandEditsTextInANumberColumnIsReadAsAFilesValueWouldBe) {
+  ASSERT_TRUE(store_->replace("test", "config.import", *parse(base_yaml())).ok());
+  hand_edit(path_, "UPDATE systems SET enabled = 'true' WHERE key = 'erp'");
+  hand_edit(path_, "UPDATE systems SET enabled = 0 WHERE key = 'crm'");
+  auto loaded = store_->load();
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_TRUE(loaded->config->systems[1].enabled);
+  EXPECT_FALSE(loaded->config->systems[0].enabled);
+  hand_edit(path_, "UPDATE systems SET enabled = 'yes' WHERE key = 'erp'");
+  hand_edit(path_, "UPDATE interfaces SET concurrency = 'abc' WHERE id = 'orders'");
+  hand_edit(path_, "UPDATE interfaces SET public = 2 WHERE id = 'users'");
+  std::vector<Problem> problems;
+  loaded = store_->load(&problems);
+  ASSERT_FALSE(loaded.ok());
+  std::vector<std::string> paths;
+  for (const Problem& p : problems) paths.push_back(p.path);
+  EXPECT_EQ(paths, (std::vector<std::string>{"systems[1].enabled", "interfaces[0].concurrency", "interfaces[1].public"}))
+      << loaded.error().message;
+}
+
 TEST_F(StoreTest, AuditRowsSayWhoDidWhatWhenWithBeforeAndAfterButNoSecrets) {
   ManualClock clock(std::chrono::seconds(1'800'000'000));
   auto store = open_store(path_, &clock);
