@@ -11,43 +11,22 @@
 #include <set>
 #include <sstream>
 
+#include "config/json.h"
 #include "core/duration.h"
 
 namespace sluice::config {
 namespace {
 
-// Where the first byte that does not belong to well-formed UTF-8 (RFC 3629: no overlong forms, no
-// surrogates, nothing past U+10FFFF) is; npos when there is none.
+// Where the first byte that does not belong to well-formed UTF-8 is; npos when there is none.
 std::size_t invalid_utf8_at(std::string_view s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    if (b < 0x80) {
+  for (std::size_t i = 0; i < s.size();) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
       ++i;
-      continue;
-    }
-    std::size_t n = 0;
-    unsigned char lo = 0x80;
-    unsigned char hi = 0xBF;  // the range of the second byte
-    if (b >= 0xC2 && b <= 0xDF) {
-      n = 1;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-      n = 2;
-      if (b == 0xE0) lo = 0xA0;
-      if (b == 0xED) hi = 0x9F;
-    } else if (b >= 0xF0 && b <= 0xF4) {
-      n = 3;
-      if (b == 0xF0) lo = 0x90;
-      if (b == 0xF4) hi = 0x8F;
+    } else if (const std::size_t n = utf8_sequence(s.substr(i)); n > 0) {
+      i += n;
     } else {
       return i;
     }
-    if (i + n >= s.size()) return i;
-    for (std::size_t k = 1; k <= n; ++k) {
-      const auto c = static_cast<unsigned char>(s[i + k]);
-      if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) return i;
-    }
-    i += n + 1;
   }
   return std::string_view::npos;
 }

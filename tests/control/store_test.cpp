@@ -265,13 +265,18 @@ TEST_F(StoreTest, OfConcurrentWritersExpectingTheSameRevisionExactlyOneCommits) 
   EXPECT_EQ(*store_->revision(), 3);
 }
 
-TEST_F(StoreTest, ReplacingKeepsTheCredentialsOfSystemsListedWithoutAny) {
+// The base configuration with an API key (ak_1) for its first system.
+Config with_an_api_key() {
   Config with = *parse(base_yaml());
   Credential k;
   k.id = "ak_1";
   k.api_key_sha256 = sha256_hex("key");
   with.systems[0].credentials.push_back(k);
-  ASSERT_TRUE(store_->replace("test", "config.import", with).ok());
+  return with;
+}
+
+TEST_F(StoreTest, ReplacingKeepsTheCredentialsOfSystemsListedWithoutAny) {
+  ASSERT_TRUE(store_->replace("test", "config.import", with_an_api_key()).ok());
   Config without = *parse(base_yaml());
   without.systems[0].description = "re-imported from a file";
   ASSERT_TRUE(store_->replace("test", "config.import", without).ok());
@@ -282,11 +287,7 @@ TEST_F(StoreTest, ReplacingKeepsTheCredentialsOfSystemsListedWithoutAny) {
 
 // `credentials: []` says there are none: how a leaked key is revoked from a file.
 TEST_F(StoreTest, ReplacingWithAnEmptyListOfCredentialsRemovesThem) {
-  Config with = *parse(base_yaml());
-  Credential k;
-  k.id = "ak_1";
-  k.api_key_sha256 = sha256_hex("key");
-  with.systems[0].credentials.push_back(k);
+  const Config with = with_an_api_key();
   ASSERT_TRUE(store_->replace("test", "config.import", with).ok());
   std::string text = base_yaml();
   const std::string key = "  - key: " + with.systems[0].key + "\n";
