@@ -129,9 +129,9 @@ CallerFields caller_fields(std::span<const HeadField> fields, std::string_view k
 // and X-Sluice-System are both HTTP_X_SLUICE_SYSTEM there).
 bool cgi_alias_of(std::string_view field, std::string_view name) {
   if (field.size() != name.size()) return false;
+  const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c | 0x20) : c; };
   for (std::size_t i = 0; i < field.size(); ++i) {
-    const auto f = static_cast<unsigned char>(field[i] == '_' ? '-' : field[i]);
-    if (std::tolower(f) != std::tolower(static_cast<unsigned char>(name[i]))) return false;
+    if (lower(field[i] == '_' ? '-' : field[i]) != lower(name[i])) return false;
   }
   return true;
 }
@@ -481,7 +481,8 @@ void append_upstream_head(std::string& out, const RequestParser& p, std::string_
       }
       static constexpr std::array<std::string_view, 5> kDropped{"X-Forwarded-For", "X-Forwarded-Proto", "X-Request-Id",
                                                                "X-Sluice-System", kApiKeyHeader};
-      if (std::any_of(kDropped.begin(), kDropped.end(), [&](std::string_view n) { return cgi_alias_of(name, n); })) {
+      if (std::any_of(kDropped.begin(), kDropped.end(),
+                      [&](std::string_view n) { return n.size() == name.size() && cgi_alias_of(name, n); })) {
         continue;
       }
     }

@@ -29,6 +29,18 @@ constexpr std::array<bool, 256> alnum_and(std::string_view extra) {
 }
 // Tokens: field names and methods (RFC 9110 5.6.2).
 constexpr std::array<bool, 256> kTchar = alnum_and("!#$%&'*+-.^_`|~");
+// A method as the gateway takes it: a token with no lower-case letter (see parse_start_line).
+constexpr std::array<bool, 256> kMethodChar = [] {
+  std::array<bool, 256> t = kTchar;
+  for (int c = 'a'; c <= 'z'; ++c) t[static_cast<std::size_t>(c)] = false;
+  return t;
+}();
+// A request target: visible ASCII (a URI's characters; others come percent-encoded), but '#'.
+constexpr std::array<bool, 256> kTargetChar = [] {
+  std::array<bool, 256> t{};
+  for (int c = 0x21; c < 0x7f; ++c) t[static_cast<std::size_t>(c)] = c != '#';
+  return t;
+}();
 // A reg-name's (RFC 3986 3.2.2): unreserved, percent-encoded and sub-delims.
 constexpr std::array<bool, 256> kRegName = alnum_and("-._~%!$&'()*+,;=");
 
@@ -280,15 +292,14 @@ error_code MessageParser<isRequest>::parse_start_line(const char*& p) {
     // A method is case-sensitive (RFC 9110 9.1): "get" is not GET to the interfaces here, but is to
     // some servers, which would reach through a catch-all what GET may not. Refused, as nginx does.
     const char* method = p;
-    bool lower = false;
-    for (; kTchar[static_cast<unsigned char>(*p)]; ++p) lower = lower || (*p >= 'a' && *p <= 'z');
-    if (p == method || *p != ' ' || lower) return http::error::bad_method;
+    while (kMethodChar[static_cast<unsigned char>(*p)]) ++p;
+    if (p == method || *p != ' ') return http::error::bad_method;
     method_string_ = std::string_view(method, static_cast<std::size_t>(p - method));
     method_ = http::string_to_verb(method_string_);
     // The target is visible ASCII (RFC 9112 3.2: a URI's characters; others come percent-encoded),
     // with no fragment ('#'), which a request does not carry and servers would cut the path at.
     const char* target = ++p;
-    while (static_cast<unsigned char>(*p) > 0x20 && static_cast<unsigned char>(*p) < 0x7f && *p != '#') ++p;
+    while (kTargetChar[static_cast<unsigned char>(*p)]) ++p;
     if (p == target || *p != ' ') return http::error::bad_target;
     target_ = std::string_view(target, static_cast<std::size_t>(p - target));
     ++p;

@@ -227,9 +227,9 @@ Reason check_access(const Request& request, const Snapshot& snapshot, Context& c
     if (!is_public && !ctx.system->permitted[ctx.interface->index]) return Reason::kInterfaceForbidden;
     ctx.grant = snapshot.grant(*ctx.system, *ctx.interface);
   }
-  if ((ctx.system != nullptr && !keys_given_once(ctx.system->limits, request)) ||
-      !keys_given_once(ctx.interface->limits, request) ||
-      (ctx.grant != nullptr && !keys_given_once(ctx.grant->limits, request))) {
+  if (snapshot.keys_by_request() && ((ctx.system != nullptr && !keys_given_once(ctx.system->limits, request)) ||
+                                     !keys_given_once(ctx.interface->limits, request) ||
+                                     (ctx.grant != nullptr && !keys_given_once(ctx.grant->limits, request)))) {
     return Reason::kBadRequest;
   }
   return Reason::kOk;
@@ -480,10 +480,16 @@ namespace {
 }  // namespace
 
 std::optional<std::string> routing_form(std::string_view path) {
+  // Most paths have nothing to tidy: one look at each character says so ('/' only when doubled).
+  static constexpr auto kMaybe = [] {
+    std::array<bool, 256> t{};
+    for (const unsigned char c : std::string_view("%\\;/")) t[c] = true;
+    return t;
+  }();
   bool plain = path.size() <= 1 || path.back() != '/';
   for (std::size_t i = 0; i < path.size() && plain; ++i) {
     const char c = path[i];
-    plain = c != '%' && c != '\\' && c != ';' && !(c == '/' && i + 1 < path.size() && path[i + 1] == '/');
+    if (kMaybe[static_cast<unsigned char>(c)]) plain = c == '/' && (i + 1 == path.size() || path[i + 1] != '/');
   }
   if (plain) return std::nullopt;
   std::string out;

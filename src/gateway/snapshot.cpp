@@ -113,6 +113,14 @@ Snapshot::Snapshot(std::shared_ptr<const config::Config> config, BreakerRegistry
       generation_(generation),
       callers_(*config_, secret_key, &caller_problems_) {
   const config::Config& c = *config_;
+  const auto keyed = [](const std::vector<config::LimitRule>& rules) {
+    return std::any_of(rules.begin(), rules.end(), [](const config::LimitRule& r) {
+      return r.key_by == config::KeyBy::kHeader || r.key_by == config::KeyBy::kQuery;
+    });
+  };
+  keys_by_request_ = std::any_of(c.systems.begin(), c.systems.end(), [&](const auto& x) { return keyed(x.limits); }) ||
+                     std::any_of(c.interfaces.begin(), c.interfaces.end(), [&](const auto& x) { return keyed(x.limits); }) ||
+                     std::any_of(c.grants.begin(), c.grants.end(), [&](const auto& x) { return keyed(x.limits); });
   upstreams_.resize(c.upstreams.size());
   std::unordered_map<std::string, const UpstreamEntry*> upstream_by_name;
   for (std::size_t i = 0; i < c.upstreams.size(); ++i) {

@@ -106,6 +106,9 @@ class Snapshot {
   const SystemEntry* system(std::string_view key) const;
   // The most specific enabled-or-not interface whose pattern and methods match.
   const InterfaceEntry* route(std::string_view method, std::string_view path) const;
+  // Whether some limit is keyed by a header or a query parameter (which a request must then give
+  // once): when none is, a request's are not looked at.
+  bool keys_by_request() const { return keys_by_request_; }
   const GrantEntry* grant(const SystemEntry& system, const InterfaceEntry& interface) const;
 
   const CallerKeys& callers() const { return callers_; }
@@ -135,6 +138,7 @@ class Snapshot {
   std::vector<GrantEntry> grants_;
   std::vector<std::string> caller_problems_;
   CallerKeys callers_;
+  bool keys_by_request_ = false;
 };
 
 }  // namespace sluice::gateway
