@@ -475,10 +475,6 @@ bool path_is_clean(std::string_view path) {
   return true;
 }
 
-namespace {
-
-}  // namespace
-
 std::optional<std::string> routing_form(std::string_view path) {
   // Most paths have nothing to tidy: one look at each character says so ('/' only when doubled).
   static constexpr auto kMaybe = [] {
