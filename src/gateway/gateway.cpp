@@ -125,8 +125,8 @@ CallerFields caller_fields(std::span<const HeadField> fields, std::string_view k
   return out;
 }
 
-// Whether a field name reads as `name` (whatever its case) where fields reach applications CGI-style (X_Sluice_System
-// and X-Sluice-System are both HTTP_X_SLUICE_SYSTEM there).
+// Whether a field name reads as `name` (whatever its case) where fields reach applications
+// CGI-style (X_Sluice_System and X-Sluice-System are both HTTP_X_SLUICE_SYSTEM there).
 bool cgi_alias_of(std::string_view field, std::string_view name) {
   if (field.size() != name.size()) return false;
   const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c | 0x20) : c; };
@@ -1277,7 +1277,8 @@ std::string_view decide_field_malformed(const Field& field) {
   }
   if (const auto path = field("path")) {
     // A request target: visible ASCII, the rest percent-encoded; no fragment.
-    const bool visible = std::all_of(path->begin(), path->end(), [](char c) { return c > ' ' && c < 0x7f && c != '#'; });
+    const bool visible =
+        std::all_of(path->begin(), path->end(), [](char c) { return c > ' ' && c < 0x7f && c != '#'; });
     if (!visible) return "path must be visible ASCII (the rest percent-encoded), without a #fragment";
   }
   if (const auto ip = field("client_ip")) {
@@ -1286,9 +1287,9 @@ std::string_view decide_field_malformed(const Field& field) {
     if (ec) return "client_ip must be an IP address";
   }
   if (const auto hash = field("body_sha256")) {
-    if (hash->size() != 64 || !std::all_of(hash->begin(), hash->end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; })) {
-      return "body_sha256 must be 64 hex digits";
-    }
+    const bool hex = std::all_of(hash->begin(), hash->end(),
+                                 [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
+    if (hash->size() != 64 || !hex) return "body_sha256 must be 64 hex digits";
   }
   return {};
 }
