@@ -20,6 +20,15 @@ std::vector<std::int32_t> Upstream::default_failure_statuses() {
   return statuses;
 }
 
+bool has_control_characters(std::string_view s) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) return true;
+    if (c == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) <= 0x9f) return true;
+  }
+  return false;
+}
+
 std::string Problem::to_string() const {
   std::string s;
   if (!file.empty()) s += file + ":";
@@ -359,11 +368,6 @@ class Validator {
     problems_.push_back(Problem{std::move(path), std::move(message)});
   }
 
-  // Ids and names go into URLs, logs, metrics labels and the console: no control characters.
-  static bool has_control(std::string_view s) {
-    return std::any_of(s.begin(), s.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; });
-  }
-
   static bool valid_header_name(std::string_view name) {
     if (name.empty()) return false;
     return std::all_of(name.begin(), name.end(), [](char ch) {
@@ -380,7 +384,7 @@ class Validator {
       if (!r.name.empty() && !names.insert(r.name).second) {
         add(path + ".name", "\"" + r.name + "\" names another limit of the same owner too");
       }
-      if (r.name.find_first_of("\"\\") != std::string::npos || has_control(r.name)) {
+      if (r.name.find_first_of("\"\\") != std::string::npos || has_control_characters(r.name)) {
         add(path + ".name", "must not contain quotes, backslashes or control characters");
       }
       if ((r.key_by == KeyBy::kHeader && !valid_header_name(r.key_name)) ||
@@ -394,7 +398,7 @@ class Validator {
     const Upstream& u = c_.upstreams[i];
     const std::string at = "upstreams[" + std::to_string(i) + "]";
     if (u.name.empty()) add(at + ".name", "is required");
-    if (has_control(u.name)) add(at + ".name", "must not hold control characters");
+    if (has_control_characters(u.name)) add(at + ".name", "must not hold control characters");
     if (!u.name.empty() && !names.insert(u.name).second) {
       add(at + ".name", "\"" + u.name + "\" is the name of another upstream too");
     }
@@ -431,7 +435,7 @@ class Validator {
     const std::string at = "interfaces[" + std::to_string(i) + "]";
     if (f.id.empty()) add(at + ".id", "is required");
     if (f.id == "*") add(at + ".id", "\"*\" stands for every interface and cannot be an id");
-    if (has_control(f.id)) add(at + ".id", "must not hold control characters");
+    if (has_control_characters(f.id)) add(at + ".id", "must not hold control characters");
     if (!f.id.empty() && !ids.insert(f.id).second) {
       add(at + ".id", "\"" + f.id + "\" is the id of another interface too");
     }
@@ -486,7 +490,7 @@ class Validator {
     if (s.key.empty()) add(at + ".key", "is required");
     // A caller sends it as a header field's value, which holds no control character and loses the
     // spaces around it: such a key could never be matched.
-    if (has_control(s.key) || (!s.key.empty() && (s.key.front() == ' ' || s.key.back() == ' '))) {
+    if (has_control_characters(s.key) || (!s.key.empty() && (s.key.front() == ' ' || s.key.back() == ' '))) {
       add(at + ".key", "must not hold control characters, nor begin or end with a space");
     }
     if (!s.key.empty() && !keys.insert(s.key).second) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sluice/circuit_breaker.h"
@@ -150,6 +151,11 @@ struct Config {
 
 // One thing wrong with a configuration: the field it is about (e.g. "interfaces[0].limits[1].period")
 // and, when it came from a file, where in it.
+// Whether text holds a control character: C0 and DEL, or C1 (U+0080 to U+009F, "\xc2\x80" to
+// "\xc2\x9f" in UTF-8). Ids and names go into URLs, logs, metrics labels and the console: they hold
+// none.
+bool has_control_characters(std::string_view s);
+
 struct Problem {
   std::string path{};
   std::string message{};

@@ -676,7 +676,7 @@ WriteResult ConfigStore::replace(std::string_view actor, std::string_view action
 Result<std::pair<TokenInfo, std::string>> ConfigStore::create_token(std::string_view actor, Role role,
                                                                      std::string_view name) {
   // It is shown in the audit log's actors and the console: no control characters.
-  if (std::any_of(name.begin(), name.end(), [](char ch) { return static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; })) {
+  if (has_control_characters(name)) {
     return Error{ErrorCode::kInvalidArgument, "a token's name must not hold control characters"};
   }
   TokenInfo info;

@@ -225,7 +225,7 @@ struct Conditions {
   Precondition none_match;
 
   explicit Conditions(const AdminRequest& req)
-      : match(req.header("If-Match")), none_match(req.header("If-None-Match"), true) {}
+      : match(req.list("If-Match")), none_match(req.list("If-None-Match"), true) {}
 
   std::optional<std::int64_t> revision() const { return match.revision; }
 
@@ -252,8 +252,8 @@ struct Conditions {
 // A write to what has no ETag (tokens, counters, a breaker's state on this instance) can hold no
 // precondition but If-Match: * (it exists): any other is refused rather than ignored.
 std::optional<AdminResponse> no_preconditions(const AdminRequest& req, std::string_view what) {
-  const Precondition match(req.header("If-Match"));
-  if ((match.present && !match.any) || !req.header("If-None-Match").empty()) {
+  const Precondition match(req.list("If-Match"));
+  if ((match.present && !match.any) || !req.list("If-None-Match").empty()) {
     return error(412, "precondition_failed",
                  std::string(what) + " has no ETag: a write to it takes no If-None-Match, and no If-Match but *.");
   }
@@ -609,7 +609,7 @@ AdminResponse AdminApi::config_route(Call& call) const {
       revision = options_.pulled().revision;
     }
     const std::string tag = revision_tag(revision);
-    const Precondition none_match(req.header("If-None-Match"), true);  // compared weakly
+    const Precondition none_match(req.list("If-None-Match"), true);  // compared weakly
     if (none_match.present && (none_match.any || none_match.revision == revision)) {
       AdminResponse r = no_content({{"ETag", tag}});
       r.status = 304;
@@ -655,12 +655,12 @@ AdminResponse AdminApi::config_route(Call& call) const {
     return invalid(*problems, "", "The configuration was refused: nothing was changed.");
   }
   const auto& next = std::get<std::shared_ptr<const config::Config>>(loaded);
-  const Precondition match(req.header("If-Match"));
+  const Precondition match(req.list("If-Match"));
   if (match.present && !match.any && !match.revision) {
     return error(412, "precondition_failed", "If-Match must be the configuration's ETag (\"r<revision>\") or *");
   }
   // The configuration always exists: If-None-Match holds only for a revision it is no longer at.
-  if (const Precondition none_match(req.header("If-None-Match"), true); none_match.present) {
+  if (const Precondition none_match(req.list("If-None-Match"), true); none_match.present) {
     auto at = options_.store->revision();
     if (!at.ok()) return error(503, "store_unavailable", at.error().message);
     if (none_match.any || none_match.revision == *at) {

@@ -2360,6 +2360,16 @@ std::string_view AdminRequest::header(std::string_view name) const {
   return {};
 }
 
+std::string AdminRequest::list(std::string_view name) const {
+  std::string joined;
+  for (const auto& [k, v] : headers) {
+    if (!beast::iequals(k, name)) continue;
+    if (!joined.empty()) joined += ", ";
+    joined += v;
+  }
+  return joined;
+}
+
 std::string_view AdminRequest::single(std::string_view name) const {
   std::string_view found;
   int times = 0;

@@ -38,6 +38,9 @@ struct AdminRequest {
   // The field's value when it is given once; empty when absent or given more than once (an
   // Authorization field given twice would mean one token here and perhaps another to a proxy).
   std::string_view single(std::string_view name) const;
+  // A list field's values, each field line of that name in turn joined by ", " (RFC 9110 5.3: the
+  // same as one line); empty when absent.
+  std::string list(std::string_view name) const;
 };
 struct AdminResponse {
   int status = 200;

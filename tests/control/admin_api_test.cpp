@@ -377,6 +377,8 @@ TEST_F(AdminApiTest, EveryValidationErrorIsRefusedWholeWithItsFieldPath) {
        "upstreams[1].name", "control characters"},
       {"interface id control", [](Config& c) { c.interfaces[2].id = std::string("hea\0lth", 7); }, "interfaces[2].id",
        "control characters"},
+      {"interface id C1 control", [](Config& c) { c.interfaces[2].id = "hea\xc2\x85lth"; }, "interfaces[2].id",
+       "control characters"},
       {"key_by", [](Config& c) { c.interfaces[0].limits[0].key_by = config::KeyBy::kHeader;
                                  c.interfaces[0].limits[0].key_name = "X User"; },
        "interfaces[0].limits[0].key_by", "names no header"},
@@ -481,6 +483,19 @@ TEST_F(AdminApiTest, OfConcurrentWritersHoldingOneETagExactlyOneWins) {
   for (auto& t : writers) t.join();
   EXPECT_EQ(ok.load(), 1);
   EXPECT_EQ(stale.load(), 4);
+}
+
+// Two If-Match lines are one list (RFC 9110 5.3): either tag may match.
+TEST_F(AdminApiTest, IfMatchGivenOnTwoLinesIsOneList) {
+  const std::string etag = call("GET", "/admin/v1/systems/erp").header("ETag");
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["users"]})",
+                 {{"If-Match", "\"other\""}, {"If-Match", etag}})
+                .status,
+            200);
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["orders"]})",
+                 {{"If-Match", "\"other\""}, {"If-Match", etag}})
+                .status,
+            412);  // the first write moved it
 }
 
 TEST_F(AdminApiTest, TheConfigurationRevisionCanGuardAnEntityWriteToo) {
