@@ -32,6 +32,8 @@ std::string random_token(std::string_view prefix);
 std::string random_id(std::string_view prefix);
 
 std::string to_hex(std::string_view bytes);
+// A hex digit's value (either case), or -1.
+int hex_digit(char ch);
 std::optional<std::string> from_hex(std::string_view hex);
 std::string base64(std::string_view bytes);  // standard alphabet, padded
 std::optional<std::string> from_base64(std::string_view text);  // standard alphabet, padding optional

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <map>
 
+#include "config/crypto.h"
 #include "config/json.h"
 #include "config/yaml.h"
 #include "core/duration.h"
@@ -130,20 +131,13 @@ AdminResponse refusal_response(const Refusal& r, BodyAt prefix) {
 
 // --- request parts --------------------------------------------------------------------------------
 
-int hex_digit(char ch) {
-  if (ch >= '0' && ch <= '9') return ch - '0';
-  if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-  if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
-  return -1;
-}
-
 // Sets `bad` when a '%' is not an escape (%XX): such a name is refused, not read as it stands.
 std::string percent_decode(std::string_view s, bool plus_is_space, bool& bad) {
   std::string out;
   out.reserve(s.size());
   for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && hex_digit(s[i + 1]) >= 0 && hex_digit(s[i + 2]) >= 0) {
-      out += static_cast<char>(hex_digit(s[i + 1]) * 16 + hex_digit(s[i + 2]));
+    if (s[i] == '%' && i + 2 < s.size() && config::hex_digit(s[i + 1]) >= 0 && config::hex_digit(s[i + 2]) >= 0) {
+      out += static_cast<char>(config::hex_digit(s[i + 1]) * 16 + config::hex_digit(s[i + 2]));
       i += 2;
     } else if (s[i] == '%') {
       bad = true;

@@ -1263,23 +1263,18 @@ Task<Reason> Worker::verify_body(Exchange& x, const Request& r, std::string_view
   co_return verify(x, r, target, config::sha256_hex(x.body));
 }
 
-// The first of /decide's string fields (read by `field`) that a proxied request could not carry,
-// and why, in English (names and values are the same in either language); empty when all can.
+// The first of /decide's string fields (read by `field`) that a proxied request could not carry
+// (read as the request line reads them), and why, in English (names and values are the same in
+// either language); empty when all can.
 template <class Field>
 std::string_view decide_field_malformed(const Field& field) {
   if (const auto method = field("method")) {
-    // RFC 9110 5.6.2: a token; with no lower case, as the proxy takes it.
-    const bool token = !method->empty() && std::all_of(method->begin(), method->end(), [](char c) {
-      return std::isupper(static_cast<unsigned char>(c)) != 0 || std::isdigit(static_cast<unsigned char>(c)) != 0 ||
-             std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-    });
-    if (!token) return "method must be an HTTP method in capitals, such as GET";
+    if (!is_method(*method)) return "method must be an HTTP method in capitals, such as GET";
   }
   if (const auto path = field("path")) {
-    // A request target: visible ASCII, the rest percent-encoded; no fragment.
-    const bool visible =
-        std::all_of(path->begin(), path->end(), [](char c) { return c > ' ' && c < 0x7f && c != '#'; });
-    if (!visible) return "path must be visible ASCII (the rest percent-encoded), without a #fragment";
+    if (!path->empty() && !is_target(*path)) {
+      return "path must be visible ASCII (the rest percent-encoded), without a #fragment";
+    }
   }
   if (const auto ip = field("client_ip")) {
     boost::system::error_code ec;

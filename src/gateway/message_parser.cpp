@@ -69,6 +69,14 @@ std::optional<std::uint64_t> length_of(std::string_view s) {
 
 }  // namespace
 
+bool is_method(std::string_view v) {
+  return !v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return kMethodChar[static_cast<unsigned char>(c)]; });
+}
+
+bool is_target(std::string_view v) {
+  return !v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return kTargetChar[static_cast<unsigned char>(c)]; });
+}
+
 bool is_host(std::string_view v) {
   std::size_t i = 0;
   if (!v.empty() && v[0] == '[') {

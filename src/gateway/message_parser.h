@@ -75,6 +75,10 @@ void for_each_token(std::string_view list, F&& f) {
 // with a zone id's "%25" "]") or a reg-name (unreserved, percent-encoded and sub-delims characters,
 // an IPv4 address among them); port is digits (none is allowed). Its shape, not what it names.
 bool is_host(std::string_view v);
+// A method as the request line is read: a token with no lower-case letter.
+bool is_method(std::string_view v);
+// A request target's characters as the request line is read: visible ASCII, no '#'.
+bool is_target(std::string_view v);
 
 template <bool isRequest>
 class ChunkDecoder;

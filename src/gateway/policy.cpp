@@ -5,6 +5,8 @@
 #include <array>
 #include <cassert>
 
+#include "config/crypto.h"
+
 namespace sluice::gateway {
 namespace {
 
@@ -72,21 +74,14 @@ Reason rejection_of(Scope scope) {
 // requests end much sooner than their leases expire.
 constexpr Nanos kInFlightRetry = std::chrono::seconds(1);
 
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  c = static_cast<char>(c | 0x20);
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;
-}
-
 // The character of a query string's name or value (application/x-www-form-urlencoded) at raw[i], as
 // applications read it: an escape decoded ("%61" is "a"), '+' a space, and an escape that is not
 // one as it is. Moves i past it.
 char form_char(std::string_view raw, std::size_t& i) {
   const char c = raw[i++];
   if (c == '+') return ' ';
-  if (c == '%' && i + 1 < raw.size() && hex_value(raw[i]) >= 0 && hex_value(raw[i + 1]) >= 0) {
-    const char decoded = static_cast<char>(hex_value(raw[i]) * 16 + hex_value(raw[i + 1]));
+  if (c == '%' && i + 1 < raw.size() && config::hex_digit(raw[i]) >= 0 && config::hex_digit(raw[i + 1]) >= 0) {
+    const char decoded = static_cast<char>(config::hex_digit(raw[i]) * 16 + config::hex_digit(raw[i + 1]));
     i += 2;
     return decoded;
   }
@@ -505,8 +500,8 @@ std::optional<std::string> routing_form(std::string_view path) {
       continue;
     }
     if (c == '%' && i + 2 < path.size()) {
-      const int hi = hex_value(path[i + 1]);
-      const int lo = hex_value(path[i + 2]);
+      const int hi = config::hex_digit(path[i + 1]);
+      const int lo = config::hex_digit(path[i + 2]);
       // Every escape but a '%' itself, which decoded would read as the start of another.
       if (hi >= 0 && lo >= 0 && !(hi == 2 && lo == 5)) {
         out += static_cast<char>(hi * 16 + lo);
