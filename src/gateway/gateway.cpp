@@ -656,6 +656,7 @@ struct Gateway::Impl {
 
   std::atomic<bool> draining{false};
   std::atomic<bool> stopped{false};
+  std::atomic<int> stores_down{0};  // workers whose limit store's breaker is open
   std::atomic<std::int64_t> sessions{0};
   std::atomic<std::size_t> next_worker{0};
   std::uint32_t request_id_prefix = 0;
@@ -2256,6 +2257,17 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
     auto made = g.options.make_limiter(w.ioc.get_executor());
     if (!made.ok()) return made.error();
     w.limiter = std::move(*made);
+    // Said once for the gateway, not once per worker's store: when the first stops answering, and
+    // when the last answers again.
+    w.limiter->watch_store([self](bool available, const std::string& why) {
+      if (!available) {
+        if (self->stores_down.fetch_add(1) == 0) {
+          self->log("limit store not answering (" + why + "): limits follow their on_store_failure until it does");
+        }
+      } else if (self->stores_down.fetch_sub(1) == 1) {
+        self->log("limit store answering again: limits are decided on it again");
+      }
+    });
   }
   auto acceptor = listen_on(g.workers[0]->ioc, listen, "listen");
   if (!acceptor.ok()) return acceptor.error();

@@ -33,6 +33,11 @@ class Limiter {
   // The state of the breaker around a shared store, for /metrics; nothing for a store in this process.
   virtual std::optional<BreakerState> store_breaker() const { return std::nullopt; }
 
+  // Tells `f` when a shared store stops answering (false, with why) and when it answers again
+  // (true), from the limiter's event loop; the gateway logs it. A store in this process never does.
+  using AvailabilityListener = std::function<void(bool available, const std::string& why)>;
+  virtual void watch_store(AvailabilityListener /*f*/) {}
+
   // Store::acquire_all: all or nothing. Calls done exactly once with the store's status, the
   // decisions filled in when it is ok. requests, their keys and decisions must stay valid until then.
   virtual void acquire_all(std::span<const LimitRequest> requests, std::span<Decision> decisions,

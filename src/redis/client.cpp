@@ -109,8 +109,17 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
       if (ec || !self) return;
       self->connect_timer_armed_ = false;
       self->finish_connect(Error{ErrorCode::kStoreUnavailable,
-                                 "redis cluster: not connected to every master in time"});
+                                 "redis cluster: not connected to every master in time" + self->a_node_failure()});
     });
+  }
+
+  // Why a node that is not connected failed last ("; redis host:port: ..."), if one did: a password
+  // the cluster refuses, say, which would otherwise go unsaid.
+  std::string a_node_failure() const {
+    for (const auto& [name, c] : nodes_) {
+      if (!c->ready() && !c->last_error().empty()) return "; " + c->last_error();
+    }
+    return "";
   }
 
   std::shared_ptr<Connection> node(const Endpoint& endpoint) {

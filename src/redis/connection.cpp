@@ -67,8 +67,9 @@ void Connection::connect() {
   connect_timer_.expires_after(options_.connect_timeout);
   connect_timer_.async_wait([this, self, generation](const boost::system::error_code& ec) {
     if (ec || generation != generation_ || state_ == State::kReady) return;
-    disconnect(unavailable("connect timed out after " +
-                           std::to_string(options_.connect_timeout.count()) + "ms"));
+    const std::string after = std::to_string(options_.connect_timeout.count()) + "ms";
+    disconnect(unavailable(state_ == State::kHandshake ? "connected, but no answer within " + after
+                                                       : "connect timed out after " + after));
   });
   resolver_.async_resolve(
       options_.endpoint.host, std::to_string(options_.endpoint.port),
@@ -95,7 +96,11 @@ void Connection::on_connect(std::uint64_t generation, const boost::system::error
   handshake();
 }
 
-// AUTH and SELECT, pipelined; the connection is ready once both have answered OK.
+// AUTH and SELECT, pipelined, or a PING when neither is needed; the connection is ready once each
+// has answered OK. Something is always asked and waited for: a server that accepts connections
+// but does not answer (stopped, or a host that is not Redis) is not taken for ready, and one that
+// wants a password says so here (NOAUTH) rather than by closing on the scripts sent next (it
+// refuses a long argument from a client that has not authenticated).
 void Connection::handshake() {
   std::vector<std::string> commands;
   if (!options_.password.empty()) {
@@ -103,7 +108,7 @@ void Connection::handshake() {
                                              : encode({"AUTH", options_.user, options_.password}));
   }
   if (options_.db != 0) commands.push_back(encode({"SELECT", std::to_string(options_.db)}));
-  if (commands.empty()) return set_ready();
+  if (commands.empty()) commands.push_back(encode({"PING"}));
   auto left = std::make_shared<std::size_t>(commands.size());
   const std::uint64_t generation = generation_;
   const SteadyTime deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
@@ -112,9 +117,11 @@ void Connection::handshake() {
       if (generation != generation_) return;
       if (!r.ok()) return disconnect(r.error());
       if (is_error(*r)) {
-        return disconnect(Error{ErrorCode::kStoreUnavailable,
-                                "redis " + options_.endpoint.to_string() +
-                                    " refused the handshake: " + std::string(text(*r))});
+        const std::string_view why = text(*r);
+        return disconnect(unavailable("refused the handshake: " + std::string(why) +
+                                      (why.starts_with("NOAUTH")
+                                           ? " (give the password in the address: redis://:password@host:port)"
+                                           : "")));
       }
       if (--*left == 0) set_ready();
     }, deadline);
@@ -271,6 +278,7 @@ void Connection::disconnect(Error why) {
     if (!answered_) ++failures_;
   } else {
     ++failures_;
+    last_error_ = why.message;
     for (auto& f : std::exchange(attempt_waiters_, {})) f(why);
   }
   const std::uint64_t generation = generation_;

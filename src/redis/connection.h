@@ -56,6 +56,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void stop();
 
   bool ready() const { return state_ == State::kReady; }
+  // Why the last attempt to connect failed; empty before any did.
+  const std::string& last_error() const { return last_error_; }
   const Endpoint& endpoint() const { return options_.endpoint; }
 
   // Sends one encoded command. The callback gets the reply (an error reply too), or kTimeout at the
@@ -103,6 +105,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   int failures_ = 0;              // consecutive failed attempts, for the backoff
   bool answered_ = false;         // the server has answered since the connection became ready
   std::vector<UniqueFunction<void(Status)>> attempt_waiters_;
+  std::string last_error_;
 
   std::deque<Pending> pending_;  // in the order the replies will come
   std::size_t dead_ = 0;         // how many of pending_'s first entries timed out

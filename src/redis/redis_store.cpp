@@ -182,7 +182,8 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
         strand(asio::make_strand(executor)),
         client(detail::make_client(strand, co)),
         breaker(options.breaker),
-        local(options.local_store ? options.local_store : std::make_shared<LocalStore>()) {
+        local(options.local_store ? options.local_store : std::make_shared<LocalStore>()),
+        probe_timer(strand) {
     std::random_device random;
     lease_seed = (static_cast<std::uint64_t>(random()) << 32) ^ random();
   }
@@ -423,7 +424,36 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   void record(const BreakerPermit& permit, const std::optional<Error>& error) {
     const bool failed = error && (error->code == ErrorCode::kStoreUnavailable ||
                                   error->code == ErrorCode::kTimeout);
+    const BreakerState before = breaker.state();
     breaker.record(permit, failed);
+    const BreakerState now = breaker.state();
+    if (now == BreakerState::kOpen) {
+      if (before == BreakerState::kClosed && availability) availability(false, error ? error->message : "");
+      probe_later();
+    } else if (now == BreakerState::kClosed && before == BreakerState::kHalfOpen && availability) {
+      availability(true, std::string());
+    }
+  }
+
+  // While the breaker is open, a PING at each open_for takes the probe a call would have taken:
+  // its answer closes the breaker even when no call comes (a worker with no requests would
+  // otherwise report Redis down for as long as it has none).
+  void probe_later() {
+    if (closing || probe_armed) return;
+    probe_armed = true;
+    probe_timer.expires_after(options.breaker.open_for);
+    probe_timer.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+      const auto self = weak.lock();
+      if (!self) return;
+      self->probe_armed = false;
+      if (ec || self->closing || self->breaker.state() != BreakerState::kOpen) return;
+      BreakerPermit permit;
+      if (self->admit(permit)) return self->probe_later();  // not yet (a longer open_for, jitter)
+      static const std::string kPing = detail::encode({"PING"});
+      self->client->send(0, kPing, [self, permit](Result<Reply> r) {
+        self->record(permit, r.ok() ? std::nullopt : std::optional<Error>(r.error()));
+      }, self->deadline());
+    });
   }
 
   void submit(std::shared_ptr<Acquire> op, std::size_t batch);
@@ -445,6 +475,10 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   std::uint64_t lease_seed = 0;
   std::atomic<std::uint64_t> lease_counter{0};
   std::unordered_map<int, Queue> queues;  // by slot on a cluster; one, 0, on a single node
+  AvailabilityListener availability;       // see RedisStore::on_availability
+  asio::steady_timer probe_timer;
+  bool probe_armed = false;
+  bool closing = false;  // the store is being closed: no more probes
 };
 
 // One acquire or acquire_all: its requests grouped into batches (one per slot on a cluster), sent at
@@ -914,16 +948,27 @@ RedisStore::~RedisStore() {
   // dispatched close, and those would keep each other alive: close here, no thread is in the loop.
   const auto* loop = impl_->executor.target<asio::io_context::executor_type>();
   if (loop != nullptr && loop->context().stopped()) {
+    impl_->closing = true;
     impl_->client->stop();
     impl_->fail_waiting(Error{ErrorCode::kStoreUnavailable, "redis: the store was closed"});
   } else {
-    asio::dispatch(impl_->strand, [impl = impl_] { impl->client->stop(); });
+    asio::dispatch(impl_->strand, [impl = impl_] {
+      impl->closing = true;
+      impl->probe_timer.cancel();
+      impl->client->stop();
+    });
   }
   if (own_) own_->join();
   impl_.reset();
 }
 
 CircuitBreaker& RedisStore::breaker() { return impl_->breaker; }
+
+void RedisStore::on_availability(AvailabilityListener listener) {
+  asio::dispatch(impl_->strand, [impl = impl_, listener = std::move(listener)]() mutable {
+    impl->availability = std::move(listener);
+  });
+}
 
 void RedisStore::start_connect(StatusHandler handler) {
   asio::dispatch(impl_->strand, [impl = impl_, handler = std::move(handler)]() mutable {

@@ -383,7 +383,10 @@ class RedisGatewayTest : public ::testing::Test {
     o.admin_listen = "127.0.0.1:0";
     o.threads = 2;
     o.access_log = "off";
-    o.log = [](std::string_view) {};
+    o.log = [this](std::string_view line) {
+      std::lock_guard lock(log_mu_);
+      log_.emplace_back(line);
+    };
     o.make_limiter = std::move(*factory);
     auto g = Gateway::start(o, testing::load_config(text));
     ASSERT_TRUE(g.ok()) << g.error().message;
@@ -409,8 +412,17 @@ class RedisGatewayTest : public ::testing::Test {
     return ok;
   }
 
+  // How many lines the gateway logged that start with `prefix`.
+  int logged(std::string_view prefix) {
+    std::lock_guard lock(log_mu_);
+    return static_cast<int>(std::count_if(log_.begin(), log_.end(),
+                                          [&](const std::string& l) { return l.starts_with(prefix); }));
+  }
+
   std::unique_ptr<testing::RedisServer> redis_;
   std::unique_ptr<DemoUpstream> upstream_;
+  std::mutex log_mu_;
+  std::vector<std::string> log_;  // guarded by log_mu_
   std::unique_ptr<Gateway> gw_;
 };
 
@@ -539,12 +551,16 @@ TEST_F(RedisGatewayTest, RedisKilledUnderLoadEachLimitFollowsItsPolicyAndDecisio
   // worker's store.
   ASSERT_TRUE(redis_->restart().ok());
   const auto restarted = Steady::now();
+  // With no request at all: each worker's store probes Redis itself.
+  ASSERT_TRUE(testing::eventually([&] { return metric(metrics(), "sluice_store_up") == 1; }));
   ASSERT_TRUE(testing::eventually([&] {
     HttpClient a(gw_->port()), b(gw_->port());  // two connections: one per worker
-    return a.get("/closed", "crm").status == 200 && b.get("/closed", "crm").status == 200 &&
-           metric(metrics(), "sluice_store_up") == 1;
+    return a.get("/closed", "crm").status == 200 && b.get("/closed", "crm").status == 200;
   }));
   EXPECT_LT(Steady::now() - restarted, 1s + 500ms);
+  // Said once for the gateway, not once per worker.
+  EXPECT_EQ(logged("limit store not answering (redis 127.0.0.1:"), 1);
+  EXPECT_EQ(logged("limit store answering again"), 1);
   // The local count (5 used) is left behind: Redis's fresh window admits the whole limit.
   EXPECT_EQ(admitted_of(12, "/shared"), 10);
   m = metrics();

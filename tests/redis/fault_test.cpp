@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <future>
+#include <mutex>
 #include <string_view>
 #include <thread>
 
@@ -201,9 +202,37 @@ TEST(RedisFaults, BackOnRedisWithinASecondOfItAnsweringAgain) {
   EXPECT_LT(Clock::now() - answering, 1s);
 }
 
+// While the breaker is open the store probes Redis itself: with no call made after Redis is back,
+// the breaker closes, and the listener hears of the store going and coming back.
+TEST(RedisFaults, TheBreakerClosesByItselfOnceRedisAnswersAgain) {
+  auto server = RedisServer::start();
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  auto store = open_store((*server)->address(), {.on_store_failure = OnStoreFailure::kAllow},
+                          Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  std::mutex mu;
+  std::vector<std::pair<bool, std::string>> heard;
+  store->on_availability([&](bool available, const std::string& why) {
+    std::lock_guard lock(mu);
+    heard.emplace_back(available, why);
+  });
+  const Limit limit = plenty();
+  ASSERT_FALSE(store->acquire("k", limit)->fallback);
+  (*server)->kill();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(store->acquire("k", limit).ok());
+  ASSERT_EQ(store->breaker().state(), BreakerState::kOpen);
+  ASSERT_TRUE((*server)->restart().ok());
+  EXPECT_TRUE(eventually([&] { return store->breaker().state() == BreakerState::kClosed; }, 5s));
+  std::lock_guard lock(mu);
+  ASSERT_EQ(heard.size(), 2u);
+  EXPECT_FALSE(heard[0].first);
+  EXPECT_NE(heard[0].second.find("redis 127.0.0.1:"), std::string::npos) << heard[0].second;
+  EXPECT_TRUE(heard[1].first);
+}
+
 // A server that accepts every connection, says it is full and closes it, as Redis at maxclients
-// does: the connection is "ready" (no AUTH or SELECT to wait for) but never answers a command, so
-// each reconnect waits longer, as after a failed connect, instead of trying again at once.
+// does: the handshake fails, so each reconnect waits longer, as after a failed connect, instead of
+// trying again at once.
 TEST(RedisFaults, AServerThatClosesAtOnceIsRetriedWithBackoff) {
   const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -238,5 +267,29 @@ TEST(RedisFaults, AServerThatClosesAtOnceIsRetriedWithBackoff) {
   ::close(listener);
 }
 
+// A server that accepts connections and never answers (a Redis stopped with SIGSTOP, or a host that
+// is not Redis) is not taken for connected: connect() says so after connect_timeout.
+TEST(RedisFaults, AServerThatNeverAnswersIsNotConnected) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(::listen(listener, 64), 0);  // the kernel accepts; nobody reads
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  {
+    auto store = RedisStore::open({.address = "redis://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)),
+                                   .connect_timeout = 100ms});
+    ASSERT_TRUE(store.ok());
+    const Status s = (*store)->connect();
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.error().message.find("connected, but no answer within 100ms"), std::string::npos)
+        << s.error().message;
+  }
+  ::close(listener);
+}
+
 }  // namespace
 }  // namespace sluice::testing
+

@@ -212,6 +212,14 @@ TEST_F(RedisStoreTest, AuthenticatesAndSelectsTheDatabase) {
   auto refused = RedisStore::open({.address = "redis://:wrong@127.0.0.1:" + std::to_string(port)});
   ASSERT_TRUE(refused.ok());
   EXPECT_FALSE((*refused)->connect().ok());
+  // No password at all: said at connect (before, the scripts sent first made the server close the
+  // connection, and nothing said why).
+  auto anonymous = RedisStore::open({.address = "redis://127.0.0.1:" + std::to_string(port)});
+  ASSERT_TRUE(anonymous.ok());
+  const Status s = (*anonymous)->connect();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("NOAUTH"), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("give the password in the address"), std::string::npos) << s.error().message;
 }
 
 TEST_F(RedisStoreTest, AsyncWithCallbacksOnTheCallersExecutor) {

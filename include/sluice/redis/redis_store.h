@@ -10,6 +10,7 @@
 #include <boost/asio/async_result.hpp>
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -191,6 +192,13 @@ class RedisStore final : public Store {
   const RedisStoreOptions& options() const { return options_; }
   // The breaker around Redis, for metrics and operators (force_open, reset, ...).
   CircuitBreaker& breaker();
+
+  // Tells `listener`, on the store's executor, when its breaker opens (false, with the error that
+  // opened it) and when it closes again (true, with nothing). While the breaker is open the store
+  // probes Redis itself (a PING at each open_for), so that it closes once Redis answers even when
+  // no call comes. Set it before the calls it should hear of.
+  using AvailabilityListener = std::function<void(bool available, const std::string& why)>;
+  void on_availability(AvailabilityListener listener);
 
   struct Impl;
   struct OwnThread;
