@@ -154,7 +154,14 @@ int run(const ServeOptions& o) {
     cfg = std::get<std::shared_ptr<const config::Config>>(std::move(loaded));
   }
   if (o.print_config) {
-    std::fputs(config::to_yaml(*cfg).c_str(), stdout);
+    // As it would be served: the flags over the file.
+    config::Config shown = *cfg;
+    if (!o.listen.empty()) shown.listen = o.listen;
+    if (!o.admin_listen.empty()) shown.admin_listen = o.admin_listen;
+    if (!o.store.empty()) shown.store = o.store;
+    if (o.fleet_size > 0) shown.fleet_size = o.fleet_size;
+    if (!o.access_log.empty()) shown.access_log = o.access_log;
+    std::fputs(config::to_yaml(shown).c_str(), stdout);
     return 0;
   }
   gateway::GatewayOptions options;
@@ -186,6 +193,8 @@ int run(const ServeOptions& o) {
   options.config_path = o.config_path;
   options.handle_signals = true;
   options.access_log = o.access_log;
+  options.store = o.store;
+  options.fleet_size = o.fleet_size;
   auto started = gateway::Gateway::start(options, cfg);
   if (!started.ok()) {
     std::fprintf(stderr, "sluice serve: %s\n", started.error().message.c_str());
@@ -245,7 +254,7 @@ void add_serve_command(CLI::App& app) {
                     "stdout, off or a file path (default: the configuration's access_log)")
       ->check(kNotEmpty);
   serve->add_flag("--check", o->check, "Validate the configuration and exit");
-  serve->add_flag("--print-config", o->print_config, "Print the configuration as YAML (defaults filled in) and exit");
+  serve->add_flag("--print-config", o->print_config, "Print the configuration as it would be served (the flags over it, defaults filled in) as YAML, and exit");
   serve->footer(
       "Examples:\n"
       "  sluice token create --role admin --db ./sluice.db    # first: a token for the admin API (printed once)\n"

@@ -94,6 +94,8 @@ bool start(const ServeSettings& s, const std::shared_ptr<const config::Config>& 
   options.threads = s.threads;
   options.handle_signals = true;
   options.access_log = s.access_log;
+  options.store = s.store;
+  options.fleet_size = s.fleet_size;
   options.secret_key = std::move(secret_key);
   options.admin_guard = [auth](const gateway::AdminRequest& r) {
     return r.from_loopback || auth->authenticate(r.single("Authorization")).has_value();

@@ -657,6 +657,19 @@ struct Gateway::Impl {
   std::atomic<bool> draining{false};
   std::atomic<bool> stopped{false};
   std::atomic<int> stores_down{0};  // workers whose limit store's breaker is open
+  // The settings that take effect at start only, as they are in effect (flags over the first
+  // configuration): what /config shows, whatever a reload has brought since.
+  config::Config start_only;
+
+  config::Config in_effect(config::Config c) const {
+    c.listen = start_only.listen;
+    c.admin_listen = start_only.admin_listen;
+    c.store = start_only.store;
+    c.fleet_size = start_only.fleet_size;
+    c.store_timeout = start_only.store_timeout;
+    c.access_log = start_only.access_log;
+    return c;
+  }
   std::atomic<std::int64_t> sessions{0};
   std::atomic<std::size_t> next_worker{0};
   std::uint32_t request_id_prefix = 0;
@@ -1910,7 +1923,7 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
                      : AdminResponse{200, "application/json", R"({"status":"ok"})"};
     } else if (method == http::verb::get && path == "/config") {
       // Without the store's password: a read token or a loopback caller may see this.
-      config::Config shown = snapshot()->config();
+      config::Config shown = in_effect(snapshot()->config());
       shown.store = config::redact_store_password(shown.store);
       out = {200, "application/yaml", config::to_yaml(shown)};
     } else {
@@ -2002,7 +2015,7 @@ Status Gateway::Impl::install(std::shared_ptr<const config::Config> config) {
         was.fleet_size != config->fleet_size || was.store_timeout != config->store_timeout ||
         was.access_log != config->access_log) {
       log("listen, admin_listen, store, fleet_size, store_timeout and access_log take effect at the next start "
-          "only");
+          "only (/config shows those in effect)");
     }
   }
   const std::uint64_t g = generation.load() + 1;
@@ -2222,9 +2235,14 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
   g.options.threads = std::max(1, g.options.threads);
   const std::string listen = g.options.listen.empty() ? config->listen : g.options.listen;
   const std::string admin = g.options.admin_listen.empty() ? config->admin_listen : g.options.admin_listen;
+  g.start_only.listen = listen;
+  g.start_only.admin_listen = admin;
+  g.start_only.store = g.options.store.empty() ? config->store : g.options.store;
+  g.start_only.fleet_size = g.options.fleet_size > 0 ? g.options.fleet_size : config->fleet_size;
+  g.start_only.store_timeout = config->store_timeout;
+  g.start_only.access_log = g.options.access_log.empty() ? config->access_log : g.options.access_log;
 
-  auto log = Result<std::unique_ptr<AccessLog>>(
-      AccessLog::open(g.options.access_log.empty() ? config->access_log : g.options.access_log));
+  auto log = Result<std::unique_ptr<AccessLog>>(AccessLog::open(g.start_only.access_log));
   if (!log.ok()) return log.error();
   g.access_log = std::move(*log);
   if (g.options.limiter) {

@@ -80,6 +80,10 @@ struct GatewayOptions {
   LimiterFactory make_limiter;
   std::shared_ptr<Limiter> limiter;
   std::string access_log;  // overrides the configuration's access_log when not empty
+  // The limit store's address and fleet size that make_limiter was made with, when a flag gave
+  // them rather than the configuration (empty, 0: the configuration's). /config shows them.
+  std::string store;
+  int fleet_size = 0;
   // Where operational messages go (startup, reloads, breaker changes, drain); nullptr: stderr.
   std::function<void(std::string_view)> log;
   // Opens the signing secrets of systems whose auth is hmac (SLUICE_SECRET_KEY).

@@ -566,6 +566,16 @@ TEST_F(ControlProcessTest, ACheckOfAMissingDatabaseFailsAndMakesNone) {
   EXPECT_EQ(out, "the demo configuration: ok\n");
 }
 
+// --print-config prints the configuration as it would be served: the flags over the file.
+TEST_F(ControlProcessTest, PrintConfigShowsTheFlagsOverTheFile) {
+  std::string out;
+  ASSERT_EQ(sluice({"serve", "--config", yaml_, "--store", "redis://127.0.0.1:7001", "--fleet-size", "3",
+                    "--listen", "127.0.0.1:18080", "--print-config"}, &out), 0);
+  EXPECT_NE(out.find("store: redis://127.0.0.1:7001\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("fleet_size: 3"), std::string::npos) << out;
+  EXPECT_NE(out.find("listen: \"127.0.0.1:18080\""), std::string::npos) << out;
+}
+
 // --check finds a listen flag that a start would refuse, from a file and from a database.
 TEST_F(ControlProcessTest, ACheckRefusesAListenFlagAStartWouldRefuse) {
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);

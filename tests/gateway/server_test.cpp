@@ -1298,6 +1298,19 @@ TEST_F(GatewayTest, TheAdminListenerExportsTheConfigurationAsYaml) {
   EXPECT_EQ(config::to_yaml(*std::get<std::shared_ptr<const config::Config>>(again)), r.body);
 }
 
+// A reload that changes what takes effect at start only: /config goes on showing what is in effect
+// (it showed the new store, which the gateway was not deciding on).
+TEST_F(GatewayTest, ConfigShowsTheStartOnlySettingsInEffectAfterAReload) {
+  HttpClient c(gw_->admin_port());
+  const std::string before = c.get("/config").body;
+  ASSERT_NE(before.find("store: local"), std::string::npos) << before;
+  ASSERT_TRUE(gw_->reload(parse("store: \"redis://127.0.0.1:1\"\nfleet_size: 4\n" + config_text())).ok());
+  const std::string after = c.get("/config").body;
+  EXPECT_NE(after.find("store: local"), std::string::npos) << after;
+  EXPECT_EQ(after.find("127.0.0.1:1\""), std::string::npos) << after;
+  EXPECT_EQ(after.find("fleet_size: 4"), std::string::npos) << after;
+}
+
 // A request the admin listener cannot read is answered, and its connection closed, rather than just
 // hung up on.
 TEST_F(GatewayTest, TheAdminListenerAnswersWhatItCannotRead) {
