@@ -154,14 +154,7 @@ int run(const ServeOptions& o) {
     cfg = std::get<std::shared_ptr<const config::Config>>(std::move(loaded));
   }
   if (o.print_config) {
-    // As it would be served: the flags over the file.
-    config::Config shown = *cfg;
-    if (!o.listen.empty()) shown.listen = o.listen;
-    if (!o.admin_listen.empty()) shown.admin_listen = o.admin_listen;
-    if (!o.store.empty()) shown.store = o.store;
-    if (o.fleet_size > 0) shown.fleet_size = o.fleet_size;
-    if (!o.access_log.empty()) shown.access_log = o.access_log;
-    std::fputs(config::to_yaml(shown).c_str(), stdout);
+    std::fputs(config::to_yaml(with_flags(settings, *cfg)).c_str(), stdout);
     return 0;
   }
   gateway::GatewayOptions options;

@@ -127,7 +127,7 @@ void serve_admin_api(Running& r, gateway::AdminApiOptions options) {
 // --check and --print-config: the exit code when one of them was asked for.
 std::optional<int> check_or_print(const ServeSettings& s, const config::StoredConfig& c, const std::string& source) {
   if (s.print_config) {
-    std::fputs(config::to_yaml(*c.config).c_str(), stdout);
+    std::fputs(config::to_yaml(with_flags(s, *c.config)).c_str(), stdout);
     return 0;
   }
   if (s.check) {
@@ -156,6 +156,15 @@ std::function<void(boost::json::object&)> describe_source(std::string kind, std:
 }
 
 }  // namespace
+
+config::Config with_flags(const ServeSettings& s, config::Config c) {
+  if (!s.listen.empty()) c.listen = s.listen;
+  if (!s.admin_listen.empty()) c.admin_listen = s.admin_listen;
+  if (!s.store.empty()) c.store = s.store;
+  if (s.fleet_size > 0) c.fleet_size = s.fleet_size;
+  if (!s.access_log.empty()) c.access_log = s.access_log;
+  return c;
+}
 
 redis::RedisStoreOptions redis_options(const ServeSettings& s, const config::Config& cfg) {
   return {.address = s.store.empty() ? cfg.store : s.store,

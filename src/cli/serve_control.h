@@ -36,6 +36,9 @@ struct ServeSettings {
   int fleet_size = 0;      // --fleet-size; 0: the configuration's
 };
 
+// The configuration as it would be served: the flags that override settings, over it.
+config::Config with_flags(const ServeSettings& s, config::Config c);
+
 // Serves the configuration kept in settings.db until a signal stops it. `on_serving`, when given,
 // is told the ports listened on once the gateway serves (port 0 in --listen picks one).
 int serve_database(const ServeSettings& settings,

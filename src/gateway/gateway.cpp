@@ -1533,9 +1533,11 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
     while (attempt == 0 && !reused && !pool.empty()) {
       UpConn pooled = std::move(pool.back());
       pool.pop_back();
-      // A request that cannot be sent again takes no pooled connection the upstream has closed
-      // meanwhile (an idle timeout shorter than ours); one that can is sent again if it was.
-      if (replayable || still_open(*pooled)) {
+      // No request takes a pooled connection on which the upstream sent something while it was
+      // idle: that answers none of ours, and a request sent on it would take it for its answer
+      // (and each later request the answer of the one before). One closed meanwhile (an idle
+      // timeout shorter than ours) is passed over too, at the price of a non-blocking read.
+      if (still_open(*pooled)) {
         conn = std::move(pooled);
         reused = true;
       }

@@ -171,11 +171,13 @@ std::string read_until(int fd, std::string_view marker) {
 // it, the first once told to by time_out_idle() and as servers that time out an idle connection
 // with a 408 do, every later one at once; or (kDropNext) reads the next request and closes without
 // an answer, as an upstream that fails while acting on it; or (kEarly) answers once the head is in
-// and closes with the body unread, as an upstream refusing an upload does. By default the response is framed by
+// and closes with the body unread, as an upstream refusing an upload does; or (kStray) on the first
+// connection, once told to by time_out_idle(), sends a second response nobody asked for and holds
+// the connection, as a broken upstream can. By default the response is framed by
 // the connection's end (HTTP/1.1 with neither Content-Length nor chunked).
 class ClosingUpstream {
  public:
-  enum class After { kClose, kHalfClose, kHold, kIdle408, kDropNext, kEarly };
+  enum class After { kClose, kHalfClose, kHold, kIdle408, kDropNext, kEarly, kStray };
   explicit ClosingUpstream(std::string response = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nhello",
                            After after = After::kHalfClose)
       : ClosingUpstream(std::vector<std::string>{std::move(response)}, after) {}
@@ -199,12 +201,13 @@ class ClosingUpstream {
   int requests() const { return requests_.load(); }  // read whole (kDropNext: and the next, begun)
   int closed() const { return closed_.load(); }  // connections it has closed
   int unasked() const { return unasked_.load(); }  // kHalfClose: connections the gateway wrote on after
-  // kIdle408: the first connection sends its 408 and closes; true once it has.
+  // kIdle408: the first connection sends its 408 and closes; kStray: it sends its stray response.
+  // True once it has.
   bool time_out_idle() {
     std::unique_lock lock(mutex_);
     time_out_ = true;
     changed_.notify_all();
-    return changed_.wait_for(lock, 10s, [&] { return closed_ > 0; });
+    return changed_.wait_for(lock, 10s, [&] { return closed_ > 0 || stray_sent_; });
   }
 
  private:
@@ -242,8 +245,16 @@ class ClosingUpstream {
           changed_.notify_all();
           continue;
         }
+        if (after_ == After::kStray && i == 0) {
+          std::unique_lock lock(mutex_);
+          changed_.wait(lock, [&] { return time_out_; });
+          static constexpr std::string_view kStray = "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nSMUGGLED";
+          (void)::send(c, kStray.data(), kStray.size(), MSG_NOSIGNAL);
+          stray_sent_ = true;
+          changed_.notify_all();
+        }
         if (after_ == After::kDropNext && ::recv(c, buf, sizeof buf, 0) > 0) ++requests_;
-        const bool hold = after_ == After::kHalfClose || after_ == After::kHold;
+        const bool hold = after_ == After::kHalfClose || after_ == After::kHold || after_ == After::kStray;
         if (hold && ::recv(c, buf, sizeof buf, 0) > 0) {
           if (after_ == After::kHalfClose) ++unasked_;
           while (::recv(c, buf, sizeof buf, 0) > 0) {
@@ -266,7 +277,8 @@ class ClosingUpstream {
   std::atomic<int> current_{-1};  // the connection being served
   std::mutex mutex_;
   std::condition_variable changed_;
-  bool time_out_ = false;  // kIdle408: time the waiting connection out
+  bool time_out_ = false;  // kIdle408, kStray: time the waiting connection out
+  bool stray_sent_ = false;
   std::thread thread_;
 };
 
@@ -719,6 +731,21 @@ TEST_F(GatewayTest, AnIdleConnections408IsNoAnswerAndTheRequestIsSentAgain) {
   EXPECT_EQ(second.body, "hello");
   EXPECT_EQ(idle.requests(), 2);
   EXPECT_TRUE(testing::eventually([&] { return idle.closed() == 2; }));
+}
+
+// Bytes an upstream sends on a pooled connection while it is idle answer no request: the connection
+// is not used again (a GET sent on it took them for its answer, and every later request on it the
+// answer of the one before).
+TEST_F(GatewayTest, APooledConnectionThatSentSomethingUnaskedIsNotUsedAgain) {
+  ClosingUpstream stray("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", ClosingUpstream::After::kStray);
+  restart_in_front_of(stray);
+  HttpClient c(gw_->port());
+  EXPECT_EQ(c.get("/closing", "crm").body, "hello");
+  ASSERT_TRUE(stray.time_out_idle());
+  const HttpResponse r = c.get("/closing", "crm");  // on a fresh connection
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "hello");
+  EXPECT_EQ(stray.requests(), 2);
 }
 
 // The value of a metric line that starts with `name` (-1 when there is none).
