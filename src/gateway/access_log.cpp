@@ -1,5 +1,9 @@
 #include "gateway/access_log.h"
 
+#include <limits.h>
+#include <stdio_ext.h>
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -44,19 +48,38 @@ AccessLog::~AccessLog() {
   if (owned_) std::fclose(file_);
 }
 
+namespace {
+
+// The buffer of the log's stream: 64 KiB, or PIPE_BUF for a pipe, where a write of up to PIPE_BUF
+// is never split by another writer's (the gateway's messages on stderr, when both go to one pipe).
+std::size_t buffer_size(std::FILE* f) {
+  struct stat st{};
+  if (::fstat(::fileno(f), &st) == 0 && S_ISFIFO(st.st_mode)) return PIPE_BUF;
+  return std::size_t{1} << 16;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<AccessLog>> AccessLog::open(const std::string& where) {
   if (where == "off") return std::unique_ptr<AccessLog>(new AccessLog(nullptr, false));
-  if (where == "stdout") {
-    static char buffer[1 << 16];
-    std::setvbuf(stdout, buffer, _IOFBF, sizeof buffer);
-    return std::unique_ptr<AccessLog>(new AccessLog(stdout, false));
+  std::FILE* f = stdout;
+  if (where != "stdout") {
+    f = std::fopen(where.c_str(), "a");
+    if (f == nullptr) {
+      return invalid_argument("cannot open the access log " + where + ": " + std::strerror(errno));
+    }
   }
-  std::FILE* f = std::fopen(where.c_str(), "a");
-  if (f == nullptr) {
-    return invalid_argument("cannot open the access log " + where + ": " + std::strerror(errno));
+  auto log = std::unique_ptr<AccessLog>(new AccessLog(f, where != "stdout"));
+  log->buffer_size_ = buffer_size(f);
+  // stdout's buffer outlives the log (the stream is not closed with it).
+  static char stdout_buffer[std::size_t{1} << 16];
+  char* buffer = stdout_buffer;
+  if (f != stdout) {
+    log->buffer_ = std::make_unique<char[]>(log->buffer_size_);
+    buffer = log->buffer_.get();
   }
-  std::setvbuf(f, nullptr, _IOFBF, 1 << 16);
-  return std::unique_ptr<AccessLog>(new AccessLog(f, true));
+  std::setvbuf(f, buffer, _IOFBF, log->buffer_size_);
+  return log;
 }
 
 void AccessLog::format(const AccessRecord& r, std::string& out) {
@@ -110,7 +133,13 @@ void AccessLog::write(const AccessRecord& record, std::string& line) {
   line.clear();
   format(record, line);
   line += '\n';
+  // Whole lines go out together: the buffer is written before a line that would not fit in it,
+  // rather than filled and written with the line cut, which put the gateway's messages on stderr
+  // inside a line when both go to one place (2>&1).
+  ::flockfile(file_);
+  if (__fpending(file_) + line.size() > buffer_size_) std::fflush(file_);
   std::fwrite(line.data(), 1, line.size(), file_);
+  ::funlockfile(file_);
 }
 
 void AccessLog::flush() {

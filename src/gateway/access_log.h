@@ -48,6 +48,8 @@ class AccessLog {
   AccessLog(std::FILE* file, bool owned);
   std::FILE* file_;
   bool owned_;
+  std::size_t buffer_size_ = 0;
+  std::unique_ptr<char[]> buffer_;  // a file's stream buffer (closed before it goes)
 };
 
 // Appends s as the inside of a JSON string in UTF-8: a byte that is part of no well-formed UTF-8

@@ -17,6 +17,7 @@
 #include <sched.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "config/yaml.h"
@@ -1474,6 +1475,46 @@ TEST_F(GatewayTest, BadInputIsRefusedAndNeverReachesTheUpstream) {
 // The access log's values are JSON strings in UTF-8 whatever bytes they hold: well-formed UTF-8 as
 // it came, control characters and bytes of no UTF-8 character escaped (overlong forms, surrogates,
 // truncated sequences, past U+10FFFF).
+// The log goes out in whole lines: a message another writer adds to the same file between them
+// (the gateway's stderr, with 2>&1) never lands inside one.
+TEST(AccessLogTest, LinesGoOutWholeBetweenOtherWriters) {
+  const std::string path = testing::temp_dir() + "/access.log";
+  auto log = AccessLog::open(path);
+  ASSERT_TRUE(log.ok()) << log.error().message;
+  const int other = ::open(path.c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(other, 0);
+  std::string line;
+  const std::string path_field(150, 'p');
+  for (int i = 0; i < 3000; ++i) {  // about 10 buffers
+    AccessRecord r;
+    r.request_id = "id";
+    r.method = "GET";
+    r.path = path_field;
+    r.status = 200;
+    (*log)->write(r, line);
+    if (i % 7 == 0) {
+      ASSERT_EQ(::write(other, "message\n", 8), 8);
+    }
+  }
+  (*log)->flush();
+  ::close(other);
+  std::ifstream in(path);
+  int lines = 0;
+  int messages = 0;
+  for (std::string l; std::getline(in, l);) {
+    if (l == "message") {
+      ++messages;
+      continue;
+    }
+    boost::system::error_code ec;
+    (void)boost::json::parse(l, ec);
+    ASSERT_FALSE(ec) << "line " << lines << " cut: " << l;
+    ++lines;
+  }
+  EXPECT_EQ(lines, 3000);
+  EXPECT_EQ(messages, 429);
+}
+
 TEST(AccessLogTest, ValuesStayJsonInUtf8) {
   const std::pair<std::string, std::string> cases[] = {
       {"plain \"q\" \\", "plain \\\"q\\\" \\\\"},
