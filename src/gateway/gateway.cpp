@@ -239,6 +239,10 @@ constexpr Nanos kResolveEvery = std::chrono::seconds(30);
 // at once.
 constexpr Nanos kResolveRetry = std::chrono::seconds(1);
 
+// Past the drain timeout, how long the requests whose upstream connections were cut have to answer
+// and log before the gateway stops (a client that does not read its answer is not waited for).
+constexpr Nanos kDrainCutGrace = std::chrono::seconds(1);
+
 // How long a worker passes over an upstream target it could not connect to (while another is up).
 constexpr Nanos kTargetRest = std::chrono::seconds(5);
 
@@ -269,8 +273,9 @@ class TimedSocket : public DeadlineHook {
  public:
   using List = boost::intrusive::list<TimedSocket, boost::intrusive::constant_time_size<false>>;
 
-  TimedSocket(Socket socket, List& list) : socket_(std::move(socket)) { list.push_back(*this); }
-  TimedSocket(asio::io_context& ioc, List& list) : socket_(ioc) { list.push_back(*this); }
+  // A client's connection, as accepted; and an upstream connection, to be opened.
+  TimedSocket(Socket socket, List& list) : socket_(std::move(socket)), upstream_(false) { list.push_back(*this); }
+  TimedSocket(asio::io_context& ioc, List& list) : socket_(ioc), upstream_(true) { list.push_back(*this); }
   TimedSocket(const TimedSocket&) = delete;
   TimedSocket& operator=(const TimedSocket&) = delete;
 
@@ -288,6 +293,11 @@ class TimedSocket : public DeadlineHook {
     client_gone_ = false;  // for the next request (it goes back to its pool)
   }
   error_code timed(const error_code& ec) const { return ec && timed_out_ ? error_code(beast::error::timeout) : ec; }
+  // The drain's end: an upstream connection's deadline passes now (the next sweep cancels what it
+  // waits for, as a timeout), so that the request waiting on it is answered and logged.
+  void cut_if_upstream() {
+    if (upstream_) deadline_ = Nanos{0};
+  }
   // Once gone, the client stays gone for the rest of the exchange, whatever phase watches next.
   void watch(TimedSocket& client) {
     watched_ = &client;
@@ -323,6 +333,7 @@ class TimedSocket : public DeadlineHook {
   }
 
   Socket socket_;
+  const bool upstream_;
   Nanos deadline_ = Nanos::max();
   bool timed_out_ = false;
   TimedSocket* watched_ = nullptr;
@@ -815,6 +826,10 @@ struct Worker {
       error_code ignored;
       if (!c->busy) c->stream->socket().close(ignored);
     }
+  }
+
+  void cut_upstreams() {
+    for (TimedSocket& s : sockets) s.cut_if_upstream();
   }
 
   // Enforces the deadlines of the sockets (TimedSocket); runs as long as the worker.
@@ -2106,7 +2121,18 @@ Task<void> Gateway::Impl::drain_watch() {
     timer.expires_after(std::chrono::milliseconds(20));
     co_await timer.async_wait(kTok);
   }
-  if (sessions.load() > 0) log("drain timeout: closing " + std::to_string(sessions.load()) + " connections");
+  if (sessions.load() > 0) {
+    // The requests still waiting on their upstream time out now: each is answered (a 504 when
+    // nothing has been sent yet) and logged, rather than cut off by the stop with neither.
+    log("drain timeout: cutting " + std::to_string(sessions.load()) + " connections");
+    for (auto& w : workers) asio::post(w->ioc, [wp = w.get()] { wp->cut_upstreams(); });
+    const auto cut_by = Clock::now() + kDrainCutGrace;
+    while (sessions.load() > 0 && Clock::now() < cut_by) {
+      for (auto& w : workers) asio::post(w->ioc, [wp = w.get()] { wp->close_idle_conns(); });
+      timer.expires_after(std::chrono::milliseconds(20));
+      co_await timer.async_wait(kTok);
+    }
+  }
   stop_all();
 }
 

@@ -1803,5 +1803,27 @@ TEST_F(GatewayTest, DrainFinishesRequestsInFlightAndRefusesNewConnections) {
   gw_->wait();
 }
 
+// A request still waiting on its upstream when drain_timeout passes is answered (504: the upstream
+// did not answer in the time left) and logged, rather than cut off by the stop with neither.
+TEST_F(GatewayTest, ARequestLeftAtTheDrainTimeoutIsAnsweredAndLogged) {
+  gw_.reset();
+  start("drain_timeout: 200ms\n" + config_text());
+  std::atomic<int> status{0};
+  std::thread slow([&] {
+    HttpClient c(gw_->port());
+    status = c.request("GET", "/slow?delay_ms=5000", {{"X-System-Key", "crm"}, {"X-Request-Id", "cut-by-drain"}})
+                 .status;
+  });
+  ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 1; }));
+  gw_->drain();
+  gw_->wait();
+  slow.join();
+  gw_.reset();  // the access log is written out as the process exits
+  EXPECT_EQ(status.load(), 504);
+  const auto o = json(access_log_line("cut-by-drain"));
+  EXPECT_EQ(o.at("status").as_int64(), 504);
+  EXPECT_EQ(str(o, "reason"), "upstream_timeout");
+}
+
 }  // namespace
 }  // namespace sluice::gateway
