@@ -1643,11 +1643,11 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
       us.unwatch();
       client_gone = us.client_gone();
     }
-    // Some servers answer an idle connection they close with a 408: on a pooled connection not
-    // checked before the write (a replayable request's), that answers no request of ours, and the
-    // request goes again on a fresh connection. (A checked one was open with nothing to read: its
-    // 408 came after the request, and may answer it.)
-    const bool idle_408 = !ec && reused && rp->status() == 408 && replayable;
+    // Some servers answer an idle connection they close with a 408, which can cross the request
+    // on its way: on a pooled connection a 408 answers no request of ours (the upstream says it did
+    // not act on one, RFC 9110 15.5.9), and the request goes again on a fresh connection when it can
+    // be written again, whatever its method.
+    const bool idle_408 = !ec && reused && rp->status() == 408 && resendable;
     if (!ec && !idle_408) break;
     const bool written = rp.has_value();
     const bool nothing_back = !rp || !rp->got_some();

@@ -174,11 +174,13 @@ std::string read_until(int fd, std::string_view marker) {
 // an answer, as an upstream that fails while acting on it; or (kEarly) answers once the head is in
 // and closes with the body unread, as an upstream refusing an upload does; or (kStray) on the first
 // connection, once told to by time_out_idle(), sends a second response nobody asked for and holds
-// the connection, as a broken upstream can. By default the response is framed by
+// the connection, as a broken upstream can; or (k408Next) on the first connection, answers the next
+// request with a 408 and closes, as a server whose idle timeout crossed that request does. By
+// default the response is framed by
 // the connection's end (HTTP/1.1 with neither Content-Length nor chunked).
 class ClosingUpstream {
  public:
-  enum class After { kClose, kHalfClose, kHold, kIdle408, kDropNext, kEarly, kStray };
+  enum class After { kClose, kHalfClose, kHold, kIdle408, kDropNext, kEarly, kStray, k408Next };
   explicit ClosingUpstream(std::string response = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nhello",
                            After after = After::kHalfClose)
       : ClosingUpstream(std::vector<std::string>{std::move(response)}, after) {}
@@ -255,6 +257,11 @@ class ClosingUpstream {
           changed_.notify_all();
         }
         if (after_ == After::kDropNext && ::recv(c, buf, sizeof buf, 0) > 0) ++requests_;
+        if (after_ == After::k408Next && i == 0 && ::recv(c, buf, sizeof buf, 0) > 0) {
+          static constexpr std::string_view k408 =
+              "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+          (void)::send(c, k408.data(), k408.size(), MSG_NOSIGNAL);
+        }
         const bool hold = after_ == After::kHalfClose || after_ == After::kHold || after_ == After::kStray;
         if (hold && ::recv(c, buf, sizeof buf, 0) > 0) {
           if (after_ == After::kHalfClose) ++unasked_;
@@ -747,6 +754,18 @@ TEST_F(GatewayTest, APooledConnectionThatSentSomethingUnaskedIsNotUsedAgain) {
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.body, "hello");
   EXPECT_EQ(stray.requests(), 2);
+}
+
+// A 408 that crosses a request on a pooled connection says the upstream did not act on it: a POST
+// that can be written again goes again too, on a fresh connection.
+TEST_F(GatewayTest, A408OnAPooledConnectionSendsAPostAgain) {
+  ClosingUpstream up("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", ClosingUpstream::After::k408Next);
+  restart_in_front_of(up);
+  HttpClient c(gw_->port());
+  EXPECT_EQ(c.request("POST", "/closing", {{"X-System-Key", "crm"}}).body, "hello");
+  const HttpResponse second = c.request("POST", "/closing", {{"X-System-Key", "crm"}});
+  EXPECT_EQ(second.status, 200);
+  EXPECT_EQ(second.body, "hello");
 }
 
 // The value of a metric line that starts with `name` (-1 when there is none).
