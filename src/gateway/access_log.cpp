@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <stdio_ext.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -41,7 +42,8 @@ void append_json_escaped(std::string& out, std::string_view s) {
   }
 }
 
-AccessLog::AccessLog(std::FILE* file, bool owned) : file_(file), owned_(owned) {}
+AccessLog::AccessLog(std::FILE* file, bool owned, std::string path)
+    : file_(file), owned_(owned), path_(std::move(path)) {}
 
 AccessLog::~AccessLog() {
   if (file_ != nullptr) std::fflush(file_);
@@ -61,7 +63,7 @@ std::size_t buffer_size(std::FILE* f) {
 }  // namespace
 
 Result<std::unique_ptr<AccessLog>> AccessLog::open(const std::string& where) {
-  if (where == "off") return std::unique_ptr<AccessLog>(new AccessLog(nullptr, false));
+  if (where == "off") return std::unique_ptr<AccessLog>(new AccessLog(nullptr, false, ""));
   std::FILE* f = stdout;
   if (where != "stdout") {
     f = std::fopen(where.c_str(), "a");
@@ -69,7 +71,7 @@ Result<std::unique_ptr<AccessLog>> AccessLog::open(const std::string& where) {
       return invalid_argument("cannot open the access log " + where + ": " + std::strerror(errno));
     }
   }
-  auto log = std::unique_ptr<AccessLog>(new AccessLog(f, where != "stdout"));
+  auto log = std::unique_ptr<AccessLog>(new AccessLog(f, where != "stdout", where != "stdout" ? where : ""));
   log->buffer_size_ = buffer_size(f);
   // stdout's buffer outlives the log (the stream is not closed with it).
   static char stdout_buffer[std::size_t{1} << 16];
@@ -144,6 +146,23 @@ void AccessLog::write(const AccessRecord& record, std::string& line) {
 
 void AccessLog::flush() {
   if (file_ != nullptr) std::fflush(file_);
+}
+
+bool AccessLog::reopen() {
+  if (!owned_) return true;
+  // Opened first, so that a path that cannot be opened leaves the log where it was.
+  std::FILE* fresh = std::fopen(path_.c_str(), "a");
+  if (fresh == nullptr) return false;
+  ::flockfile(file_);
+  std::fflush(file_);
+  // The same stream on the new file (writers hold their FILE*): its descriptor is put in place of
+  // the old one's, which closes it.
+  const bool moved = ::dup2(::fileno(fresh), ::fileno(file_)) >= 0;
+  ::funlockfile(file_);
+  const int saved = errno;
+  std::fclose(fresh);
+  errno = saved;
+  return moved;
 }
 
 }  // namespace sluice::gateway

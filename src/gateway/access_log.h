@@ -40,14 +40,20 @@ class AccessLog {
   // Formats into line (reused between calls) and writes it.
   void write(const AccessRecord& record, std::string& line);
   void flush();
+  // A log written to a file opens its path again (after logrotate moved the file away, say), what is
+  // buffered going to the old file first; false, with errno, when the path cannot be opened (the
+  // old file is then kept). Writes on other threads wait meanwhile.
+  bool reopen();
+  const std::string& path() const { return path_; }  // of a file; empty for stdout or off
 
   // The JSON line for a record, without the newline.
   static void format(const AccessRecord& record, std::string& out);
 
  private:
-  AccessLog(std::FILE* file, bool owned);
+  AccessLog(std::FILE* file, bool owned, std::string path);
   std::FILE* file_;
   bool owned_;
+  std::string path_;  // of a file
   std::size_t buffer_size_ = 0;
   std::unique_ptr<char[]> buffer_;  // a file's stream buffer (closed before it goes)
 };

@@ -2140,6 +2140,12 @@ void Gateway::Impl::wait_signal() {
   signals->async_wait([this](const error_code& ec, int sig) {
     if (ec) return;
     if (sig == SIGHUP) {
+      // As logrotate's postrotate expects: the access log file is opened again, then the
+      // configuration reloaded.
+      if (!access_log->reopen()) {
+        log("access log: cannot open " + access_log->path() + " again (" + std::strerror(errno) +
+            "); still writing to the file it had open");
+      }
       (void)reload_from_file();
     } else {
       begin_drain();

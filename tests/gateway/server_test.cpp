@@ -1534,6 +1534,33 @@ TEST(AccessLogTest, LinesGoOutWholeBetweenOtherWriters) {
   EXPECT_EQ(messages, 429);
 }
 
+// After logrotate moves the file away, reopen() writes to a new file at the path; what was
+// buffered goes to the old one.
+TEST(AccessLogTest, ReopenWritesToANewFileAtThePath) {
+  const std::string path = testing::temp_dir() + "/access.log";
+  auto log = AccessLog::open(path);
+  ASSERT_TRUE(log.ok()) << log.error().message;
+  std::string line;
+  AccessRecord r;
+  r.request_id = "before";
+  (*log)->write(r, line);
+  ASSERT_EQ(std::rename(path.c_str(), (path + ".1").c_str()), 0);
+  ASSERT_TRUE((*log)->reopen());
+  r.request_id = "after";
+  (*log)->write(r, line);
+  (*log)->flush();
+  auto text = [](const std::string& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string rotated = text(path + ".1");
+  const std::string fresh = text(path);
+  EXPECT_NE(rotated.find("\"before\""), std::string::npos) << rotated;
+  EXPECT_EQ(rotated.find("\"after\""), std::string::npos) << rotated;
+  EXPECT_NE(fresh.find("\"after\""), std::string::npos) << fresh;
+  EXPECT_EQ(fresh.find("\"before\""), std::string::npos) << fresh;
+}
+
 TEST(AccessLogTest, ValuesStayJsonInUtf8) {
   const std::pair<std::string, std::string> cases[] = {
       {"plain \"q\" \\", "plain \\\"q\\\" \\\\"},
