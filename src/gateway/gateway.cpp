@@ -697,6 +697,7 @@ struct Gateway::Impl {
   };
   std::mutex stamp_mu;
   FileStamp stamp;  // guarded by stamp_mu
+  bool config_missing = false;  // the file watch found no file last time (housekeeping only)
   std::unique_ptr<asio::signal_set> signals;
 
   void log(std::string_view message) const {
@@ -2096,6 +2097,12 @@ Task<void> Gateway::Impl::housekeeping() {
         std::lock_guard lock(stamp_mu);
         changed = now.size >= 0 && !(now == stamp);
       }
+      // A file that is gone (removed, or a path that no longer leads to one) is said once; the
+      // configuration read last goes on serving, and the file is read when it is back.
+      if (now.size < 0 && !config_missing) {
+        log("configuration file " + options.config_path + " is gone: still serving the configuration read last");
+      }
+      config_missing = now.size < 0;
       if (changed) (void)reload_from_file();
     }
   }

@@ -131,6 +131,22 @@ TEST_F(ProcessTest, SighupReloadsKeepingCountersAndRefusesAnInvalidFile) {
   EXPECT_NE(child->stderr_text().find("enabled: must be true or false"), std::string::npos);
 }
 
+// A configuration file that is removed is said once; the last configuration goes on serving, and
+// the file is read again when it is back.
+TEST_F(ProcessTest, ARemovedFileIsSaidOnceAndReadAgainWhenBack) {
+  testing::write_file(config_path_, config_yaml(upstream_->port(), 5, "first"));
+  auto child = serve();
+  ASSERT_TRUE(serving());
+  ASSERT_EQ(std::remove(config_path_.c_str()), 0);
+  const std::string gone = "configuration file " + config_path_ + " is gone";
+  ASSERT_TRUE(testing::eventually([&] { return child->stderr_text().find(gone) != std::string::npos; }));
+  EXPECT_EQ(HttpClient(port_).get("/echo/x", "crm").status, 200);
+  testing::write_file(config_path_, config_yaml(upstream_->port(), 5, "back"));
+  ASSERT_TRUE(testing::eventually([&] { return generation() == 2; }));
+  const std::string err = child->stderr_text();
+  EXPECT_EQ(err.find(gone), err.rfind(gone)) << "said more than once: " << err;
+}
+
 TEST_F(ProcessTest, AChangedFileIsReloadedWithoutASignal) {
   testing::write_file(config_path_, config_yaml(upstream_->port(), 1, "first"));
   auto child = serve();
