@@ -342,6 +342,16 @@ class TimedSocket : public DeadlineHook {
   bool client_gone_ = false;
 };
 
+// Why an upstream's answer failed: a timeout; bytes that are not an answer the gateway may pass on
+// (a malformed head or chunk, an unasked 101, a coding besides chunked, a head over its limit); or
+// else a connection that broke (refused, reset, or closed before the answer was whole).
+Reason reason_of_upstream_error(const error_code& ec) {
+  if (ec == beast::error::timeout) return Reason::kUpstreamTimeout;
+  const bool malformed = ec.category() == http::make_error_code(http::error::bad_version).category() &&
+                         ec != http::error::end_of_stream && ec != http::error::partial_message;
+  return malformed ? Reason::kUpstreamBadResponse : Reason::kUpstreamConnectFailed;
+}
+
 // Whether an idle upstream connection is still open and has sent nothing unasked.
 bool still_open(TimedSocket& s) {
   char c = 0;
@@ -1660,11 +1670,8 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
       break;
     }
     if (reused) pool.clear();  // the upstream closed them: they are all likely stale
-    if (ec == beast::error::timeout) {
-      failure = Reason::kUpstreamTimeout;
-      break;
-    }
-    failure = Reason::kUpstreamConnectFailed;
+    failure = reason_of_upstream_error(ec);
+    if (failure != Reason::kUpstreamConnectFailed) break;
     // Sent again: a request the upstream did not take whole, or took and answered with nothing, when
     // it may be.
     const bool again = idle_408 || (reused && nothing_back && (written ? replayable : resendable));
@@ -1842,7 +1849,7 @@ Task<bool> Worker::proxy(Exchange& x) {
   const error_code ec = sent.write;
   record(failure_status || !upstream_ok, upstream_latency);  // when on_first did not
   // Why the upstream's side ended early, when it did.
-  const Reason why = sent.read == beast::error::timeout ? Reason::kUpstreamTimeout : Reason::kUpstreamConnectFailed;
+  const Reason why = reason_of_upstream_error(sent.read);
   if (!upstream_ok && !sent.started) {
     // The upstream broke off before the first piece of the body: nothing was sent yet.
     const bool ok = co_await respond(x, why, nullptr, true);

@@ -46,6 +46,7 @@ constexpr std::array<ReasonInfo, kReasonCount> kReasons{{
      "服务暂不可用(已熔断),请稍后重试"},
     {"upstream_connect_failed", 502, "The service could not be reached.", "无法连接后端服务"},
     {"upstream_timeout", 504, "The service did not answer in time.", "后端服务响应超时"},
+    {"upstream_bad_response", 502, "The service sent an invalid response.", "后端服务返回了无效的响应"},
     {"bad_request", 400, "The request is malformed or ambiguous.", "请求格式错误"},
     {"header_too_large", 431, "The request header is larger than 8 KiB.", "请求头过大"},
     {"uri_too_long", 414, "The request target is longer than 8 KiB.", "请求地址过长"},

@@ -38,6 +38,7 @@ enum class Reason : std::uint8_t {
   kUpstreamUnavailable,    // breaker open
   kUpstreamConnectFailed,  // 502
   kUpstreamTimeout,        // 504
+  kUpstreamBadResponse,    // 502: an answer that is not HTTP the gateway may pass on
   kBadRequest,             // malformed or ambiguous request
   kHeaderTooLarge,
   kUriTooLong,             // 414: a request line over the head's limit on its own

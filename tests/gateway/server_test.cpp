@@ -495,7 +495,7 @@ TEST_F(GatewayTest, AnUpstreamsMalformedHeadIs502) {
     restart_in_front_of(upstream);
     const HttpResponse r = get("/closing");
     EXPECT_EQ(r.status, 502) << response;
-    EXPECT_EQ(str(json(r.body), "reason"), "upstream_connect_failed") << response;
+    EXPECT_EQ(str(json(r.body), "reason"), "upstream_bad_response") << response;
     EXPECT_EQ(upstream.requests(), 1) << response;
   }
 }
@@ -555,6 +555,7 @@ TEST_F(GatewayTest, ASwitchOfProtocolsNobodyAskedForIs502AndItsConnectionIsNotRe
   for (int i = 1; i <= 2; ++i) {
     const HttpResponse r = c.get("/closing", "crm");
     EXPECT_EQ(r.status, 502) << i;
+    EXPECT_EQ(str(json(r.body), "reason"), "upstream_bad_response") << i;
     EXPECT_TRUE(testing::eventually([&] { return upstream.closed() == i; })) << i;
   }
   EXPECT_EQ(upstream.requests(), 2);

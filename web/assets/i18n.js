@@ -292,6 +292,7 @@ const en = {
   'reason.upstream_unavailable': 'breaker open',
   'reason.upstream_connect_failed': 'upstream refused',
   'reason.upstream_timeout': 'upstream timeout',
+  'reason.upstream_bad_response': 'bad upstream answer',
   'reason.client_closed_request': 'client left',
 };
 
@@ -585,6 +586,7 @@ const zh = {
   'reason.upstream_unavailable': '熔断打开',
   'reason.upstream_connect_failed': '上游拒绝连接',
   'reason.upstream_timeout': '上游超时',
+  'reason.upstream_bad_response': '上游响应无效',
   'reason.client_closed_request': '客户端已断开',
 };
 
