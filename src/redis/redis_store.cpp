@@ -109,7 +109,15 @@ bool unavailable_reply(std::string_view m) {
          m.starts_with("OOM") || m.starts_with("MASTERDOWN") || m.starts_with("NOREPLICAS");
 }
 
-Error reply_error(std::string_view message) {
+// `cluster`: whether the store was given a cluster's address (redis-cluster://), whose client
+// follows MOVED and ASK itself.
+Error reply_error(std::string_view message, bool cluster) {
+  if (!cluster && (message.starts_with("MOVED ") || message.starts_with("ASK "))) {
+    // A cluster's node given as redis://: the keys of its slots work, the others never do.
+    return Error{ErrorCode::kStoreUnavailable,
+                 "redis: " + std::string(message) +
+                     " (the server is a node of a Redis Cluster: give its address as redis-cluster://host:port)"};
+  }
   return Error{unavailable_reply(message) ? ErrorCode::kStoreUnavailable : ErrorCode::kProtocol,
                "redis: " + std::string(message)};
 }
@@ -520,7 +528,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   // The reply to a call of batch b alone.
   void on_reply(std::size_t b, const Result<Reply>& r) {
     if (!r.ok()) return on_error(r.error());
-    if (detail::is_error(*r)) return on_error(reply_error(detail::text(*r)));
+    if (detail::is_error(*r)) return on_error(reply_error(detail::text(*r), impl->client->cluster()));
     if (requests.front().release) {  // release.lua's answer: 1 when the lease was held
       if (r->type() != Reply::Type::kInteger) {
         return on_error(protocol_error("unexpected reply to the release script"));
@@ -811,7 +819,7 @@ void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
          }
          std::optional<Error> error;
          if (!r.ok()) error = r.error();
-         else if (detail::is_error(*r)) error = reply_error(detail::text(*r));
+         else if (detail::is_error(*r)) error = reply_error(detail::text(*r), self->client->cluster());
          else if (!r->integers(values)) error = protocol_error("unexpected reply to the acquire script");
          if (!error) self->next(queue);  // first, as in send_alone()
          std::size_t at = 0;
@@ -1082,7 +1090,7 @@ void RedisStore::start_reset(std::string_view key, const Limit& limit, StatusHan
                                       handler = std::move(handler)](Result<Reply> reply) mutable {
       std::optional<Error> error;
       if (!reply.ok()) error = reply.error();
-      else if (detail::is_error(*reply)) error = reply_error(detail::text(*reply));
+      else if (detail::is_error(*reply)) error = reply_error(detail::text(*reply), impl->client->cluster());
       impl->record(permit, error);
       complete(std::move(handler), impl->executor, error ? Status(*error) : Status());
     }, deadline);

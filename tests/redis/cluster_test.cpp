@@ -17,6 +17,24 @@ TEST_F(ClusterTest, FourInstancesAdmitExactlyTheLimitForEveryAlgorithm) {
   expect_exactly_500_admitted(cluster_->address());
 }
 
+// A cluster's node given as redis:// answers MOVED for the keys of other nodes: that is said, with
+// what to write instead, and counts as Redis not answering (the breaker, the logs).
+TEST_F(ClusterTest, ANodeGivenAsASingleRedisSaysToAddressTheCluster) {
+  auto store = open_store("redis://127.0.0.1:" + std::to_string(cluster_->node(0).port()));
+  ASSERT_NE(store, nullptr);
+  const Limit limit = make(Limit::fixed_window({.limit = 10, .period = 1h}));
+  std::string error;
+  for (const char* key : {"a", "b", "c", "d", "e", "f"}) {
+    auto d = store->acquire(key, limit);
+    if (!d.ok()) {
+      EXPECT_EQ(d.error().code, ErrorCode::kStoreUnavailable);
+      error = d.error().message;
+    }
+  }
+  EXPECT_NE(error.find("MOVED"), std::string::npos) << error;
+  EXPECT_NE(error.find("give its address as redis-cluster://"), std::string::npos) << error;
+}
+
 TEST_F(ClusterTest, AcquireAllMakesOneCallPerSlotAndRefundsWhenOneRejects) {
   auto store = open_store(cluster_->address());
   ASSERT_NE(store, nullptr);
