@@ -455,6 +455,13 @@ class Validator {
     if (f.concurrency && (*f.concurrency < 1 || *f.concurrency > kMaxLimit)) {
       add(at + ".concurrency", "must be between 1 and 2^40");
     }
+    if (f.concurrency_lease_timeout) {
+      if (!f.concurrency) {
+        add(at + ".concurrency_lease_timeout", "is given without concurrency");
+      } else if (Status s = check_period("lease timeout", *f.concurrency_lease_timeout); !s) {
+        add(at + ".concurrency_lease_timeout", s.error().message);
+      }
+    }
     if (f.timeout && *f.timeout < std::chrono::milliseconds(1)) add(at + ".timeout", "must be at least 1ms");
     limits(at, f.limits);
   }

@@ -108,6 +108,9 @@ struct System {
   std::vector<LimitRule> limits;
 };
 
+// An interface's concurrency_lease_timeout when it gives none.
+inline constexpr Nanos kConcurrencyLeaseTimeout = std::chrono::minutes(10);
+
 struct Interface {
   std::string id;
   std::string description;
@@ -118,6 +121,9 @@ struct Interface {
   bool is_public = false;  // callable without a system key ("public" in the file)
   std::vector<LimitRule> limits;
   std::optional<std::int64_t> concurrency;  // requests in flight at once
+  // How long a place in `concurrency` is held by a gateway that died holding it (a shared store);
+  // nothing: kConcurrencyLeaseTimeout.
+  std::optional<Nanos> concurrency_lease_timeout;
   std::optional<Nanos> timeout;             // overrides the upstream's
 };
 

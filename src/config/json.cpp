@@ -163,6 +163,8 @@ json::object to_json(const Interface& f) {
   out["enabled"] = f.enabled;
   out["public"] = f.is_public;
   out["concurrency"] = f.concurrency ? json::value(*f.concurrency) : json::value(nullptr);
+  out["concurrency_lease_timeout"] =
+      f.concurrency_lease_timeout ? json::value(format_duration(*f.concurrency_lease_timeout)) : json::value(nullptr);
   out["timeout"] = f.timeout ? json::value(format_duration(*f.timeout)) : json::value(nullptr);
   out["limits"] = limits_json(f.limits);
   return out;

@@ -76,8 +76,11 @@ std::string revision_triggers() {
   return sql;
 }
 
+// Version 2: an interface's concurrency_lease_timeout (NULL: the default).
+constexpr const char* kSchemaV2 = "ALTER TABLE interfaces ADD COLUMN concurrency_lease_timeout TEXT;";
+
 // The migrations, in order: migration i takes the schema from version i to i + 1.
-std::vector<std::string> migrations() { return {std::string(kSchemaV1) + revision_triggers()}; }
+std::vector<std::string> migrations() { return {std::string(kSchemaV1) + revision_triggers(), kSchemaV2}; }
 
 class Stmt {
  public:
@@ -376,8 +379,8 @@ Result<json::object> ConfigStore::read_document(std::vector<Problem>& problems) 
   }
   json::array interfaces;
   {
-    Stmt s(db_, "SELECT id, description, methods, path, upstream, enabled, public, concurrency, timeout "
-                "FROM interfaces ORDER BY position");
+    Stmt s(db_, "SELECT id, description, methods, path, upstream, enabled, public, concurrency, timeout, "
+                "concurrency_lease_timeout FROM interfaces ORDER BY position");
     while (s.step() == SQLITE_ROW) {
       const std::string id = s.text(0);
       json::object o;
@@ -390,6 +393,7 @@ Result<json::object> ConfigStore::read_document(std::vector<Problem>& problems) 
       o["public"] = s.flag(6);
       if (!s.null(7)) o["concurrency"] = s.number(7);
       if (!s.null(8)) o["timeout"] = s.text(8);
+      if (!s.null(9)) o["concurrency_lease_timeout"] = s.text(9);
       o["limits"] = limits_of("interface", "", id);
       interfaces.push_back(std::move(o));
     }
@@ -517,7 +521,7 @@ Status ConfigStore::write_config(const Config& c) {
   }
   {
     Stmt s(db_, "INSERT INTO interfaces (id, position, description, methods, path, upstream, enabled, public, "
-                "concurrency, timeout) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
+                "concurrency, timeout, concurrency_lease_timeout) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)");
     for (std::size_t i = 0; i < c.interfaces.size(); ++i) {
       const Interface& f = c.interfaces[i];
       const json::object o = to_json(f);
@@ -532,6 +536,11 @@ Status ConfigStore::write_config(const Config& c) {
         s.bind(10, o.at("timeout").as_string());
       } else {
         s.bind_null(10);
+      }
+      if (f.concurrency_lease_timeout) {
+        s.bind(11, o.at("concurrency_lease_timeout").as_string());
+      } else {
+        s.bind_null(11);
       }
       ok = ok && s.run();
       add_limits("interface", "", f.id, f.limits);

@@ -517,7 +517,7 @@ class Reader {
     Interface f;
     if (!is_map(n, at)) return f;
     fields(n, at, {"id", "description", "methods", "path", "upstream", "enabled", "public", "limits",
-                   "concurrency", "timeout"});
+                   "concurrency", "concurrency_lease_timeout", "timeout"});
     string(n, at, "id", f.id);
     string(n, at, "description", f.description);
     strings(n, at, "methods", f.methods);
@@ -528,6 +528,8 @@ class Reader {
     f.limits = limits(n, at);
     std::int64_t concurrency = 0;
     if (integer(n, at, "concurrency", concurrency)) f.concurrency = concurrency;
+    Nanos lease{0};
+    if (duration(n, at, "concurrency_lease_timeout", lease)) f.concurrency_lease_timeout = lease;
     Nanos timeout{0};
     if (duration(n, at, "timeout", timeout)) f.timeout = timeout;
     return f;
@@ -778,6 +780,9 @@ std::string to_yaml(const Config& c) {
     out << "    enabled: " << (f.enabled ? "true" : "false") << "\n";
     out << "    public: " << (f.is_public ? "true" : "false") << "\n";
     if (f.concurrency) out << "    concurrency: " << *f.concurrency << "\n";
+    if (f.concurrency_lease_timeout) {
+      out << "    concurrency_lease_timeout: " << format_duration(*f.concurrency_lease_timeout) << "\n";
+    }
     if (f.timeout) out << "    timeout: " << format_duration(*f.timeout) << "\n";
     limits_block(out, f.limits, "    ");
   }

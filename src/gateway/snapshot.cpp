@@ -6,10 +6,6 @@
 namespace sluice::gateway {
 namespace {
 
-// A lease outlives its request only when a process dies holding it (with a shared store); it is
-// given back by itself after this long.
-constexpr Nanos kInFlightLeaseTimeout = std::chrono::minutes(10);
-
 char scope_char(Scope s) {
   switch (s) {
     case Scope::kSystem: return 's';
@@ -148,7 +144,10 @@ Snapshot::Snapshot(std::shared_ptr<const config::Config> config, BreakerRegistry
     e.timeout = f.timeout.value_or(e.upstream->upstream->timeout);
     if (f.concurrency) {
       e.in_flight_limit = std::make_unique<Limit>(
-          *Limit::concurrency({.limit = *f.concurrency, .lease_timeout = kInFlightLeaseTimeout}));
+          // A lease outlives its request only when a process dies holding it (with a shared
+          // store); it is given back by itself after the lease timeout.
+          *Limit::concurrency({.limit = *f.concurrency,
+                               .lease_timeout = f.concurrency_lease_timeout.value_or(config::kConcurrencyLeaseTimeout)}));
       e.in_flight.scope = Scope::kInFlight;
       e.in_flight.name = header_safe(f.id + "-in-flight");
       e.in_flight.owner = f.id;

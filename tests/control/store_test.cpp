@@ -74,6 +74,31 @@ TEST_F(StoreTest, ReopeningMigratesNothingAndKeepsWhatWasCommitted) {
   EXPECT_EQ(yaml_of(*loaded->config), yaml_of(*parse(base_yaml())));
 }
 
+// Schema version 1 had no concurrency_lease_timeout column: such a database is migrated as it is
+// opened, and keeps what it held.
+TEST_F(StoreTest, AVersionOneDatabaseIsMigratedKeepingItsConfiguration) {
+  ASSERT_TRUE(store_->replace("test", "config.import", *parse(base_yaml())).ok());
+  store_.reset();
+  hand_edit(path_, "ALTER TABLE interfaces DROP COLUMN concurrency_lease_timeout; PRAGMA user_version = 1");
+  auto again = open_store(path_);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(query_one(path_, "PRAGMA user_version"), std::to_string(ConfigStore::schema_version()));
+  auto loaded = again->load();
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(yaml_of(*loaded->config), yaml_of(*parse(base_yaml())));
+}
+
+TEST_F(StoreTest, AnInterfacesConcurrencyLeaseTimeoutIsKept) {
+  std::string text = base_yaml();
+  const std::string line = "    concurrency: 10\n";
+  text.insert(text.find(line) + line.size(), "    concurrency_lease_timeout: 2m\n");
+  ASSERT_TRUE(store_->replace("test", "config.import", *parse(text)).ok());
+  auto loaded = store_->load();
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(loaded->config->interfaces[0].concurrency_lease_timeout, std::chrono::minutes(2));
+  EXPECT_NE(yaml_of(*loaded->config).find("    concurrency_lease_timeout: 2m\n"), std::string::npos);
+}
+
 TEST_F(StoreTest, ADatabaseFromANewerSluiceIsRefused) {
   store_.reset();
   hand_edit(path_, "PRAGMA user_version = 99");

@@ -95,6 +95,25 @@ TEST(ConfigYaml, ExportReadsBackIntoTheSameConfiguration) {
   EXPECT_NE(once.find("{algorithm: gcra, limit: 5, period: 1m, burst: 5, key_by: client_ip"), std::string::npos) << once;
 }
 
+// How long a dead gateway's place in an interface's concurrency is held: given, exported, and
+// refused without concurrency or out of range.
+TEST(ConfigYaml, AConcurrencyLeaseTimeoutIsReadExportedAndChecked) {
+  const std::string head = "upstreams: [{name: app, targets: [127.0.0.1:1]}]\ninterfaces:\n";
+  auto c = load_ok(head + "  - {id: x, path: /x, upstream: app, concurrency: 5, concurrency_lease_timeout: 30s}\n");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->interfaces[0].concurrency_lease_timeout, std::chrono::seconds(30));
+  EXPECT_NE(to_yaml(*c).find("    concurrency_lease_timeout: 30s\n"), std::string::npos) << to_yaml(*c);
+  EXPECT_EQ(to_json(c->interfaces[0]).at("concurrency_lease_timeout").as_string(), "30s");
+  EXPECT_EQ(problems_of(head + "  - {id: x, path: /x, upstream: app, concurrency_lease_timeout: 30s}\n"),
+            (std::vector<std::string>{
+                "test.yaml:3:65: interfaces[0].concurrency_lease_timeout: is given without concurrency"}));
+  const auto long_one =
+      problems_of(head + "  - {id: x, path: /x, upstream: app, concurrency: 5, concurrency_lease_timeout: 400d}\n");
+  ASSERT_EQ(long_one.size(), 1u);
+  EXPECT_NE(long_one[0].find("interfaces[0].concurrency_lease_timeout: lease timeout must be"), std::string::npos)
+      << long_one[0];
+}
+
 TEST(ConfigYaml, DefaultsApplyWhenFieldsAreLeftOut) {
   auto c = load_ok(kMinimal);
   ASSERT_NE(c, nullptr);

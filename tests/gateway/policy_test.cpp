@@ -141,6 +141,21 @@ TEST_F(PolicyTest, AHeadRequestGoesWhereAGetWould) {
   EXPECT_EQ(call("HEAD", "/api/login", "ops"), Reason::kInterfaceUnknown) << "POST only";
 }
 
+// An interface's in-flight limit holds a dead gateway's place for its concurrency_lease_timeout, 10
+// minutes when none is given.
+TEST(PolicyRoutes, TheInFlightLimitTakesTheInterfacesLeaseTimeout) {
+  BreakerRegistry breakers(BreakerRegistry::Options{});
+  const Snapshot snapshot(parse(R"(
+upstreams: [{name: app, targets: [127.0.0.1:1]}]
+interfaces:
+  - {id: given, path: /given, upstream: app, concurrency: 5, concurrency_lease_timeout: 30s}
+  - {id: default, path: /default, upstream: app, concurrency: 5}
+)"),
+                          breakers, 1);
+  EXPECT_EQ(snapshot.route("GET", "/given")->in_flight_limit->to_string(), "concurrency(limit=5,lease_timeout=30s)");
+  EXPECT_EQ(snapshot.route("GET", "/default")->in_flight_limit->to_string(), "concurrency(limit=5,lease_timeout=10m)");
+}
+
 // ... unless an interface of the same pattern lists HEAD; a more specific pattern for GET still
 // beats a less specific one that lists HEAD.
 TEST(PolicyRoutes, AHeadGoesToAnInterfaceOfItsPatternThatListsItFirst) {

@@ -69,7 +69,7 @@ const KINDS = {
     id: (x) => x.id,
     toggles: true,
     needs: ['upstreams'],
-    blank: () => ({ id: '', description: '', methods: [], path: '', upstream: '', enabled: true, public: false, concurrency: null, timeout: null, limits: [] }),
+    blank: () => ({ id: '', description: '', methods: [], path: '', upstream: '', enabled: true, public: false, concurrency: null, concurrency_lease_timeout: null, timeout: null, limits: [] }),
     columns: () => [t('field.id'), t('field.route'), t('field.upstream'), t('state.enabled'), t('limits.title')],
     cells: (x) => [`${x.methods?.length ? x.methods.join(',') : '*'} ${x.path}`, x.upstream, badge(x.enabled), limitsCell(x.limits)],
     form(x, lists, isNew) {
@@ -81,6 +81,7 @@ const KINDS = {
       const enabled = checkbox(x.enabled);
       const isPublic = checkbox(x.public);
       const concurrency = numberInput(x.concurrency, { class: 'short', min: 1 });
+      const lease = input(x.concurrency_lease_timeout, { class: 'short', placeholder: '10m' });
       const timeout = input(x.timeout, { class: 'short', placeholder: t('interface.upstreamTimeout') });
       const limits = limitsEditor(x.limits ?? [], true);
       return {
@@ -93,13 +94,15 @@ const KINDS = {
             field('enabled', t('field.enabled'), enabled),
             field('public', t('field.public'), isPublic, t('hint.public')),
             field('concurrency', t('field.concurrency'), concurrency, t('hint.concurrency')),
+            field('concurrency_lease_timeout', t('field.concurrencyLeaseTimeout'), lease, t('hint.concurrencyLeaseTimeout')),
             field('timeout', t('field.timeout'), timeout, t('hint.duration'))),
           limits.el,
         ],
         read: () => ({
           id: textOf(id), description: description.value, path: route.value.trim(), methods: methods.read(),
           upstream: upstream.value, enabled: enabled.checked, public: isPublic.checked,
-          concurrency: numberOf(concurrency) ?? null, timeout: textOf(timeout) ?? null, limits: limits.read(),
+          concurrency: numberOf(concurrency) ?? null, concurrency_lease_timeout: textOf(lease) ?? null,
+          timeout: textOf(timeout) ?? null, limits: limits.read(),
         }),
       };
     },
