@@ -26,6 +26,22 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using redis::RedisStore;
 
+// A socket listening on a free loopback port (`port`), or -1.
+int loopback_listener(int& port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd, 64) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  port = ntohs(addr.sin_port);
+  return fd;
+}
+
 // A closed loop of `depth` asynchronous acquisitions on an io_context of its own thread, cycling
 // through the failure policies, recording how each call ended and how long it took.
 class Load {
@@ -234,14 +250,9 @@ TEST(RedisFaults, TheBreakerClosesByItselfOnceRedisAnswersAgain) {
 // does: the handshake fails, so each reconnect waits longer, as after a failed connect, instead of
 // trying again at once.
 TEST(RedisFaults, AServerThatClosesAtOnceIsRetriedWithBackoff) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), len), 0);
-  ASSERT_EQ(::listen(listener, 64), 0);
-  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  int port = 0;
+  const int listener = loopback_listener(port);
+  ASSERT_GE(listener, 0);
   std::atomic<int> accepted{0};
   std::thread closer([&] {
     for (int c; (c = ::accept(listener, nullptr, nullptr)) >= 0;) {
@@ -253,7 +264,7 @@ TEST(RedisFaults, AServerThatClosesAtOnceIsRetriedWithBackoff) {
   });
   const auto start = Clock::now();
   {
-    auto store = RedisStore::open({.address = "redis://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)),
+    auto store = RedisStore::open({.address = "redis://127.0.0.1:" + std::to_string(port),
                                    .reconnect_min = 20ms,
                                    .reconnect_max = 1s});
     ASSERT_TRUE(store.ok());
@@ -270,16 +281,11 @@ TEST(RedisFaults, AServerThatClosesAtOnceIsRetriedWithBackoff) {
 // A server that accepts connections and never answers (a Redis stopped with SIGSTOP, or a host that
 // is not Redis) is not taken for connected: connect() says so after connect_timeout.
 TEST(RedisFaults, AServerThatNeverAnswersIsNotConnected) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), len), 0);
-  ASSERT_EQ(::listen(listener, 64), 0);  // the kernel accepts; nobody reads
-  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  int port = 0;
+  const int listener = loopback_listener(port);  // the kernel accepts; nobody reads
+  ASSERT_GE(listener, 0);
   {
-    auto store = RedisStore::open({.address = "redis://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)),
+    auto store = RedisStore::open({.address = "redis://127.0.0.1:" + std::to_string(port),
                                    .connect_timeout = 100ms});
     ASSERT_TRUE(store.ok());
     const Status s = (*store)->connect();
