@@ -108,15 +108,17 @@ void Connection::handshake() {
                                              : encode({"AUTH", options_.user, options_.password}));
   }
   if (options_.db != 0) commands.push_back(encode({"SELECT", std::to_string(options_.db)}));
-  if (commands.empty()) commands.push_back(encode({"PING"}));
+  const bool ping = commands.empty();
+  if (ping) commands.push_back(encode({"PING"}));
   auto left = std::make_shared<std::size_t>(commands.size());
   const std::uint64_t generation = generation_;
   const SteadyTime deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
   for (const std::string& c : commands) {
-    enqueue(c, [this, left, generation](Result<Reply> r) {
+    enqueue(c, [this, left, generation, ping](Result<Reply> r) {
       if (generation != generation_) return;
       if (!r.ok()) return disconnect(r.error());
-      if (is_error(*r)) {
+      // A user whose ACL leaves PING out (NOPERM) has been answered, and may still run the scripts.
+      if (is_error(*r) && !(ping && text(*r).starts_with("NOPERM"))) {
         const std::string_view why = text(*r);
         return disconnect(unavailable("refused the handshake: " + std::string(why) +
                                       (why.starts_with("NOAUTH")

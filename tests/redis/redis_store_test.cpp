@@ -222,6 +222,20 @@ TEST_F(RedisStoreTest, AuthenticatesAndSelectsTheDatabase) {
   EXPECT_NE(s.error().message.find("give the password in the address"), std::string::npos) << s.error().message;
 }
 
+// The handshake's PING refused by the user's ACL (NOPERM) is still an answer: such a user may run
+// the scripts.
+TEST_F(RedisStoreTest, AUserWhoseAclLeavesOutPingConnects) {
+  auto server = RedisServer::start();
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  ASSERT_EQ((*server)->cli({"ACL", "SETUSER", "default", "-ping"}), "OK");
+  auto store = open_store((*server)->address());
+  ASSERT_NE(store, nullptr);
+  const auto d = store->acquire("k", make(Limit::fixed_window({.limit = 5, .period = 1h})));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_TRUE(d->allowed);
+  EXPECT_FALSE(d->fallback);
+}
+
 TEST_F(RedisStoreTest, AsyncWithCallbacksOnTheCallersExecutor) {
   boost::asio::io_context io;
   auto opened = RedisStore::open(io.get_executor(), {.address = server_->address(), .command_timeout = 2s});
