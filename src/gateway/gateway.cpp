@@ -9,6 +9,8 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -273,9 +275,8 @@ class TimedSocket : public DeadlineHook {
  public:
   using List = boost::intrusive::list<TimedSocket, boost::intrusive::constant_time_size<false>>;
 
-  // A client's connection, as accepted; and an upstream connection, to be opened.
-  TimedSocket(Socket socket, List& list) : socket_(std::move(socket)), upstream_(false) { list.push_back(*this); }
-  TimedSocket(asio::io_context& ioc, List& list) : socket_(ioc), upstream_(true) { list.push_back(*this); }
+  TimedSocket(Socket socket, List& list) : socket_(std::move(socket)) { list.push_back(*this); }
+  TimedSocket(asio::io_context& ioc, List& list) : socket_(ioc) { list.push_back(*this); }
   TimedSocket(const TimedSocket&) = delete;
   TimedSocket& operator=(const TimedSocket&) = delete;
 
@@ -293,11 +294,9 @@ class TimedSocket : public DeadlineHook {
     client_gone_ = false;  // for the next request (it goes back to its pool)
   }
   error_code timed(const error_code& ec) const { return ec && timed_out_ ? error_code(beast::error::timeout) : ec; }
-  // The drain's end: an upstream connection's deadline passes now (the next sweep cancels what it
-  // waits for, as a timeout), so that the request waiting on it is answered and logged.
-  void cut_if_upstream() {
-    if (upstream_) deadline_ = Nanos{0};
-  }
+  // The drain's end: the deadline passes now (the next sweep cancels what waits, as a timeout), so
+  // that the request waiting is answered and logged.
+  void cut() { deadline_ = Nanos{0}; }
   // Once gone, the client stays gone for the rest of the exchange, whatever phase watches next.
   void watch(TimedSocket& client) {
     watched_ = &client;
@@ -333,7 +332,6 @@ class TimedSocket : public DeadlineHook {
   }
 
   Socket socket_;
-  const bool upstream_;
   Nanos deadline_ = Nanos::max();
   bool timed_out_ = false;
   TimedSocket* watched_ = nullptr;
@@ -569,6 +567,12 @@ void append_client_head(std::string& out, const ResponseParser& p, const Verdict
   out += "\r\n";
 }
 
+// Sends the ACK a socket owes now rather than when its delayed ACK would (TCP_QUICKACK).
+void quick_ack(Socket& s) {
+  const int one = 1;
+  (void)::setsockopt(s.native_handle(), IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+}
+
 struct RelayResult {
   error_code read;   // reading the body from `from` failed
   error_code write;  // writing to `to` failed
@@ -611,6 +615,14 @@ Task<RelayResult> relay(TimedSocket& from, beast::flat_buffer& buffer,
       n = kRelayChunk - parser.body().size;
     }
     const bool last = parser.is_done();
+    // A response read whole is acknowledged at once, before the client has its end (and can send
+    // its next request): bytes an upstream sends right after an answer, which nobody asked for, are
+    // otherwise held back by its Nagle's algorithm until a delayed ACK, or until the gateway writes
+    // the next request on the connection, which would take them for its answer. Acknowledged,
+    // they come at once, and the connection is not used again (still_open).
+    if constexpr (!isRequest) {
+      if (last) quick_ack(from.socket());
+    }
     char size_line[24];
     std::size_t size_len = 0;
     std::string_view tail;
@@ -839,8 +851,8 @@ struct Worker {
     }
   }
 
-  void cut_upstreams() {
-    for (TimedSocket& s : sockets) s.cut_if_upstream();
+  void cut_all() {
+    for (TimedSocket& s : sockets) s.cut();
   }
 
   // Enforces the deadlines of the sockets (TimedSocket); runs as long as the worker.
@@ -2136,10 +2148,11 @@ Task<void> Gateway::Impl::drain_watch() {
     co_await timer.async_wait(kTok);
   }
   if (sessions.load() > 0) {
-    // The requests still waiting on their upstream time out now: each is answered (a 504 when
-    // nothing has been sent yet) and logged, rather than cut off by the stop with neither.
+    // What the requests left wait for times out now: each is answered where it can be (a 504 for
+    // one waiting on its upstream, a 408 for an upload still coming) and logged, rather than cut
+    // off by the stop with neither.
     log("drain timeout: cutting " + std::to_string(sessions.load()) + " connections");
-    for (auto& w : workers) asio::post(w->ioc, [wp = w.get()] { wp->cut_upstreams(); });
+    for (auto& w : workers) asio::post(w->ioc, [wp = w.get()] { wp->cut_all(); });
     const auto cut_by = Clock::now() + kDrainCutGrace;
     while (sessions.load() > 0 && Clock::now() < cut_by) {
       for (auto& w : workers) asio::post(w->ioc, [wp = w.get()] { wp->close_idle_conns(); });
