@@ -112,6 +112,7 @@ void AccessLog::format(const AccessRecord& r, std::string& out) {
   field("interface", r.interface);
   field("method", r.method);
   field("path", r.path);
+  if (r.path_cut) out += ",\"path_cut\":true";
   field("client_ip", r.client_ip);
   out += ",\"status\":" + std::to_string(r.status);
   field("reason", to_string(r.reason));
@@ -134,6 +135,25 @@ void AccessLog::write(const AccessRecord& record, std::string& line) {
   if (file_ == nullptr) return;
   line.clear();
   format(record, line);
+  // A line of up to PIPE_BUF bytes goes into a pipe whole, whatever else writes to it: a longer
+  // path (up to 8 KiB, and an escape per byte may take six) is cut to what fits.
+  if (line.size() + 1 > kMaxLine) {
+    // The longest start of the path that fits (a search: escapes make the length not linear).
+    AccessRecord cut = record;
+    cut.path_cut = true;
+    std::size_t fits = 0;
+    std::size_t too_long = record.path.size();
+    while (too_long - fits > 1) {
+      const std::size_t mid = fits + (too_long - fits) / 2;
+      cut.path = record.path.substr(0, mid);
+      line.clear();
+      format(cut, line);
+      (line.size() + 1 <= kMaxLine ? fits : too_long) = mid;
+    }
+    cut.path = record.path.substr(0, fits);
+    line.clear();
+    format(cut, line);
+  }
   line += '\n';
   // Whole lines go out together: the buffer is written before a line that would not fit in it,
   // rather than filled and written with the line cut, which put the gateway's messages on stderr

@@ -26,7 +26,11 @@ struct AccessRecord {
   std::optional<Nanos> upstream_latency;
   std::string_view client_ip;
   const std::vector<const CompiledLimit*>* shadow_rejected = nullptr;
+  bool path_cut = false;  // the path was cut so that the line fits in kMaxLine
 };
+
+// The longest line the log writes, newline included: PIPE_BUF, so that a pipe takes each whole.
+inline constexpr std::size_t kMaxLine = 4096;
 
 class AccessLog {
  public:

@@ -1623,6 +1623,29 @@ TEST(AccessLogTest, ReopenWritesToANewFileAtThePath) {
   EXPECT_EQ(fresh.find("\"before\""), std::string::npos) << fresh;
 }
 
+// A line fits in PIPE_BUF, which a pipe takes whole: a long path is cut, and the line says so.
+TEST(AccessLogTest, ALongPathIsCutSoThatTheLineFits) {
+  const std::string path = testing::temp_dir() + "/access.log";
+  auto log = AccessLog::open(path);
+  ASSERT_TRUE(log.ok()) << log.error().message;
+  const std::string long_path = "/" + std::string(8000, '"');
+  AccessRecord r;
+  r.request_id = "long";
+  r.path = long_path;
+  std::string line;
+  (*log)->write(r, line);
+  (*log)->flush();
+  std::ifstream in(path);
+  std::string written;
+  ASSERT_TRUE(std::getline(in, written));
+  EXPECT_LE(written.size() + 1, kMaxLine);
+  const auto o = json(written);
+  EXPECT_TRUE(o.at("path_cut").as_bool());
+  const std::string logged(o.at("path").as_string());
+  EXPECT_GT(logged.size(), 1000u);
+  EXPECT_EQ(long_path.substr(0, logged.size()), logged);
+}
+
 TEST(AccessLogTest, ValuesStayJsonInUtf8) {
   const std::pair<std::string, std::string> cases[] = {
       {"plain \"q\" \\", "plain \\\"q\\\" \\\\"},
