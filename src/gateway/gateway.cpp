@@ -245,6 +245,9 @@ constexpr Nanos kResolveRetry = std::chrono::seconds(1);
 // and log before the gateway stops (a client that does not read its answer is not waited for).
 constexpr Nanos kDrainCutGrace = std::chrono::seconds(1);
 
+// How often the gateway says at most that its limit store stopped answering, or answers again.
+constexpr auto kStoreLogEvery = std::chrono::seconds(30);
+
 // How long a worker passes over an upstream target it could not connect to (while another is up).
 constexpr Nanos kTargetRest = std::chrono::seconds(5);
 
@@ -690,6 +693,29 @@ struct Gateway::Impl {
   std::atomic<bool> draining{false};
   std::atomic<bool> stopped{false};
   std::atomic<int> stores_down{0};  // workers whose limit store's breaker is open
+  // A store that fails some calls and answers others (a cluster's node given as redis://) goes down
+  // and up again and again: after the first of each message, the next comes after kStoreLogEvery at
+  // the earliest, with how many times it happened meanwhile.
+  std::mutex store_log_mu;
+  std::array<Clock::time_point, 2> store_logged{};  // guarded by store_log_mu; [available]
+  std::array<int, 2> store_unsaid{};                 // guarded by store_log_mu
+
+  void log_store(bool available, const std::string& why) {
+    std::string again;
+    {
+      std::lock_guard lock(store_log_mu);
+      const auto now = Clock::now();
+      if (store_logged[available] != Clock::time_point{} && now - store_logged[available] < kStoreLogEvery) {
+        ++store_unsaid[available];
+        return;
+      }
+      store_logged[available] = now;
+      if (store_unsaid[available] > 0) again = " (" + std::to_string(store_unsaid[available]) + " more times since last said)";
+      store_unsaid[available] = 0;
+    }
+    log(available ? "limit store answering again: limits are decided on it again" + again
+                  : "limit store not answering (" + why + "): limits follow their on_store_failure until it does" + again);
+  }
   // The settings that take effect at start only, as they are in effect (flags over the first
   // configuration): what /config shows, whatever a reload has brought since.
   config::Config start_only;
@@ -2340,11 +2366,9 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
     // when the last answers again.
     w.limiter->watch_store([self](bool available, const std::string& why) {
       if (!available) {
-        if (self->stores_down.fetch_add(1) == 0) {
-          self->log("limit store not answering (" + why + "): limits follow their on_store_failure until it does");
-        }
+        if (self->stores_down.fetch_add(1) == 0) self->log_store(false, why);
       } else if (self->stores_down.fetch_sub(1) == 1) {
-        self->log("limit store answering again: limits are decided on it again");
+        self->log_store(true, why);
       }
     });
   }

@@ -112,8 +112,9 @@ bool unavailable_reply(std::string_view m) {
 // `cluster`: whether the store was given a cluster's address (redis-cluster://), whose client
 // follows MOVED and ASK itself.
 Error reply_error(std::string_view message, bool cluster) {
-  if (!cluster && (message.starts_with("MOVED ") || message.starts_with("ASK "))) {
-    // A cluster's node given as redis://: the keys of its slots work, the others never do.
+  if (!cluster && (message.starts_with("MOVED ") || message.starts_with("ASK ") || message.starts_with("CROSSSLOT"))) {
+    // A cluster's node given as redis://: the keys of its slots work, the others never do (nor a
+    // call whose keys are in several slots).
     return Error{ErrorCode::kStoreUnavailable,
                  "redis: " + std::string(message) +
                      " (the server is a node of a Redis Cluster: give its address as redis-cluster://host:port)"};
@@ -443,9 +444,9 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
     }
   }
 
-  // While the breaker is open, a PING at each open_for takes the probe a call would have taken:
-  // its answer closes the breaker even when no call comes (a worker with no requests would
-  // otherwise report Redis down for as long as it has none).
+  // While the breaker is open, a call of the store's own at each open_for takes the probe a caller's
+  // would have taken, so that the breaker closes once Redis decides again even when no call comes
+  // (a worker with no requests would otherwise report Redis down for as long as it has none).
   void probe_later() {
     if (closing || probe_armed) return;
     probe_armed = true;
@@ -455,14 +456,10 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
       if (!self) return;
       self->probe_armed = false;
       if (ec || self->closing || self->breaker.state() != BreakerState::kOpen) return;
-      BreakerPermit permit;
-      if (self->admit(permit)) return self->probe_later();  // not yet (a longer open_for, jitter)
-      static const std::string kPing = detail::encode({"PING"});
-      self->client->send(0, kPing, [self, permit](Result<Reply> r) {
-        self->record(permit, r.ok() ? std::nullopt : std::optional<Error>(r.error()));
-      }, self->deadline());
+      self->probe();
     });
   }
+  void probe();
 
   void submit(std::shared_ptr<Acquire> op, std::size_t batch);
   void send_alone(int queue, std::shared_ptr<Acquire> op, std::size_t batch);
@@ -633,6 +630,19 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   BreakerPermit permit;
   Done done;
 };
+
+// The probe is an acquire as a caller's is, on a key of its own that it leaves for at most a second:
+// what fails a caller's call fails it too (a Redis out of memory or read-only refuses its write,
+// which a PING, or a peek that writes nothing, would not show).
+void RedisStore::Impl::probe() {
+  static const Limit kProbeLimit = *Limit::fixed_window({.limit = kMaxLimit, .period = std::chrono::seconds(1)});
+  Requests requests;
+  requests.push_back(make_request(LimitRequest{"probe", &kProbeLimit, 1, OnStoreFailure::kError}));
+  auto op = std::make_shared<Acquire>(shared_from_this(), std::move(requests),
+                                      [](Result<std::span<const Decision>>, bool) {});
+  op->start();
+  if (breaker.state() == BreakerState::kOpen) probe_later();  // not let through yet (jitter, backoff)
+}
 
 // A call for an idle queue goes at the end of this turn of the event loop, with the calls that
 // come during the turn (the requests of every socket that was ready together); those that come

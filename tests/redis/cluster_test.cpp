@@ -33,6 +33,13 @@ TEST_F(ClusterTest, ANodeGivenAsASingleRedisSaysToAddressTheCluster) {
   }
   EXPECT_NE(error.find("MOVED"), std::string::npos) << error;
   EXPECT_NE(error.find("give its address as redis-cluster://"), std::string::npos) << error;
+  // Keys of several slots in one call: CROSSSLOT, said the same way.
+  const LimitRequest both[] = {{"a", &limit, 1}, {"b", &limit, 1}};
+  Decision d[2];
+  const Status s = store->acquire_all(both, d);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ErrorCode::kStoreUnavailable);
+  EXPECT_NE(s.error().message.find("give its address as redis-cluster://"), std::string::npos) << s.error().message;
 }
 
 TEST_F(ClusterTest, AcquireAllMakesOneCallPerSlotAndRefundsWhenOneRejects) {

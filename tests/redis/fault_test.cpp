@@ -246,6 +246,39 @@ TEST(RedisFaults, TheBreakerClosesByItselfOnceRedisAnswersAgain) {
   EXPECT_TRUE(heard[1].first);
 }
 
+// The store's own probe is an acquire as a caller's is: a Redis out of memory, which answers PING
+// and reads but refuses writes, keeps the breaker open without a call from anyone, and the breaker
+// closes once Redis takes writes again.
+TEST(RedisFaults, ARedisOutOfMemoryKeepsTheBreakerOpenUntilItTakesWritesAgain) {
+  auto server = RedisServer::start();
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  auto store = open_store((*server)->address(), {.on_store_failure = OnStoreFailure::kAllow},
+                          Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  const Limit limit = plenty();
+  ASSERT_FALSE(store->acquire("k", limit)->fallback);
+  ASSERT_EQ((*server)->cli({"CONFIG", "SET", "maxmemory", "1"}), "OK");
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(store->acquire("k" + std::to_string(i), limit)->fallback);
+  ASSERT_EQ(store->breaker().state(), BreakerState::kOpen);
+  auto refused = [&] {
+    const std::string stats = (*server)->cli({"INFO", "commandstats"});
+    long long n = 0;
+    for (const char* cmd : {"cmdstat_evalsha:", "cmdstat_eval:"}) {
+      const auto at = stats.find(cmd);
+      if (at == std::string::npos) continue;
+      const auto field = stats.find("failed_calls=", at);
+      n += std::stoll(stats.substr(field + 13));
+    }
+    return n;
+  };
+  const long long before = refused();
+  // Probes have run and failed, with no call from a caller: the breaker stays open.
+  ASSERT_TRUE(eventually([&] { return refused() >= before + 2; }, 5s));
+  EXPECT_NE(store->breaker().state(), BreakerState::kClosed);
+  ASSERT_EQ((*server)->cli({"CONFIG", "SET", "maxmemory", "0"}), "OK");
+  EXPECT_TRUE(eventually([&] { return store->breaker().state() == BreakerState::kClosed; }, 5s));
+}
+
 // A server that accepts every connection, says it is full and closes it, as Redis at maxclients
 // does: the handshake fails, so each reconnect waits longer, as after a failed connect, instead of
 // trying again at once.
