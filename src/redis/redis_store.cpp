@@ -547,8 +547,15 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
 
   // Batch b's answer: six integers per member (allowed, cost_exceeds_limit, remaining,
   // retry_after_us, reset_after_us, and what a refund needs; for a release, whether the lease was
-  // held, then zeros); -1 for each when many.lua caught an error in this call's decisions.
+  // held, then zeros); -1 for each when many.lua caught an error in this call's decisions, -2 when
+  // that error was Redis refusing a command for a state it is in (out of memory, read-only: see
+  // unavailable_reply).
   void on_values(std::size_t b, const Reply* values) {
+    if (values[0].integer() == -2) {
+      return on_error(Error{ErrorCode::kStoreUnavailable,
+                            "redis: refused a command of the acquire script for a state it is in (out of memory, "
+                            "or read-only, say; the Redis log says which)"});
+    }
     if (values[0].integer() == -1) {
       return on_error(protocol_error(
           std::string(requests.front().release ? "the release failed in the acquire script"

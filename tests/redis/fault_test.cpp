@@ -279,6 +279,32 @@ TEST(RedisFaults, ARedisOutOfMemoryKeepsTheBreakerOpenUntilItTakesWritesAgain) {
   EXPECT_TRUE(eventually([&] { return store->breaker().state() == BreakerState::kClosed; }, 5s));
 }
 
+// Calls that go together in one batch script, which catches each call's error: a Redis out of memory
+// is still Redis unable to decide (kStoreUnavailable, which the breaker counts), not a protocol error.
+TEST(RedisFaults, ARedisOutOfMemoryFailsABatchAsUnavailable) {
+  auto server = RedisServer::start();
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  boost::asio::io_context io;
+  auto opened = RedisStore::open(io.get_executor(), {.address = (*server)->address(), .command_timeout = 2s});
+  ASSERT_TRUE(opened.ok());
+  std::unique_ptr<RedisStore> store = std::move(*opened);
+  ASSERT_EQ((*server)->cli({"CONFIG", "SET", "maxmemory", "1"}), "OK");
+  const Limit limit = plenty();
+  std::vector<std::optional<ErrorCode>> codes;  // nothing for a decision
+  store->async_connect([&](Status s) {
+    ASSERT_TRUE(s.ok()) << s.error().message;
+    for (int i = 0; i < 20; ++i) {
+      store->async_acquire("k" + std::to_string(i), limit, 1, [&](Result<Decision> d) {
+        codes.push_back(d.ok() ? std::nullopt : std::optional<ErrorCode>(d.error().code));
+        if (codes.size() == 20) store.reset();
+      });
+    }
+  });
+  io.run();
+  ASSERT_EQ(codes.size(), 20u);
+  for (const auto& c : codes) EXPECT_EQ(c, ErrorCode::kStoreUnavailable);
+}
+
 // A server that accepts every connection, says it is full and closes it, as Redis at maxclients
 // does: the handshake fails, so each reconnect waits longer, as after a failed connect, instead of
 // trying again at once.

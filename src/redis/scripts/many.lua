@@ -18,7 +18,9 @@
 --   id; each answers 1 when the lease was held, else 0, then five zeros.
 --
 -- A call whose decisions raise an error (a key holding what sluice did not write, say) answers -1
--- six times per limit, and the error goes to the Redis log; the other calls are decided as usual.
+-- six times per limit, or -2 when Redis refused a command for a state it is in (out of memory, a
+-- read-only replica: see UNAVAILABLE), and the error goes to the Redis log; the other calls are
+-- decided as usual.
 -- What the failed call wrote before the error stays, as it would have in a call of its own.
 local LIMITS = {}
 local a = 2
@@ -50,11 +52,20 @@ end
 
 local out = {}
 
--- Appends -1 six times per limit for a call that raised `message`, and logs it.
+-- The errors by which Redis refuses a command for a state it is in rather than for what the command
+-- is: the client takes them as Redis unable to decide (RedisStore's unavailable_reply).
+local UNAVAILABLE = {'OOM', 'READONLY', 'BUSY', 'LOADING', 'MASTERDOWN', 'NOREPLICAS'}
+
+-- Appends -1 (-2 for an UNAVAILABLE error) six times per limit for a call that raised `message`,
+-- and logs it.
 local function failed(what, message, limits)
   message = type(message) == 'table' and message.err or tostring(message)
   redis.log(redis.LOG_WARNING, 'sluice: ' .. what .. ' failed: ' .. message)
-  for _ = 1, 6 * limits do out[#out + 1] = -1 end
+  local code = -1
+  for _, prefix in ipairs(UNAVAILABLE) do
+    if string.sub(message, 1, #prefix) == prefix then code = -2 end
+  end
+  for _ = 1, 6 * limits do out[#out + 1] = code end
 end
 
 local at = a + 1  -- ARGV[a]: the number of runs; ARGV[at]: the next run's count
