@@ -26,6 +26,7 @@ ConnectionOptions connection_options(const ClientOptions& o, const Endpoint& end
   c.reconnect_min = o.reconnect_min;
   c.reconnect_max = o.reconnect_max;
   c.on_connect = o.on_connect;
+  c.on_attempt_failed = o.on_attempt_failed;
   return c;
 }
 

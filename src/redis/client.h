@@ -34,6 +34,7 @@ struct ClientOptions {
   std::chrono::milliseconds reconnect_min{10};
   std::chrono::milliseconds reconnect_max{500};
   std::vector<std::string> on_connect;  // see ConnectionOptions
+  std::function<void(const Error&)> on_attempt_failed;  // see ConnectionOptions: any node's
 };
 
 std::shared_ptr<Client> make_client(Strand strand, const ClientOptions& options);

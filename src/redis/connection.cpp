@@ -282,6 +282,7 @@ void Connection::disconnect(Error why) {
     ++failures_;
     last_error_ = why.message;
     for (auto& f : std::exchange(attempt_waiters_, {})) f(why);
+    if (options_.on_attempt_failed) options_.on_attempt_failed(why);
   }
   const std::uint64_t generation = generation_;
   for (std::size_t i = dead; i < pending.size(); ++i) {

@@ -38,6 +38,8 @@ struct ConnectionOptions {
   // Encoded commands sent on every new connection once it is ready, ahead of any other (the
   // scripts' SCRIPT LOAD); their replies are not waited for.
   std::vector<std::string> on_connect;
+  // Told of each attempt to connect that failed (on the strand).
+  std::function<void(const Error&)> on_attempt_failed;
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {

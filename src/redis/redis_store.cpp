@@ -444,6 +444,13 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
     }
   }
 
+  // A failed attempt to connect, as a failed call (not while the breaker keeps calls away).
+  void attempt_failed(const Error& e) {
+    if (breaker.state() != BreakerState::kClosed) return;
+    BreakerPermit permit = breaker.try_acquire();
+    if (permit.admitted()) record(permit, e);
+  }
+
   // While the breaker is open, a call of the store's own at each open_for takes the probe a caller's
   // would have taken, so that the breaker closes once Redis decides again even when no call comes
   // (a worker with no requests would otherwise report Redis down for as long as it has none).
@@ -957,7 +964,15 @@ Result<std::unique_ptr<RedisStore>> RedisStore::open(asio::any_io_executor execu
         &detail::kAcquireSlidingScript, &detail::kAcquireLogScript, &detail::kAcquireLeasesScript}) {
     co.on_connect.push_back(detail::encode({"SCRIPT", "LOAD", script->source}));
   }
+  // A store that cannot connect is as down as one whose calls fail: each failed attempt counts as a
+  // failed call, so that the breaker opens (sluice_store_up, the log) before any call is made. The
+  // store is not yet made: the callback finds it through a pointer set just after.
+  auto found = std::make_shared<std::weak_ptr<Impl>>();
+  co.on_attempt_failed = [found](const Error& e) {
+    if (auto impl = found->lock()) impl->attempt_failed(e);
+  };
   auto impl = std::make_shared<Impl>(std::move(executor), options, std::move(co));
+  *found = impl;
   asio::dispatch(impl->strand, [impl] { impl->client->start(); });
   return std::unique_ptr<RedisStore>(new RedisStore(std::move(options), std::move(impl), nullptr));
 }

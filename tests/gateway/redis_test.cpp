@@ -333,6 +333,8 @@ TEST(RedisAddressTest, AnUnreachableRedisIsSaidAtStartAndLimitsFollowTheirPolicy
   ASSERT_TRUE(up.ok());
   Fleet fleet("redis://127.0.0.1:" + std::to_string(testing::free_port()), fleet_config((*up)->port()), 1);
   ASSERT_TRUE(fleet.serving());
+  // Down before any request: the failed attempts to connect count as failed calls.
+  EXPECT_TRUE(testing::eventually([&] { return metric(fleet.metrics(0), "sluice_store_up") == 0; }));
   const HttpResponse r = HttpClient(fleet.port(0)).get("/echo/x", "crm");
   EXPECT_EQ(r.status, 503);
   EXPECT_EQ(reason_of(r), "store_unavailable");
