@@ -9,8 +9,6 @@
 
 #include <pthread.h>
 #include <sched.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -570,12 +568,6 @@ void append_client_head(std::string& out, const ResponseParser& p, const Verdict
   out += "\r\n";
 }
 
-// Sends the ACK a socket owes now rather than when its delayed ACK would (TCP_QUICKACK).
-void quick_ack(Socket& s) {
-  const int one = 1;
-  (void)::setsockopt(s.native_handle(), IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
-}
-
 struct RelayResult {
   error_code read;   // reading the body from `from` failed
   error_code write;  // writing to `to` failed
@@ -618,14 +610,6 @@ Task<RelayResult> relay(TimedSocket& from, beast::flat_buffer& buffer,
       n = kRelayChunk - parser.body().size;
     }
     const bool last = parser.is_done();
-    // A response read whole is acknowledged at once, before the client has its end (and can send
-    // its next request): bytes an upstream sends right after an answer, which nobody asked for, are
-    // otherwise held back by its Nagle's algorithm until a delayed ACK, or until the gateway writes
-    // the next request on the connection, which would take them for its answer. Acknowledged,
-    // they come at once, and the connection is not used again (still_open).
-    if constexpr (!isRequest) {
-      if (last) quick_ack(from.socket());
-    }
     char size_line[24];
     std::size_t size_len = 0;
     std::string_view tail;

@@ -757,67 +757,6 @@ TEST_F(GatewayTest, APooledConnectionThatSentSomethingUnaskedIsNotUsedAgain) {
   EXPECT_EQ(stray.requests(), 2);
 }
 
-// An upstream that keeps its connections alive and, on the second request of its first connection,
-// follows its answer at once with a second response nobody asked for. Its socket has Nagle's
-// algorithm on, as most do: that second response is held back until the gateway acknowledges the
-// answer before it, which a delayed ACK puts off until the gateway next writes on the connection
-// (its next request) unless the gateway acknowledges at once.
-class StrayAfterSecondAnswer {
- public:
-  StrayAfterSecondAnswer() {
-    fd_ = listen_on_loopback(16, &port_);
-    thread_ = std::thread([this] { serve(); });
-  }
-  ~StrayAfterSecondAnswer() {
-    ::shutdown(fd_, SHUT_RDWR);
-    if (const int c = current_.load(); c >= 0) ::shutdown(c, SHUT_RDWR);
-    thread_.join();
-    ::close(fd_);
-  }
-  std::uint16_t port() const { return port_; }
-
- private:
-  void serve() {
-    int answered = 0;
-    for (int c; (c = ::accept(fd_, nullptr, nullptr)) >= 0;) {
-      current_ = c;
-      std::string in;
-      char buf[4096];
-      for (ssize_t n; (n = ::recv(c, buf, sizeof buf, 0)) > 0;) {
-        in.append(buf, static_cast<std::size_t>(n));
-        for (std::size_t end; (end = in.find("\r\n\r\n")) != std::string::npos;) {
-          in.erase(0, end + 4);
-          const std::string body = "answer " + std::to_string(++answered);
-          const std::string response =
-              "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-          (void)::send(c, response.data(), response.size(), MSG_NOSIGNAL);
-          if (answered == 2) {
-            static constexpr std::string_view kStray = "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nSMUGGLED";
-            (void)::send(c, kStray.data(), kStray.size(), MSG_NOSIGNAL);
-          }
-        }
-      }
-      current_ = -1;
-      ::close(c);
-    }
-  }
-
-  int fd_ = -1;
-  std::uint16_t port_ = 0;
-  std::atomic<int> current_{-1};
-  std::thread thread_;
-};
-
-TEST_F(GatewayTest, AStrayResponseHeldBackByTheUpstreamsNagleIsNotTheNextAnswer) {
-  StrayAfterSecondAnswer up;
-  gw_.reset();
-  start(config_text("", up.port()));
-  HttpClient c(gw_->port());
-  EXPECT_EQ(c.get("/closing", "crm").body, "answer 1");
-  EXPECT_EQ(c.get("/closing", "crm").body, "answer 2");
-  EXPECT_EQ(c.get("/closing", "crm").body, "answer 3");  // on a fresh connection
-}
-
 // A 408 that crosses a request on a pooled connection says the upstream did not act on it: a POST
 // that can be written again goes again too, on a fresh connection.
 TEST_F(GatewayTest, A408OnAPooledConnectionSendsAPostAgain) {
