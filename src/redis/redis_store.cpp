@@ -651,7 +651,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
 void RedisStore::Impl::probe() {
   static const Limit kProbeLimit = *Limit::fixed_window({.limit = kMaxLimit, .period = std::chrono::seconds(1)});
   Requests requests;
-  requests.push_back(make_request(LimitRequest{"probe", &kProbeLimit, 1, OnStoreFailure::kError}));
+  requests.push_back(make_request(LimitRequest{"sluice-probe", &kProbeLimit, 1, OnStoreFailure::kError}));
   auto op = std::make_shared<Acquire>(shared_from_this(), std::move(requests),
                                       [](Result<std::span<const Decision>>, bool) {});
   op->start();
