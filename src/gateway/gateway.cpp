@@ -2298,6 +2298,18 @@ Result<std::unique_ptr<Acceptor>> listen_on(asio::io_context& ioc, const std::st
 
 }  // namespace
 
+namespace {
+
+// An address with the port it was bound to (port 0 picks one), for /config.
+std::string with_port(const std::string& address, std::uint16_t port) {
+  auto target = config::parse_target(address);
+  if (!target) return address;
+  target->port = port;
+  return config::to_string(*target);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
                                                 std::shared_ptr<const config::Config> config) {
   auto impl = std::make_unique<Impl>();
@@ -2360,6 +2372,7 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
   if (!acceptor.ok()) return acceptor.error();
   g.acceptor = std::move(*acceptor);
   g.port = g.acceptor->local_endpoint().port();
+  g.start_only.listen = with_port(listen, g.port);
   if (admin != "off") {
     const auto a = config::parse_target(admin);
     const auto l = config::parse_target(listen);
@@ -2370,6 +2383,7 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
     if (!admin_acceptor.ok()) return admin_acceptor.error();
     g.admin_acceptor = std::move(*admin_acceptor);
     g.admin_port = g.admin_acceptor->local_endpoint().port();
+    g.start_only.admin_listen = with_port(admin, g.admin_port);
   }
   if (Status s = g.install(std::move(config)); !s) return s.error();
   if (!g.options.config_path.empty()) g.stamp = g.stat_config();  // no other thread yet

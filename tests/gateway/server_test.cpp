@@ -1355,6 +1355,10 @@ TEST_F(GatewayTest, ConfigShowsTheStartOnlySettingsInEffectAfterAReload) {
   ASSERT_TRUE(gw_->reload(parse("store: \"redis://127.0.0.1:1\"\nfleet_size: 4\n" + config_text())).ok());
   const std::string after = c.get("/config").body;
   EXPECT_NE(after.find("store: local"), std::string::npos) << after;
+  // The addresses as bound: port 0 picked these.
+  EXPECT_NE(after.find("listen: \"127.0.0.1:" + std::to_string(gw_->port()) + "\""), std::string::npos) << after;
+  EXPECT_NE(after.find("admin_listen: \"127.0.0.1:" + std::to_string(gw_->admin_port()) + "\""), std::string::npos)
+      << after;
   EXPECT_EQ(after.find("127.0.0.1:1\""), std::string::npos) << after;
   EXPECT_EQ(after.find("fleet_size: 4"), std::string::npos) << after;
 }
