@@ -473,7 +473,7 @@ void append_field(std::string& out, std::string_view name, std::string_view valu
 // the parser read it: it accepts repeats of the same value), the caller's API key (a secret of its
 // own: X-Sluice-System says whose it was), and the X-Forwarded-*, X-Request-Id and X-Sluice-System
 // fields the gateway sets itself, also spelt with '_' (which a CGI-style upstream reads as the
-// same); X-Forwarded-For keeps what earlier proxies said. An HTTP/1.0
+// same); X-Forwarded-For keeps what earlier proxies said, and Via gets the gateway. An HTTP/1.0
 // request without Host (which HTTP/1.1 requires, and the parser requires of an HTTP/1.1 one) gets
 // the upstream target's. The request's target goes in origin form; one that came in absolute form
 // has its authority as the Host, in place of the client's (RFC 9112 3.2.2).
@@ -520,6 +520,9 @@ void append_upstream_head(std::string& out, const RequestParser& p, std::string_
   }
   out.append(client_ip);
   out += "\r\nX-Forwarded-Proto: http\r\n";
+  // After the client's own Via fields, which pass as they came: the list in the order the message
+  // went (RFC 9110 7.6.3), with the protocol it came in.
+  out += p.http11() ? "Via: 1.1 sluice\r\n" : "Via: 1.0 sluice\r\n";
   append_field(out, "X-Request-Id", request_id);
   if (!system.empty()) append_field(out, "X-Sluice-System", system);
   if (!p.chunked() && p.content_length()) {
@@ -564,6 +567,22 @@ void append_client_head(std::string& out, const ResponseParser& p, const Verdict
     out += "Connection: close\r\n";
   } else if (!client11) {
     out += "Connection: keep-alive\r\n";
+  }
+  out += "\r\n";
+}
+
+// An interim (1xx) response as the client gets it: its fields but the hop-by-hop ones.
+void append_interim_head(std::string& out, const ResponseParser& p) {
+  const HopFields hop(p.fields());
+  const unsigned status = p.status();
+  out += "HTTP/1.1 1";
+  out += static_cast<char>('0' + status / 10 % 10);
+  out += static_cast<char>('0' + status % 10);
+  out += ' ';
+  out.append(p.reason());
+  out += "\r\n";
+  for (const HeadField& f : p.fields()) {
+    if (!hop.drops(f)) append_field(out, f.name_string(), f.value());
   }
   out += "\r\n";
 }
@@ -1570,6 +1589,8 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
   bool connect_failed = false;
   bool client_gone = false;
   bool left_connecting = false;
+  bool interim_sent = false;
+  std::string interim;
   Nanos upload{0};
   // Whether the request can be written again (it has no body, or all of it is held), and whether
   // it may be sent again after the upstream might have acted on it: only an idempotent one may
@@ -1646,9 +1667,10 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
     }
     if (body_failed) break;
     if (!ec) {
-      // The response header, skipping interim (1xx) responses: the upstream has the interface's
-      // timeout from the end of the request (its writes went at once, setting no deadline), as
-      // long as the client stays.
+      // The response header: the upstream has the interface's timeout from the end of the request
+      // (its writes went at once, setting no deadline), as long as the client stays. An interim
+      // (1xx) response before it (103 Early Hints, 102 Processing) is passed on to an HTTP/1.1
+      // client (RFC 9110 15.2), but 100 Continue: the gateway answers Expect itself.
       us.arm(itf.timeout);
       us.watch(x.client);
       while (true) {
@@ -1672,9 +1694,26 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
           ec = http::error::bad_status;
           break;
         }
+        if (rp->status() != 100 && x.parser.http11()) {
+          interim.clear();
+          append_interim_head(interim, *rp);
+          const std::array<asio::const_buffer, 1> piece{asio::buffer(interim)};
+          const auto rest = write_now(x.client.socket(), piece, ec);
+          if (!ec && asio::buffer_size(rest) > 0) {
+            x.client.arm(x.snapshot->config().header_timeout);
+            auto [iec, in] = co_await asio::async_write(x.client.socket(), rest, kTok);
+            ec = x.client.timed(iec);
+            x.client.disarm();
+          }
+          if (ec) {
+            client_gone = true;
+            break;
+          }
+          interim_sent = true;
+        }
       }
       us.unwatch();
-      client_gone = us.client_gone();
+      client_gone = client_gone || us.client_gone();
     }
     // Some servers answer an idle connection they close with a 408, which can cross the request
     // on its way: on a pooled connection a 408 answers no request of ours (the upstream says it did
@@ -1683,7 +1722,8 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
     const bool idle_408 = !ec && reused && rp->status() == 408 && resendable;
     if (!ec && !idle_408) break;
     const bool written = rp.has_value();
-    const bool nothing_back = !rp || !rp->got_some();
+    // A client that has had an interim response is not sent another by a second try.
+    const bool nothing_back = (!rp || !rp->got_some()) && !interim_sent;
     rp.reset();
     conn.reset();
     up_buffer.clear();

@@ -180,7 +180,8 @@ std::string read_until(int fd, std::string_view marker) {
 // the connection's end (HTTP/1.1 with neither Content-Length nor chunked).
 class ClosingUpstream {
  public:
-  enum class After { kClose, kHalfClose, kHold, kIdle408, kDropNext, kEarly, kStray, k408Next };
+  // kInterim: the response's first head (an interim one) goes at once, the rest on release().
+  enum class After { kClose, kHalfClose, kHold, kIdle408, kDropNext, kEarly, kStray, k408Next, kInterim };
   explicit ClosingUpstream(std::string response = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nhello",
                            After after = After::kHalfClose)
       : ClosingUpstream(std::vector<std::string>{std::move(response)}, after) {}
@@ -212,6 +213,11 @@ class ClosingUpstream {
     changed_.notify_all();
     return changed_.wait_for(lock, 10s, [&] { return closed_ > 0 || stray_sent_; });
   }
+  void release() {
+    std::lock_guard lock(mutex_);
+    time_out_ = true;
+    changed_.notify_all();
+  }
 
  private:
   void serve() {
@@ -235,7 +241,14 @@ class ClosingUpstream {
       }
       if (need != std::string::npos && in.size() >= need) {
         ++requests_;
-        (void)::send(c, response.data(), response.size(), MSG_NOSIGNAL);
+        std::size_t sent = 0;
+        if (after_ == After::kInterim) {
+          sent = response.find("\r\n\r\n") + 4;
+          (void)::send(c, response.data(), sent, MSG_NOSIGNAL);
+          std::unique_lock lock(mutex_);
+          changed_.wait(lock, [&] { return time_out_; });
+        }
+        (void)::send(c, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
         if (after_ == After::kHalfClose) ::shutdown(c, SHUT_WR);
         if (after_ == After::kIdle408 && closed_ == 0) {
           std::unique_lock lock(mutex_);
@@ -262,7 +275,8 @@ class ClosingUpstream {
               "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
           (void)::send(c, k408.data(), k408.size(), MSG_NOSIGNAL);
         }
-        const bool hold = after_ == After::kHalfClose || after_ == After::kHold || after_ == After::kStray;
+        const bool hold = after_ == After::kHalfClose || after_ == After::kHold || after_ == After::kStray ||
+                          after_ == After::kInterim;
         if (hold && ::recv(c, buf, sizeof buf, 0) > 0) {
           if (after_ == After::kHalfClose) ++unasked_;
           while (::recv(c, buf, sizeof buf, 0) > 0) {
@@ -430,9 +444,23 @@ TEST_F(GatewayTest, ProxyingPassesTheRequestThroughAndAddsTheForwardingFields) {
   EXPECT_EQ(str(h, "X-Sluice-System"), "crm");
   EXPECT_EQ(str(h, "X-Request-Id"), "req-42");
   EXPECT_EQ(str(h, "X-Custom"), "kept");
+  EXPECT_EQ(str(h, "Via"), "1.1 sluice");
   EXPECT_EQ(h.count("X-Secret"), 0u);
   EXPECT_EQ(h.count("Connection"), 0u);
   EXPECT_EQ(r.header("x-request-id"), "req-42");
+}
+
+// Via lists the intermediaries in order: the client's own entries, then the gateway's, with the
+// protocol the request came in.
+TEST_F(GatewayTest, ViaGetsTheGatewayAfterWhatTheClientSaid) {
+  const std::string out = raw("GET /echo/x HTTP/1.0\r\nHost: a\r\nX-System-Key: crm\r\nVia: 1.1 edge\r\n\r\n");
+  ASSERT_EQ(testing::raw_status(out), 200) << out;
+  const std::string body = out.substr(out.find("\r\n\r\n") + 4);
+  const std::size_t client = body.find(R"("Via":"1.1 edge")");
+  const std::size_t gateway = body.find(R"("Via":"1.0 sluice")");
+  EXPECT_NE(client, std::string::npos) << body;
+  EXPECT_NE(gateway, std::string::npos) << body;
+  EXPECT_LT(client, gateway) << body;
 }
 
 // Several X-Forwarded-For fields (from proxies in front) are one list, the client's address last;
@@ -559,6 +587,51 @@ TEST_F(GatewayTest, ASwitchOfProtocolsNobodyAskedForIs502AndItsConnectionIsNotRe
     EXPECT_TRUE(testing::eventually([&] { return upstream.closed() == i; })) << i;
   }
   EXPECT_EQ(upstream.requests(), 2);
+}
+
+// An interim response (103 Early Hints) reaches an HTTP/1.1 client as the upstream sends it, before
+// the final one, without its hop-by-hop fields.
+TEST_F(GatewayTest, AnInterimResponseIsPassedOnBeforeTheFinalOne) {
+  ClosingUpstream upstream(
+      "HTTP/1.1 103 Early Hints\r\nLink: </app.css>; rel=preload\r\nConnection: X-Hop\r\nX-Hop: 1\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+      ClosingUpstream::After::kInterim);
+  restart_in_front_of(upstream);
+  const int fd = connect_to_loopback(gw_->port());
+  ASSERT_GE(fd, 0);
+  const std::string request = "GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  std::string in;
+  char buf[4096];
+  while (in.find("\r\n\r\n") == std::string::npos) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << in;
+    in.append(buf, static_cast<std::size_t>(n));
+  }
+  EXPECT_EQ(in, "HTTP/1.1 103 Early Hints\r\nLink: </app.css>; rel=preload\r\n\r\n");
+  upstream.release();
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) in.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  const std::string final_response = in.substr(in.find("\r\n\r\n") + 4);
+  EXPECT_EQ(final_response.substr(0, final_response.find("\r\n")), "HTTP/1.1 200 OK") << in;
+  EXPECT_EQ(final_response.substr(final_response.find("\r\n\r\n") + 4), "hello") << in;
+}
+
+// An HTTP/1.0 client would take an interim response for the answer: it gets only the final one.
+// Nor does a client get the upstream's 100 Continue: the gateway answers Expect itself.
+TEST_F(GatewayTest, InterimResponsesAnHttp10ClientOrA100ContinueAreNotPassedOn) {
+  ClosingUpstream upstream(
+      "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </app.css>; rel=preload\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+      ClosingUpstream::After::kClose);
+  restart_in_front_of(upstream);
+  const std::string old = raw("GET /closing HTTP/1.0\r\nHost: a\r\nX-System-Key: crm\r\n\r\n");
+  EXPECT_EQ(old.substr(0, old.find("\r\n")), "HTTP/1.1 200 OK") << old;
+  EXPECT_EQ(old.find(" 103 "), std::string::npos) << old;
+  const std::string now = raw("GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(now.substr(0, now.find("\r\n")), "HTTP/1.1 103 Early Hints") << now;
+  EXPECT_EQ(now.find(" 100 "), std::string::npos) << now;
+  EXPECT_EQ(now.substr(now.size() - 5), "hello") << now;
 }
 
 // "Connection" may name hop-by-hop fields to drop, in any number of Connection fields, but never
