@@ -101,8 +101,23 @@ std::string_view find_field(std::span<const HeadField> fields, http::field name)
   return {};
 }
 
+// Whether a field name reads as `name` (whatever its case) where fields reach applications
+// CGI-style (X_Sluice_System and X-Sluice-System are both HTTP_X_SLUICE_SYSTEM there).
+bool cgi_alias_of(std::string_view field, std::string_view name) {
+  if (field.size() != name.size()) return false;
+  const auto fold = [](char c) {
+    if (c == '_') return '-';
+    return c >= 'A' && c <= 'Z' ? static_cast<char>(c | 0x20) : c;
+  };
+  for (std::size_t i = 0; i < field.size(); ++i) {
+    if (fold(field[i]) != fold(name[i])) return false;
+  }
+  return true;
+}
+
 // The fields that name the caller, in one pass: the system key header's value (the first), and
-// whether it or the API key's header comes more than once.
+// whether it or the API key's header comes more than once, also spelt with '_' (which a CGI-style
+// upstream reads as the same: it could see another caller than the gateway did).
 struct CallerFields {
   bool has_system_key = false;
   std::string_view system_key;
@@ -110,14 +125,18 @@ struct CallerFields {
 };
 CallerFields caller_fields(std::span<const HeadField> fields, std::string_view key_header) {
   CallerFields out;
+  bool key_named = false;
   bool api_key = false;
   for (const auto& f : fields) {
     const std::string_view name = f.name_string();
-    if (name.size() == key_header.size() && beast::iequals(name, key_header)) {
-      out.repeated = out.repeated || out.has_system_key;
-      if (!out.has_system_key) out.system_key = f.value();
-      out.has_system_key = true;
-    } else if (name.size() == kApiKeyHeader.size() && beast::iequals(name, kApiKeyHeader)) {
+    if (cgi_alias_of(name, key_header)) {
+      out.repeated = out.repeated || key_named;
+      key_named = true;
+      if (!out.has_system_key && beast::iequals(name, key_header)) {
+        out.system_key = f.value();
+        out.has_system_key = true;
+      }
+    } else if (cgi_alias_of(name, kApiKeyHeader)) {
       out.repeated = out.repeated || api_key;
       api_key = true;
     }
@@ -125,21 +144,15 @@ CallerFields caller_fields(std::span<const HeadField> fields, std::string_view k
   return out;
 }
 
-// Whether a field name reads as `name` (whatever its case) where fields reach applications
-// CGI-style (X_Sluice_System and X-Sluice-System are both HTTP_X_SLUICE_SYSTEM there).
-bool cgi_alias_of(std::string_view field, std::string_view name) {
-  if (field.size() != name.size()) return false;
-  const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c | 0x20) : c; };
-  for (std::size_t i = 0; i < field.size(); ++i) {
-    if (lower(field[i] == '_' ? '-' : field[i]) != lower(name[i])) return false;
-  }
-  return true;
-}
-
+// A request's fields, as a limit keyed by a header reads them. A target in absolute form gives the
+// Host the upstream gets (its authority, in place of the client's Host field): that is what counts.
 class FieldsLookup final : public HeaderLookup {
  public:
-  explicit FieldsLookup(std::span<const HeadField> f) : f_(f) {}
-  std::string_view get(std::string_view name) const override { return find_field(f_, name); }
+  FieldsLookup(std::span<const HeadField> f, std::string_view authority) : f_(f), authority_(authority) {}
+  std::string_view get(std::string_view name) const override {
+    if (!authority_.empty() && beast::iequals(name, "Host")) return authority_;
+    return find_field(f_, name);
+  }
   // Also spelt with '_', which a CGI-style upstream reads as the same.
   bool repeated(std::string_view name) const override {
     bool seen = false;
@@ -153,6 +166,7 @@ class FieldsLookup final : public HeaderLookup {
 
  private:
   std::span<const HeadField> f_;
+  std::string_view authority_;
 };
 
 // The fields a proxy does not forward (RFC 9110 7.6.1): the hop-by-hop ones, and those a Connection
@@ -1747,7 +1761,7 @@ Task<bool> Worker::proxy(Exchange& x) {
   const RequestParser& req = x.parser;
   const config::Config& cfg = x.snapshot->config();
   Context& ctx = x.ctx;
-  FieldsLookup lookup(req.fields());
+  FieldsLookup lookup(req.fields(), x.authority);
   Request& r = x.request;
   r.method = req.method_string();
   r.path = x.path;

@@ -71,8 +71,9 @@ Reason rejection_of(Scope scope) {
   return Reason::kInterfaceRateLimited;
 }
 
-// A request for an in-flight limit: the client is told to come back in a second, since in-flight
-// requests end much sooner than their leases expire.
+// A request refused by an in-flight limit, or a limit of the concurrency kind: the client is told to
+// come back in a second, since requests in flight end much sooner than their leases expire (which
+// is when the decision knows a place is free for sure).
 constexpr Nanos kInFlightRetry = std::chrono::seconds(1);
 
 // The character of a query string's name or value (application/x-www-form-urlencoded) at raw[i], as
@@ -114,12 +115,13 @@ void append_key_value(std::string& out, const config::LimitRule& rule, const Req
   }
 }
 
-// Whether every header and query parameter a limit of `limits` is keyed by comes at most once:
-// counted by one value, a request whose upstream read another (PHP takes a parameter's last) would
-// take another value's place.
+// Whether every header and query parameter an enforced limit of `limits` is keyed by comes at most
+// once: counted by one value, a request whose upstream read another (PHP takes a parameter's last)
+// would take another value's place. A shadow limit rejects nothing, so it refuses nothing either:
+// it counts the first value.
 bool keys_given_once(const std::vector<CompiledLimit>& limits, const Request& request) {
   for (const CompiledLimit& l : limits) {
-    if (l.rule == nullptr) continue;
+    if (l.rule == nullptr || l.rule->shadow) continue;
     if (l.rule->key_by == config::KeyBy::kHeader && request.headers != nullptr &&
         request.headers->repeated(l.rule->key_name)) {
       return false;
@@ -267,6 +269,7 @@ void judge(const Status& store, Context& ctx) {
   }
   const Decision* quota = nullptr;
   const CompiledLimit* quota_limit = nullptr;
+  std::int64_t quota_cost = 0;
   bool rejected = false;
   bool pointless = false;  // a rejection that no wait would turn around
   Nanos wait{0};
@@ -285,7 +288,8 @@ void judge(const Status& store, Context& ctx) {
       if (!rejected || r < v.reason) v.reason = r;
       rejected = true;
       pointless = pointless || d.cost_exceeds_limit;
-      wait = std::max(wait, l->scope == Scope::kInFlight ? kInFlightRetry : d.retry_after);
+      const bool places = l->scope == Scope::kInFlight || l->rule->limit.algorithm() == Algorithm::kConcurrency;
+      wait = std::max(wait, places ? kInFlightRetry : d.retry_after);
     }
     if (made_up || l->scope == Scope::kInFlight || l->rule->limit.algorithm() == Algorithm::kConcurrency) {
       continue;
@@ -299,6 +303,7 @@ void judge(const Status& store, Context& ctx) {
     if (better) {
       quota = &d;
       quota_limit = l;
+      quota_cost = ctx.enforced[i].cost;
     }
   }
   if (rejected && !pointless) v.retry_after = std::max(wait, Nanos{1});
@@ -306,7 +311,11 @@ void judge(const Status& store, Context& ctx) {
     // When the request could pass (its retry_after), or when the quota is full again: for an
     // admitted one, and for a cost no wait admits, which has no retry_after.
     const bool until_full = quota->allowed || quota->cost_exceeds_limit;
-    v.quota = Quota{quota_limit->name, quota->limit, quota_limit->rule->limit.window(), quota->remaining,
+    // A limit that admitted a request another refused (an in-flight limit, say) had its cost given
+    // back: what remains is what it said plus that cost.
+    std::int64_t remaining = quota->remaining;
+    if (rejected && quota->allowed) remaining = std::min(quota->limit, remaining + quota_cost);
+    v.quota = Quota{quota_limit->name, quota->limit, quota_limit->rule->limit.window(), remaining,
                     until_full ? quota->reset_after : quota->retry_after};
   }
   if (rejected) return;

@@ -288,10 +288,30 @@ TEST_F(PolicyTest, TheInFlightLimitHoldsUntilTheRequestEnds) {
   std::vector<Lease> first = ctx_.leases;
   EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kOk);
   EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kInterfaceConcurrencyLimited);
-  EXPECT_EQ(headers().substr(0, 15), "Retry-After: 1\n");
+  // The interface limit (3 a minute) would have admitted the refused request, and took nothing: 1
+  // is left, not 0.
+  EXPECT_EQ(headers(), "Retry-After: 1\nRateLimit-Policy: \"orders\";q=3;w=60\nRateLimit: \"orders\";r=1;t=60\n");
   ASSERT_EQ(first.size(), 1u);
   limiter_.release(first[0].key, *first[0].limit, first[0].id, [](Status) {});
   EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kOk);
+  EXPECT_EQ(headers(), "RateLimit-Policy: \"orders\";q=3;w=60\nRateLimit: \"orders\";r=0;t=60\n");
+}
+
+// A limit of the concurrency kind knows for sure only when a lease times out (its lease_timeout),
+// but a place is free as soon as a request in flight ends: its refusal says 1 second, as the
+// in-flight limit's does.
+TEST_F(PolicyTest, AConcurrencyLimitsRefusalSaysRetryAfterOneSecond) {
+  auto places = parse(R"(
+upstreams: [{name: app, targets: [127.0.0.1:1]}]
+interfaces:
+  - {id: one, path: /one, upstream: app, public: true,
+     limits: [{algorithm: concurrency, limit: 1, lease_timeout: 10m}, {algorithm: fixed_window, limit: 9, period: 1m}]}
+)");
+  snapshot_ = std::make_shared<Snapshot>(places, breakers_, 2);
+  hold_ = true;
+  EXPECT_EQ(call("GET", "/one"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/one"), Reason::kInterfaceRateLimited);
+  EXPECT_EQ(headers(), "Retry-After: 1\nRateLimit-Policy: \"one-1\";q=9;w=60\nRateLimit: \"one-1\";r=8;t=60\n");
 }
 
 TEST_F(PolicyTest, DecideHoldsNoInFlightLease) {
@@ -333,11 +353,17 @@ TEST_F(PolicyTest, AKeyIsItsDecodedValueAndAKeyGivenTwiceIsRefused) {
   EXPECT_EQ(call("GET", "/api/search", "ops", "q=b&%71=a"), Reason::kBadRequest);  // a name decodes too
   EXPECT_EQ(call("GET", "/api/search", "ops", "%71=a+b"), Reason::kInterfaceRateLimited);
   EXPECT_EQ(call("GET", "/api/search", "ops", "q=c&x=1&x=2"), Reason::kOk);  // x keys no limit
+}
+
+// A shadow limit rejects nothing, so its key given twice refuses nothing either: it counts the first.
+TEST_F(PolicyTest, AShadowLimitsKeyGivenTwiceIsNotRefused) {
   headers_.values["X-User-Id"] = "7";
   headers_.twice.insert("X-User-Id");
-  EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kBadRequest);  // a shadow limit's key too
+  EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kOk);
+  EXPECT_TRUE(ctx_.verdict.shadow_rejected.empty());
   headers_.twice.clear();
   EXPECT_EQ(call("GET", "/api/orders", "ops"), Reason::kOk);
+  EXPECT_EQ(ctx_.verdict.shadow_rejected.size(), 1u) << "the first value was counted";
 }
 
 TEST_F(PolicyTest, AShadowLimitReportsButNeverRejects) {

@@ -84,6 +84,11 @@ interfaces:
     upstream: app
     public: true
     limits: [{algorithm: fixed_window, limit: 1, period: 1m, key_by: "header:X-User"}]
+  - id: per-host
+    path: /per-host
+    upstream: app
+    public: true
+    limits: [{algorithm: fixed_window, limit: 1, period: 1m, key_by: "header:Host"}]
 )";
 
 std::shared_ptr<const config::Config> parse(const std::string& text) { return testing::load_config(text); }
@@ -546,6 +551,36 @@ TEST_F(GatewayTest, AKeyHeaderGivenTwiceIsRefused) {
   EXPECT_EQ(testing::raw_status(raw(head + "X-User: b\r\nX_User: a\r\nConnection: close\r\n\r\n")), 400);
   EXPECT_EQ(testing::raw_status(raw(head + "X-User: b\r\nConnection: close\r\n\r\n")), 200);
   EXPECT_EQ(testing::raw_status(raw(head + "X-User: c\r\nX-Other: a\r\nConnection: close\r\n\r\n")), 200);
+}
+
+// The system key header spelt with '_' is the same field to a CGI-style upstream: next to the key
+// header it is a second key (the upstream could read the other caller); alone, it names nobody.
+TEST_F(GatewayTest, TheSystemKeyHeaderSpeltWithUnderscoresIsASecondKey) {
+  const std::string head = "GET /echo/x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n";
+  EXPECT_EQ(testing::raw_status(raw(head + "X-System-Key: crm\r\nX_System_Key: erp\r\n\r\n")), 400);
+  EXPECT_EQ(testing::raw_status(raw(head + "x_system_key: erp\r\nX-System-Key: crm\r\n\r\n")), 400);
+  const std::string alone = raw(head + "X_System_Key: crm\r\n\r\n");
+  EXPECT_EQ(testing::raw_status(alone), 401);
+  EXPECT_NE(alone.find("system_key_missing"), std::string::npos) << alone;
+  EXPECT_EQ(testing::raw_status(raw(head + "X-System-Key: crm\r\n\r\n")), 200);
+  EXPECT_EQ(upstream_->requests(), 1);
+  // A key header named with '_' meets its '-' spelling the same way.
+  gw_.reset();
+  start(config_text("system_key_header: sys_key\n"));
+  EXPECT_EQ(testing::raw_status(raw(head + "sys_key: crm\r\nSys-Key: erp\r\n\r\n")), 400);
+  EXPECT_EQ(testing::raw_status(raw(head + "Sys_Key: crm\r\n\r\n")), 200);
+}
+
+// A request target in absolute form goes up with its authority as the Host: a limit keyed by Host
+// counts that, not the client's Host field, which the upstream never sees.
+TEST_F(GatewayTest, ALimitKeyedByHostCountsTheHostTheUpstreamGets) {
+  const auto get = [&](const std::string& target, const std::string& host) {
+    return testing::raw_status(raw("GET " + target + " HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n"));
+  };
+  EXPECT_EQ(get("http://same.example/per-host", "h1"), 200);
+  EXPECT_EQ(get("http://same.example/per-host", "h2"), 429);
+  EXPECT_EQ(get("/per-host", "same.example"), 429);
+  EXPECT_EQ(get("/per-host", "h1"), 200);
 }
 
 // A CGI-style upstream (PHP, WSGI, Rack) reads X_Sluice_System as X-Sluice-System: the fields the
