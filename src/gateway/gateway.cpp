@@ -457,16 +457,18 @@ std::vector<int> allowed_cpus() {
   return cpus;
 }
 
-// Whether two of the object's keys are the same header name, whatever their case.
-bool names_repeated(const boost::json::object& headers) {
+// The second of two of the object's keys that are the same header name, whatever their case and
+// spelt with '_' for '-' (which a CGI-style upstream reads as the same: see cgi_alias_of).
+std::optional<std::string_view> name_repeated(const boost::json::object& headers) {
   std::unordered_set<std::string> seen;
   for (const auto& kv : headers) {
     std::string name(kv.key());
-    std::transform(name.begin(), name.end(), name.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    if (!seen.insert(std::move(name)).second) return true;
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) {
+      return c == '_' ? '-' : static_cast<char>(std::tolower(c));
+    });
+    if (!seen.insert(std::move(name)).second) return std::string_view(kv.key());
   }
-  return false;
+  return std::nullopt;
 }
 
 std::string json_string(std::string_view s) {
@@ -1358,28 +1360,77 @@ Task<Reason> Worker::verify_body(Exchange& x, const Request& r, std::string_view
   co_return verify(x, r, target, config::sha256_hex(x.body));
 }
 
-// The first of /decide's string fields (read by `field`) that a proxied request could not carry
-// (read as the request line reads them), and why, in English (names and values are the same in
-// either language); empty when all can.
-template <class Field>
-std::string_view decide_field_malformed(const Field& field) {
-  if (const auto method = field("method")) {
-    if (!is_method(*method)) return "method must be an HTTP method in capitals, such as GET";
+// Why /decide cannot decide on a body (`o`, the JSON object it parsed to, or null), in the
+// gateway's language; empty when it can. What is not of the documented shape is refused, a field
+// of the wrong type not being taken as absent (a numeric "system" is not a request without a key),
+// and so is what a proxied request could not carry, read as the request line and fields are read:
+// the answer is the proxy's. A field given twice would mean one thing here and perhaps another to
+// whatever read the body before (Boost.JSON keeps the last).
+std::string decide_refusal(std::string_view body, const boost::json::object* o, bool zh) {
+  static constexpr std::string_view kShape = R"({"system":"...","method":"GET","path":"/...","cost":1})";
+  const auto say = [zh](std::string en, std::string chinese) { return zh ? std::move(chinese) : std::move(en); };
+  if (o == nullptr) {
+    return say("the body must be a JSON object such as " + std::string(kShape), "请求体应为 JSON 对象，如 " + std::string(kShape));
   }
-  if (const auto path = field("path")) {
-    if (!path->empty() && !is_target(*path)) {
-      return "path must be visible ASCII (the rest percent-encoded), without a #fragment";
+  if (const std::optional<std::string> repeated = config::repeated_key(body)) {
+    return say("the field " + *repeated + " is given twice", "字段 " + *repeated + " 出现了两次");
+  }
+  for (const char* name : {"system", "method", "path", "client_ip", "body_sha256"}) {
+    if (auto it = o->find(name); it != o->end() && !it->value().is_string()) {
+      return say(std::string("the field ") + name + " must be a string", std::string("字段 ") + name + " 应为字符串");
     }
   }
-  if (const auto ip = field("client_ip")) {
+  const auto text = [o](const char* name) -> std::optional<std::string_view> {
+    auto it = o->find(name);
+    if (it == o->end()) return std::nullopt;
+    return std::string_view(it->value().as_string());
+  };
+  const auto path = text("path");
+  if (!path) return say("the field path is missing: " + std::string(kShape), "缺少字段 path：" + std::string(kShape));
+  if (auto it = o->find("cost"); it != o->end()) {
+    if (!it->value().is_int64() || it->value().as_int64() < 1 || it->value().as_int64() > kMaxLimit) {
+      return say("cost must be a whole number from 1 to 2^40 (1099511627776)",
+                 "cost 应为 1 到 2^40（1099511627776）之间的整数");
+    }
+  }
+  if (const auto method = text("method"); method && !is_method(*method)) {
+    return say("method must be an HTTP method in capitals, such as GET", "method 应为大写的 HTTP 方法，如 GET");
+  }
+  if (!path->empty() && !is_target(*path)) {
+    return say("path must be visible ASCII (the rest percent-encoded), without a #fragment",
+               "path 应为可见的 ASCII 字符（其余须百分号编码），且不带 #片段");
+  }
+  if (const auto ip = text("client_ip")) {
     boost::system::error_code ec;
     (void)asio::ip::make_address(*ip, ec);
-    if (ec) return "client_ip must be an IP address";
+    if (ec) return say("client_ip must be an IP address", "client_ip 应为 IP 地址");
   }
-  if (const auto hash = field("body_sha256")) {
+  if (const auto hash = text("body_sha256")) {
     const bool hex = std::all_of(hash->begin(), hash->end(),
                                  [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
-    if (hash->size() != 64 || !hex) return "body_sha256 must be 64 hex digits";
+    if (hash->size() != 64 || !hex) return say("body_sha256 must be 64 hex digits", "body_sha256 应为 64 位十六进制数字");
+  }
+  if (auto it = o->find("headers"); it != o->end()) {
+    const auto* headers = it->value().if_object();
+    if (headers == nullptr) {
+      return say(R"(headers must be an object of header names and values, such as {"X-User-Id":"7"})",
+                 R"(headers 应为请求头名到取值的对象，如 {"X-User-Id":"7"})");
+    }
+    for (const auto& kv : *headers) {
+      const std::string name(kv.key());
+      if (!is_field_name(name)) return say("headers: " + name + " is not a header name", "headers：" + name + " 不是请求头名");
+      if (!kv.value().is_string()) return say("headers." + name + " must be a string", "headers." + name + " 应为字符串");
+      if (!is_field_value(kv.value().as_string())) {
+        return say("headers." + name + " has a character no header can carry",
+                   "headers." + name + " 含有请求头不能携带的字符");
+      }
+    }
+    // A header named twice is refused, as a caller named twice is on a request: it would mean one
+    // thing here (the first) and perhaps another to other readers.
+    if (const auto twice = name_repeated(*headers)) {
+      return say("headers." + std::string(*twice) + " is given twice (names are the same in any case, and with _ for -)",
+                 "headers." + std::string(*twice) + " 出现了两次（请求头名不分大小写，_ 与 - 视为相同）");
+    }
   }
   return {};
 }
@@ -1400,51 +1451,20 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
   boost::system::error_code jec;
   const boost::json::value doc = boost::json::parse(body, jec);
   const boost::json::object* o = !jec && doc.is_object() ? &doc.as_object() : nullptr;
-  auto str = [&](const char* name) -> std::optional<std::string_view> {
-    if (o == nullptr) return std::nullopt;
-    auto it = o->find(name);
-    if (it == o->end() || !it->value().is_string()) return std::nullopt;
-    return std::string_view(it->value().as_string());
-  };
-  const auto path_field = str("path");
-  std::int64_t cost = 1;
-  // A field given with the wrong type is refused, not taken as absent (a numeric "system" is not a
-  // request without a key).
-  bool typed = o != nullptr;
-  if (o != nullptr) {
-    if (auto it = o->find("cost"); it != o->end()) cost = it->value().is_int64() ? it->value().as_int64() : 0;
-    for (const char* name : {"system", "method", "client_ip", "body_sha256"}) {
-      if (auto it = o->find(name); it != o->end() && !it->value().is_string()) typed = false;
-    }
-    if (auto it = o->find("headers"); it != o->end()) {
-      // A header named twice (in two cases of its name) is refused, as a caller named twice is on
-      // a request: it would mean one thing here (the first) and perhaps another to other readers.
-      const auto* h = it->value().if_object();
-      typed = typed && h != nullptr && !names_repeated(*h);
-    }
-  }
-  // A field given twice would mean one thing here and perhaps another to whatever read the body
-  // before (Boost.JSON keeps the last).
-  const std::optional<std::string> repeated = o != nullptr ? config::repeated_key(body) : std::nullopt;
-  // What a proxied request could not carry is refused too: the answer is the proxy's.
-  const std::string_view malformed = typed && !repeated ? decide_field_malformed(str) : std::string_view();
-  if (!typed || !path_field || cost < 1 || cost > kMaxLimit || repeated || !malformed.empty()) {
-    const bool zh = cfg.language == config::Language::kChinese;
-    std::string refusal = R"({"code":400,"reason":"bad_request","msg":)";
-    if (repeated) {
-      refusal += json_string(zh ? "字段 " + *repeated + " 出现了两次" : "the field " + *repeated + " is given twice");
-    } else if (!malformed.empty()) {
-      refusal += json_string(malformed);
-    } else {
-      refusal += zh ? R"("请求体应为 )" : R"("expected )";
-      refusal += R"({\"system\":\"...\",\"method\":\"GET\",\"path\":\"/...\",\"cost\":1}")";
-    }
-    refusal += "}";
-    const bool ok = co_await respond_json(x, 400, std::move(refusal), {}, true);
+  if (const std::string why = decide_refusal(body, o, cfg.language == config::Language::kChinese); !why.empty()) {
+    const bool ok = co_await respond_json(x, 400, R"({"code":400,"reason":"bad_request","msg":)" + json_string(why) + "}", {},
+                                          true);
     finish(x, 400, Reason::kBadRequest, std::nullopt);
     co_return ok;
   }
-  const std::string_view full = *path_field;
+  auto str = [&](const char* name) -> std::optional<std::string_view> {
+    auto it = o->find(name);
+    if (it == o->end()) return std::nullopt;
+    return std::string_view(it->value().as_string());
+  };
+  std::int64_t cost = 1;
+  if (auto it = o->find("cost"); it != o->end()) cost = it->value().as_int64();
+  const std::string_view full = *str("path");
   const std::size_t qm = full.find('?');
   // Headers to key limits by come in "headers": {"X-User-Id": "7"}.
   class JsonHeaders final : public HeaderLookup {
@@ -1457,7 +1477,7 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
       }
       return {};
     }
-    bool repeated(std::string_view) const override { return false; }  // refused before (names_repeated)
+    bool repeated(std::string_view) const override { return false; }  // refused before (decide_refusal)
 
    private:
     const boost::json::object* h_;

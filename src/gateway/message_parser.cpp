@@ -77,6 +77,14 @@ bool is_target(std::string_view v) {
   return !v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return kTargetChar[static_cast<unsigned char>(c)]; });
 }
 
+bool is_field_name(std::string_view v) {
+  return !v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return kTchar[static_cast<unsigned char>(c)]; });
+}
+
+bool is_field_value(std::string_view v) {
+  return std::all_of(v.begin(), v.end(), [](char c) { return kText[static_cast<unsigned char>(c)]; });
+}
+
 bool is_host(std::string_view v) {
   std::size_t i = 0;
   if (!v.empty() && v[0] == '[') {

@@ -79,6 +79,10 @@ bool is_host(std::string_view v);
 bool is_method(std::string_view v);
 // A request target's characters as the request line is read: visible ASCII, no '#'.
 bool is_target(std::string_view v);
+// A field's name (a token) and value (visible characters, space, tab and obs-text) as the parser
+// reads them.
+bool is_field_name(std::string_view v);
+bool is_field_value(std::string_view v);
 
 template <bool isRequest>
 class ChunkDecoder;
