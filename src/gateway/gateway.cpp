@@ -1013,9 +1013,17 @@ struct Worker::Exchange {
   char generated_id[24] = {};
 };
 
+// An address as limits count it, logs show it and X-Forwarded-For passes it on: an IPv4 client of
+// a dual-stack listener ("[::]:8080") in its IPv4 form, not as ::ffff:10.0.0.1, so that it is one
+// client however it came (and as /decide is told of it).
+std::string client_address(const asio::ip::address& a) {
+  if (a.is_v6() && a.to_v6().is_v4_mapped()) return asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6()).to_string();
+  return a.to_string();
+}
+
 Task<void> Worker::session(Socket socket) {
   error_code ec;
-  const std::string client_ip = socket.remote_endpoint(ec).address().to_string();
+  const std::string client_ip = client_address(socket.remote_endpoint(ec).address());
   TimedSocket stream(std::move(socket), sockets);
   Conn conn{&stream};
   conns.insert(&conn);
@@ -1492,7 +1500,9 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
   const auto system = str("system");
   r.has_system_key = system.has_value();
   r.system_key = system.value_or("");
-  r.client_ip = str("client_ip").value_or(x.client_ip);
+  std::string given_ip;
+  if (const auto ip = str("client_ip")) given_ip = client_address(asio::ip::make_address(*ip));  // checked before
+  r.client_ip = given_ip.empty() ? std::string_view(x.client_ip) : std::string_view(given_ip);
   r.headers = &lookup;
   r.cost = cost;
   r.hold_in_flight = false;

@@ -84,6 +84,11 @@ interfaces:
     upstream: app
     public: true
     limits: [{algorithm: fixed_window, limit: 1, period: 1m, key_by: "header:X-User"}]
+  - id: per-ip
+    path: /per-ip
+    upstream: app
+    public: true
+    limits: [{algorithm: fixed_window, limit: 1, period: 1m, key_by: client_ip}]
   - id: per-host
     path: /per-host
     upstream: app
@@ -1335,6 +1340,31 @@ TEST_F(GatewayTest, DecideAnswersTheSameDecisionWithoutProxying) {
   EXPECT_EQ(get.status, 405);
   EXPECT_EQ(get.header("allow"), "POST");
   EXPECT_EQ(upstream_->requests(), 0);
+}
+
+// An IPv4 client of a dual-stack listener is its IPv4 address, not ::ffff:a.b.c.d: one client to
+// its limits whichever way it came, in the log and upstream too.
+TEST_F(GatewayTest, AnIpv4ClientOfADualStackListenerIsItsIpv4Address) {
+  gw_.reset();
+  GatewayOptions o;
+  o.listen = "[::]:0";
+  o.admin_listen = "127.0.0.1:0";
+  o.clock = &clock_;
+  o.access_log = log_path_;
+  o.log = [](std::string_view) {};
+  auto g = Gateway::start(o, parse(config_text()));
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  gw_ = std::move(*g);
+  HttpClient c(gw_->port());
+  const HttpResponse echo = c.request("GET", "/echo/x", {{"X-System-Key", "crm"}, {"X-Request-Id", "dual"}});
+  ASSERT_EQ(echo.status, 200);
+  EXPECT_EQ(str(json(echo.body).at("headers").as_object(), "X-Forwarded-For"), "127.0.0.1");
+  EXPECT_NE(access_log_line("dual").find(R"("client_ip":"127.0.0.1")"), std::string::npos) << access_log_line("dual");
+  EXPECT_EQ(c.get("/per-ip").status, 200);
+  const std::string decide = R"({"path":"/per-ip","client_ip":")";
+  EXPECT_EQ(c.request("POST", "/_sluice/v1/decide", {}, decide + R"(::ffff:127.0.0.1"})").status, 429);
+  EXPECT_EQ(c.request("POST", "/_sluice/v1/decide", {}, decide + R"(::ffff:10.0.0.1"})").status, 200);
+  EXPECT_EQ(c.request("POST", "/_sluice/v1/decide", {}, decide + R"(10.0.0.1"})").status, 429);
 }
 
 // With language: zh-CN, /decide's refusals are in Chinese too, whatever was wrong.
