@@ -9,6 +9,8 @@
 #include <sstream>
 #include <string_view>
 
+#include <boost/url/ipv4_address.hpp>
+#include <boost/url/ipv6_address.hpp>
 #include <boost/url/parse.hpp>
 #include <boost/url/url_view.hpp>
 
@@ -74,33 +76,98 @@ Result<Nanos> parse_positive_duration(std::string_view flag, const std::string& 
   return *d;
 }
 
+// A port as the URL gives it: digits only, 1 to 65535 (Boost.URL's port_number() wraps 99999 to
+// 34463, so the text is read here).
+std::optional<std::uint16_t> parse_port(std::string_view text) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string_view::npos) {
+    return std::nullopt;
+  }
+  std::uint32_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || value < 1 || value > 65535) return std::nullopt;
+  return static_cast<std::uint16_t>(value);
+}
+
+// A host name or an IPv4 address: the characters of a DNS name (RFC 3986 allows more in a
+// reg-name, but nothing a resolver would find).
+bool is_host_name(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_' ||
+           c == '~';
+  });
+}
+
 Result<Target> parse_target(const std::string& text) {
   // "localhost:8080/x" is taken as http://localhost:8080/x.
   const std::string url = text.find("://") == std::string::npos ? "http://" + text : text;
-  const auto parsed = boost::urls::parse_uri(url);
-  if (!parsed) return bad("'" + text + "' is not a URL (" + parsed.error().message() + ")");
-  const boost::urls::url_view& u = *parsed;
-  if (u.scheme() == "https") {
+  const std::size_t scheme_end = url.find("://");
+  const std::string_view scheme = std::string_view(url).substr(0, scheme_end);
+  if (iequals(scheme, "https")) {
     return bad("'" + text + "': sluice bench speaks plain HTTP/1.1 only; use an http:// URL");
   }
-  if (u.scheme() != "http") return bad("'" + text + "': the URL must start with http://");
-  if (u.has_userinfo()) {
+  if (!iequals(scheme, "http")) return bad("'" + text + "': the URL must start with http://");
+
+  // The authority is split off here rather than by Boost.URL, which reads the IPv4 address at the
+  // front of "127.0.0.1.:8080" or "127.0.0.1:80:80" and takes the rest for the path.
+  const std::size_t authority_begin = scheme_end + 3;
+  const std::size_t authority_end = std::min(url.find_first_of("/?#", authority_begin), url.size());
+  const std::string_view authority =
+      std::string_view(url).substr(authority_begin, authority_end - authority_begin);
+  if (authority.find('@') != std::string_view::npos) {
     return bad("'" + text +
                "': user:password@ in the URL is not supported; "
                "send --header 'Authorization: ...' instead");
   }
+  // The rest (path, query, fragment) behind a host that parses one way only.
+  const std::string rest = "http://h" + url.substr(authority_end);
+  const auto parsed = boost::urls::parse_uri(rest);
+  if (!parsed) return bad("'" + text + "' is not a URL (" + parsed.error().message() + ")");
+
   Target t;
-  t.host = u.host_address();
-  if (t.host.empty()) return bad("'" + text + "' has no host");
-  if (u.has_port()) {
-    if (u.port().empty() || u.port_number() == 0) return bad("'" + text + "' has a bad port");
-    t.port = std::string(u.port());
+  std::string_view host;
+  std::string_view after_host;  // ":port", or nothing
+  if (!authority.empty() && authority.front() == '[') {
+    const std::size_t close = authority.find(']');
+    if (close == std::string_view::npos ||
+        !boost::urls::parse_ipv6_address(authority.substr(1, close - 1))) {
+      return bad("'" + text + "' is not a URL: '" + std::string(authority) +
+                 "' is not an IPv6 address in brackets");
+    }
+    host = authority.substr(0, close + 1);
+    t.host = std::string(authority.substr(1, close - 1));
+    after_host = authority.substr(close + 1);
+    if (!after_host.empty() && after_host.front() != ':') {
+      return bad("'" + text + "' is not a URL: '" + std::string(after_host) +
+                 "' after the address");
+    }
   } else {
-    t.port = "80";
+    host = authority.substr(0, authority.find(':'));
+    after_host = authority.substr(host.size());
+    if (host.empty()) return bad("'" + text + "' has no host");
+    if (!is_host_name(host)) {
+      return bad("'" + text + "' is not a URL: '" + std::string(host) + "' is not a host name");
+    }
+    t.host = std::string(host);
+    // A name may end in a dot (an absolute name); an address with one is still the address, as
+    // browsers read it (WHATWG URL): the resolver would look "127.0.0.1." up as a name.
+    if (t.host.size() > 1 && t.host.back() == '.' &&
+        boost::urls::parse_ipv4_address(std::string_view(t.host).substr(0, t.host.size() - 1))) {
+      t.host.pop_back();
+    }
   }
-  t.host_header = std::string(u.encoded_host());
-  if (u.has_port()) t.host_header += ":" + t.port;
-  t.path = std::string(u.encoded_target());
+  if (after_host.empty()) {
+    t.port = "80";
+  } else {
+    const std::string_view port_text = after_host.substr(1);
+    const std::optional<std::uint16_t> port = parse_port(port_text);
+    if (!port) {
+      return bad("'" + text + "' has a bad port: '" + std::string(port_text) +
+                 "' is not a number from 1 to 65535");
+    }
+    t.port = std::to_string(*port);
+  }
+  t.host_header = std::string(authority);
+  t.path = std::string(parsed->encoded_target());
   if (t.path.empty() || t.path.front() != '/') t.path.insert(0, "/");
   return t;
 }

@@ -102,6 +102,35 @@ TEST(Plan, AUrlWithoutSchemeOrPathMeansHttpAndSlash) {
   EXPECT_EQ(ok(with_url("http://example.test/x")).target.port, "80");
 }
 
+TEST(Plan, APortMustBeANumberFrom1To65535) {
+  // Boost.URL's port_number() wraps 99999 to 34463: a run would have gone to another port.
+  for (const char* url : {"http://127.0.0.1:99999/x", "http://127.0.0.1:65536/", "http://h:0/",
+                          "http://h:/", "http://127.0.0.1:18004:18004/", "http://[::1]:80:80/"}) {
+    EXPECT_NE(error_of(with_url(url)).find("bad port"), std::string::npos) << url;
+  }
+  EXPECT_EQ(ok(with_url("http://127.0.0.1:65535/")).target.port, "65535");
+}
+
+TEST(Plan, AHostWithATrailingDotKeepsItsPort) {
+  // Boost.URL read "127.0.0.1.:18004/" as the address 127.0.0.1 and the path ".:18004/".
+  const Plan address = ok(with_url("http://127.0.0.1.:18004/x"));
+  EXPECT_EQ(address.target.host, "127.0.0.1");  // an address, as browsers read it
+  EXPECT_EQ(address.target.port, "18004");
+  EXPECT_EQ(address.target.path, "/x");
+  EXPECT_EQ(address.target.host_header, "127.0.0.1.:18004");
+  const Plan name = ok(with_url("http://localhost.:18004/"));
+  EXPECT_EQ(name.target.host, "localhost.");  // an absolute name, for the resolver
+  EXPECT_EQ(name.target.port, "18004");
+  EXPECT_EQ(name.target.path, "/");
+}
+
+TEST(Plan, TheSchemeIsCaseInsensitive) {
+  const Plan p = ok(with_url("HTTP://127.0.0.1:8080/a?b=1"));
+  EXPECT_EQ(p.target.port, "8080");
+  EXPECT_EQ(p.target.path, "/a?b=1");
+  EXPECT_NE(error_of(with_url("HTTPS://127.0.0.1/")).find("plain HTTP"), std::string::npos);
+}
+
 TEST(Plan, ReadsTheBodyFromAFile) {
   const std::string path = ::testing::TempDir() + "plan_body.json";
   std::ofstream(path) << "{\"from\":\"file\"}";
