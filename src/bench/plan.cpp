@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <fstream>
-#include <iterator>
+#include <cstdio>
+#include <cstring>
+#include <memory>
 #include <sstream>
 #include <string_view>
 
@@ -172,6 +174,28 @@ Result<Target> parse_target(const std::string& text) {
   return t;
 }
 
+// The whole of --body-file, or why it cannot be read. With stdio rather than a stream: an
+// ifstream opens a directory, and reading it then throws from inside libstdc++ (the process ended
+// with "terminate called").
+Result<std::string> read_body_file(const std::string& path) {
+  struct Closer {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
+  const std::unique_ptr<std::FILE, Closer> file(std::fopen(path.c_str(), "rb"));
+  auto cannot_read = [&] {
+    return bad("--body-file: cannot read '" + path + "': " + std::strerror(errno));
+  };
+  if (!file) return cannot_read();
+  std::string body;
+  char chunk[64 * 1024];
+  for (std::size_t n = sizeof chunk; n == sizeof chunk;) {
+    n = std::fread(chunk, 1, sizeof chunk, file.get());
+    body.append(chunk, n);
+  }
+  if (std::ferror(file.get())) return cannot_read();
+  return body;
+}
+
 struct HeaderLine {
   std::string name;
   std::string value;
@@ -305,10 +329,9 @@ Status plan_requests(const Options& o, Plan& plan) {
   if (o.body && o.body_file) return bad("give --body or --body-file, not both");
   std::string body = o.body.value_or("");
   if (o.body_file) {
-    std::ifstream in(*o.body_file, std::ios::binary);
-    if (!in) return bad("--body-file: cannot read '" + *o.body_file + "'");
-    body.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    if (in.bad()) return bad("--body-file: error while reading '" + *o.body_file + "'");
+    Result<std::string> content = read_body_file(*o.body_file);
+    if (!content) return content.error();
+    body = std::move(content).value();
   }
 
   if (o.vary_header) {

@@ -150,6 +150,7 @@ TEST(Cli, BadFlagsExitTwoWithAMessage) {
       {"bench", "https://127.0.0.1:1/"},
       {"bench", "--header", "broken", "http://127.0.0.1:1/"},
       {"bench", "--expect-status", "2xx", "http://127.0.0.1:1/"},
+      {"bench", "--body-file", "/", "http://127.0.0.1:1/"},  // a directory: it was an abort
   };
   for (const auto& args : cases) {
     const Outcome o = sluice(args);
