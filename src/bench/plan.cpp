@@ -201,6 +201,11 @@ struct HeaderLine {
   std::string value;
 };
 
+// The fields that say how long the body is: sluice bench writes them from the body it sends.
+bool is_length_header(std::string_view name) {
+  return iequals(name, "Content-Length") || iequals(name, "Transfer-Encoding");
+}
+
 Result<HeaderLine> parse_header(const std::string& text) {
   const auto colon = text.find(':');
   if (colon == std::string::npos) {
@@ -211,7 +216,7 @@ Result<HeaderLine> parse_header(const std::string& text) {
   if (!is_token(h.name))
     return bad("--header '" + text + "': '" + h.name + "' is not a header name");
   if (has_control(h.value)) return bad("--header '" + h.name + "': the value has a line break or another control character");
-  if (iequals(h.name, "Content-Length") || iequals(h.name, "Transfer-Encoding")) {
+  if (is_length_header(h.name)) {
     return bad("--header " + h.name + ": sluice bench sets the body's length itself");
   }
   return h;
@@ -350,6 +355,15 @@ Status plan_requests(const Options& o, Plan& plan) {
       plan.vary_values.push_back(value);
     }
     if (plan.vary_values.empty()) return bad("--vary-header " + name + " has no values");
+    if (is_length_header(name)) {
+      return bad("--vary-header " + name + ": sluice bench sets the body's length itself");
+    }
+    // Both would be sent (two Host fields, which a server must answer with 400).
+    if (std::any_of(headers.begin(), headers.end(),
+                    [&](const HeaderLine& h) { return iequals(h.name, name); })) {
+      return bad("--vary-header " + name +
+                 ": the header is also given with --header; give it with one of them");
+    }
     plan.vary_name = name;
   }
 

@@ -149,6 +149,28 @@ TEST(Plan, ADirectoryAsTheBodyFileIsRefusedWithAMessage) {
   EXPECT_EQ(error_of(o), "--body-file: cannot read '/': Is a directory");
 }
 
+TEST(Plan, AVariedHeaderIsCheckedAsAHeaderIs) {
+  // They were accepted, and sent: a second length, a second Host, a second X-K.
+  Options o = with_url();
+  o.vary_header = "Content-Length=1,2";
+  EXPECT_EQ(error_of(o),
+            "--vary-header Content-Length: sluice bench sets the body's length itself");
+  o.vary_header = "transfer-encoding=chunked";
+  EXPECT_NE(error_of(o).find("length itself"), std::string::npos);
+  o.headers = {"Host: h0"};
+  o.vary_header = "Host=h1";
+  EXPECT_EQ(error_of(o),
+            "--vary-header Host: the header is also given with --header; give it with one of them");
+  o.headers = {"X-K: z"};
+  o.vary_header = "x-k=a,b";
+  EXPECT_NE(error_of(o).find("also given with --header"), std::string::npos);
+  o.headers = {};
+  o.vary_header = "Host=h1,h2";  // alone, it replaces the default Host
+  const Plan p = ok(o);
+  EXPECT_EQ(p.wire[1],
+            "GET /api/orders?x=1 HTTP/1.1\r\nUser-Agent: sluice-bench\r\nHost: h2\r\n\r\n");
+}
+
 TEST(Plan, RejectsConflictingLoads) {
   Options o = with_url();
   o.burst = 10;
