@@ -3,9 +3,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <charconv>
 #include <csignal>
+#include <cstdint>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -116,12 +119,19 @@ int run_bench(const bench::Options& options, const Output& output) {
   return report.passed() ? 0 : kFailed;
 }
 
-// Counts are unsigned, and CLI11 would read "-5" as a huge one: only digits pass.
+// Counts are unsigned, and CLI11 would read "-5" as a huge one: only digits pass. Nor may a count
+// be too large for 64 bits, which CLI11 would read as the largest there is.
 CLI::Validator whole_number(int at_least) {
   return CLI::Validator(
       [at_least](std::string& text) -> std::string {
         if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) {
           return "'" + text + "' is not a whole number";
+        }
+        std::uint64_t value = 0;
+        if (std::from_chars(text.data(), text.data() + text.size(), value).ec ==
+            std::errc::result_out_of_range) {
+          return "'" + text + "' is too large (at most " +
+                 std::to_string(std::numeric_limits<std::uint64_t>::max()) + ")";
         }
         if (at_least > 0 && text.find_first_not_of('0') == std::string::npos) {
           return "must be at least " + std::to_string(at_least);

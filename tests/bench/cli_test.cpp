@@ -159,6 +159,16 @@ TEST(Cli, BadFlagsExitTwoWithAMessage) {
   }
 }
 
+TEST(Cli, ACountTooLargeFor64BitsIsRefused) {
+  // CLI11 read it as 2^64 - 1, and the run went on (here to a refused connection).
+  for (const char* flag : {"--requests", "--expect-admitted", "--expect-admitted-max"}) {
+    const Outcome o = sluice({"bench", flag, "99999999999999999999", "http://127.0.0.1:1/"});
+    EXPECT_EQ(o.status, 2) << flag;
+    EXPECT_TRUE(contains(o.err, std::string(flag) + ": '99999999999999999999' is too large"))
+        << o.err;
+  }
+}
+
 // A TCP socket bound to 127.0.0.1 on a free port, and its address.
 std::pair<int, sockaddr_in> bound_socket() {
   const int s = socket(AF_INET, SOCK_STREAM, 0);
