@@ -286,6 +286,7 @@ Status plan_load(const Options& o, Plan& plan) {
       return bad("--ramp rates must be between 0 and 10000000 per second, not both 0");
     }
     plan.mode = Mode::kRate;
+    plan.ramp = true;
     plan.duration = duration;
     plan.schedule = Schedule::ramp(*from, *to, duration);
   } else if (o.rate) {
@@ -412,6 +413,11 @@ Status plan_expectations(const Options& o, Plan& plan) {
   return {};
 }
 
+// "1 request", "2 requests".
+std::string requests_text(std::uint64_t n) {
+  return std::to_string(n) + (n == 1 ? " request" : " requests");
+}
+
 std::string format_rate(double rate) {
   std::ostringstream out;
   out << rate;
@@ -461,19 +467,19 @@ std::string Plan::describe() const {
                          std::to_string(threads) + (threads == 1 ? " thread" : " threads");
   switch (mode) {
     case Mode::kBurst:
-      return "burst of " + std::to_string(requests) + " requests written at one instant" + on;
+      return "burst of " + requests_text(requests) + " written at one instant" + on;
     case Mode::kRequests:
-      return std::to_string(requests) + " requests, closed loop" + on;
+      return requests_text(requests) + ", closed loop" + on;
     case Mode::kDuration:
       return "closed loop for " + format_duration(duration) + on;
     case Mode::kRate:
-      if (schedule->rate_from() != schedule->rate_to()) {
+      if (ramp) {
         return "open loop ramping from " + format_rate(schedule->rate_from()) + " to " +
                format_rate(schedule->rate_to()) + " req/s over " + format_duration(duration) +
-               " (" + std::to_string(requests) + " requests)" + on;
+               " (" + requests_text(requests) + ")" + on;
       }
       return "open loop at " + format_rate(schedule->rate_from()) + " req/s, " +
-             std::to_string(requests) + " requests" +
+             requests_text(requests) +
              (duration.count() > 0 ? " in " + format_duration(duration) : "") + on;
   }
   return {};

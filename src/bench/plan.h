@@ -69,6 +69,7 @@ struct Plan {
   std::uint64_t requests = 0;        // burst and kRequests; for kRate, schedule.count()
   Nanos duration{0};                 // kDuration, and kRate when given as a time
   std::optional<Schedule> schedule;  // kRate: constant or ramp
+  bool ramp = false;                 // kRate given by --ramp, even with FROM equal to TO
   bool head = false;                 // HEAD: responses carry no body whatever their headers say
   // One serialised request per value of the varied header (one in all when nothing varies).
   std::vector<std::string> wire;

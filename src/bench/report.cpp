@@ -38,7 +38,7 @@ const char* mode_name(const Plan& plan) {
     case Mode::kDuration:
       return "duration";
     case Mode::kRate:
-      return plan.schedule->rate_from() == plan.schedule->rate_to() ? "rate" : "ramp";
+      return plan.ramp ? "ramp" : "rate";
   }
   return "";
 }

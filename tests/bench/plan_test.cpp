@@ -171,6 +171,31 @@ TEST(Plan, AVariedHeaderIsCheckedAsAHeaderIs) {
             "GET /api/orders?x=1 HTTP/1.1\r\nUser-Agent: sluice-bench\r\nHost: h2\r\n\r\n");
 }
 
+TEST(Plan, DescribesOneRequestInTheSingular) {
+  Options burst = with_url();
+  burst.burst = 1;
+  EXPECT_EQ(ok(burst).describe(),
+            "burst of 1 request written at one instant on 1 connection, 1 thread");
+  Options closed = with_url();
+  closed.requests = 1;
+  EXPECT_EQ(ok(closed).describe(), "1 request, closed loop on 1 connection, 1 thread");
+  Options rate = with_url();
+  rate.rate = 1;
+  rate.requests = 1;
+  EXPECT_EQ(ok(rate).describe(), "open loop at 1 req/s, 1 request on 1 connection, 1 thread");
+}
+
+TEST(Plan, ARampWhoseEndsAreEqualIsStillARamp) {
+  Options o = with_url();
+  o.ramp = "10:10";
+  o.duration = "10s";
+  const Plan p = ok(o);
+  EXPECT_TRUE(p.ramp);
+  EXPECT_EQ(p.describe(),
+            "open loop ramping from 10 to 10 req/s over 10s (100 requests) on 10 connections, "
+            "2 threads");
+}
+
 TEST(Plan, RejectsConflictingLoads) {
   Options o = with_url();
   o.burst = 10;

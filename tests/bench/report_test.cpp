@@ -100,6 +100,16 @@ TEST(Report, JsonHasTheFieldsScriptsReadAtTheTop) {
   EXPECT_TRUE(o.at("passed").as_bool());
 }
 
+TEST(Report, ARampIsReportedAsARampEvenWithEqualEnds) {
+  Options o;
+  o.url = "http://127.0.0.1:8080/api";
+  o.ramp = "10:10";
+  o.duration = "10s";
+  Result<Plan> plan = make_plan(o, 2);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(make_report(*plan, RunResult{}).mode, "ramp");  // it said "rate"
+}
+
 TEST(Report, TextShowsCountsLatencyTimelineAndVerdicts) {
   const std::string text = format_report(make_report(burst_plan(), fifty_fifty()));
   EXPECT_NE(text.find("Admitted     50 (2xx)"), std::string::npos) << text;
