@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -56,6 +57,7 @@ std::optional<std::int64_t> parse_count(std::string_view value) {
 // What a response's header said that the report cares about; filled by ResponseParser.
 struct ResponseFields {
   int status = 0;
+  int bad_status = 0;  // a status line's code outside 100..599, which makes it a bad response
   std::optional<std::int64_t> retry_after_s;
   std::vector<QuotaSeen> quotas;          // from RateLimit
   std::optional<std::int64_t> remaining;  // from RateLimit-Remaining / X-RateLimit-Remaining
@@ -63,6 +65,7 @@ struct ResponseFields {
 
   void clear() {
     status = 0;
+    bad_status = 0;
     retry_after_s.reset();
     quotas.clear();
     remaining.reset();
@@ -85,7 +88,14 @@ class ResponseParser final : public http::basic_parser<false> {
  private:
   void on_request_impl(http::verb, beast_string_view, beast_string_view, int,
                        error_code&) override {}
-  void on_response_impl(int code, beast_string_view, int, error_code&) override {
+  void on_response_impl(int code, beast_string_view, int, error_code& ec) override {
+    // Beast takes any three digits; a status is 100 to 599 (RFC 9110 15). Anything else cannot be
+    // counted as admitted, rejected or other: it is a bad response, and the run's counts agree.
+    if (code < 100 || code > 599) {
+      fields_.bad_status = code;
+      ec = http::error::bad_status;
+      return;
+    }
     fields_.status = code;
   }
   void on_field_impl(http::field f, beast_string_view name_bsv, beast_string_view value_bsv,
@@ -490,6 +500,11 @@ class Worker {
       if (ec == http::error::need_more) {
         if (used == 0) break;
         continue;
+      }
+      if (ec && c.fields.bad_status != 0) {
+        char code[8];
+        std::snprintf(code, sizeof code, "%03d", c.fields.bad_status);
+        return fail(c, "bad response: status " + std::string(code) + ", not from 100 to 599");
       }
       if (ec) return fail(c, "bad response: " + ec.message());
     }

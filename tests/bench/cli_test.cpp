@@ -24,6 +24,7 @@ namespace sluice::bench {
 namespace {
 
 using testing::TestServer;
+using testing::TestServerOptions;
 
 struct Outcome {
   int status = -1;  // the exit status; -1 when it did not exit by itself
@@ -127,6 +128,19 @@ TEST(Cli, EachFailingAssertionExitsOneWithItsReasonOnOneLine) {
     EXPECT_EQ(o.status, 1) << c.flags[2];
     EXPECT_EQ(o.err, c.err);
   }
+}
+
+TEST(Cli, OnlyBadStatusesMeanNoResponseAndExitTwo) {
+  // A 600 vanished from the counts and --expect-status passed "all 0 responses", exit 0.
+  TestServer server(
+      TestServerOptions{.raw_response = "HTTP/1.1 600 X\r\nContent-Length: 0\r\n\r\n"});
+  const Outcome o = sluice({"bench", "-n", "4", "-c", "1", "--expect-status", "200", server.url()});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_TRUE(contains(o.out, "Requests     4 in")) << o.out;
+  EXPECT_TRUE(contains(o.out, "4 × bad response: status 600, not from 100 to 599")) << o.out;
+  EXPECT_EQ(o.err,
+            "sluice bench: no request got a response (bad response: status 600, not from 100 to "
+            "599)\n");
 }
 
 TEST(Cli, EveryFailedAssertionGetsItsOwnLine) {

@@ -184,6 +184,35 @@ TEST(Load, DroppedConnectionsAreCountedAsErrorsAndTheRunGoesOn) {
   EXPECT_EQ(r.error_counts.count("connection closed before the response"), 1u);
 }
 
+TEST(Load, AStatusOutside100To599IsABadResponse) {
+  // A 600 was left out of the status counts but counted as "other" in the timeline and its
+  // latency recorded; a 099 was counted as status 99.
+  for (const auto& [line, reason] : std::vector<std::pair<std::string, std::string>>{
+           {"HTTP/1.1 600 X", "bad response: status 600, not from 100 to 599"},
+           {"HTTP/1.1 999 X", "bad response: status 999, not from 100 to 599"},
+           {"HTTP/1.1 099 X", "bad response: status 099, not from 100 to 599"}}) {
+    TestServer server(
+        TestServerOptions{.raw_response = line + "\r\nContent-Length: 0\r\n\r\n"});
+    Options o;
+    o.url = server.url();
+    o.requests = 4;
+    o.connections = 1;
+    const Report r = run_ok(plan_of(o));
+    EXPECT_EQ(r.requests, 4u) << line;
+    EXPECT_EQ(r.responses, 0u) << line;
+    EXPECT_EQ(r.other, 0u) << line;
+    EXPECT_EQ(r.errors, 4u) << line;
+    EXPECT_TRUE(r.status_counts.empty()) << line;
+    EXPECT_EQ(r.error_counts, (std::map<std::string, std::uint64_t>{{reason, 4}})) << line;
+    EXPECT_TRUE(r.latency_buckets.empty()) << line;
+    Counts timeline;
+    for (const Counts& step : r.timeline) timeline += step;
+    EXPECT_EQ(timeline.other, 0u) << line;
+    EXPECT_EQ(timeline.errors, 4u) << line;
+    EXPECT_EQ(server.arrivals().size(), 4u) << line;
+  }
+}
+
 TEST(Load, RateLimitHeadersAreSummedUp) {
   TestServer server;
   Options o;

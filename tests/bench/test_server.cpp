@@ -176,6 +176,10 @@ struct TestServer::Impl {
       return answer;
     }
     if (n == 0) answer.stall = options.stall_first;
+    if (!options.raw_response.empty()) {
+      answer.response = options.raw_response;
+      return answer;
+    }
     const std::int64_t used = ++counts[key];
     const bool admitted = used <= options.admit;
     const std::int64_t remaining = std::max<std::int64_t>(0, options.admit - used);

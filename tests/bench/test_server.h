@@ -24,6 +24,9 @@ struct TestServerOptions {
   // Close the connection instead of answering every n-th request (0: never).
   int drop_every = 0;
   std::int64_t window_s = 60;  // the `t` of the RateLimit header and the Retry-After
+  // Answer every request with these bytes, as they are (a bad status line, odd headers); "" for
+  // the answer above.
+  std::string raw_response{};
 };
 
 struct Arrival {
