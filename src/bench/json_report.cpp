@@ -127,6 +127,7 @@ std::string to_json(const Report& r) {
   o["rejected"] = r.rejected;
   o["other"] = r.other;
   o["errors"] = r.errors;
+  o["retried"] = r.retried;
 
   json::object statuses;
   for (const auto& [code, n] : r.status_counts) statuses[std::to_string(code)] = n;

@@ -207,6 +207,7 @@ Report make_report(const Plan& plan, const RunResult& run) {
   r.error_counts = s.errors;
   r.errors = s.error_count();
   r.requests = r.responses + r.errors;
+  r.retried = s.retries;
   r.elapsed = run.elapsed;
   const double seconds = static_cast<double>(run.elapsed.count()) / 1e9;
   r.throughput_rps = seconds > 0 ? static_cast<double>(r.responses) / seconds : 0;
@@ -268,6 +269,10 @@ std::string format_report(const Report& r) {
   out += format("  %-12s %llu\n", "Errors", static_cast<unsigned long long>(r.errors));
   for (const auto& [reason, n] : r.error_counts) {
     out += format("  %-12s   %llu × %s\n", "", static_cast<unsigned long long>(n), reason.c_str());
+  }
+  if (r.retried > 0) {
+    out += format("  %-12s %llu (the server had closed the connection they went on)\n", "Retried",
+                  static_cast<unsigned long long>(r.retried));
   }
   std::string statuses;
   for (const auto& [code, n] : r.status_counts) {

@@ -46,6 +46,7 @@ struct Report {
   std::uint64_t rejected = 0;   // 429
   std::uint64_t other = 0;      // any other status
   std::uint64_t errors = 0;     // no response
+  std::uint64_t retried = 0;    // sent again: the connection they went on had been closed
   std::map<int, std::uint64_t> status_counts;
   std::map<std::string, std::uint64_t> error_counts;
   Nanos elapsed{0};

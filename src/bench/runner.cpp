@@ -1,8 +1,10 @@
 #include "bench/runner.h"
 
 #include <sys/resource.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -182,6 +184,10 @@ struct Conn {
   bool busy = false;  // a request is under way (connecting, writing or awaiting its response)
   bool connecting = false;
   bool timed_out = false;  // the sweep gave up on it; the aborted operation reports the timeout
+  int exchanges = 0;       // responses received on the socket since it was opened
+  bool reused = false;     // the request under way was written after an earlier response
+  bool retried = false;    // the request under way is on its second attempt
+  bool got_bytes = false;  // some of a response to the request under way has arrived
   Nanos busy_since{0};     // when this request began, for the timeout
   Nanos intended{0};       // when it was meant to leave: the latency's start outside closed loops
   Nanos sent{0};           // when it was written
@@ -428,18 +434,56 @@ class Worker {
   void begin_request(Conn& c, Nanos now) {
     c.busy = true;
     c.busy_since = now;
+    c.retried = false;
     if (plan_.mode != Mode::kRate) c.intended = now;
+    // The server may have closed a kept-alive connection while it sat idle (an idle timeout, or a
+    // close after every response without saying so): a request written into it would be lost.
+    if (c.socket.is_open() && !still_open(c)) close(c);
     if (!c.socket.is_open()) return connect(c);
     write(c);
   }
 
+  // Whether an idle connection may carry the next request: the server has not closed it (a peek
+  // reads 0 bytes, or fails with a reset) and has sent nothing unasked, which would be read as the
+  // next request's response.
+  static bool still_open(Conn& c) {
+    if (c.begin < c.end) return false;
+    char byte = 0;
+    const ssize_t n = ::recv(c.socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
+
   void write(Conn& c) {
-    c.sent = since_start();
+    if (!c.retried) c.sent = since_start();  // a retry's latency counts from the first attempt
+    c.reused = c.exchanges > 0;
+    c.got_bytes = false;
     // Most requests fit in the socket's buffer at once: write now, and wait only for the rest.
     error_code ec;
     const std::size_t n = c.socket.write_some(asio::buffer(plan_.wire[c.variant]), ec);
-    if (ec && ec != asio::error::would_block) return fail(c, "write: " + ec.message());
+    if (ec && ec != asio::error::would_block) {
+      if (may_retry(c, ec)) return retry(c);
+      return fail(c, "write: " + ec.message());
+    }
     finish_write(c, ec ? 0 : n);
+  }
+
+  // A request written on a reused connection that got nothing back, not a byte, met the server
+  // closing that connection (an idle timeout racing the request, which the check before writing
+  // cannot rule out), so it almost certainly never reached the application. As browsers and HTTP
+  // clients do, it is sent again, once, on a fresh connection. Anything else is an error, and so is
+  // a second failure.
+  bool may_retry(const Conn& c, error_code ec) const {
+    return c.reused && !c.retried && !c.got_bytes && !c.timed_out &&
+           (ec == asio::error::eof || ec == asio::error::connection_reset ||
+            ec == asio::error::broken_pipe);
+  }
+
+  void retry(Conn& c) {
+    ++stats_.retries;
+    c.retried = true;
+    c.parser.reset();
+    close(c);
+    connect(c);
   }
 
   // The first `written` bytes of c's request are out: send the rest, then read the response.
@@ -448,6 +492,7 @@ class Worker {
     if (written == wire.size()) return read(c);
     asio::async_write(c.socket, asio::buffer(wire.data() + written, wire.size() - written),
                       [this, &c](error_code ec, std::size_t) {
+                        if (ec && may_retry(c, ec)) return retry(c);
                         if (ec) return fail(c, reason(c, "write", ec));
                         read(c);
                       });
@@ -478,6 +523,8 @@ class Worker {
   }
 
   void on_read(Conn& c, error_code ec, std::size_t n) {
+    if (ec && may_retry(c, ec)) return retry(c);
+    if (n > 0) c.got_bytes = true;
     if (ec == asio::error::eof && c.parser->need_eof()) {
       c.parser->put_eof(ec);  // a body delimited by the end of the connection
       if (!ec && c.parser->is_done()) return complete(c, /*keep_alive=*/false);
@@ -562,6 +609,7 @@ class Worker {
     LiveCounters::bump(live_.responses);
     note_rate_limit_fields(c, now);
     c.parser.reset();
+    ++c.exchanges;
     if (!keep_alive) close(c);
     finish_request(c, now);
   }
@@ -604,6 +652,7 @@ class Worker {
     error_code ignored;
     c.socket.close(ignored);
     c.begin = c.end = 0;
+    c.exchanges = 0;
   }
 
   // The request on c is over (answered or failed): start the next one, or wind down.

@@ -32,6 +32,7 @@ void Stats::merge(const Stats& other) {
   for (std::size_t i = 0; i < other.callers.size(); ++i) callers[i] += other.callers[i];
   rate_limit.merge(other.rate_limit);
   last_completion = std::max(last_completion, other.last_completion);
+  retries += other.retries;
   max_send_lag = std::max(max_send_lag, other.max_send_lag);
   if (other.first_write) {
     first_write = first_write ? std::min(*first_write, *other.first_write) : *other.first_write;

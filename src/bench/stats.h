@@ -47,6 +47,9 @@ struct Stats {
   std::vector<Counts> callers;   // per value of the varied header (--vary-header), or one
   RateLimitSummary rate_limit;
   Nanos last_completion{0};  // since the start of the run
+  // Requests sent again on a fresh connection: the server had closed the reused one they were
+  // written on, and not a byte came back.
+  std::uint64_t retries = 0;
   // Open loop: the most a request left after its scheduled time (waiting for a free connection).
   Nanos max_send_lag{0};
   // Burst: when the first and the last request were written, since the start of the run.

@@ -171,17 +171,98 @@ TEST(Load, SendsTheMethodHeadersAndBodyAsked) {
   EXPECT_EQ(arrivals[0].body, R"({"n":1})");
 }
 
-TEST(Load, DroppedConnectionsAreCountedAsErrorsAndTheRunGoesOn) {
-  TestServer server(TestServerOptions{.admit = 1000, .drop_every = 10});
+TEST(Load, AConnectionTheServerClosedWhileIdleIsNotUsedAgain) {
+  // A request every 50 ms on one connection, which the server closes after each response: each
+  // next request must go on a fresh connection. Written into the closed one, they were errors.
+  TestServer server(TestServerOptions{.admit = 1000, .close_after_response = true});
   Options o;
   o.url = server.url();
-  o.requests = 100;
+  o.rate = 20;
+  o.requests = 4;
+  o.connections = 1;
+  const Report r = run_ok(plan_of(o));
+  EXPECT_EQ(r.admitted, 4u);
+  EXPECT_EQ(r.errors, 0u);
+  EXPECT_EQ(r.retried, 0u) << "the closed connection is seen before anything is written";
+  std::set<int> connections;
+  for (const Arrival& a : server.arrivals()) connections.insert(a.connection);
+  EXPECT_EQ(connections, (std::set<int>{1, 2, 3, 4}));
+}
+
+TEST(Load, AConnectionWithBytesNobodyAskedForIsNotUsedAgain) {
+  // Bytes after a response would be read as the next request's response: a bad response, it was.
+  TestServer server(TestServerOptions{
+      .raw_response = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\nHTTP/1.1 404 Nope\r\n"});
+  Options o;
+  o.url = server.url();
+  o.requests = 3;
+  o.connections = 1;
+  const Report r = run_ok(plan_of(o));
+  EXPECT_EQ(r.admitted, 3u);
+  EXPECT_EQ(r.errors, 0u) << r.most_common_error();
+  std::set<int> connections;
+  for (const Arrival& a : server.arrivals()) connections.insert(a.connection);
+  EXPECT_EQ(connections, (std::set<int>{1, 2, 3}));
+}
+
+TEST(Load, AServerThatClosesAfterEveryResponseLosesNoRequest) {
+  // Closed loop: the next request races the server's close. Written before the close arrived, it
+  // gets nothing back and is sent again on a fresh connection; it was "Connection reset by peer".
+  TestServer server(TestServerOptions{.admit = 1000, .close_after_response = true});
+  Options o;
+  o.url = server.url();
+  o.requests = 20;
   o.connections = 2;
   const Report r = run_ok(plan_of(o));
-  EXPECT_EQ(r.requests, 100u);
-  EXPECT_EQ(r.errors, 10u);
-  EXPECT_EQ(r.admitted, 90u);
+  EXPECT_EQ(r.admitted, 20u);
+  EXPECT_EQ(r.errors, 0u) << r.most_common_error();
+  EXPECT_EQ(server.arrivals().size(), 20u);
+}
+
+TEST(Load, ARequestThatGotNothingOnAReusedConnectionIsSentAgainOnce) {
+  // One connection. The server drops arrivals 2, 3 and 5 unanswered, each after 100 ms:
+  //   request 1: arrival 1, answered;
+  //   request 2: arrival 2 on the reused connection, dropped; sent again, arrival 3, dropped
+  //              again: an error (once only);
+  //   request 3: arrival 4 on a fresh connection, answered;
+  //   request 4: arrival 5, dropped; sent again, arrival 6, answered, its latency counted from
+  //              the first attempt.
+  TestServer server(TestServerOptions{
+      .admit = 1000,
+      .drop = [](std::size_t n) { return n == 2 || n == 3 || n == 5; },
+      .hold_drop = 100ms});
+  Options o;
+  o.url = server.url();
+  o.requests = 4;
+  o.connections = 1;
+  const Report r = run_ok(plan_of(o));
+  EXPECT_EQ(r.requests, 4u);
+  EXPECT_EQ(r.admitted, 3u);
+  EXPECT_EQ(r.errors, 1u);
   EXPECT_EQ(r.error_counts.count("connection closed before the response"), 1u);
+  EXPECT_EQ(r.retried, 2u);
+  EXPECT_EQ(server.arrivals().size(), 6u);
+  EXPECT_GE(r.latency.max_us, 100'000);
+}
+
+TEST(Load, ARequestThatGotPartOfAResponseIsNotSentAgain) {
+  // A request the server began to answer reached it: that is an error, not a retry; and so is a
+  // request dropped on a connection that had carried nothing before.
+  TestServer server(TestServerOptions{
+      .admit = 1000, .drop = [](std::size_t n) { return n == 3; }, .cut = [](std::size_t n) {
+        return n == 2;
+      }});
+  Options o;
+  o.url = server.url();
+  o.requests = 4;
+  o.connections = 1;
+  const Report r = run_ok(plan_of(o));
+  EXPECT_EQ(r.admitted, 2u);
+  EXPECT_EQ(r.error_counts, (std::map<std::string, std::uint64_t>{
+                                {"connection closed before the response", 1},
+                                {"connection closed in the middle of a response", 1}}));
+  EXPECT_EQ(r.retried, 0u);
+  EXPECT_EQ(server.arrivals().size(), 4u);
 }
 
 TEST(Load, AStatusOutside100To599IsABadResponse) {

@@ -120,6 +120,18 @@ TEST(Report, TextShowsCountsLatencyTimelineAndVerdicts) {
   EXPECT_NE(text.find("ok    --expect-admitted 50"), std::string::npos) << text;
 }
 
+TEST(Report, SaysHowManyRequestsWereSentAgain) {
+  RunResult run = fifty_fifty();
+  run.stats.retries = 2;
+  const Report r = make_report(burst_plan(), run);
+  EXPECT_EQ(r.retried, 2u);
+  EXPECT_NE(format_report(r).find("Retried      2 (the server had closed the connection"),
+            std::string::npos);
+  EXPECT_EQ(boost::json::parse(to_json(r)).at("retried").to_number<int>(), 2);
+  EXPECT_EQ(format_report(make_report(burst_plan(), fifty_fifty())).find("Retried"),
+            std::string::npos);
+}
+
 TEST(Report, ChartIsOneSvgWithBarsAndPercentiles) {
   const std::string svg = to_svg(make_report(burst_plan(), fifty_fifty()));
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);

@@ -57,7 +57,8 @@ struct TestServer::Impl {
   struct Answer {
     std::string response;
     Nanos stall{0};
-    bool drop = false;
+    bool drop = false;   // close instead of answering, after the stall
+    bool close = false;  // close once the response is out
   };
 
   struct Session : std::enable_shared_from_this<Session> {
@@ -132,12 +133,14 @@ struct TestServer::Impl {
     }
 
     void respond(Impl::Answer answer) {
-      if (answer.drop) {
-        error_code ignored;
-        socket.close(ignored);
+      if (answer.drop && answer.stall.count() > 0) {
+        timer.expires_after(answer.stall);
+        timer.async_wait([self = shared_from_this()](error_code) { self->close(); });
         return;
       }
+      if (answer.drop) return close();
       output = std::move(answer.response);
+      close_after_write = answer.close;
       if (answer.stall.count() > 0) {
         timer.expires_after(answer.stall);
         timer.async_wait([self = shared_from_this()](error_code) { self->write(); });
@@ -150,8 +153,14 @@ struct TestServer::Impl {
       asio::async_write(socket, asio::buffer(output),
                         [self = shared_from_this()](error_code ec, std::size_t) {
                           if (ec) return;
+                          if (self->close_after_write) return self->close();
                           self->handle();  // a request may already be waiting in the buffer
                         });
+    }
+
+    void close() {
+      error_code ignored;
+      socket.close(ignored);
     }
 
     Impl& impl;
@@ -160,6 +169,7 @@ struct TestServer::Impl {
     std::array<char, 8192> chunk{};
     std::string input;
     std::string output;
+    bool close_after_write = false;
     Nanos received{0};  // when the latest data arrived, by the kernel's clock (CLOCK_REALTIME)
     int connection;
   };
@@ -171,11 +181,14 @@ struct TestServer::Impl {
     const std::string key = a.key + "#" + std::to_string(n % (counters + 1) % counters);
     arrivals.push_back(std::move(a));
     Answer answer;
-    if (options.drop_every > 0 && (n + 1) % static_cast<std::size_t>(options.drop_every) == 0) {
+    if (options.drop && options.drop(n + 1)) {
       answer.drop = true;
+      answer.stall = options.hold_drop;
       return answer;
     }
     if (n == 0) answer.stall = options.stall_first;
+    answer.close = options.close_after_response;
+    if (options.cut && options.cut(n + 1)) answer.close = true;
     if (!options.raw_response.empty()) {
       answer.response = options.raw_response;
       return answer;
@@ -194,6 +207,7 @@ struct TestServer::Impl {
          ";t=" + std::to_string(options.window_s) + "\r\n";
     if (!admitted) r += "Retry-After: " + std::to_string(options.window_s) + "\r\n";
     r += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    if (options.cut && options.cut(n + 1)) r.resize(r.size() / 2);
     return answer;
   }
 

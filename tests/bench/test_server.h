@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,12 +22,19 @@ struct TestServerOptions {
   int counters = 1;
   // Hold the first response this long before sending it.
   Nanos stall_first{0};
-  // Close the connection instead of answering every n-th request (0: never).
-  int drop_every = 0;
   std::int64_t window_s = 60;  // the `t` of the RateLimit header and the Retry-After
   // Answer every request with these bytes, as they are (a bad status line, odd headers); "" for
   // the answer above.
   std::string raw_response{};
+  // Close the connection right after each response, without saying so (no Connection: close), as
+  // a server does whose idle timeout is shorter than the client's pauses.
+  bool close_after_response = false;
+  // Close the connection instead of answering the requests this picks (numbered from 1 in the
+  // order they arrive), after holding each for hold_drop.
+  std::function<bool(std::size_t)> drop{};
+  Nanos hold_drop{0};
+  // Send only the first half of the response to the requests this picks, then close.
+  std::function<bool(std::size_t)> cut{};
 };
 
 struct Arrival {
