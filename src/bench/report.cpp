@@ -168,7 +168,10 @@ void append_timeline(std::string& out, const Report& r) {
 }  // namespace
 
 bool Report::passed() const {
-  return std::all_of(expectations.begin(), expectations.end(),
+  // What an interrupted run saw is not what the assertions are about: a limit that admitted 50 of
+  // 60 requests sent may be caught out by the 40 never sent.
+  return !stopped_early &&
+         std::all_of(expectations.begin(), expectations.end(),
                      [](const ExpectationResult& e) { return e.passed; });
 }
 

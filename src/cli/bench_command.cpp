@@ -23,8 +23,9 @@
 namespace sluice::cli {
 namespace {
 
-constexpr int kFailed = 1;     // an --expect-* assertion did not hold
-constexpr int kCannotRun = 2;  // bad flags, or the target could not be reached
+constexpr int kFailed = 1;         // an --expect-* assertion did not hold
+constexpr int kCannotRun = 2;      // bad flags, or the target could not be reached
+constexpr int kInterrupted = 130;  // Ctrl-C: 128 + SIGINT, as a shell reports a process it ended
 
 constexpr const char* kFooter = R"(Examples:
   # 1000 requests at one instant against a limit of 50: exactly 50 may pass, the rest get 429
@@ -41,8 +42,9 @@ constexpr const char* kFooter = R"(Examples:
   # as fast as the server answers: 64 connections for 10 s, the report also as JSON
   sluice bench -c 64 -d 10s --json result.json http://127.0.0.1:8080/
 
-Exit status: 0 when every --expect-* held, 1 when one did not (the reason on stderr),
-2 for bad flags or a target that cannot be reached. See docs/bench.md.)";
+Exit status: 0 when the run completed and every --expect-* held, 1 when one did not (the reason
+on stderr), 2 for bad flags or a target that cannot be reached, 130 when Ctrl-C stopped the run.
+See docs/bench.md.)";
 
 struct Output {
   std::optional<std::string> json;
@@ -54,7 +56,8 @@ std::atomic<bool> g_interrupted{false};
 
 extern "C" void on_interrupt(int) { g_interrupted.store(true); }
 
-// The first Ctrl-C ends the run early and still prints the report; a second one kills as usual.
+// The first Ctrl-C ends the run early, still prints the report and exits 130; a second one kills as
+// usual.
 void catch_interrupt() {
   struct sigaction action {};
   action.sa_handler = on_interrupt;
@@ -109,6 +112,12 @@ int run_bench(const bench::Options& options, const Output& output) {
     chart_file << bench::to_svg(report);
     chart_file.close();
     if (!chart_file) return cannot_run("--chart: error while writing '" + *output.chart + "'");
+  }
+  // The report and the files are of what was seen, but an incomplete run has not passed; nor does a
+  // script reading the status want 1 or 2, which speak of the target.
+  if (report.stopped_early) {
+    std::cerr << "sluice bench: interrupted; the report is of what was seen until then\n";
+    return kInterrupted;
   }
   if (report.responses == 0 && report.errors > 0) {
     return cannot_run("no request got a response (" + report.most_common_error() + ")");

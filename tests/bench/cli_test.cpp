@@ -12,6 +12,7 @@
 #include <boost/json/parse.hpp>
 
 #include <chrono>
+#include <csignal>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -39,11 +40,13 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
-// Runs the binary with stdout and stderr in files. An alarm kills it if it hangs past 20 s.
-Outcome sluice(const std::vector<std::string>& args) {
-  const std::string dir = ::testing::TempDir();
-  const std::string out = dir + "sluice_cli_out.txt";
-  const std::string err = dir + "sluice_cli_err.txt";
+std::string out_path() { return ::testing::TempDir() + "sluice_cli_out.txt"; }
+std::string err_path() { return ::testing::TempDir() + "sluice_cli_err.txt"; }
+
+// Starts the binary with stdout and stderr in files. An alarm kills it if it hangs past 20 s.
+pid_t start(const std::vector<std::string>& args) {
+  const std::string out = out_path();
+  const std::string err = err_path();
   std::vector<std::string> argv_strings{SLUICE_BINARY};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -60,14 +63,21 @@ Outcome sluice(const std::vector<std::string>& args) {
     execv(argv[0], argv.data());
     _exit(127);
   }
+  return pid;
+}
+
+// Waits for the binary started by start() to end.
+Outcome finish(pid_t pid) {
   int wstatus = 0;
   waitpid(pid, &wstatus, 0);
   Outcome result;
   result.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
-  result.out = slurp(out);
-  result.err = slurp(err);
+  result.out = slurp(out_path());
+  result.err = slurp(err_path());
   return result;
 }
+
+Outcome sluice(const std::vector<std::string>& args) { return finish(start(args)); }
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -224,6 +234,24 @@ TEST(Cli, AHostThatNeverAnswersExitsTwoAfterTheTimeout) {
   EXPECT_LT(took, std::chrono::seconds(3));
   for (int f : fillers) close(f);
   close(s);
+}
+
+TEST(Cli, AnInterruptedRunExits130AfterItsReportAndJson) {
+  // It exited 0, and its assertions passed on what an incomplete run had seen.
+  TestServer server;
+  const std::string json = ::testing::TempDir() + "sluice_cli_interrupted.json";
+  const pid_t pid = start({"bench", "--rate", "10", "-d", "60s", "--expect-status", "200",
+                           "--json", json, server.url()});
+  ASSERT_TRUE(server.wait_for_arrivals(1));  // the load is under way: Ctrl-C is caught
+  kill(pid, SIGINT);
+  const Outcome o = finish(pid);
+  EXPECT_EQ(o.status, 130);
+  EXPECT_TRUE(contains(o.out, "stopped early (interrupted)")) << o.out;
+  EXPECT_TRUE(contains(o.out, "ok    --expect-status 200")) << o.out;
+  EXPECT_EQ(o.err, "sluice bench: interrupted; the report is of what was seen until then\n");
+  const auto report = boost::json::parse(slurp(json)).as_object();
+  EXPECT_TRUE(report.at("stopped_early").as_bool());
+  EXPECT_FALSE(report.at("passed").as_bool());
 }
 
 TEST(Cli, QuietPrintsNothingWhenAllIsWell) {

@@ -11,6 +11,7 @@
 #include <array>
 #include <cctype>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -180,6 +181,7 @@ struct TestServer::Impl {
     const auto counters = static_cast<std::size_t>(options.counters);
     const std::string key = a.key + "#" + std::to_string(n % (counters + 1) % counters);
     arrivals.push_back(std::move(a));
+    arrived.notify_all();
     Answer answer;
     if (options.drop && options.drop(n + 1)) {
       answer.drop = true;
@@ -226,6 +228,7 @@ struct TestServer::Impl {
   int accepted = 0;  // on the io thread
   std::thread thread;
   mutable std::mutex mu;
+  mutable std::condition_variable arrived;     // notified with each arrival
   std::vector<Arrival> arrivals;               // guarded by mu
   std::map<std::string, std::int64_t> counts;  // guarded by mu
 };
@@ -244,6 +247,12 @@ std::string TestServer::url(const std::string& path) const {
 std::vector<Arrival> TestServer::arrivals() const {
   std::lock_guard lock(impl_->mu);
   return impl_->arrivals;
+}
+
+bool TestServer::wait_for_arrivals(std::size_t n) const {
+  std::unique_lock lock(impl_->mu);
+  return impl_->arrived.wait_for(lock, std::chrono::seconds(10),
+                                 [&] { return impl_->arrivals.size() >= n; });
 }
 
 }  // namespace sluice::bench::testing

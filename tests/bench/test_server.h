@@ -58,6 +58,8 @@ class TestServer {
   std::uint16_t port() const;
   std::string url(const std::string& path = "/") const;
   std::vector<Arrival> arrivals() const;
+  // Waits until at least n requests have arrived, for at most 10 s; whether they did.
+  bool wait_for_arrivals(std::size_t n) const;
 
  private:
   struct Impl;
