@@ -18,6 +18,7 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/basic_parser.hpp>
@@ -41,6 +42,7 @@ constexpr std::uint32_t kMaxHeader = 64 * 1024;
 constexpr std::int64_t kAbort = -1;  // Shared::go when the run is called off during setup
 constexpr Nanos kBurstLead = 10ms;   // from "all connected" to the burst's instant
 constexpr Nanos kBurstSpin = 300us;  // spin, rather than sleep, this close to the instant
+constexpr Nanos kStopPoll = 50ms;    // how often the opening of connections looks for a stop
 
 bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -225,6 +227,18 @@ class Worker {
 
   Stats& stats() { return stats_; }
   const LiveCounters& live() const { return live_; }
+
+  // From another thread, on a stop while connections are being opened: gives up on those still
+  // opening, so that setup ends now rather than when --timeout runs out.
+  void abandon_setup() {
+    asio::post(io_, [this] {
+      if (!setup_) return;  // setup is over: the load is not to be touched
+      for (auto& c : conns_) {
+        error_code ignored;
+        if (c->connecting) c->socket.close(ignored);
+      }
+    });
+  }
 
  private:
   // --- Setup: every connection is opened before the load starts. ---
@@ -781,13 +795,29 @@ Result<RunResult> run(const Plan& plan, const RunHooks& hooks) {
     shared.go.notify_all();
   };
   {
+    // A stop (Ctrl-C) may come while connections are still opening, against a host that does not
+    // answer: it must not wait out the timeout.
+    auto stopping = [&] { return hooks.stop != nullptr && hooks.stop->load(); };
+    bool abandoned = false;
     std::unique_lock lock(shared.mu);
-    shared.cv.wait(lock, [&] { return shared.connected == plan.threads; });
-    if (!shared.setup_error.empty()) {
+    while (!shared.cv.wait_for(lock, kStopPoll,
+                               [&] { return shared.connected == plan.threads; })) {
+      if (!abandoned && stopping()) {
+        abandoned = true;
+        for (auto& w : workers) w->abandon_setup();
+      }
+    }
+    if (abandoned || stopping() || !shared.setup_error.empty()) {
+      const std::string setup_error = shared.setup_error;
       lock.unlock();
       release(kAbort);
       for (auto& t : threads) t.join();
-      return Error{ErrorCode::kStoreUnavailable, shared.setup_error};
+      if (abandoned || stopping()) {
+        RunResult nothing_sent;
+        nothing_sent.stopped_early = true;
+        return nothing_sent;
+      }
+      return Error{ErrorCode::kStoreUnavailable, setup_error};
     }
   }
   const Nanos lead = plan.mode == Mode::kBurst ? kBurstLead : Nanos{0};

@@ -39,7 +39,8 @@ struct RunResult {
 
 // Resolves the target, opens every connection, then runs the plan's load. Fails, with a message for
 // a person, when the host cannot be resolved or a connection cannot be opened; everything that goes
-// wrong once the load has started is counted in the stats instead.
+// wrong once the load has started is counted in the stats instead. A stop while the connections
+// are opening ends the run at once, stopped early, with nothing sent.
 Result<RunResult> run(const Plan& plan, const RunHooks& hooks = {});
 
 }  // namespace sluice::bench

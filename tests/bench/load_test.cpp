@@ -2,6 +2,11 @@
 // a burst that arrives at once, an open-loop rate within 1%, the latency of a stalled server
 // counted from the scheduled time, callers, dropped connections, rate-limit headers, stop and
 // progress.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -367,6 +372,40 @@ TEST(Load, AStopEndsTheRunEarlyWithWhatWasSeen) {
   EXPECT_GT(r.admitted, 0u);
   EXPECT_EQ(r.errors, 0u);
   EXPECT_GE(reports, 1);
+}
+
+TEST(Load, AStopWhileConnectionsOpenEndsTheRunAtOnce) {
+  // A listener that never accepts, its queue filled: connections to it are not answered. The run
+  // waited out the whole --timeout before it looked at the stop.
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  ASSERT_EQ(listen(listener, 0), 0);
+  std::vector<int> fillers;
+  for (int i = 0; i < 4; ++i) {
+    fillers.push_back(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0));
+    connect(fillers.back(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+  }
+  Options o;
+  o.url = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) + "/";
+  o.requests = 2;
+  o.connections = 1;
+  o.timeout = "5s";
+  const std::atomic<bool> stop{true};  // Ctrl-C as the connection is being opened
+  RunHooks hooks;
+  hooks.stop = &stop;
+  const auto started = std::chrono::steady_clock::now();
+  Result<RunResult> result = run(plan_of(o), hooks);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 1s);
+  ASSERT_TRUE(result.ok()) << result.error().message;
+  EXPECT_TRUE(result->stopped_early);
+  EXPECT_EQ(make_report(plan_of(o), *result).requests, 0u);
+  for (int f : fillers) close(f);
+  close(listener);
 }
 
 }  // namespace
