@@ -1,17 +1,21 @@
 #include "cli/bench_command.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <csignal>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -71,21 +75,126 @@ int cannot_run(const std::string& message) {
   return kCannotRun;
 }
 
+std::string error_text(int error) {
+  return std::error_code(error, std::system_category()).message();
+}
+
+// A report file (--json, --chart). It is checked before the run, so that a long run does not end
+// in "cannot write", but not touched until there is a report: a run that fails leaves an older
+// file as it was. "-" is stdout.
+class ReportFile {
+ public:
+  ReportFile(std::string flag, std::string path) : flag_(std::move(flag)), path_(std::move(path)) {}
+
+  bool to_stdout() const { return path_ == "-"; }
+
+  // Whether the file could be written, without creating or truncating it: "" or what is wrong.
+  std::string check() const {
+    if (to_stdout()) return {};
+    struct stat st {};
+    if (::stat(path_.c_str(), &st) == 0) {
+      if (S_ISDIR(st.st_mode)) return problem("it is a directory");
+      if (::access(path_.c_str(), W_OK) != 0) return problem(error_text(errno));
+      if (!S_ISREG(st.st_mode)) return {};  // a device or a pipe is written as it is
+    } else if (errno != ENOENT) {
+      return problem(error_text(errno));
+    }
+    // A new file, or the temporary file that replaces the old one, is made in its directory.
+    if (::access(directory().c_str(), W_OK | X_OK) != 0) return problem(error_text(errno));
+    return {};
+  }
+
+  // Writes the whole of `content`: into a temporary file in the same directory, renamed into place
+  // once complete, so that a reader never sees half a report. "" or what went wrong.
+  std::string write(const std::string& content) const {
+    if (to_stdout()) {
+      std::cout << content << std::flush;
+      return std::cout ? "" : problem("stdout could not be written");
+    }
+    const std::string target = resolved();
+    struct stat st {};
+    const bool exists = ::stat(target.c_str(), &st) == 0;
+    if (exists && !S_ISREG(st.st_mode)) {
+      std::ofstream out(target, std::ios::binary);
+      out << content;
+      out.close();
+      return out ? "" : problem("error while writing");
+    }
+    std::string temp = directory_of(target) + "/." + base_name(target) + ".XXXXXX";
+    const int fd = ::mkstemp(temp.data());
+    if (fd < 0) return problem(error_text(errno));
+    // mkstemp makes the file 0600: give it the old file's mode, or what a new file would get.
+    mode_t mode = 0;
+    if (exists) {
+      mode = st.st_mode & 07777;
+    } else {
+      const mode_t mask = ::umask(0);
+      ::umask(mask);
+      mode = 0666 & ~mask;
+    }
+    std::string failure;
+    for (std::size_t done = 0; done < content.size() && failure.empty();) {
+      const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+      if (n < 0 && errno != EINTR) failure = error_text(errno);
+      if (n > 0) done += static_cast<std::size_t>(n);
+    }
+    if (failure.empty() && ::fchmod(fd, mode) != 0) failure = error_text(errno);
+    if (::close(fd) != 0 && failure.empty()) failure = error_text(errno);
+    if (failure.empty() && ::rename(temp.c_str(), target.c_str()) != 0) failure = error_text(errno);
+    if (!failure.empty()) {
+      ::unlink(temp.c_str());
+      return problem(failure);
+    }
+    return {};
+  }
+
+ private:
+  std::string problem(const std::string& why) const {
+    return flag_ + ": cannot write '" + path_ + "': " + why;
+  }
+
+  // Where a symbolic link points, so that the file replaced is its target and not the link.
+  std::string resolved() const {
+    char* real = ::realpath(path_.c_str(), nullptr);
+    if (real == nullptr) return path_;
+    std::string out(real);
+    std::free(real);
+    return out;
+  }
+
+  static std::string directory_of(const std::string& path) {
+    const auto slash = path.rfind('/');
+    if (slash == std::string::npos) return ".";
+    return slash == 0 ? "/" : path.substr(0, slash);
+  }
+  static std::string base_name(const std::string& path) {
+    const auto slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+  }
+  std::string directory() const { return directory_of(resolved()); }
+
+  std::string flag_;
+  std::string path_;
+};
+
 int run_bench(const bench::Options& options, const Output& output) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   Result<bench::Plan> plan = bench::make_plan(options, cores);
   if (!plan) return cannot_run(plan.error().message);
 
-  // Open the output files first: a long run should not end in "cannot write".
-  std::ofstream json_file;
-  std::ofstream chart_file;
-  if (output.json) {
-    json_file.open(*output.json);
-    if (!json_file) return cannot_run("--json: cannot write '" + *output.json + "'");
+  // Check the output files first: a long run should not end in "cannot write".
+  std::optional<ReportFile> json_file;
+  std::optional<ReportFile> chart_file;
+  if (output.json) json_file.emplace("--json", *output.json);
+  if (output.chart) chart_file.emplace("--chart", *output.chart);
+  for (const std::optional<ReportFile>& file : {json_file, chart_file}) {
+    if (!file) continue;
+    if (const std::string problem = file->check(); !problem.empty()) return cannot_run(problem);
   }
-  if (output.chart) {
-    chart_file.open(*output.chart);
-    if (!chart_file) return cannot_run("--chart: cannot write '" + *output.chart + "'");
+  const bool json_to_stdout = json_file && json_file->to_stdout();
+  const bool chart_to_stdout = chart_file && chart_file->to_stdout();
+  if (json_to_stdout && chart_to_stdout) {
+    return cannot_run("--json - and --chart -: only one of them can go to stdout");
   }
 
   catch_interrupt();
@@ -102,16 +211,19 @@ int run_bench(const bench::Options& options, const Output& output) {
   if (!result) return cannot_run(result.error().message);
 
   const bench::Report report = bench::make_report(*plan, *result);
-  if (!output.quiet) std::cout << bench::format_report(report) << std::flush;
-  if (json_file.is_open()) {
-    json_file << bench::to_json(report);
-    json_file.close();
-    if (!json_file) return cannot_run("--json: error while writing '" + *output.json + "'");
+  // "-" puts the JSON or the chart on stdout in place of the text report.
+  if (!output.quiet && !json_to_stdout && !chart_to_stdout) {
+    std::cout << bench::format_report(report) << std::flush;
   }
-  if (chart_file.is_open()) {
-    chart_file << bench::to_svg(report);
-    chart_file.close();
-    if (!chart_file) return cannot_run("--chart: error while writing '" + *output.chart + "'");
+  if (json_file) {
+    if (const std::string e = json_file->write(bench::to_json(report)); !e.empty()) {
+      return cannot_run(e);
+    }
+  }
+  if (chart_file) {
+    if (const std::string e = chart_file->write(bench::to_svg(report)); !e.empty()) {
+      return cannot_run(e);
+    }
   }
   // The report and the files are of what was seen, but an incomplete run has not passed; nor does a
   // script reading the status want 1 or 2, which speak of the target.
@@ -236,11 +348,13 @@ void add_bench_command(CLI::App& app) {
       ->group(expect);
 
   const char* out = "Output";
-  cmd->add_option("--json", output->json, "Also write the report as JSON")
+  cmd->add_option("--json", output->json,
+                  "Also write the report as JSON (- for stdout, in place of the text report)")
       ->type_name("FILE")
       ->group(out);
   cmd->add_option("--chart", output->chart,
-                  "Also draw admitted and rejected over time and the latency percentiles, as SVG")
+                  "Also draw admitted and rejected over time and the latency percentiles, as SVG "
+                  "(- for stdout, in place of the text report)")
       ->type_name("FILE")
       ->group(out);
   cmd->add_flag("-q,--quiet", output->quiet,

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -252,6 +253,39 @@ TEST(Cli, AnInterruptedRunExits130AfterItsReportAndJson) {
   const auto report = boost::json::parse(slurp(json)).as_object();
   EXPECT_TRUE(report.at("stopped_early").as_bool());
   EXPECT_FALSE(report.at("passed").as_bool());
+}
+
+TEST(Cli, AFailedRunLeavesTheJsonFileAsItWas) {
+  // The file was opened, and so truncated, before the run; a run that failed left it empty.
+  const auto [s, addr] = bound_socket();
+  close(s);  // nothing listens there: the run fails before the load
+  const std::string url = "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) + "/";
+  const std::string old_json = ::testing::TempDir() + "sluice_cli_old.json";
+  std::ofstream(old_json) << "{\"old\": true}\n";
+  const std::string new_json = ::testing::TempDir() + "sluice_cli_new.json";
+  std::remove(new_json.c_str());
+  EXPECT_EQ(sluice({"bench", "-n", "1", "--json", old_json, url}).status, 2);
+  EXPECT_EQ(slurp(old_json), "{\"old\": true}\n");
+  EXPECT_EQ(sluice({"bench", "-n", "1", "--json", new_json, url}).status, 2);
+  EXPECT_NE(access(new_json.c_str(), F_OK), 0) << "no file without a report";
+  // A file that cannot be written is still found out before the run.
+  const Outcome o = sluice({"bench", "-n", "1", "--json", "/nonexistent/out.json", url});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err,
+            "sluice bench: --json: cannot write '/nonexistent/out.json': No such file or "
+            "directory\n");
+}
+
+TEST(Cli, JsonToADashGoesToStdoutInPlaceOfTheReport) {
+  // It wrote a file named "-".
+  TestServer server;
+  const Outcome o = sluice({"bench", "-n", "5", "--json", "-", server.url()});
+  EXPECT_EQ(o.status, 0) << o.err;
+  boost::system::error_code ec;
+  const boost::json::value report = boost::json::parse(o.out, ec);
+  ASSERT_FALSE(ec) << o.out;
+  EXPECT_EQ(report.at("requests").to_number<int>(), 5);
+  EXPECT_EQ(sluice({"bench", "-n", "5", "--json", "-", "--chart", "-", server.url()}).status, 2);
 }
 
 TEST(Cli, QuietPrintsNothingWhenAllIsWell) {
