@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
@@ -48,6 +49,48 @@ json::object rate_limit_of(const RateLimitSummary& rl) {
   return o;
 }
 
+// `s` with every byte that is not part of well-formed UTF-8 (RFC 3629) replaced by U+FFFD. Strings
+// from the responses (a RateLimit-Policy value may carry obs-text, bytes 0x80-0xFF) would otherwise
+// make the whole JSON invalid, and Boost.JSON writes strings as they are.
+std::string valid_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
+    const unsigned char b = byte(0);
+    std::size_t length = 0;
+    unsigned char low = 0x80;  // the range of the second byte; the others are 0x80-0xBF
+    unsigned char high = 0xBF;
+    if (b < 0x80) {
+      length = 1;
+    } else if (b >= 0xC2 && b <= 0xDF) {
+      length = 2;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      length = 3;
+      if (b == 0xE0) low = 0xA0;   // no overlong forms
+      if (b == 0xED) high = 0x9F;  // no surrogates
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      length = 4;
+      if (b == 0xF0) low = 0x90;   // no overlong forms
+      if (b == 0xF4) high = 0x8F;  // nothing above U+10FFFF
+    }
+    bool ok = length > 0 && i + length <= s.size();
+    for (std::size_t k = 1; ok && k < length; ++k) {
+      ok = k == 1 ? byte(k) >= low && byte(k) <= high : byte(k) >= 0x80 && byte(k) <= 0xBF;
+    }
+    if (ok) {
+      out.append(s.substr(i, length));
+      i += length;
+    } else {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    }
+  }
+  return out;
+}
+
+std::string quoted(std::string_view s) { return json::serialize(json::string(valid_utf8(s))); }
+
 // Numbers as people write them (1234.5, not 1.2345E3), and the nesting indented, with any object or
 // array that fits in kInline characters on one line.
 constexpr std::size_t kInline = 96;
@@ -86,7 +129,7 @@ void write(std::string& out, const json::value& v, int depth) {
       out += flat ? "{" : "{\n";
       for (auto it = o.begin(); it != o.end(); ++it) {
         if (it != o.begin()) out += flat ? ", " : ",\n";
-        out += pad + json::serialize(json::string(it->key())) + ": ";
+        out += pad + quoted(it->key()) + ": ";
         write(out, it->value(), flat ? -1 : depth + 1);
       }
       out += flat ? "}" : "\n" + close_pad + "}";
@@ -107,6 +150,9 @@ void write(std::string& out, const json::value& v, int depth) {
       out += flat ? "]" : "\n" + close_pad + "]";
       return;
     }
+    case json::kind::string:
+      out += quoted(v.get_string());
+      return;
     default:
       out += json::serialize(v);
   }

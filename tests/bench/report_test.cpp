@@ -110,6 +110,23 @@ TEST(Report, ARampIsReportedAsARampEvenWithEqualEnds) {
   EXPECT_EQ(make_report(*plan, RunResult{}).mode, "ramp");  // it said "rate"
 }
 
+TEST(Report, JsonIsValidUtf8WhateverBytesTheResponsesCarried) {
+  // A RateLimit-Policy with obs-text (0x80-0xFF) went into the JSON as it was: invalid UTF-8.
+  RunResult run = fifty_fifty();
+  run.stats.rate_limit.policies = {"\"a\";q=5;w=10 x\xff", "\"caf\xc3\xa9\";q=1;w=1 \xe4\xb8\xad",
+                                   "\xed\xa0\x80\xc3"};
+  run.stats.errors["bad response: \xc0\xaf"] = 1;
+  boost::system::error_code ec;
+  const auto json = boost::json::parse(to_json(make_report(burst_plan(), run)), ec);
+  ASSERT_FALSE(ec) << ec.message();
+  const auto& policies = json.at("rate_limit").at("policies").as_array();
+  ASSERT_EQ(policies.size(), 3u);
+  EXPECT_EQ(policies[0].as_string(), "\"a\";q=5;w=10 x\uFFFD");
+  EXPECT_EQ(policies[1].as_string(), "\"caf\u00e9\";q=1;w=1 \u4e2d");  // well-formed: kept
+  EXPECT_EQ(policies[2].as_string(), "\uFFFD\uFFFD\uFFFD\uFFFD");     // a surrogate, a cut end
+  EXPECT_EQ(json.at("error_counts").as_object().count("bad response: \uFFFD\uFFFD"), 1u);
+}
+
 TEST(Report, TextShowsCountsLatencyTimelineAndVerdicts) {
   const std::string text = format_report(make_report(burst_plan(), fifty_fifty()));
   EXPECT_NE(text.find("Admitted     50 (2xx)"), std::string::npos) << text;
