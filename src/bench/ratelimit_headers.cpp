@@ -1,6 +1,7 @@
 #include "bench/ratelimit_headers.h"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <chrono>
 
@@ -85,6 +86,126 @@ std::optional<std::int64_t> parse_seconds(std::string_view value) {
   const auto seconds = parse_int(value);
   if (!seconds || *seconds < 0) return std::nullopt;
   return seconds;
+}
+
+namespace {
+
+// Each takes what it reads off the front of `s`, and leaves `s` as it was when it reads nothing.
+bool take(std::string_view& s, std::string_view text) {
+  if (s.substr(0, text.size()) != text) return false;
+  s.remove_prefix(text.size());
+  return true;
+}
+
+std::optional<int> take_digits(std::string_view& s, std::size_t n) {
+  if (s.size() < n) return std::nullopt;
+  int value = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (s[i] < '0' || s[i] > '9') return std::nullopt;
+    value = value * 10 + (s[i] - '0');
+  }
+  s.remove_prefix(n);
+  return value;
+}
+
+std::optional<int> take_month(std::string_view& s) {
+  static constexpr std::array<std::string_view, 12> kMonths{
+      "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  for (std::size_t i = 0; i < kMonths.size(); ++i) {
+    if (take(s, kMonths[i])) return static_cast<int>(i) + 1;
+  }
+  return std::nullopt;
+}
+
+bool take_day_name(std::string_view& s, bool full) {
+  static constexpr std::array<std::string_view, 7> kDays{
+      "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"};
+  return std::any_of(kDays.begin(), kDays.end(),
+                     [&](std::string_view day) { return take(s, full ? day : day.substr(0, 3)); });
+}
+
+struct TimeOfDay {
+  int hour = 0;
+  int minute = 0;
+  int second = 0;
+};
+
+std::optional<TimeOfDay> take_time(std::string_view& s) {
+  TimeOfDay t;
+  const auto h = take_digits(s, 2);
+  if (!h || !take(s, ":")) return std::nullopt;
+  const auto m = take_digits(s, 2);
+  if (!m || !take(s, ":")) return std::nullopt;
+  const auto sec = take_digits(s, 2);
+  if (!sec || *h > 23 || *m > 59 || *sec > 60) return std::nullopt;  // 60: a leap second
+  return TimeOfDay{*h, *m, *sec};
+}
+
+std::optional<std::int64_t> unix_time(int year, int month, int day, const TimeOfDay& t) {
+  const std::chrono::year_month_day date{std::chrono::year(year),
+                                         std::chrono::month(static_cast<unsigned>(month)),
+                                         std::chrono::day(static_cast<unsigned>(day))};
+  if (!date.ok()) return std::nullopt;  // 31 Feb
+  const std::int64_t days = std::chrono::sys_days(date).time_since_epoch().count();
+  return days * 86'400 + t.hour * 3'600 + t.minute * 60 + t.second;
+}
+
+// "Sun, 06 Nov 1994 08:49:37 GMT"
+std::optional<std::int64_t> imf_fixdate(std::string_view s) {
+  if (!take_day_name(s, false) || !take(s, ", ")) return std::nullopt;
+  const auto day = take_digits(s, 2);
+  if (!day || !take(s, " ")) return std::nullopt;
+  const auto month = take_month(s);
+  if (!month || !take(s, " ")) return std::nullopt;
+  const auto year = take_digits(s, 4);
+  if (!year || !take(s, " ")) return std::nullopt;
+  const auto time = take_time(s);
+  if (!time || !take(s, " GMT") || !s.empty()) return std::nullopt;
+  return unix_time(*year, *month, *day, *time);
+}
+
+// "Sunday, 06-Nov-94 08:49:37 GMT"
+std::optional<std::int64_t> rfc850_date(std::string_view s) {
+  if (!take_day_name(s, true) || !take(s, ", ")) return std::nullopt;
+  const auto day = take_digits(s, 2);
+  if (!day || !take(s, "-")) return std::nullopt;
+  const auto month = take_month(s);
+  if (!month || !take(s, "-")) return std::nullopt;
+  const auto year = take_digits(s, 2);
+  if (!year || !take(s, " ")) return std::nullopt;
+  const auto time = take_time(s);
+  if (!time || !take(s, " GMT") || !s.empty()) return std::nullopt;
+  return unix_time(*year < 70 ? 2000 + *year : 1900 + *year, *month, *day, *time);
+}
+
+// "Sun Nov  6 08:49:37 1994"
+std::optional<std::int64_t> asctime_date(std::string_view s) {
+  if (!take_day_name(s, false) || !take(s, " ")) return std::nullopt;
+  const auto month = take_month(s);
+  if (!month || !take(s, " ")) return std::nullopt;
+  const auto day = take(s, " ") ? take_digits(s, 1) : take_digits(s, 2);
+  if (!day || !take(s, " ")) return std::nullopt;
+  const auto time = take_time(s);
+  if (!time || !take(s, " ")) return std::nullopt;
+  const auto year = take_digits(s, 4);
+  if (!year || !s.empty()) return std::nullopt;
+  return unix_time(*year, *month, *day, *time);
+}
+
+}  // namespace
+
+std::optional<std::int64_t> parse_http_date(std::string_view value) {
+  value = trim(value);
+  if (auto t = imf_fixdate(value)) return t;
+  if (auto t = rfc850_date(value)) return t;
+  return asctime_date(value);
+}
+
+std::optional<std::int64_t> parse_retry_after(std::string_view value, std::int64_t now_unix_s) {
+  if (auto seconds = parse_seconds(value)) return seconds;
+  const std::optional<std::int64_t> date = parse_http_date(value);
+  if (!date) return std::nullopt;
+  return std::max<std::int64_t>(0, *date - now_unix_s);
 }
 
 std::int64_t reset_delta(std::int64_t value, std::int64_t now_unix_s) {

@@ -28,6 +28,15 @@ void parse_ratelimit_field(std::string_view value, std::vector<QuotaSeen>& out);
 // A non-negative whole number of seconds (delta-seconds, as in Retry-After), or nothing.
 std::optional<std::int64_t> parse_seconds(std::string_view value);
 
+// An HTTP-date (RFC 9110 5.6.7) as a Unix time: the IMF-fixdate "Sun, 06 Nov 1994 08:49:37 GMT",
+// and the obsolete forms a recipient must accept too, RFC 850's "Sunday, 06-Nov-94 08:49:37 GMT"
+// (a two-digit year 70-99 is 19xx, 00-69 20xx) and asctime's "Sun Nov  6 08:49:37 1994".
+std::optional<std::int64_t> parse_http_date(std::string_view value);
+
+// Retry-After (RFC 9110 10.2.3) in seconds: delta-seconds, or an HTTP-date, which becomes the
+// seconds left from `now_unix_s` (0 for a date already past).
+std::optional<std::int64_t> parse_retry_after(std::string_view value, std::int64_t now_unix_s);
+
 // A reset given as a Unix time (X-RateLimit-Reset: 1700000000, as some services send it) becomes
 // the seconds left from `now_unix_s`; a small value is already a delta and stays as it is.
 std::int64_t reset_delta(std::int64_t value, std::int64_t now_unix_s);

@@ -105,7 +105,9 @@ std::string seconds_range(const Spread& s) {
 }
 
 void append_rate_limit(std::string& out, const RateLimitSummary& rl, std::uint64_t rejected) {
-  const bool any = rl.remaining.count > 0 || rl.retry_after_s.count > 0 || !rl.policies.empty();
+  // Rejections without a Retry-After are worth a line of their own, as the JSON has them.
+  const bool any = rl.remaining.count > 0 || rl.reset_s.count > 0 || rl.retry_after_s.count > 0 ||
+                   !rl.policies.empty() || rejected > 0;
   if (!any) {
     out += "\n  Rate-limit headers   none seen\n";
     return;

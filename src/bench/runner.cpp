@@ -54,6 +54,12 @@ bool iequals(std::string_view a, std::string_view b) {
   return true;
 }
 
+std::int64_t unix_now_s() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 std::optional<std::int64_t> parse_count(std::string_view value) {
   return parse_seconds(value);  // the same grammar: digits only
 }
@@ -106,7 +112,7 @@ class ResponseParser final : public http::basic_parser<false> {
                      error_code&) override {
     const std::string_view value(value_bsv.data(), value_bsv.size());
     if (f == http::field::retry_after) {
-      fields_.retry_after_s = parse_seconds(value);
+      fields_.retry_after_s = parse_retry_after(value, unix_now_s());
       return;
     }
     if (f != http::field::unknown || name_bsv.size() < 9) return;
@@ -643,12 +649,6 @@ class Worker {
     }
     if (f.retry_after_s) summary.retry_after_s.add(*f.retry_after_s);
     if (f.status == 429 && !f.retry_after_s) ++summary.rejected_without_retry_after;
-  }
-
-  static std::int64_t unix_now_s() {
-    return std::chrono::duration_cast<std::chrono::seconds>(
-               std::chrono::system_clock::now().time_since_epoch())
-        .count();
   }
 
   void fail(Conn& c, const std::string& why) {

@@ -322,6 +322,23 @@ TEST(Load, RateLimitHeadersAreSummedUp) {
   EXPECT_EQ(rl.window_rises, 0u);
 }
 
+TEST(Load, ARetryAfterGivenAsADateCountsAsARetryAfter) {
+  // It was counted among the rejections without one.
+  TestServer server(
+      TestServerOptions{.raw_response = "HTTP/1.1 429 Too Many Requests\r\n"
+                                        "Retry-After: Wed, 21 Oct 2099 07:28:00 GMT\r\n"
+                                        "Content-Length: 0\r\n\r\n"});
+  Options o;
+  o.url = server.url();
+  o.requests = 4;
+  o.connections = 1;
+  const Report r = run_ok(plan_of(o));
+  EXPECT_EQ(r.rejected, 4u);
+  EXPECT_EQ(r.rate_limit.rejected_without_retry_after, 0u);
+  EXPECT_EQ(r.rate_limit.retry_after_s.count, 4u);
+  EXPECT_GT(r.rate_limit.retry_after_s.min, 2'000'000'000);  // seconds until 2099
+}
+
 TEST(Load, RemainingRisingWithinAWindowIsCaught) {
   // Two counters sharing the requests unevenly, as two servers that each count alone: remaining
   // goes 4, 4, 3, 2, then back up to 3 when the second counter answers again.

@@ -46,6 +46,30 @@ TEST(Seconds, AcceptsOnlyWholeNonNegativeNumbers) {
   EXPECT_FALSE(parse_seconds("Wed, 21 Oct 2015 07:28:00 GMT"));
 }
 
+TEST(HttpDate, ReadsTheThreeFormsOfRfc9110) {
+  EXPECT_EQ(parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"), 784111777);  // IMF-fixdate
+  EXPECT_EQ(parse_http_date("Sunday, 06-Nov-94 08:49:37 GMT"), 784111777);  // RFC 850
+  EXPECT_EQ(parse_http_date("Sun Nov  6 08:49:37 1994"), 784111777);        // asctime
+  EXPECT_EQ(parse_http_date("Tue, 29 Feb 2000 00:00:00 GMT"), 951782400);
+  EXPECT_EQ(parse_http_date("Tuesday, 29-Feb-00 00:00:00 GMT"), 951782400);
+  for (const char* bad : {"Sun, 31 Feb 1994 08:49:37 GMT", "Sun, 06 Nov 1994 08:49:37 UTC",
+                          "Sun, 06 Nov 1994 24:00:00 GMT", "Sun, 6 Nov 1994 08:49:37 GMT",
+                          "Sun, 06 Nov 1994 08:49:37 GMT x", "06 Nov 1994 08:49:37 GMT", "soon",
+                          ""}) {
+    EXPECT_FALSE(parse_http_date(bad)) << bad;
+  }
+}
+
+TEST(RetryAfter, IsSecondsOrAnHttpDate) {
+  // An HTTP-date was taken for no Retry-After at all.
+  const std::int64_t now = 1'700'000'000;
+  EXPECT_EQ(parse_retry_after("120", now), 120);
+  EXPECT_EQ(parse_retry_after("Wed, 21 Oct 2099 07:28:00 GMT", now), 4096250880 - now);
+  EXPECT_EQ(parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now), 0);  // already past
+  EXPECT_FALSE(parse_retry_after("-1", now));
+  EXPECT_FALSE(parse_retry_after("later", now));
+}
+
 TEST(Seconds, AUnixTimeResetBecomesSecondsLeft) {
   EXPECT_EQ(reset_delta(30, 1'700'000'000), 30);
   EXPECT_EQ(reset_delta(1'700'000'045, 1'700'000'000), 45);

@@ -127,6 +127,21 @@ TEST(Report, JsonIsValidUtf8WhateverBytesTheResponsesCarried) {
   EXPECT_EQ(json.at("error_counts").as_object().count("bad response: \uFFFD\uFFFD"), 1u);
 }
 
+TEST(Report, RejectionsWithoutRetryAfterAreInTheTextAsInTheJson) {
+  // With no other rate-limit header, the text said "none seen" while the JSON counted them.
+  RunResult run;
+  run.stats.status[429] = 4;
+  run.stats.rate_limit.rejected_without_retry_after = 4;
+  const std::string text = format_report(make_report(burst_plan(), run));
+  EXPECT_EQ(text.find("none seen"), std::string::npos) << text;
+  EXPECT_NE(text.find("Retry-After        none; 4 of 4 rejections had none"), std::string::npos)
+      << text;
+  RunResult quiet;
+  quiet.stats.status[200] = 4;
+  EXPECT_NE(format_report(make_report(burst_plan(), quiet)).find("Rate-limit headers   none seen"),
+            std::string::npos);
+}
+
 TEST(Report, TextShowsCountsLatencyTimelineAndVerdicts) {
   const std::string text = format_report(make_report(burst_plan(), fifty_fifty()));
   EXPECT_NE(text.find("Admitted     50 (2xx)"), std::string::npos) << text;
