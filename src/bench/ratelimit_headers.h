@@ -53,7 +53,7 @@ struct Spread {
 
 // What the rate-limit headers of a whole run showed.
 struct RateLimitSummary {
-  Spread remaining;      // of the responses that reported a remaining count
+  Spread remaining;      // one value per quota a response reported (two quotas: two values)
   Spread reset_s;        // seconds until the quota resets
   Spread retry_after_s;  // Retry-After, in seconds
   std::uint64_t rejected_without_retry_after = 0;  // 429s without one

@@ -118,7 +118,7 @@ void append_rate_limit(std::string& out, const RateLimitSummary& rl, std::uint64
   }
   if (rl.remaining.count > 0) {
     out +=
-        format("    %-18s %lld down to %lld, on %llu responses\n", "remaining",
+        format("    %-18s %lld down to %lld, %llu values seen\n", "remaining",
                static_cast<long long>(rl.remaining.max), static_cast<long long>(rl.remaining.min),
                static_cast<unsigned long long>(rl.remaining.count));
   }

@@ -142,6 +142,14 @@ TEST(Report, RejectionsWithoutRetryAfterAreInTheTextAsInTheJson) {
             std::string::npos);
 }
 
+TEST(Report, RemainingIsCountedInValuesNotResponses) {
+  // Two responses of two quotas each: the text said "on 4 responses".
+  RunResult run = fifty_fifty();
+  for (std::int64_t remaining : {9, 4, 8, 3}) run.stats.rate_limit.remaining.add(remaining);
+  const std::string text = format_report(make_report(burst_plan(), run));
+  EXPECT_NE(text.find("remaining          9 down to 3, 4 values seen"), std::string::npos) << text;
+}
+
 TEST(Report, TextShowsCountsLatencyTimelineAndVerdicts) {
   const std::string text = format_report(make_report(burst_plan(), fifty_fifty()));
   EXPECT_NE(text.find("Admitted     50 (2xx)"), std::string::npos) << text;
