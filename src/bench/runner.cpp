@@ -456,18 +456,20 @@ class Worker {
     c.busy_since = now;
     c.retried = false;
     if (plan_.mode != Mode::kRate) c.intended = now;
-    // The server may have closed a kept-alive connection while it sat idle (an idle timeout, or a
-    // close after every response without saying so): a request written into it would be lost.
-    if (c.socket.is_open() && !still_open(c)) close(c);
+    if (c.socket.is_open() && !reusable(c)) close(c);
     if (!c.socket.is_open()) return connect(c);
     write(c);
   }
 
-  // Whether an idle connection may carry the next request: the server has not closed it (a peek
-  // reads 0 bytes, or fails with a reset) and has sent nothing unasked, which would be read as the
-  // next request's response.
-  static bool still_open(Conn& c) {
+  // Whether a kept-alive connection may carry the next request. Bytes the server sent after the
+  // last response would be read as this request's response. And an idle connection (open loop:
+  // it waited for the next request's time) may have been closed by the server meanwhile (an idle
+  // timeout), which a peek that does not wait shows: 0 bytes, or a reset. In a closed loop the
+  // next request follows the response at once; there a peek would cost a system call per request
+  // to catch a close that races the request anyway, and the retry below covers that.
+  bool reusable(Conn& c) const {
     if (c.begin < c.end) return false;
+    if (plan_.mode != Mode::kRate) return true;
     char byte = 0;
     const ssize_t n = ::recv(c.socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
