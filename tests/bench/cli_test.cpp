@@ -1,6 +1,6 @@
-// The real `sluice bench` binary: exit status 0 / 1 / 2 for passing assertions, each failing one,
-// and bad flags or a target that cannot be reached, with a clear message and never a hang; its
-// JSON, chart, --quiet and --help.
+// The real `sluice bench` binary: exit status 0 / 1 / 2 / 130 for passing assertions, each failing
+// one, bad flags or a target that cannot be reached, and Ctrl-C, with a clear message and never a
+// hang; its JSON (never a truncated file), chart, --quiet and --help.
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 // Runs of the load tester against a test server of known behaviour on a real socket: exact counts,
 // a burst that arrives at once, an open-loop rate within 1%, the latency of a stalled server
-// counted from the scheduled time, callers, dropped connections, rate-limit headers, stop and
-// progress.
+// counted from the scheduled time, callers, closed and dropped connections and the retry, bad
+// statuses, rate-limit headers, stop and progress.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>

@@ -1,5 +1,6 @@
-// Rate-limit headers: the IETF RateLimit list, the older forms, Unix-time resets, and the window
-// check that flags `remaining` rising inside a window and nothing else.
+// Rate-limit headers: the IETF RateLimit list, the older forms, Unix-time resets, Retry-After as
+// seconds or an HTTP-date, and the window check that flags `remaining` rising inside a window and
+// nothing else.
 #include "bench/ratelimit_headers.h"
 
 #include <gtest/gtest.h>

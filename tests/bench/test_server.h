@@ -1,5 +1,6 @@
-// TestServer: an HTTP/1.1 server that admits `admit` requests, then answers 429, and records when
-// each request arrived (kernel receive time). Own thread, 127.0.0.1 port 0; accessors thread-safe.
+// TestServer: an HTTP/1.1 server that admits `admit` requests, then answers 429 (or misbehaves as
+// asked: fixed bytes, dropped or cut answers, closes), and records when each request arrived
+// (kernel receive time). Own thread, 127.0.0.1 port 0; accessors thread-safe.
 #pragma once
 
 #include <cstdint>
