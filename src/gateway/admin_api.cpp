@@ -986,6 +986,7 @@ AdminResponse AdminApi::stats_route(Call& call) const {
   json::object o;
   o["now"] = config::format_time(view.now);
   o["seconds"] = Stats::kSeconds;
+  o["total"] = series_json(view.total);
   // Every configured one in configuration order, then those seen lately but since removed.
   auto listing = [](const char* name_field, const std::vector<std::string>& configured,
                     const std::map<std::string, Stats::Series>& seen) {

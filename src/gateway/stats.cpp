@@ -47,6 +47,7 @@ Stats::View Stats::view() const {
       const auto at = static_cast<std::size_t>(b.second - first);
       for (const auto& [key, n] : b.counts) {
         const auto& [system, interface, reason] = key;
+        add(v.total, reason, at, n);
         if (!system.empty()) add(v.systems[system], reason, at, n);
         if (!interface.empty()) add(v.interfaces[interface], reason, at, n);
       }

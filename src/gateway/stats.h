@@ -36,6 +36,9 @@ class Stats {
   };
   struct View {
     std::int64_t now = 0;  // the Unix second of the last bucket
+    // The whole instance, each request once: also those refused before a system or an interface
+    // was known (a malformed request, a header too large), which count for neither.
+    Series total;
     std::map<std::string, Series> systems;
     std::map<std::string, Series> interfaces;
   };

@@ -766,6 +766,7 @@ TEST_F(AdminApiTest, StatsShowEachSecondOfTheLastMinuteBySystemAndInterface) {
   clock_.advance(std::chrono::seconds(1));
   stats_.count(0, "crm", "orders", Reason::kGrantRateLimited);
   stats_.count(0, "", "health", Reason::kOk);
+  stats_.count(0, "", "", Reason::kBadRequest);  // refused before a system or an interface was known
   const Reply r = call("GET", "/admin/v1/stats");
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.obj().at("seconds").as_int64(), 60);
@@ -781,6 +782,12 @@ TEST_F(AdminApiTest, StatsShowEachSecondOfTheLastMinuteBySystemAndInterface) {
   const auto& interfaces = r.obj().at("interfaces").as_array();
   EXPECT_EQ(interfaces[2].as_object().at("id").as_string(), "health");
   EXPECT_EQ(interfaces[2].as_object().at("admitted_total").as_int64(), 1);
+  // The whole instance counts each request once, the one that counts for neither too.
+  const auto& total = r.obj().at("total").as_object();
+  EXPECT_EQ(total.at("admitted_total").as_int64(), 3);
+  EXPECT_EQ(total.at("rejected_total").as_int64(), 2);
+  EXPECT_EQ(total.at("rejected").as_object().at("bad_request").as_array()[59].as_int64(), 1);
+  EXPECT_EQ(total.at("admitted").as_array()[58].as_int64(), 2);
   EXPECT_EQ(r.obj().at("breakers").as_array()[0].as_object().at("state").as_string(), "closed");
   EXPECT_EQ(r.obj().at("store").as_object().at("kind").as_string(), "local");
   EXPECT_EQ(r.obj().at("config").as_object().at("source").as_string(), "test");
