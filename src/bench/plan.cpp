@@ -329,6 +329,11 @@ Status plan_requests(const Options& o, Plan& plan) {
   for (const std::string& text : o.headers) {
     Result<HeaderLine> h = parse_header(text);
     if (!h) return h.error();
+    // A request has one Host (RFC 9112 3.2: a server answers two with 400); other fields may repeat.
+    if (iequals(h->name, "Host") && std::any_of(headers.begin(), headers.end(),
+                                                [](const HeaderLine& e) { return iequals(e.name, "Host"); })) {
+      return bad("--header Host is given twice: a request has one Host");
+    }
     headers.push_back(std::move(h).value());
   }
 

@@ -171,6 +171,15 @@ TEST(Plan, AVariedHeaderIsCheckedAsAHeaderIs) {
             "GET /api/orders?x=1 HTTP/1.1\r\nUser-Agent: sluice-bench\r\nHost: h2\r\n\r\n");
 }
 
+// Two Host fields are a request every server must refuse (RFC 9112 3.2); other fields may repeat.
+TEST(Plan, HostIsGivenOnce) {
+  Options o = with_url();
+  o.headers = {"Host: a", "host: b"};
+  EXPECT_EQ(error_of(o), "--header Host is given twice: a request has one Host");
+  o.headers = {"Cookie: a=1", "Cookie: b=2"};
+  EXPECT_NE(ok(o).wire[0].find("Cookie: a=1\r\nCookie: b=2\r\n"), std::string::npos);
+}
+
 TEST(Plan, DescribesOneRequestInTheSingular) {
   Options burst = with_url();
   burst.burst = 1;
