@@ -33,8 +33,13 @@ void fail(const ConfigOptions&, const char* what, const std::string& message) {
   throw CLI::RuntimeError(1);
 }
 
+// Whether a store whose password is the placeholder (REDACTED) may stand: only where a stored
+// password is there for it to keep, which a primary's PUT /admin/v1/config has (apply).
+enum class Placeholder : std::uint8_t { kRefused, kPrimaryDecides };
+
 // The file, loaded and validated; on problems prints each (file:line:column: path: message) and exits 1.
-std::shared_ptr<const config::Config> load_or_exit(const std::string& file, const char* what) {
+std::shared_ptr<const config::Config> load_or_exit(const std::string& file, const char* what,
+                                                   Placeholder placeholder = Placeholder::kRefused) {
   auto loaded = config::load_yaml_file(file);
   if (auto* problems = std::get_if<std::vector<config::Problem>>(&loaded)) {
     for (const config::Problem& p : *problems) std::fprintf(stderr, "%s\n", p.to_string().c_str());
@@ -42,7 +47,17 @@ std::shared_ptr<const config::Config> load_or_exit(const std::string& file, cons
                  problems->size() == 1 ? "" : "s", file.c_str());
     throw CLI::RuntimeError(1);
   }
-  return std::get<std::shared_ptr<const config::Config>>(std::move(loaded));
+  auto cfg = std::get<std::shared_ptr<const config::Config>>(std::move(loaded));
+  if (placeholder == Placeholder::kRefused && config::has_redacted_password(cfg->store)) {
+    std::fprintf(stderr,
+                 "%s: store: the password %s is the placeholder shown in place of the real one (to read tokens, "
+                 "in /config and the console), not a password: a file must give the password itself "
+                 "(sluice config export --db FILE prints it)\n"
+                 "sluice config %s: 1 problem in %s\n",
+                 file.c_str(), std::string(config::kRedactedPassword).c_str(), what, file.c_str());
+    throw CLI::RuntimeError(1);
+  }
+  return cfg;
 }
 
 void check(const ConfigOptions& o) {
@@ -86,7 +101,9 @@ void export_config(const ConfigOptions& o) {
 }
 
 void apply(const ConfigOptions& o) {
-  load_or_exit(o.file, "apply");  // the same checks the primary makes, with the file's line numbers
+  // The same checks the primary makes, with the file's line numbers. A password placeholder is the
+  // primary's to judge: it keeps the stored password when the address is the stored one.
+  load_or_exit(o.file, "apply", Placeholder::kPrimaryDecides);
   std::ifstream in(o.file, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();

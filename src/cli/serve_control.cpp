@@ -18,7 +18,6 @@
 #include "gateway/console.h"
 #include "gateway/gateway.h"
 #include "gateway/redis_limiter.h"
-#include "sluice/redis/address.h"
 #include "sluice/local_store.h"
 
 namespace sluice::cli {
@@ -175,16 +174,22 @@ redis::RedisStoreOptions redis_options(const ServeSettings& s, const config::Con
 bool limit_store(const ServeSettings& s, const config::Config& cfg, const std::string& source,
                  gateway::GatewayOptions& options) {
   if ((s.store.empty() ? cfg.store : s.store) == "local") return true;
-  if (s.store.empty()) {
-    // A follower whose token has the read role is not given the store's password.
-    const auto address = redis::parse_address(cfg.store);
-    if (address.ok() && address->password == config::kRedactedPassword) {
+  if (s.store.empty() && config::has_redacted_password(cfg.store)) {
+    if (!s.primary.empty()) {
+      // A follower whose token has the read role is not given the store's password.
       std::fprintf(stderr,
                    "sluice serve: %s gives the limit store's password to admin tokens only: follow it with an "
                    "admin token, or name the store here with --store\n",
                    source.c_str());
-      return false;
+    } else {
+      // A file, or a database written before the placeholder was refused: it is no password.
+      std::fprintf(stderr,
+                   "sluice serve: %s: store: the password %s is the placeholder shown in place of the real one "
+                   "(to read tokens, in /config and the console), not a password: set the real one (sluice config "
+                   "import, or PUT /admin/v1/config with an admin token), or name the store with --store\n",
+                   source.c_str(), std::string(config::kRedactedPassword).c_str());
     }
+    return false;
   }
   auto made = gateway::redis_limiters(redis_options(s, cfg));
   if (!made.ok()) {

@@ -7,6 +7,7 @@
 #include <ctime>
 #include <set>
 #include <string_view>
+#include <utility>
 
 #include "config/path_pattern.h"
 #include "core/duration.h"
@@ -75,17 +76,32 @@ const char* to_string(BreakerForce force) {
   return "none";
 }
 
-std::string redact_store_password(std::string_view store) {
-  // As redis::parse_address reads it: the credentials run to the last '@', the password from the
-  // first ':' in them (all of them without one).
+namespace {
+
+// Where a store URL's password is, as redis::parse_address reads it: the credentials run to the last
+// '@', the password from the first ':' in them (all of them without one). Nothing when it has none.
+std::optional<std::pair<std::size_t, std::size_t>> password_span(std::string_view store) {
   const std::size_t scheme = store.find("://");
   const std::size_t at = store.rfind('@');
-  if (scheme == std::string_view::npos || at == std::string_view::npos || at < scheme + 3) return std::string(store);
+  if (scheme == std::string_view::npos || at == std::string_view::npos || at < scheme + 3) return std::nullopt;
   const std::size_t begin = scheme + 3;
   const std::size_t colon = store.substr(begin, at - begin).find(':');
   const std::size_t password = colon == std::string_view::npos ? begin : begin + colon + 1;
-  if (password == at) return std::string(store);
-  return std::string(store.substr(0, password)).append(kRedactedPassword).append(store.substr(at));
+  if (password == at) return std::nullopt;
+  return std::pair{password, at};
+}
+
+}  // namespace
+
+std::string redact_store_password(std::string_view store) {
+  const auto span = password_span(store);
+  if (!span) return std::string(store);
+  return std::string(store.substr(0, span->first)).append(kRedactedPassword).append(store.substr(span->second));
+}
+
+bool has_redacted_password(std::string_view store) {
+  const auto span = password_span(store);
+  return span && store.substr(span->first, span->second - span->first) == kRedactedPassword;
 }
 
 std::string format_time(std::int64_t unix_seconds) {

@@ -203,6 +203,9 @@ std::string describe(const Breaker& breaker);
 // for those who may read the configuration but not the store's secret; without one, unchanged.
 inline constexpr std::string_view kRedactedPassword = "REDACTED";
 std::string redact_store_password(std::string_view store);
+// Whether store's password is kRedactedPassword: the URL as it was shown with its password withheld,
+// which is not a password anyone set. Saving it as one would lock the gateway out of its store.
+bool has_redacted_password(std::string_view store);
 
 // Unix seconds as RFC 3339 in UTC ("2026-11-30T10:00:00Z"), and back (nullopt when it is not one).
 std::string format_time(std::int64_t unix_seconds);

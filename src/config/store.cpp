@@ -197,6 +197,16 @@ void redact(json::value& v) {
   }
 }
 
+// Why a store whose password is the placeholder was refused: it stands for the stored password only
+// in the stored address, which is named here (without its password) when it has one.
+std::string redacted_store_message(const std::string& stored) {
+  std::string why = "the password " + std::string(kRedactedPassword) +
+                    " is the placeholder shown in place of the stored one, and keeps it only in the same address";
+  why += has_redacted_password(redact_store_password(stored)) ? " (" + redact_store_password(stored) + ")"
+                                                              : " (the stored store, " + stored + ", has no password)";
+  return why + ": give the password itself";
+}
+
 WriteResult refused(Refusal::Kind kind, std::string message, std::int64_t revision) {
   return WriteResult{Refusal{kind, std::move(message), {}}, revision};
 }
@@ -669,6 +679,15 @@ WriteResult ConfigStore::replace(std::string_view actor, std::string_view action
         record.target = "config";
         record.before = text_of(to_json(c));
         Config next = config;
+        // The store as a read token is shown it (what it may read, edit and send back): its
+        // password placeholder keeps the stored password, and stands for no other address's.
+        if (has_redacted_password(next.store)) {
+          if (redact_store_password(c.store) != next.store) {
+            return Refusal{Refusal::Kind::kInvalid, "the change would make the configuration invalid",
+                           {Problem{"store", redacted_store_message(c.store)}}};
+          }
+          next.store = c.store;
+        }
         for (System& s : next.systems) {
           if (s.credentials_listed || !s.credentials.empty()) continue;
           for (const System& old : c.systems) {

@@ -605,6 +605,51 @@ TEST_F(AdminApiTest, TheStoresPasswordIsForAdminTokensOnly) {
   EXPECT_EQ(old.raw.body.find("0ld"), std::string::npos) << old.raw.body;
 }
 
+// What a read token is shown, sent back as it is, changes nothing: the password placeholder keeps
+// the stored password. It stands for no other address's, and is refused there, naming store.
+TEST_F(AdminApiTest, ThePasswordPlaceholderKeepsTheStoredPasswordInTheSameAddressOnly) {
+  config::Config c = *store_->load()->config;
+  c.store = "redis://:s3cret@127.0.0.1:6379/2";
+  ASSERT_TRUE(store_->replace("setup", "config.replace", c).ok());
+  const std::int64_t before = revision();
+  for (const std::string format : {"json", "yaml"}) {
+    SCOPED_TRACE(format);
+    const Reply read = call("GET", "/admin/v1/config?format=" + format, "", {}, &read_);
+    ASSERT_EQ(read.status, 200);
+    ASSERT_NE(read.raw.body.find("redis://:REDACTED@127.0.0.1:6379/2"), std::string::npos) << read.raw.body;
+    const Reply put = call("PUT", "/admin/v1/config", read.raw.body);
+    ASSERT_EQ(put.status, 200) << put.raw.body;
+    EXPECT_EQ(put.obj().at("revision").as_int64(), before);  // nothing changed, nothing committed
+    EXPECT_EQ(store_->load()->config->store, "redis://:s3cret@127.0.0.1:6379/2");
+  }
+  // Edited, the rest kept: only the edit is committed.
+  std::string edited = call("GET", "/admin/v1/config?format=yaml", "", {}, &read_).raw.body;
+  edited.replace(edited.find("fleet_size: 1"), 13, "fleet_size: 2");
+  ASSERT_EQ(call("PUT", "/admin/v1/config", edited).status, 200);
+  EXPECT_EQ(store_->load()->config->fleet_size, 2);
+  EXPECT_EQ(store_->load()->config->store, "redis://:s3cret@127.0.0.1:6379/2");
+  const std::int64_t at = revision();
+  for (const std::string other : {"redis://:REDACTED@127.0.0.1:6380/2", "redis://:REDACTED@127.0.0.1:6379/3",
+                                  "redis://user:REDACTED@127.0.0.1:6379/2", "redis://REDACTED@127.0.0.1:6379/2"}) {
+    SCOPED_TRACE(other);
+    const Reply refused = call("PUT", "/admin/v1/config", "store: \"" + other + "\"\n" + base_yaml());
+    EXPECT_EQ(refused.status, 400) << refused.raw.body;
+    EXPECT_EQ(refused.str("reason"), "invalid_config");
+    ASSERT_EQ(refused.problems().size(), 1u) << refused.raw.body;
+    EXPECT_TRUE(refused.problems()[0].starts_with("store: the password REDACTED is the placeholder")) << refused.raw.body;
+    EXPECT_NE(refused.problems()[0].find("(redis://:REDACTED@127.0.0.1:6379/2)"), std::string::npos) << refused.raw.body;
+    EXPECT_EQ(refused.raw.body.find("s3cret"), std::string::npos) << refused.raw.body;
+  }
+  EXPECT_EQ(revision(), at);
+  EXPECT_EQ(store_->load()->config->store, "redis://:s3cret@127.0.0.1:6379/2");
+  // A stored store without a password has none to keep.
+  c.store = "redis://127.0.0.1:6379/2";
+  ASSERT_TRUE(store_->replace("setup", "config.replace", c).ok());
+  const Reply none = call("PUT", "/admin/v1/config", "store: \"redis://:REDACTED@127.0.0.1:6379/2\"\n" + base_yaml());
+  EXPECT_EQ(none.status, 400) << none.raw.body;
+  EXPECT_EQ(store_->load()->config->store, "redis://127.0.0.1:6379/2");
+}
+
 TEST(RedactStorePasswordTest, OnlyThePasswordIsReplaced) {
   EXPECT_EQ(config::redact_store_password("redis://:pw@h:1"), "redis://:REDACTED@h:1");
   EXPECT_EQ(config::redact_store_password("redis://user:p@ss:w@h:1/3"), "redis://user:REDACTED@h:1/3");
@@ -612,7 +657,12 @@ TEST(RedactStorePasswordTest, OnlyThePasswordIsReplaced) {
   EXPECT_EQ(config::redact_store_password("redis-cluster://:pw@a:1,b:2"), "redis-cluster://:REDACTED@a:1,b:2");
   for (const char* unchanged : {"redis://h:1", "redis://user:@h", "local", "redis-cluster://a:1,b:2"}) {
     EXPECT_EQ(config::redact_store_password(unchanged), unchanged);
+    EXPECT_FALSE(config::has_redacted_password(unchanged));
   }
+  EXPECT_TRUE(config::has_redacted_password("redis://:REDACTED@h:1"));
+  EXPECT_TRUE(config::has_redacted_password("redis://REDACTED@h:1"));
+  EXPECT_FALSE(config::has_redacted_password("redis://:REDACTEDx@h:1"));
+  EXPECT_FALSE(config::has_redacted_password("redis://REDACTED:pw@h:1"));  // a user called REDACTED
 }
 
 TEST_F(AdminApiTest, PuttingTheConfigurationReplacesAllOfItOrNothing) {

@@ -216,6 +216,39 @@ TEST_F(ControlProcessTest, AFollowerWithAReadTokenIsToldThatTheStoresPasswordIsF
   EXPECT_EQ(err.find("s3cret"), std::string::npos) << err;
 }
 
+// A file holds no stored password for the placeholder to keep: check and import refuse it, saying
+// what it is; a database that holds it (written before it was refused) is not served with it, and
+// is not said to be a follower's.
+TEST_F(ControlProcessTest, ThePasswordPlaceholderIsNoPasswordInAFileOrADatabase) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  const std::string file = dir_ + "/read.yaml";
+  testing::write_file(file, "store: redis://:REDACTED@127.0.0.1:1\n" + control_test::base_yaml(upstream_->port()));
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"config", "check", file}, {"config", "import", file, "--db", db_}}) {
+    SCOPED_TRACE(args[1]);
+    std::string out;
+    std::string err;
+    EXPECT_EQ(sluice(args, &out, &err), 1);
+    EXPECT_EQ(out, "");
+    EXPECT_NE(err.find(file + ": store: the password REDACTED is the placeholder"), std::string::npos) << err;
+  }
+  EXPECT_EQ(*control_test::open_store(db_)->revision(), 2);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, R"(INSERT OR REPLACE INTO settings (name, value) VALUES ('store', '"redis://:REDACTED@127.0.0.1:1"'))",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"serve", "--db", db_, "--check"},
+        {"serve", "--db", db_, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}}) {
+    std::string err;
+    EXPECT_EQ(sluice(args, nullptr, &err), 1);
+    EXPECT_NE(err.find(db_ + ": store: the password REDACTED is the placeholder"), std::string::npos) << err;
+    EXPECT_EQ(err.find("follow"), std::string::npos) << err;
+  }
+}
+
 // A token the primary refuses stays refused: the follower says so and stops at once rather than
 // wait for the primary; and --check asks once, so that a check in a script cannot hang.
 TEST_F(ControlProcessTest, AFollowerWhoseTokenIsRefusedOrWhosePrimaryIsAwayStopsAtOnce) {
