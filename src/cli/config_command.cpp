@@ -67,7 +67,7 @@ void check(const ConfigOptions& o) {
 
 void import(const ConfigOptions& o) {
   const auto cfg = load_or_exit(o.file, "import");
-  auto store = open_store_or_exit(o.db, "config import", true);
+  auto store = open_store_or_exit(o.db, "config import", config::StoreOptions::Access::kCreate);
   const config::WriteResult w = store->replace(cli_actor(), "config.import", *cfg);
   if (!w.ok()) {
     for (const config::Problem& p : w.refusal->problems) std::fprintf(stderr, "%s\n", p.to_string().c_str());
@@ -79,7 +79,7 @@ void import(const ConfigOptions& o) {
 
 void export_config(const ConfigOptions& o) {
   if (o.format != "yaml" && o.format != "json") fail(o, "export", "--format must be yaml or json");
-  auto store = open_store_or_exit(o.db, "config export", false);
+  auto store = open_store_or_exit(o.db, "config export", config::StoreOptions::Access::kReadOnly);
   if (o.as_stored) {
     auto text = store->stored_text();
     if (!text.ok()) fail(o, "export", text.error().message);

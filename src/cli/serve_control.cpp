@@ -244,8 +244,9 @@ std::string cli_actor() {
   return std::string("cli:") + (user != nullptr && *user != '\0' ? user : "unknown");
 }
 
-std::unique_ptr<config::ConfigStore> open_store_or_exit(const std::string& db, std::string_view command, bool create) {
-  auto store = config::ConfigStore::open({.path = db, .create = create});
+std::unique_ptr<config::ConfigStore> open_store_or_exit(const std::string& db, std::string_view command,
+                                                        config::StoreOptions::Access access) {
+  auto store = config::ConfigStore::open({.path = db, .access = access});
   if (!store.ok()) {
     std::fprintf(stderr, "sluice %.*s: %s\n", static_cast<int>(command.size()), command.data(),
                  store.error().message.c_str());
@@ -257,7 +258,10 @@ std::unique_ptr<config::ConfigStore> open_store_or_exit(const std::string& db, s
 int serve_database(const ServeSettings& s,
                    const std::function<void(std::uint16_t port, std::uint16_t admin_port)>& on_serving) {
   // Only serving makes the database when it is missing: a check of a mistyped path must not pass.
-  auto opened = config::ConfigStore::open({.path = s.db, .create = !s.check && !s.print_config});
+  // A check or a print writes nothing to it.
+  const bool looks = s.check || s.print_config;
+  auto opened = config::ConfigStore::open(
+      {.path = s.db, .access = looks ? config::StoreOptions::Access::kReadOnly : config::StoreOptions::Access::kCreate});
   if (!opened.ok()) {
     std::fprintf(stderr, "sluice serve: %s\n", opened.error().message.c_str());
     return 1;

@@ -74,8 +74,10 @@ bool secret_key_from_environment(std::optional<config::SecretKey>& out);
 // Who is at the keyboard, for the audit log: "cli:" and the user's name.
 std::string cli_actor();
 
-// For the config and token commands: the database at db, created when missing only if create. On
-// failure says why on stderr ("sluice <command>: ...") and exits 1 (throws CLI::RuntimeError).
-std::unique_ptr<config::ConfigStore> open_store_or_exit(const std::string& db, std::string_view command, bool create);
+// For the config and token commands: the database at db, opened as access says (created when missing
+// only with kCreate; written to not at all with kReadOnly). On failure says why on stderr ("sluice
+// <command>: ...") and exits 1 (throws CLI::RuntimeError).
+std::unique_ptr<config::ConfigStore> open_store_or_exit(const std::string& db, std::string_view command,
+                                                        config::StoreOptions::Access access);
 
 }  // namespace sluice::cli

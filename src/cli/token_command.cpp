@@ -24,7 +24,7 @@ void create(const TokenOptions& o) {
     std::fprintf(stderr, "sluice token create: --role must be admin or read\n");
     throw CLI::RuntimeError(2);
   }
-  auto store = open_store_or_exit(o.db, "token create", true);
+  auto store = open_store_or_exit(o.db, "token create", config::StoreOptions::Access::kCreate);
   auto created = store->create_token(cli_actor(), *role, o.name.empty() ? o.role : o.name);
   if (!created.ok()) {
     std::fprintf(stderr, "sluice token create: %s\n", created.error().message.c_str());
@@ -37,7 +37,7 @@ void create(const TokenOptions& o) {
 }
 
 void list(const TokenOptions& o) {
-  auto store = open_store_or_exit(o.db, "token list", false);
+  auto store = open_store_or_exit(o.db, "token list", config::StoreOptions::Access::kReadOnly);
   auto tokens = store->tokens();
   if (!tokens.ok()) {
     std::fprintf(stderr, "sluice token list: %s\n", tokens.error().message.c_str());
@@ -50,7 +50,7 @@ void list(const TokenOptions& o) {
 }
 
 void revoke(const TokenOptions& o) {
-  auto store = open_store_or_exit(o.db, "token revoke", false);
+  auto store = open_store_or_exit(o.db, "token revoke", config::StoreOptions::Access::kExisting);
   auto deleted = store->delete_token(cli_actor(), o.id);
   if (!deleted.ok() || !*deleted) {
     std::fprintf(stderr, "sluice token revoke: %s\n",

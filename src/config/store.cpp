@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <map>
 #include <tuple>
@@ -207,6 +208,12 @@ std::string redacted_store_message(const std::string& stored) {
   return why + ": give the password itself";
 }
 
+Error newer_schema(const std::string& path, int version) {
+  return Error{ErrorCode::kInvalidArgument, path + " has schema version " + std::to_string(version) +
+                                                ", newer than this sluice knows (" +
+                                                std::to_string(migrations().size()) + "): use a newer sluice"};
+}
+
 WriteResult refused(Refusal::Kind kind, std::string message, std::int64_t revision) {
   return WriteResult{Refusal{kind, std::move(message), {}}, revision};
 }
@@ -241,24 +248,92 @@ std::int64_t ConfigStore::now_seconds() const {
 }
 
 Result<std::unique_ptr<ConfigStore>> ConfigStore::open(StoreOptions options) {
+  using Access = StoreOptions::Access;
   std::unique_ptr<ConfigStore> store(new ConfigStore(std::move(options)));
   const std::string& path = store->options_.path;
-  if (!store->options_.create && ::access(path.c_str(), F_OK) != 0) {
+  const Access mode = store->options_.access;
+  if (mode != Access::kCreate && ::access(path.c_str(), F_OK) != 0) {
     return Error{ErrorCode::kInvalidArgument, "there is no database at " + path};
   }
-  const int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (store->options_.create ? SQLITE_OPEN_CREATE : 0);
+  const int flags = SQLITE_OPEN_NOMUTEX | (mode == Access::kReadOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) |
+                    (mode == Access::kCreate ? SQLITE_OPEN_CREATE : 0);
   if (sqlite3_open_v2(path.c_str(), &store->db_, flags, nullptr) != SQLITE_OK) {
     return Error{ErrorCode::kStoreUnavailable,
                  "cannot open " + path + ": " + (store->db_ != nullptr ? sqlite3_errmsg(store->db_) : "out of memory")};
   }
   sqlite3_busy_timeout(store->db_, static_cast<int>(
       std::chrono::duration_cast<std::chrono::milliseconds>(store->options_.busy_timeout).count()));
+  // Looked at before anything is written (WAL mode goes into the file's header): a file that is
+  // another application's is left as it was.
+  Result<int> version = [&] {
+    std::lock_guard lock(store->mu_);
+    return store->read_schema();
+  }();
+  if (!version.ok()) return version.error();
+  if (*version == 0 && mode != Access::kCreate) {
+    return Error{ErrorCode::kInvalidArgument,
+                 path + " is empty: it holds no sluice database (sluice config import or sluice token create makes one)"};
+  }
+  if (*version > schema_version()) return newer_schema(path, *version);
+  if (mode == Access::kReadOnly) {
+    // Nothing is written to the file: an older schema is migrated in a copy in memory.
+    if (*version < schema_version()) {
+      if (Status s = store->copy_to_memory(); !s) return s.error();
+      if (Status s = store->migrate(); !s) return s.error();
+    }
+    return store;
+  }
   // WAL: readers (every gateway's watcher) never block the writer, nor it them. FULL: a commit is
   // on disk before it is reported, so neither a crash nor a power cut loses it.
   if (Status s = store->exec("PRAGMA journal_mode=WAL"); !s) return s.error();
   if (Status s = store->exec("PRAGMA synchronous=FULL"); !s) return s.error();
-  if (Status s = store->migrate(); !s) return s.error();
+  // Only when there is something to migrate: the write lock it takes would make a command that
+  // waited for another process's long write say it could not migrate, not what it was doing.
+  if (*version < schema_version()) {
+    if (Status s = store->migrate(); !s) return s.error();
+  }
   return store;
+}
+
+Result<int> ConfigStore::read_schema() {
+  Stmt version(db_, "PRAGMA user_version");
+  if (version.step() != SQLITE_ROW) return db_error(db_, "cannot read " + options_.path);
+  const int have = static_cast<int>(version.integer(0));
+  std::vector<std::string> tables;
+  Stmt s(db_, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' "
+              "ORDER BY name");
+  while (s.step() == SQLITE_ROW) tables.push_back(s.text(0));
+  if (!s.finished()) return db_error(db_, "cannot read the tables of " + options_.path);
+  if (tables.empty() && have == 0) return 0;
+  // Sluice's: the schema version it sets, and the table of the revision every reader starts from.
+  if (have >= 1 && std::find(tables.begin(), tables.end(), "meta") != tables.end()) return have;
+  std::string holds;
+  for (std::size_t i = 0; i < tables.size() && i < 5; ++i) holds += (i == 0 ? "" : ", ") + tables[i];
+  if (tables.size() > 5) holds += ", ...";
+  return Error{ErrorCode::kInvalidArgument,
+               options_.path + " is an SQLite database but not sluice's (" +
+                   (tables.empty() ? "it has no tables but schema version " + std::to_string(have)
+                                   : "it holds tables sluice does not make: " + holds) +
+                   "): sluice leaves it alone. Give the path of a sluice database, or of a new file"};
+}
+
+Status ConfigStore::copy_to_memory() {
+  sqlite3* memory = nullptr;
+  if (sqlite3_open_v2(":memory:", &memory, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
+    sqlite3_close(memory);
+    return Error{ErrorCode::kStoreUnavailable, "cannot read " + options_.path + ": out of memory"};
+  }
+  sqlite3_backup* backup = sqlite3_backup_init(memory, "main", db_, "main");
+  const int rc = backup != nullptr ? sqlite3_backup_step(backup, -1) : SQLITE_ERROR;
+  sqlite3_backup_finish(backup);
+  if (rc != SQLITE_DONE) {
+    Error e = db_error(memory, "cannot read " + options_.path);
+    sqlite3_close(memory);
+    return e;
+  }
+  sqlite3_close(db_);
+  db_ = memory;
+  return {};
 }
 
 Status ConfigStore::exec(const char* sql) {
@@ -275,15 +350,12 @@ Status ConfigStore::migrate() {
   std::lock_guard lock(mu_);
   Transaction tx(db_, true);  // one process migrates; the others wait, then find it done
   if (!tx.ok()) return db_error(db_, "cannot lock " + options_.path + " to migrate it");
-  Stmt version(db_, "PRAGMA user_version");
-  if (version.step() != SQLITE_ROW) return db_error(db_, "cannot read the schema version");
-  const int have = static_cast<int>(version.integer(0));
+  // Again inside the transaction: another application may have made tables in it meanwhile.
+  const Result<int> version = read_schema();
+  if (!version.ok()) return version.error();
+  const int have = *version;
   const std::vector<std::string> steps = migrations();
-  if (have > static_cast<int>(steps.size())) {
-    return Error{ErrorCode::kInvalidArgument,
-                 options_.path + " has schema version " + std::to_string(have) + ", newer than this sluice knows (" +
-                     std::to_string(steps.size()) + "): use a newer sluice"};
-  }
+  if (have > static_cast<int>(steps.size())) return newer_schema(options_.path, have);
   for (int v = have; v < static_cast<int>(steps.size()); ++v) {
     if (Status s = exec(steps[static_cast<std::size_t>(v)].c_str()); !s) return s;
     if (Status s = exec(("PRAGMA user_version=" + std::to_string(v + 1)).c_str()); !s) return s;

@@ -30,8 +30,14 @@ struct StoreOptions {
   const Clock* clock = nullptr;
   // How long a write waits for another process's write to finish.
   Nanos busy_timeout = std::chrono::seconds(5);
-  // Whether a missing file is created (with the default configuration) or is an error.
-  bool create = true;
+  // What opening may do to the file. Whatever it is, a file that holds another application's tables
+  // is refused: sluice's are not put beside them.
+  enum class Access : std::uint8_t {
+    kCreate,    // read and write; a missing or empty file becomes a database with the default configuration
+    kExisting,  // read and write a sluice database that exists (an older schema is migrated)
+    kReadOnly,  // read a sluice database that exists and write nothing (an older schema is migrated in memory)
+  };
+  Access access = Access::kCreate;
 };
 
 // The configuration as committed, and the revision it was committed at.
@@ -97,7 +103,9 @@ struct TokenInfo {
 
 class ConfigStore {
  public:
-  // Opens (creating when missing) and migrates the schema to this build's version.
+  // Opens (creating when missing, as options.access allows) and migrates the schema to this build's
+  // version. kInvalidArgument when the file is missing (and not to be created), empty (and not to be
+  // made a database), another application's SQLite database, or from a newer sluice.
   static Result<std::unique_ptr<ConfigStore>> open(StoreOptions options);
   ~ConfigStore();
   ConfigStore(const ConfigStore&) = delete;
@@ -145,6 +153,11 @@ class ConfigStore {
   WriteResult write(std::string_view actor, const Change& change, std::optional<std::int64_t> if_revision,
                     bool needs_current);
   Status migrate();
+  // The file's schema version (PRAGMA user_version): 0 when it is empty (no tables); an error when
+  // its tables are another application's. locked: the caller holds mu_.
+  Result<int> read_schema();
+  // For a read-only store of an older schema: the file copied into memory, to migrate there.
+  Status copy_to_memory();
   Status exec(const char* sql);
   Result<std::int64_t> read_revision();
   // The tables as the JSON form of a configuration file (a value that is not JSON is a string, and

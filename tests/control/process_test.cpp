@@ -526,6 +526,44 @@ TEST_F(ControlProcessTest, ReadingOrRevokingFromAMissingDatabaseFailsAndCreatesN
   EXPECT_TRUE(std::filesystem::exists(missing));
 }
 
+// No command puts sluice's tables beside another application's, and those that only read write
+// nothing: they used to make any SQLite file a sluice database and report its default configuration.
+TEST_F(ControlProcessTest, NoCommandTouchesAnotherApplicationsDatabaseAndReadingWritesNothing) {
+  const std::string other = dir_ + "/other.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(other.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE foo (x); INSERT INTO foo VALUES (1)", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  const std::string before = file_bytes(other);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"config", "export", "--db", other}, {"token", "list", "--db", other},
+        {"token", "revoke", "at_0", "--db", other}, {"serve", "--db", other, "--check"},
+        {"serve", "--db", other, "--print-config"}, {"config", "import", yaml_, "--db", other},
+        {"token", "create", "--role", "admin", "--db", other},
+        {"serve", "--db", other, "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}}) {
+    SCOPED_TRACE(args[0] + " " + args[1] + " " + args[2]);
+    std::string out;
+    std::string err;
+    EXPECT_EQ(sluice(args, &out, &err), 1);
+    EXPECT_EQ(out, "");
+    EXPECT_NE(err.find(other + " is an SQLite database but not sluice's (it holds tables sluice does not make: foo)"),
+              std::string::npos)
+        << err;
+    EXPECT_EQ(file_bytes(other), before);
+  }
+  // A sluice database is read without a write: its file is as it was.
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  token("admin");
+  const std::string mine = file_bytes(db_);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"config", "export", "--db", db_}, {"token", "list", "--db", db_},
+        {"serve", "--db", db_, "--check"}, {"serve", "--db", db_, "--print-config"}}) {
+    SCOPED_TRACE(args[0] + " " + args[1]);
+    EXPECT_EQ(sluice(args), 0);
+    EXPECT_EQ(file_bytes(db_), mine);
+  }
+}
+
 TEST_F(ControlProcessTest, AnImportThatDoesNotValidateChangesNothing) {
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
   const std::string bad = dir_ + "/bad.yaml";

@@ -4,6 +4,8 @@
 #include <sqlite3.h>
 
 #include <atomic>
+#include <fstream>
+#include <sstream>
 #include <boost/json/serialize.hpp>
 #include <thread>
 
@@ -105,6 +107,75 @@ TEST_F(StoreTest, ADatabaseFromANewerSluiceIsRefused) {
   auto store = ConfigStore::open({.path = path_});
   ASSERT_FALSE(store.ok());
   EXPECT_NE(store.error().message.find("schema version 99"), std::string::npos) << store.error().message;
+}
+
+std::string bytes_of(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// sluice's tables are not put beside another application's, whatever the store may do to a file.
+TEST_F(StoreTest, AnotherApplicationsDatabaseIsRefusedAndLeftAsItWas) {
+  const std::string other = testing::temp_dir() + "/other.db";
+  hand_edit(other, "CREATE TABLE foo (x); INSERT INTO foo VALUES (1)");
+  const std::string before = bytes_of(other);
+  for (const auto access : {StoreOptions::Access::kCreate, StoreOptions::Access::kExisting,
+                            StoreOptions::Access::kReadOnly}) {
+    SCOPED_TRACE(static_cast<int>(access));
+    auto store = ConfigStore::open({.path = other, .access = access});
+    ASSERT_FALSE(store.ok());
+    EXPECT_EQ(store.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_EQ(store.error().message, other + " is an SQLite database but not sluice's (it holds tables sluice does "
+                                             "not make: foo): sluice leaves it alone. Give the path of a sluice "
+                                             "database, or of a new file");
+    EXPECT_EQ(bytes_of(other), before);
+    EXPECT_EQ(query_one(other, "PRAGMA journal_mode"), "delete");
+  }
+  EXPECT_EQ(query_one(other, "SELECT count(*) FROM sqlite_master"), "1");
+}
+
+// An empty file is a database to be: made one where the store may create, refused elsewhere.
+TEST_F(StoreTest, AnEmptyFileBecomesADatabaseOnlyWhereOneMayBeCreated) {
+  const std::string empty = testing::temp_dir() + "/empty.db";
+  testing::write_file(empty, "");
+  for (const auto access : {StoreOptions::Access::kExisting, StoreOptions::Access::kReadOnly}) {
+    auto store = ConfigStore::open({.path = empty, .access = access});
+    ASSERT_FALSE(store.ok());
+    EXPECT_EQ(store.error().message,
+              empty + " is empty: it holds no sluice database (sluice config import or sluice token create makes one)");
+    EXPECT_EQ(bytes_of(empty), "");
+  }
+  EXPECT_NE(open_store(empty), nullptr);
+  EXPECT_EQ(query_one(empty, "PRAGMA user_version"), std::to_string(ConfigStore::schema_version()));
+}
+
+// Read-only, an older schema is read as migrated (in memory) and the file keeps its version; and
+// nothing can be written through it.
+TEST_F(StoreTest, AReadOnlyStoreWritesNothingAndReadsAnOlderSchemaAsMigrated) {
+  ASSERT_TRUE(store_->replace("test", "config.import", *parse(base_yaml())).ok());
+  store_.reset();
+  hand_edit(path_, "ALTER TABLE interfaces DROP COLUMN concurrency_lease_timeout; PRAGMA user_version = 1");
+  auto store = ConfigStore::open({.path = path_, .access = StoreOptions::Access::kReadOnly});
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  auto loaded = (*store)->load();
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(loaded->revision, 2);
+  EXPECT_EQ(yaml_of(*loaded->config), yaml_of(*parse(base_yaml())));
+  EXPECT_EQ(query_one(path_, "PRAGMA user_version"), "1");
+  store->reset();
+  auto current = ConfigStore::open({.path = path_});  // migrated, then opened read-only as it is
+  ASSERT_TRUE(current.ok());
+  current->reset();
+  const std::string before = bytes_of(path_);
+  auto read_only = ConfigStore::open({.path = path_, .access = StoreOptions::Access::kReadOnly});
+  ASSERT_TRUE(read_only.ok()) << read_only.error().message;
+  EXPECT_FALSE((*read_only)->replace("test", "config.import", Config{}).ok());
+  EXPECT_FALSE((*read_only)->create_token("test", Role::kAdmin, "x").ok());
+  EXPECT_EQ(*(*read_only)->revision(), 2);
+  read_only->reset();
+  EXPECT_EQ(bytes_of(path_), before);
 }
 
 TEST_F(StoreTest, EveryCommitMovesTheRevisionAndAnUnchangedConfigurationCommitsNothing) {
