@@ -1,7 +1,11 @@
 #include "config/store.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <boost/json.hpp>
@@ -292,7 +296,53 @@ Result<std::unique_ptr<ConfigStore>> ConfigStore::open(StoreOptions options) {
   if (*version < schema_version()) {
     if (Status s = store->migrate(); !s) return s.error();
   }
+  store->note_file();
   return store;
+}
+
+void ConfigStore::note_file() {
+  struct stat st {};
+  if (::stat(options_.path.c_str(), &st) != 0) return;
+  std::lock_guard lock(mu_);
+  device_ = static_cast<std::uint64_t>(st.st_dev);
+  inode_ = static_cast<std::uint64_t>(st.st_ino);
+}
+
+Result<ConfigStore::PathState> ConfigStore::reopen_if_replaced() {
+  struct stat st {};
+  if (::stat(options_.path.c_str(), &st) != 0) {
+    if (errno != ENOENT) return Error{ErrorCode::kStoreUnavailable, "cannot look at " + options_.path + ": " + std::strerror(errno)};
+    std::lock_guard lock(mu_);
+    missing_ = true;
+    return PathState::kMissing;
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (static_cast<std::uint64_t>(st.st_dev) == device_ && static_cast<std::uint64_t>(st.st_ino) == inode_) {
+      missing_ = false;  // moved back
+      return PathState::kSame;
+    }
+  }
+  // The file there now, opened as this one was; it exists, so nothing is created.
+  StoreOptions options = options_;
+  if (options.access == StoreOptions::Access::kCreate) options.access = StoreOptions::Access::kExisting;
+  auto fresh = open(std::move(options));
+  if (!fresh.ok()) return fresh.error();
+  std::lock_guard lock(mu_);
+  std::swap(db_, (*fresh)->db_);  // the file left behind is closed with `fresh`, after the lock
+  // As stat named it before the open: when it was replaced again in between, the next look reopens.
+  device_ = static_cast<std::uint64_t>(st.st_dev);
+  inode_ = static_cast<std::uint64_t>(st.st_ino);
+  missing_ = false;
+  generation_.fetch_add(1);
+  return PathState::kReopened;
+}
+
+std::optional<Error> ConfigStore::missing_file() const {
+  if (!missing_) return std::nullopt;
+  return Error{ErrorCode::kStoreUnavailable,
+               options_.path + " is gone (deleted or moved away): a change would be lost with it. Put the database "
+                               "back; it is read again once it is there"};
 }
 
 Result<int> ConfigStore::read_schema() {
@@ -689,6 +739,7 @@ WriteResult ConfigStore::update(std::string_view actor, const Change& change, st
 WriteResult ConfigStore::write(std::string_view actor, const Change& change, std::optional<std::int64_t> if_revision,
                                bool needs_current) {
   std::lock_guard lock(mu_);
+  if (auto gone = missing_file()) return refused(Refusal::Kind::kFailed, gone->message, 0);
   Transaction tx(db_, true);
   if (!tx.ok()) return refused(Refusal::Kind::kFailed, db_error(db_, "cannot write " + options_.path).message, 0);
   auto revision = read_revision();
@@ -788,6 +839,7 @@ Result<std::pair<TokenInfo, std::string>> ConfigStore::create_token(std::string_
   const std::string token = random_token("sluice_at_");
   info.token_sha256 = sha256_hex(token);
   std::lock_guard lock(mu_);
+  if (auto gone = missing_file()) return *gone;
   Transaction tx(db_, true);
   if (!tx.ok()) return db_error(db_, "cannot write " + options_.path);
   Status s = exec("UPDATE meta SET value = 1 WHERE name = 'writing'");
@@ -825,6 +877,7 @@ Result<std::vector<TokenInfo>> ConfigStore::tokens() {
 
 Result<bool> ConfigStore::delete_token(std::string_view actor, std::string_view id) {
   std::lock_guard lock(mu_);
+  if (auto gone = missing_file()) return *gone;
   Transaction tx(db_, true);
   if (!tx.ok()) return db_error(db_, "cannot write " + options_.path);
   std::string before;

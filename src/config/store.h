@@ -5,6 +5,7 @@
 // several processes may open the same file.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -148,6 +149,17 @@ class ConfigStore {
   // PRAGMA quick_check: ok, or what is wrong with the file.
   Status check();
 
+  // Whether the path still names the file this store has open (the same device and inode): a
+  // restore from a backup moves another file there, or a file is deleted, while a connection keeps
+  // reading the one it opened. kReopened: the path names another file, which the store now reads and
+  // writes; kMissing: it names none, and until one is there the store keeps reading the file it has
+  // and refuses changes (they would be lost with it). An error when the file now there cannot be
+  // used: the store keeps the one it has.
+  enum class PathState : std::uint8_t { kSame, kReopened, kMissing };
+  Result<PathState> reopen_if_replaced();
+  // Moves each time the store reopens its path: a revision counts commits to one file only.
+  std::uint64_t generation() const { return generation_.load(); }
+
  private:
   explicit ConfigStore(StoreOptions options);
   WriteResult write(std::string_view actor, const Change& change, std::optional<std::int64_t> if_revision,
@@ -172,9 +184,19 @@ class ConfigStore {
   Result<std::int64_t> bump_revision();
   std::int64_t now_seconds() const;
 
+  // Why a change is refused while the path names no file; nothing otherwise. The caller holds mu_.
+  std::optional<Error> missing_file() const;
+  // The device and inode of the file at the path, as now.
+  void note_file();
+
   StoreOptions options_;
   std::mutex mu_;
   sqlite3* db_ = nullptr;  // guarded by mu_
+  // The file opened, as stat named it, and whether the path still names one (reopen_if_replaced).
+  std::uint64_t device_ = 0;  // guarded by mu_
+  std::uint64_t inode_ = 0;   // guarded by mu_
+  bool missing_ = false;      // guarded by mu_
+  std::atomic<std::uint64_t> generation_{0};
 };
 
 // A JSON text with the secrets of credentials (API key hashes, sealed secrets) taken out, and the

@@ -96,9 +96,27 @@ void DatabaseWatcher::look() {
     health_.ok = false;
     health_.error = error;
   };
+  // The path first: a restore from a backup (mv, or a delete) leaves the connection on the file it
+  // opened, which no commit reaches any more. A revision counts commits to one file: the one now
+  // there is loaded whatever its revision.
+  auto path = options_.store->reopen_if_replaced();
+  if (!path.ok()) {
+    return set_error(options_.store->path() + " was replaced by a file that cannot be used, still serving revision " +
+                     std::to_string(health().revision) + ": " + path.error().message);
+  }
+  if (*path == config::ConfigStore::PathState::kMissing) {
+    path_lost_ = true;
+    return set_error(options_.store->path() + " is gone (deleted or moved away): still serving revision " +
+                     std::to_string(health().revision) + " until a database is there again");
+  }
+  if (*path == config::ConfigStore::PathState::kReopened) {
+    options_.log(options_.store->path() + " is another file now (replaced): reading it");
+    path_lost_ = true;
+  }
+  const bool reload = path_lost_;  // back after it was gone (moved back: the same file), or replaced
   auto revision = options_.store->revision();
   if (!revision.ok()) return set_error(revision.error().message);
-  if (*revision == seen_) {
+  if (*revision == seen_ && !reload) {
     std::lock_guard lock(mu_);
     health_.last_contact = unix_now(nullptr);
     return;
@@ -110,12 +128,14 @@ void DatabaseWatcher::look() {
     // be read is, at the next tick.
     if (loaded.error().code == ErrorCode::kInvalidArgument) {
       seen_ = *revision;
+      path_lost_ = false;
       if (options_.refused) options_.refused();
     }
     return set_error("configuration refused, still serving revision " + std::to_string(health().revision) + ": " +
                      loaded.error().message);
   }
   seen_ = loaded->revision;
+  path_lost_ = false;
   options_.install(*loaded);
   std::lock_guard lock(mu_);
   health_ = SourceHealth{true, loaded->revision, unix_now(nullptr), ""};

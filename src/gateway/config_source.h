@@ -61,6 +61,9 @@ class DatabaseWatcher {
   bool stop_ = false;         // guarded by mu_
   SourceHealth health_;       // guarded by mu_
   std::int64_t seen_ = 0;     // the revision last looked at (only the thread touches it)
+  // The path named no file, or another file, since the last configuration was loaded: the next
+  // one is loaded whatever its revision (only the thread touches it).
+  bool path_lost_ = false;
   std::thread thread_;
 };
 

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <mutex>
 
 #include "control_test.h"
@@ -76,6 +78,91 @@ TEST(DatabaseWatcherTest, InstallsEachValidRevisionAndSkipsAnInvalidOne) {
   ASSERT_TRUE(store->replace("test", "config.replace", next).ok());
   // Installed first, then reported healthy.
   ASSERT_TRUE(testing::eventually([&] { return installed_count() == 2 && watcher.health().ok; }));
+}
+
+// A restore from a backup moves another file to the path (or deletes it first): the watcher sees
+// the path name another file, says so once, and serves the file there, whatever its revision; while
+// no file is there it says so once, keeps serving the last configuration, and refuses changes.
+TEST(DatabaseWatcherTest, ADatabaseReplacedOrDeletedIsNoticedAndTheFileThereIsServed) {
+  const std::string dir = testing::temp_dir();
+  const std::string path = dir + "/sluice.db";
+  auto store = control_test::open_store(path);
+  ASSERT_TRUE(store->replace("test", "config.import", *control_test::parse(control_test::base_yaml())).ok());
+  std::mutex mu;
+  std::vector<std::string> installed;  // the first system's description, guarded by mu
+  std::vector<std::string> logged;     // guarded by mu
+  std::atomic<int> changes{0};
+  DatabaseWatcher watcher({.store = store.get(),
+                           .interval = std::chrono::milliseconds(10),
+                           .install =
+                               [&](const config::StoredConfig& c) {
+                                 std::lock_guard lock(mu);
+                                 installed.push_back(c.config->systems.at(0).description);
+                               },
+                           .changed = [&] { ++changes; },
+                           .log =
+                               [&](std::string_view line) {
+                                 std::lock_guard lock(mu);
+                                 logged.emplace_back(line);
+                               }},
+                          2);
+  auto seen = [&] {
+    std::lock_guard lock(mu);
+    return std::pair{installed, logged};
+  };
+
+  // Another database, at the same revision, moved over the path.
+  const std::string backup = dir + "/backup.db";
+  config::Config other = *control_test::parse(control_test::base_yaml());
+  other.systems.at(0).description = "restored";
+  {
+    auto restored = control_test::open_store(backup);
+    ASSERT_TRUE(restored->replace("test", "config.import", other).ok());
+    ASSERT_EQ(*restored->revision(), 2);
+  }
+  // As an operator restores one: the file alone, without the write-ahead log of the one it replaces
+  // (which SQLite would otherwise read as the new file's).
+  std::filesystem::remove(path + "-wal");
+  std::filesystem::remove(path + "-shm");
+  std::filesystem::rename(backup, path);
+  const int before = changes.load();
+  ASSERT_TRUE(testing::eventually([&] { return seen().first == std::vector<std::string>{"restored"}; }));
+  EXPECT_GT(changes.load(), before);  // its tokens are read too
+  EXPECT_TRUE(watcher.health().ok);
+  EXPECT_EQ(seen().second, std::vector<std::string>{path + " is another file now (replaced): reading it"});
+  // The store reads and writes the file now there.
+  EXPECT_EQ(store->load()->config->systems.at(0).description, "restored");
+  other.systems.at(0).description = "written";
+  ASSERT_TRUE(store->replace("test", "config.replace", other).ok());
+  EXPECT_EQ(control_test::open_store(path)->load()->config->systems.at(0).description, "written");
+  ASSERT_TRUE(testing::eventually([&] { return seen().first.size() == 2; }));
+
+  // Gone: said once, the last configuration kept, changes refused rather than lost with the file.
+  std::filesystem::rename(path, dir + "/moved.db");
+  std::filesystem::remove(path + "-wal");
+  std::filesystem::remove(path + "-shm");
+  ASSERT_TRUE(testing::eventually([&] { return !watcher.health().ok; }));
+  const std::string gone = path + " is gone (deleted or moved away): still serving revision 3 until a database is there again";
+  EXPECT_EQ(watcher.health().error, gone);
+  other.systems.at(0).description = "lost";
+  const config::WriteResult refused = store->replace("test", "config.replace", other);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.refusal->message, path + " is gone (deleted or moved away): a change would be lost with it. Put "
+                                             "the database back; it is read again once it is there");
+  EXPECT_EQ(store->load()->config->systems.at(0).description, "written");
+
+  // A database there again is served, and the store writes to it.
+  {
+    auto again = control_test::open_store(path);
+    other.systems.at(0).description = "back";
+    ASSERT_TRUE(again->replace("test", "config.import", other).ok());
+  }
+  ASSERT_TRUE(testing::eventually([&] { return seen().first.size() == 3 && watcher.health().ok; }));
+  EXPECT_EQ(seen().first.back(), "back");
+  const auto log = seen().second;
+  EXPECT_EQ(std::count(log.begin(), log.end(), gone), 1);
+  EXPECT_EQ(log.back(), path + " is another file now (replaced): reading it");
+  EXPECT_TRUE(store->replace("test", "config.replace", other).ok());
 }
 
 }  // namespace

@@ -141,6 +141,47 @@ TEST_F(ControlProcessTest, ASecondGatewayOnTheDatabaseServesAChangeWithinASecond
   EXPECT_EQ(b.child->wait_exit(10s), 0) << b.child->stderr_text();
 }
 
+// A restore from a backup moves another database over the one served: the gateway serves it (its
+// tokens too) within a second or so, as any commit; deleted, the last configuration keeps serving.
+TEST_F(ControlProcessTest, AGatewayServesTheDatabaseMovedOverItsOwnAndKeepsServingWhenItIsDeleted) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  const std::string old_token = token("admin");
+  Server s = serve({"--db", db_});
+  EXPECT_EQ(status(s, "/users/1", "erp"), 403);
+  const std::string backup = dir_ + "/backup.db";
+  std::string text = control_test::base_yaml(upstream_->port());
+  text.replace(text.find("{key: erp, interfaces: [orders]}"), 32, "{key: erp, interfaces: [orders, users]}");
+  testing::write_file(dir_ + "/restored.yaml", text);
+  ASSERT_EQ(sluice({"config", "import", dir_ + "/restored.yaml", "--db", backup}), 0);
+  std::string out;
+  ASSERT_EQ(sluice({"token", "create", "--role", "admin", "--db", backup}, &out), 0);
+  const std::string new_token = out.substr(0, out.find('\n'));
+  std::filesystem::remove(db_ + "-wal");
+  std::filesystem::remove(db_ + "-shm");
+  std::filesystem::rename(backup, db_);
+  const auto moved = std::chrono::steady_clock::now();
+  ASSERT_TRUE(testing::eventually([&] { return status(s, "/users/1", "erp") == 200; }, 5s)) << s.child->stderr_text();
+  EXPECT_LT(std::chrono::steady_clock::now() - moved, 2s);
+  EXPECT_TRUE(testing::eventually([&] { return admin(s, new_token, "GET", "/admin/v1/whoami").status == 200; }, 5s));
+  EXPECT_EQ(admin(s, old_token, "GET", "/admin/v1/whoami").status, 401);
+  EXPECT_NE(s.child->stderr_text().find(db_ + " is another file now (replaced): reading it"), std::string::npos)
+      << s.child->stderr_text();
+  // A change through the admin API goes to the file now there.
+  ASSERT_EQ(admin(s, new_token, "PUT", "/admin/v1/systems/erp", R"({"description":"after"})").status, 200);
+  EXPECT_EQ(control_test::open_store(db_)->load()->config->systems.at(1).description, "after");
+
+  std::filesystem::remove(db_);
+  std::filesystem::remove(db_ + "-wal");
+  std::filesystem::remove(db_ + "-shm");
+  const std::string gone = db_ + " is gone (deleted or moved away): still serving revision";
+  ASSERT_TRUE(testing::eventually([&] { return s.child->stderr_text().find(gone) != std::string::npos; }, 5s))
+      << s.child->stderr_text();
+  EXPECT_EQ(status(s, "/users/1", "erp"), 200);  // the last configuration, the restored one
+  EXPECT_EQ(admin(s, new_token, "PUT", "/admin/v1/systems/erp", R"({"description":"lost"})").status, 503);
+  const std::string err = s.child->stderr_text();
+  EXPECT_EQ(err.find(gone), err.rfind(gone)) << "said once: " << err;
+}
+
 TEST_F(ControlProcessTest, OfWritersInTwoProcessesHoldingOneETagExactlyOneWinsAndTheRestGet412) {
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
   const std::string t = token("admin");
