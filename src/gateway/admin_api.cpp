@@ -173,13 +173,13 @@ std::string entity_tag(const json::value& full) {
   return "\"" + config::sha256_hex(json::serialize(full)).substr(0, 20) + "\"";
 }
 
-// If-Match or If-None-Match as given: absent, "*", the configuration's revision ("r42") or an
-// entity's tags. If-Match compares strongly (RFC 9110 13.1.1): a weak tag (W/"...") matches nothing;
-// If-None-Match weakly.
+// If-Match or If-None-Match as given: absent, "*", revisions of the configuration ("r42") and
+// entities' tags, in any mix. The condition holds when any listed tag matches (RFC 9110 13.1.1).
+// If-Match compares strongly: a weak tag (W/"...") matches nothing; If-None-Match weakly.
 struct Precondition {
   bool present = false;
   bool any = false;
-  std::optional<std::int64_t> revision;
+  std::vector<std::int64_t> revisions;
   std::vector<std::string> tags;
 
   explicit Precondition(std::string_view header, bool weak = false) {
@@ -202,7 +202,7 @@ struct Precondition {
       std::int64_t r = 0;
       if (tag.size() > 3 && tag.starts_with("\"r") && tag.back() == '"') {
         auto [p, ec] = std::from_chars(tag.data() + 2, tag.data() + tag.size() - 1, r);
-        if (ec == std::errc() && p == tag.data() + tag.size() - 1) revision = r;
+        if (ec == std::errc() && p == tag.data() + tag.size() - 1) revisions.push_back(r);
       }
       if (!tag.empty()) tags.emplace_back(tag);
       start = end + 1;
@@ -210,23 +210,46 @@ struct Precondition {
   }
 
   bool lists(const std::string& tag) const { return std::find(tags.begin(), tags.end(), tag) != tags.end(); }
+  bool lists_revision(std::int64_t r) const { return std::find(revisions.begin(), revisions.end(), r) != revisions.end(); }
+  // Whether it lists anything but revisions (an entity's tag, or *).
+  bool lists_more_than_revisions() const { return any || tags.size() > revisions.size(); }
 };
 
-// A write's If-Match and If-None-Match. The entity a write changes checks them against itself
-// (check()); the configuration's revision, when If-Match gives it, is the store's check.
+// A write's If-Match and If-None-Match. If-Match holds when the configuration is at a revision it
+// lists (resolve(), then the store's check that it still is as it commits), or else when the entity
+// the write changes has a tag it lists (check(), in the change).
 struct Conditions {
   Precondition match;
   Precondition none_match;
+  std::optional<std::int64_t> revision_held;  // a listed revision, the configuration's when resolved
 
   explicit Conditions(const AdminRequest& req)
       : match(req.list("If-Match")), none_match(req.list("If-None-Match"), true) {}
 
-  std::optional<std::int64_t> revision() const { return match.revision; }
+  // Looks whether the configuration is at a revision If-Match lists: then that decides, and the
+  // store checks, as it commits, that it still is (a move in between is refused, not overlooked).
+  // A refusal when none listed is current and nothing else listed can hold (entity: whether an
+  // entity's tag may), or when the revision cannot be read.
+  std::optional<AdminResponse> resolve(config::ConfigStore& store, bool entity = true) {
+    if (!match.present || match.revisions.empty()) return std::nullopt;
+    auto at = store.revision();
+    if (!at.ok()) return error(503, "store_unavailable", at.error().message);
+    if (match.lists_revision(*at)) {
+      revision_held = *at;
+    } else if (!match.any && !(entity && match.lists_more_than_revisions())) {
+      return error(412, "precondition_failed",
+                   "the configuration changed since revision " + std::to_string(match.revisions.back()) + " (it is at " +
+                       std::to_string(*at) + "): read it again and redo the change");
+    }
+    return std::nullopt;
+  }
+
+  std::optional<std::int64_t> revision() const { return revision_held; }
 
   // `what` (an entity, or the one a change is made in: a credential's system) exists or not, with
   // the ETag `tag` when it does.
   std::optional<Refusal> check(bool exists, const std::string& tag, const std::string& what) const {
-    if (match.present && !match.revision) {
+    if (match.present && !revision_held) {
       if (!exists) return Refusal{Refusal::Kind::kStale, "If-Match: " + what + " does not exist", {}};
       if (!match.any && !match.lists(tag)) {
         return Refusal{Refusal::Kind::kStale,
@@ -604,7 +627,7 @@ AdminResponse AdminApi::config_route(Call& call) const {
     }
     const std::string tag = revision_tag(revision);
     const Precondition none_match(req.list("If-None-Match"), true);  // compared weakly
-    if (none_match.present && (none_match.any || none_match.revision == revision)) {
+    if (none_match.present && (none_match.any || none_match.lists_revision(revision))) {
       AdminResponse r = no_content({{"ETag", tag}});
       r.status = 304;
       r.hold = std::min(*wait, options_.max_wait);
@@ -649,19 +672,21 @@ AdminResponse AdminApi::config_route(Call& call) const {
     return invalid(*problems, "", "The configuration was refused: nothing was changed.");
   }
   const auto& next = std::get<std::shared_ptr<const config::Config>>(loaded);
-  const Precondition match(req.list("If-Match"));
-  if (match.present && !match.any && !match.revision) {
+  Conditions conditions(req);
+  if (conditions.match.present && !conditions.match.any && conditions.match.revisions.empty()) {
     return error(412, "precondition_failed", "If-Match must be the configuration's ETag (\"r<revision>\") or *");
   }
+  if (auto refused = conditions.resolve(*options_.store, false)) return *refused;
   // The configuration always exists: If-None-Match holds only for a revision it is no longer at.
-  if (const Precondition none_match(req.list("If-None-Match"), true); none_match.present) {
+  if (conditions.none_match.present) {
     auto at = options_.store->revision();
     if (!at.ok()) return error(503, "store_unavailable", at.error().message);
-    if (none_match.any || none_match.revision == *at) {
+    if (conditions.none_match.any || conditions.none_match.lists_revision(*at)) {
       return error(412, "precondition_failed", "If-None-Match: the configuration is at " + revision_tag(*at) + ".");
     }
   }
-  const config::WriteResult w = options_.store->replace(call.actor, "config.replace", *next, match.revision);
+  const config::WriteResult w =
+      options_.store->replace(call.actor, "config.replace", *next, conditions.revision());
   if (!w.ok()) return refusal_response(*w.refusal, "");
   return json_response(200, json::object{{"revision", w.revision}}, {{"ETag", revision_tag(w.revision)}});
 }
@@ -702,7 +727,8 @@ AdminResponse AdminApi::entity_route(Call& call) const {
   }
   if (options_.store == nullptr) return read_only(options_.primary);
 
-  const Conditions conditions(req);
+  Conditions conditions(req);
+  if (auto refused = conditions.resolve(*options_.store)) return *refused;
   std::string prefix;
   bool created = false;
   json::object after;  // the entity as stored (or as it was, when the write changed nothing)
@@ -826,7 +852,8 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
   if (seg.size() == 4 && call.method != "DELETE") return method_not_allowed("DELETE");
   if (options_.store == nullptr) return read_only(options_.primary);
   const std::string target = "systems/" + percent_encode(key) + "/credentials";
-  const Conditions conditions(call.request);  // on the system, whose ETag its credentials are part of
+  Conditions conditions(call.request);  // on the system, whose ETag its credentials are part of
+  if (auto refused = conditions.resolve(*options_.store)) return *refused;
 
   if (seg.size() == 4) {
     const std::string& id = seg[3];
@@ -1170,7 +1197,8 @@ AdminResponse AdminApi::breakers_route(Call& call) const {
   if ((force != "open" && force != "closed" && force != "none") || body->size() != 1) {
     return error(400, "bad_request", "The body must be {\"force\": \"open\"}, {\"force\": \"closed\"} or {\"force\": \"none\"}.");
   }
-  const Conditions conditions(call.request);  // on the upstream, whose ETag its breaker's force is part of
+  Conditions conditions(call.request);  // on the upstream, whose ETag its breaker's force is part of
+  if (auto refused = conditions.resolve(*options_.store)) return *refused;
   const config::WriteResult w = options_.store->update(
       call.actor,
       [&](config::Config& c, config::ChangeRecord& record) -> std::optional<Refusal> {

@@ -507,6 +507,41 @@ TEST_F(AdminApiTest, TheConfigurationRevisionCanGuardAnEntityWriteToo) {
   EXPECT_EQ(call("PUT", "/admin/v1/systems/new", R"({})", {{"If-None-Match", "*"}}).status, 201);
 }
 
+// If-Match holds when any tag it lists matches (RFC 9110 13.1.1), revisions and entities' tags
+// alike: a revision tag listed with others used to decide alone, and the last of several.
+TEST_F(AdminApiTest, IfMatchHoldsWhenAnyListedTagMatchesRevisionsIncluded) {
+  const std::string old = "\"r1\"";
+  auto now = [&] { return "\"r" + std::to_string(revision()) + "\""; };
+  // A stale revision beside the entity's tag, which holds.
+  const std::string erp = call("GET", "/admin/v1/systems/erp").header("ETag");
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["users"]})", {{"If-Match", old + ", " + erp}}).status,
+            200);
+  // The current revision before or after a stale one, or among others: it holds wherever it is.
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["orders"]})", {{"If-Match", now() + ", " + old}}).status,
+            200);
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["users"]})", {{"If-Match", old + ", " + now()}}).status,
+            200);
+  EXPECT_EQ(call("DELETE", "/admin/v1/grants/crm/orders", "", {{"If-Match", old + ", \"other\", " + now()}}).status, 204);
+  EXPECT_EQ(call("POST", "/admin/v1/breakers/app/force", R"({"force":"open"})", {{"If-Match", now() + ", " + old}}).status,
+            200);
+  EXPECT_EQ(call("PUT", "/admin/v1/config", base_yaml(), {{"If-Match", now() + ", " + old}}).status, 200);
+
+  // None matches: refused, and nothing changed.
+  const std::int64_t before = revision();
+  const std::string stale = "\"r" + std::to_string(before - 1) + "\"";
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["users"]})", {{"If-Match", old + ", " + stale}}).status,
+            412);
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["users"]})", {{"If-Match", old + ", \"other\""}}).status,
+            412);
+  const Reply whole = call("PUT", "/admin/v1/config", base_yaml(), {{"If-Match", old + ", \"abc\""}});
+  EXPECT_EQ(whole.status, 412);
+  EXPECT_EQ(whole.str("msg"), "the configuration changed since revision 1 (it is at " + std::to_string(before) +
+                                  "): read it again and redo the change");
+  EXPECT_EQ(revision(), before);
+  // * among them holds as ever.
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["users"]})", {{"If-Match", old + ", *"}}).status, 200);
+}
+
 // A delete checks If-None-Match as a replacement does; If-Match compares strongly, so a weak tag
 // matches nothing (RFC 9110 13.1.1).
 TEST_F(AdminApiTest, ADeleteHoldsToIfNoneMatchAndIfMatchTakesNoWeakTag) {
