@@ -160,7 +160,8 @@ int run(const ServeOptions& o) {
   gateway::GatewayOptions options;
   if (!limit_store(settings, *cfg, o.demo ? "the demo configuration" : o.config_path, options)) return 1;
   if (o.check) {
-    if (!listen_flags_ok(settings)) return 1;
+    std::optional<config::SecretKey> key;  // what a start would refuse, a check refuses
+    if (!listen_flags_ok(settings) || !secret_key_from_environment(key)) return 1;
     std::printf("%s: ok\n", o.demo ? "the demo configuration" : o.config_path.c_str());
     return 0;
   }

@@ -130,8 +130,12 @@ std::optional<int> check_or_print(const ServeSettings& s, const config::StoredCo
     return 0;
   }
   if (s.check) {
+    // What a start would refuse, a check refuses: a secret key that is not one too.
     gateway::GatewayOptions unused;
-    if (!listen_flags_ok(s) || !limit_store(s, *c.config, source, unused)) return 1;
+    std::optional<config::SecretKey> key;
+    if (!listen_flags_ok(s) || !limit_store(s, *c.config, source, unused) || !secret_key_from_environment(key)) {
+      return 1;
+    }
     std::printf("%s: ok (revision %lld)\n", source.c_str(), static_cast<long long>(c.revision));
     return 0;
   }

@@ -426,6 +426,22 @@ TEST_F(ControlProcessTest, ASigningSecretIsSealedOnDiskAndOpensOnlyWhereSluiceSe
   }
 }
 
+// A check refuses what a start refuses: a SLUICE_SECRET_KEY that is not a key.
+TEST_F(ControlProcessTest, ACheckRefusesASecretKeyThatAStartRefuses) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  SecretKeyEnv env("abc");
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"serve", "--db", db_, "--check"},
+                                              {"serve", "--config", yaml_, "--check"},
+                                              {"serve", "--demo", "--db", db_, "--check"}}) {
+    SCOPED_TRACE(args[1] + " " + args[2]);
+    std::string out;
+    std::string err;
+    EXPECT_EQ(sluice(args, &out, &err), 1);
+    EXPECT_EQ(out, "");
+    EXPECT_NE(err.find("SLUICE_SECRET_KEY must be 32 bytes"), std::string::npos) << err;
+  }
+}
+
 TEST_F(ControlProcessTest, KillingAWriterMidCommitLeavesAValidDatabaseWithEveryCommit) {
   for (int lines : {3, 20, 60}) {
     SCOPED_TRACE(lines);
