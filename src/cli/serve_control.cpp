@@ -297,6 +297,7 @@ int serve_database(const ServeSettings& s,
                                     .log = log_line},
                                    loaded->revision);
   serve_admin_api(r, {.store = &store,
+                      .watched = [&watcher] { return watcher.last(); },
                       .auth = auth,
                       .secret_key = secret_key ? &*secret_key : nullptr,
                       .tokens_changed = refresh_tokens,

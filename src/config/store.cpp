@@ -557,12 +557,18 @@ Result<StoredConfig> ConfigStore::read_config(boost::json::object* rows, std::ve
   auto doc = read_document(problems);
   if (!doc.ok()) return doc.error();
   if (rows != nullptr) *rows = *doc;
+  return parse_document(*doc, *revision, std::move(problems), problems_out);
+}
+
+Result<StoredConfig> ConfigStore::parse_document(const json::object& doc, std::int64_t revision,
+                                                 std::vector<Problem> problems,
+                                                 std::vector<Problem>* problems_out) const {
   // The rows as the JSON form of the file, read by the file's reader: the same checks and messages
   // for a hand edit of the tables as for a typo in a file, reported with the values that are not
   // JSON (read as strings).
-  LoadResult loaded = load_yaml(text_of(*doc), "");
+  LoadResult loaded = load_yaml(text_of(doc), "");
   if (auto* config = std::get_if<std::shared_ptr<const Config>>(&loaded)) {
-    if (problems.empty()) return StoredConfig{std::move(*config), *revision};
+    if (problems.empty()) return StoredConfig{std::move(*config), revision};
   } else {
     for (Problem& p : std::get<std::vector<Problem>>(loaded)) problems.push_back(std::move(p));
   }
@@ -617,10 +623,23 @@ Result<std::string> ConfigStore::stored_text() {
 }
 
 Result<StoredConfig> ConfigStore::load(std::vector<Problem>* problems) {
-  std::lock_guard lock(mu_);
-  Transaction tx(db_, false);  // one snapshot of the file for the revision and every table
-  if (!tx.ok()) return db_error(db_, "cannot read " + options_.path);
-  return read_config(nullptr, problems);
+  json::object doc;
+  std::int64_t revision = 0;
+  std::vector<Problem> found;
+  {
+    std::lock_guard lock(mu_);
+    Transaction tx(db_, false);  // one snapshot of the file for the revision and every table
+    if (!tx.ok()) return db_error(db_, "cannot read " + options_.path);
+    auto r = read_revision();
+    if (!r.ok()) return r.error();
+    revision = *r;
+    auto read = read_document(found);
+    if (!read.ok()) return read.error();
+    doc = std::move(*read);
+  }
+  // Read without the lock: a large configuration takes a while, and revision() (each long poll's
+  // look) and the writers need not wait for it.
+  return parse_document(doc, revision, std::move(found), problems);
 }
 
 Status ConfigStore::write_config(const Config& c) {

@@ -178,6 +178,10 @@ class ConfigStore {
   // rows, when given, gets the document the configuration was read from, valid or not; problems, what
   // is wrong with it when it is not valid.
   Result<StoredConfig> read_config(boost::json::object* rows = nullptr, std::vector<Problem>* problems = nullptr);
+  // The configuration a document of the rows read at revision makes; `problems` are those found
+  // reading the rows. Needs no lock.
+  Result<StoredConfig> parse_document(const boost::json::object& doc, std::int64_t revision,
+                                      std::vector<Problem> problems, std::vector<Problem>* problems_out) const;
   Result<std::vector<System>> read_credentials();
   Status write_config(const Config& config);
   Status add_audit(std::string_view actor, const ChangeRecord& record, std::int64_t revision);

@@ -523,13 +523,59 @@ struct AdminApi::Call {
 
 AdminApi::AdminApi(AdminApiOptions options) : options_(std::move(options)) {}
 
+std::shared_ptr<const std::string> AdminApi::config_body(const config::StoredConfig& stored, bool admin,
+                                                         bool yaml) const {
+  std::lock_guard lock(cache_mu_);  // held while building: the others asking want the same answer
+  if (cache_.answered != stored.config) {
+    cache_.answered = stored.config;
+    for (auto& body : cache_.bodies) body.reset();
+  }
+  std::shared_ptr<const std::string>& body = cache_.bodies[(admin ? 2 : 0) + (yaml ? 1 : 0)];
+  if (!body) {
+    const config::Config* shown = stored.config.get();
+    config::Config redacted;
+    if (!admin) {
+      // The limit store's password is for admin tokens (and the followers that hold one) only.
+      redacted = *stored.config;
+      redacted.store = config::redact_store_password(redacted.store);
+      shown = &redacted;
+    }
+    body = std::make_shared<const std::string>(yaml ? config::to_yaml(*shown)
+                                                    : json::serialize(config::to_json(*shown)));
+  }
+  return body;
+}
+
 std::int64_t AdminApi::now_seconds() const {
   const Clock& clock = options_.clock != nullptr ? *options_.clock : SystemClock::instance();
   return std::chrono::duration_cast<std::chrono::seconds>(clock.now()).count();
 }
 
 Result<config::StoredConfig> AdminApi::current(std::vector<Problem>* problems) const {
-  if (options_.store != nullptr) return options_.store->load(problems);
+  if (options_.store != nullptr) {
+    // The revision counts the commits to one file: the generation says it is still that file
+    // (looked at on both sides of the revision, in case it is replaced in between).
+    const std::uint64_t generation = options_.store->generation();
+    auto revision = options_.store->revision();
+    if (revision.ok() && generation == options_.store->generation()) {
+      if (options_.watched) {
+        // Read already, to be served.
+        WatchedConfig w = options_.watched();
+        if (w.installed.config && w.generation == generation && w.installed.revision == *revision) return w.installed;
+      }
+      std::lock_guard lock(cache_mu_);
+      if (cache_.stored.config && cache_.generation == generation && cache_.stored.revision == *revision) {
+        return cache_.stored;
+      }
+    }
+    auto loaded = options_.store->load(problems);
+    if (loaded.ok() && generation == options_.store->generation()) {
+      std::lock_guard lock(cache_mu_);
+      cache_.generation = generation;
+      cache_.stored = *loaded;
+    }
+    return loaded;
+  }
   config::StoredConfig pulled = options_.pulled();
   if (!pulled.config) return Error{ErrorCode::kStoreUnavailable, "No configuration has been pulled from the primary yet."};
   return pulled;
@@ -627,8 +673,18 @@ AdminResponse AdminApi::config_route(Call& call) const {
     }
     const std::string tag = revision_tag(revision);
     const Precondition none_match(req.list("If-None-Match"), true);  // compared weakly
-    if (none_match.present && (none_match.any || none_match.lists_revision(revision))) {
-      AdminResponse r = no_content({{"ETag", tag}});
+    // A long poll is answered 304 while it may still wait: unchanged, or (a database's) changed but
+    // not read yet by the watcher, which reads each revision to serve it. This thread then reads
+    // nothing: the configuration of thousands of systems takes a while to read, and every poll
+    // asks again each 50 ms.
+    bool unread = false;
+    if (!none_match.revisions.empty() && *wait > Nanos{0} && options_.store != nullptr && options_.watched) {
+      const WatchedConfig w = options_.watched();
+      unread = w.generation == options_.store->generation() && w.looked < revision;
+    }
+    if (none_match.present && (none_match.any || none_match.lists_revision(revision) || unread)) {
+      // Unread, it answers for the revision the poll has (if its time is up before the watcher reads).
+      AdminResponse r = no_content({{"ETag", unread ? revision_tag(none_match.revisions.back()) : tag}});
       r.status = 304;
       r.hold = std::min(*wait, options_.max_wait);
       return r;
@@ -642,27 +698,16 @@ AdminResponse AdminApi::config_route(Call& call) const {
       if (read.error().code == ErrorCode::kInvalidArgument) r.headers.emplace_back("ETag", tag);
       return r;
     }
-    config::StoredConfig stored = std::move(*read);
-    if (call.principal.role != config::Role::kAdmin) {
-      // The limit store's password is for admin tokens (and the followers that hold one) only.
-      auto shown = std::make_shared<config::Config>(*stored.config);
-      shown->store = config::redact_store_password(shown->store);
-      stored.config = std::move(shown);
-    }
+    const config::StoredConfig& stored = *read;
     const std::string format = call.param("format");
     if (!format.empty() && format != "yaml" && format != "json") {
       return error(400, "bad_request", "format must be yaml or json, got \"" + format + "\".");
     }
     const bool yaml = format == "yaml" || (format.empty() && req.header("Accept").find("yaml") != std::string_view::npos);
     AdminResponse r;
-    if (yaml) {
-      r.content_type = "application/yaml";
-      r.body = config::to_yaml(*stored.config);
-      r.headers = {{"Cache-Control", "no-store"}};
-    } else {
-      r = json_response(200, config::to_json(*stored.config));
-    }
-    r.headers.emplace_back("ETag", revision_tag(stored.revision));
+    r.content_type = yaml ? "application/yaml" : "application/json";
+    r.body = *config_body(stored, call.principal.role == config::Role::kAdmin, yaml);
+    r.headers = {{"Cache-Control", "no-store"}, {"ETag", revision_tag(stored.revision)}};
     return r;
   }
   if (call.method != "PUT") return method_not_allowed("GET, PUT");

@@ -2,7 +2,8 @@
 // configuration's systems, interfaces, upstreams and grants (CRUD with ETag / If-Match), the whole
 // configuration (export, atomic replace, long poll for followers), credentials, admin tokens, the
 // audit log, stats, live limit state and breakers. docs/admin-api.md describes every route.
-// Thread-safe: AdminAuth locks; AdminApi holds no mutable state of its own.
+// Thread-safe: AdminAuth locks; AdminApi's one mutable part, the configuration at its last revision
+// and its answers (built once however many ask), is guarded by a mutex.
 #pragma once
 
 #include <boost/json/object.hpp>
@@ -16,6 +17,7 @@
 
 #include "config/crypto.h"
 #include "config/store.h"
+#include "gateway/config_source.h"
 #include "gateway/gateway.h"
 #include "gateway/snapshot.h"
 #include "gateway/stats.h"
@@ -52,6 +54,10 @@ Status check_admin_listen(std::string_view address, bool tokens_exist);
 struct AdminApiOptions {
   // Where the configuration lives. nullptr on a follower: it serves what it pulled, read-only.
   config::ConfigStore* store = nullptr;
+  // What the gateway's database watcher read last (DatabaseWatcher::last): at its revision the
+  // configuration is answered from it rather than read again, and a long poll that a new revision
+  // would answer waits (without blocking) for the watcher to read that. Unset: read the database.
+  std::function<WatchedConfig()> watched{};
   // A follower's configuration and its primary's revision of it; and the primary, for messages.
   std::function<config::StoredConfig()> pulled{};
   std::string primary{};
@@ -94,11 +100,27 @@ class AdminApi {
   AdminResponse entity_route(Call& call) const;
 
   // The configuration now: the database's, or on a follower what it pulled. problems, when given,
-  // gets what is wrong with the database's when it does not validate.
+  // gets what is wrong with the database's when it does not validate. The database is read once
+  // per revision: until it moves, the configuration read last is the answer.
   Result<config::StoredConfig> current(std::vector<config::Problem>* problems = nullptr) const;
+  // GET /admin/v1/config's body for `stored` (from current()), as JSON or YAML, with the store's
+  // password or without: built once per configuration and shared by all who ask for it (followers'
+  // long polls all answer at once when the revision moves).
+  std::shared_ptr<const std::string> config_body(const config::StoredConfig& stored, bool admin, bool yaml) const;
   std::int64_t now_seconds() const;
 
   AdminApiOptions options_;
+
+  // The configuration as the database held it at one revision of one file, and the answers made of
+  // a configuration (the database's or a follower's) so far.
+  struct Cache {
+    std::uint64_t generation = 0;  // ConfigStore::generation() when read
+    config::StoredConfig stored{};  // no config: nothing read yet
+    std::shared_ptr<const config::Config> answered{};  // what bodies are of
+    std::shared_ptr<const std::string> bodies[4]{};   // [admin * 2 + yaml]; null until asked for
+  };
+  mutable std::mutex cache_mu_;
+  mutable Cache cache_;  // guarded by cache_mu_
 };
 
 }  // namespace sluice::gateway

@@ -61,6 +61,7 @@ DatabaseWatcher::DatabaseWatcher(Options options, std::int64_t revision)
     : options_(std::move(options)), seen_(revision) {
   if (!options_.log) options_.log = [](std::string_view) {};
   health_.revision = revision;
+  last_ = WatchedConfig{options_.store->generation(), revision, {}};
   thread_ = std::thread([this] { run(); });
 }
 
@@ -76,6 +77,11 @@ DatabaseWatcher::~DatabaseWatcher() {
 SourceHealth DatabaseWatcher::health() const {
   std::lock_guard lock(mu_);
   return health_;
+}
+
+WatchedConfig DatabaseWatcher::last() const {
+  std::lock_guard lock(mu_);
+  return last_;
 }
 
 void DatabaseWatcher::run() {
@@ -122,6 +128,7 @@ void DatabaseWatcher::look() {
     return;
   }
   if (options_.changed) options_.changed();
+  const std::uint64_t generation = options_.store->generation();  // this thread alone reopens
   auto loaded = options_.store->load();
   if (!loaded.ok()) {
     // An invalid configuration is not looked at again until the next change; a file that could not
@@ -129,6 +136,11 @@ void DatabaseWatcher::look() {
     if (loaded.error().code == ErrorCode::kInvalidArgument) {
       seen_ = *revision;
       path_lost_ = false;
+      {
+        std::lock_guard lock(mu_);
+        if (last_.generation != generation) last_ = WatchedConfig{generation, 0, {}};
+        last_.looked = *revision;
+      }
       if (options_.refused) options_.refused();
     }
     return set_error("configuration refused, still serving revision " + std::to_string(health().revision) + ": " +
@@ -139,6 +151,7 @@ void DatabaseWatcher::look() {
   options_.install(*loaded);
   std::lock_guard lock(mu_);
   health_ = SourceHealth{true, loaded->revision, unix_now(nullptr), ""};
+  last_ = WatchedConfig{generation, loaded->revision, *loaded};
 }
 
 // --- Follower -------------------------------------------------------------------------------------

@@ -29,6 +29,14 @@ struct SourceHealth {
   std::string error{};            // why the last look failed, or why its configuration was refused
 };
 
+// What a database watcher last read: the configuration it installed last and the revision it looked
+// at last (the installed one, or a newer one it refused), both in the store's generation (the file).
+struct WatchedConfig {
+  std::uint64_t generation = 0;
+  std::int64_t looked = 0;
+  config::StoredConfig installed{};  // no config: none read here yet (the first was read by the caller)
+};
+
 class DatabaseWatcher {
  public:
   struct Options {
@@ -50,6 +58,8 @@ class DatabaseWatcher {
   DatabaseWatcher& operator=(const DatabaseWatcher&) = delete;
 
   SourceHealth health() const;
+  // What it read last, for others to answer from rather than read the database again.
+  WatchedConfig last() const;
 
  private:
   void run();
@@ -60,6 +70,7 @@ class DatabaseWatcher {
   std::condition_variable cv_;
   bool stop_ = false;         // guarded by mu_
   SourceHealth health_;       // guarded by mu_
+  WatchedConfig last_;        // guarded by mu_
   std::int64_t seen_ = 0;     // the revision last looked at (only the thread touches it)
   // The path named no file, or another file, since the last configuration was loaded: the next
   // one is loaded whatever its revision (only the thread touches it).
