@@ -1033,8 +1033,11 @@ AdminResponse AdminApi::audit_route(Call& call) const {
     before = number(b);
     if (!before || *before < 1) return error(400, "bad_request", "before must be an audit entry id");
   }
-  auto entries = options_.store->audit(static_cast<std::size_t>(limit), before);
+  // One more than asked for: whether there is an older page, without sending the reader to an empty one.
+  auto entries = options_.store->audit(static_cast<std::size_t>(limit) + 1, before);
   if (!entries.ok()) return error(503, "store_unavailable", entries.error().message);
+  const bool more = static_cast<std::int64_t>(entries->size()) > limit;
+  if (more) entries->pop_back();
   json::array items;
   for (const config::AuditEntry& e : *entries) {
     boost::system::error_code ec;
@@ -1046,7 +1049,7 @@ AdminResponse AdminApi::audit_route(Call& call) const {
     items.push_back(std::move(o));
   }
   json::value next = nullptr;
-  if (static_cast<std::int64_t>(entries->size()) == limit) next = entries->back().id;
+  if (more) next = entries->back().id;
   return json_response(200, json::object{{"items", std::move(items)}, {"next_before", next}});
 }
 

@@ -931,6 +931,22 @@ TEST_F(AdminApiTest, TheAuditLogSaysWhoChangedWhatWhenWithBeforeAndAfter) {
   }
 }
 
+// next_before is null on the last page, also when that page is full: it used to send the reader
+// on to an empty one.
+TEST_F(AdminApiTest, TheLastPageOfTheAuditLogSaysThereIsNoOther) {
+  // Three rows: the import and the two tokens.
+  const Reply first = call("GET", "/admin/v1/audit?limit=2");
+  ASSERT_EQ(first.obj().at("items").as_array().size(), 2u);
+  const std::int64_t next = first.obj().at("next_before").as_int64();
+  EXPECT_EQ(next, first.obj().at("items").as_array().at(1).as_object().at("id").as_int64());
+  const Reply last = call("GET", "/admin/v1/audit?limit=1&before=" + std::to_string(next));
+  ASSERT_EQ(last.obj().at("items").as_array().size(), 1u);
+  EXPECT_TRUE(last.obj().at("next_before").is_null()) << last.raw.body;
+  const Reply all = call("GET", "/admin/v1/audit?limit=3");
+  ASSERT_EQ(all.obj().at("items").as_array().size(), 3u);
+  EXPECT_TRUE(all.obj().at("next_before").is_null()) << all.raw.body;
+}
+
 TEST_F(AdminApiTest, StatsShowEachSecondOfTheLastMinuteBySystemAndInterface) {
   stats_.count(0, "crm", "orders", Reason::kOk);
   stats_.count(0, "crm", "orders", Reason::kOk);
