@@ -1,5 +1,6 @@
 #include "cli/serve_control.h"
 
+#include <pwd.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -10,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "config/store.h"
 #include "config/yaml.h"
@@ -244,8 +246,20 @@ void say_serving(const gateway::Gateway& gw, int threads, const std::string& lim
 }
 
 std::string cli_actor() {
-  const char* user = std::getenv("USER");
-  return std::string("cli:") + (user != nullptr && *user != '\0' ? user : "unknown");
+  // $USER, else $LOGNAME (what login and cron set), else the name of the uid (a service or a
+  // container may set neither).
+  for (const char* variable : {"USER", "LOGNAME"}) {
+    const char* user = std::getenv(variable);
+    if (user != nullptr && *user != '\0') return std::string("cli:") + user;
+  }
+  std::vector<char> buffer(16384);
+  passwd entry{};
+  passwd* found = nullptr;
+  if (::getpwuid_r(::getuid(), &entry, buffer.data(), buffer.size(), &found) == 0 && found != nullptr &&
+      found->pw_name != nullptr && *found->pw_name != '\0') {
+    return std::string("cli:") + found->pw_name;
+  }
+  return "cli:uid " + std::to_string(::getuid());
 }
 
 std::unique_ptr<config::ConfigStore> open_store_or_exit(const std::string& db, std::string_view command,

@@ -71,7 +71,8 @@ std::string limits_where(const ServeSettings& settings, const config::Config& cf
 // to something that is not a key.
 bool secret_key_from_environment(std::optional<config::SecretKey>& out);
 
-// Who is at the keyboard, for the audit log: "cli:" and the user's name.
+// Who is at the keyboard, for the audit log: "cli:" and the user's name ($USER, $LOGNAME, or the
+// uid's name).
 std::string cli_actor();
 
 // For the config and token commands: the database at db, opened as access says (created when missing

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <pwd.h>
 #include <signal.h>
+#include <unistd.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <boost/json.hpp>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -440,6 +443,53 @@ TEST_F(ControlProcessTest, ACheckRefusesASecretKeyThatAStartRefuses) {
     EXPECT_EQ(out, "");
     EXPECT_NE(err.find("SLUICE_SECRET_KEY must be 32 bytes"), std::string::npos) << err;
   }
+}
+
+// An environment variable set (or unset: nullptr) for the children started while it lives.
+class EnvVar {
+ public:
+  EnvVar(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~EnvVar() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  EnvVar(const EnvVar&) = delete;
+  EnvVar& operator=(const EnvVar&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// The audit's cli:<user> is $USER, else $LOGNAME, else the uid's name: with USER unset it said
+// cli:unknown.
+TEST_F(ControlProcessTest, TheCommandLinesAuditActorIsTheUserWhateverTheEnvironmentSays) {
+  const passwd* me = ::getpwuid(::getuid());
+  ASSERT_NE(me, nullptr);
+  const std::string name = me->pw_name;
+  auto actor_of_a_token = [&] {
+    EXPECT_EQ(sluice({"token", "create", "--role", "read", "--db", db_}), 0);
+    return control_test::open_store(db_)->audit(1)->at(0).actor;
+  };
+  EnvVar user("USER", nullptr);
+  {
+    EnvVar logname("LOGNAME", "alice");
+    EXPECT_EQ(actor_of_a_token(), "cli:alice");
+  }
+  EnvVar logname("LOGNAME", nullptr);
+  EXPECT_EQ(actor_of_a_token(), "cli:" + name);
+  EnvVar bob("USER", "bob");
+  EXPECT_EQ(actor_of_a_token(), "cli:bob");
 }
 
 TEST_F(ControlProcessTest, KillingAWriterMidCommitLeavesAValidDatabaseWithEveryCommit) {
