@@ -128,6 +128,8 @@ void serve_admin_api(Running& r, gateway::AdminApiOptions options) {
 // --check and --print-config: the exit code when one of them was asked for.
 std::optional<int> check_or_print(const ServeSettings& s, const config::StoredConfig& c, const std::string& source) {
   if (s.print_config) {
+    // As it would be served: not with a password that is not one, which a start refuses.
+    if (!store_password_given(s, *c.config, source)) return 1;
     std::fputs(config::to_yaml(with_flags(s, *c.config)).c_str(), stdout);
     return 0;
   }
@@ -177,9 +179,7 @@ redis::RedisStoreOptions redis_options(const ServeSettings& s, const config::Con
           .fleet_size = s.fleet_size > 0 ? s.fleet_size : cfg.fleet_size};
 }
 
-bool limit_store(const ServeSettings& s, const config::Config& cfg, const std::string& source,
-                 gateway::GatewayOptions& options) {
-  if ((s.store.empty() ? cfg.store : s.store) == "local") return true;
+bool store_password_given(const ServeSettings& s, const config::Config& cfg, const std::string& source) {
   if (s.store.empty() && config::has_redacted_password(cfg.store)) {
     if (!s.primary.empty()) {
       // A follower whose token has the read role is not given the store's password.
@@ -197,6 +197,13 @@ bool limit_store(const ServeSettings& s, const config::Config& cfg, const std::s
     }
     return false;
   }
+  return true;
+}
+
+bool limit_store(const ServeSettings& s, const config::Config& cfg, const std::string& source,
+                 gateway::GatewayOptions& options) {
+  if ((s.store.empty() ? cfg.store : s.store) == "local") return true;
+  if (!store_password_given(s, cfg, source)) return false;
   auto made = gateway::redis_limiters(redis_options(s, cfg));
   if (!made.ok()) {
     std::fprintf(stderr,
@@ -364,17 +371,18 @@ int serve_follower(const ServeSettings& s) {
     }
     std::this_thread::sleep_for(std::chrono::seconds(1));  // retry interval while the primary is away
   }
-  auto role = gateway::Follower::role(follow, fetcher);
-  if (!role.ok()) {
-    std::fprintf(stderr, "sluice serve: %s\n", role.error().message.c_str());
+  auto who = gateway::Follower::whoami(follow, fetcher);
+  if (!who.ok()) {
+    std::fprintf(stderr, "sluice serve: %s\n", who.error().message.c_str());
     return 1;
   }
   if (auto done = check_or_print(s, *first, primary)) return *done;
   std::optional<config::SecretKey> secret_key;
   if (!secret_key_from_environment(secret_key)) return 1;
-  // Here the admin API knows one token: the one this instance follows with, in the role it has there.
+  // Here the admin API knows one token: the one this instance follows with, as the primary knows it
+  // (its id, name and role there).
   auto auth = std::make_shared<gateway::AdminAuth>();
-  const config::TokenInfo token{"follower", "follower token", *role, 0, "", config::sha256_hex(s.token)};
+  const config::TokenInfo token{who->id, who->name, who->role, 0, "", config::sha256_hex(s.token)};
   auth->set_tokens({token});
   // Revoked on the primary, it stops working here too.
   follow.token_accepted = [auth, token](bool accepted) {

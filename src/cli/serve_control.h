@@ -60,6 +60,10 @@ void say_serving(const gateway::Gateway& gw, int threads, const std::string& lim
 bool limit_store(const ServeSettings& settings, const config::Config& cfg, const std::string& source,
                  gateway::GatewayOptions& options);
 
+// Whether the limit store's password is given (--store, or a configuration whose store's password
+// is not the placeholder a read token is shown); false, having said why on stderr.
+bool store_password_given(const ServeSettings& settings, const config::Config& cfg, const std::string& source);
+
 // The Redis store's options for a Redis address in --store or the configuration's store.
 redis::RedisStoreOptions redis_options(const ServeSettings& settings, const config::Config& cfg);
 

@@ -167,7 +167,7 @@ Result<config::StoredConfig> Follower::fetch(const Options& options, HttpFetcher
   return parse_answer(*r, options.primary);
 }
 
-Result<config::Role> Follower::role(const Options& options, HttpFetcher& fetcher) {
+Result<Follower::Token> Follower::whoami(const Options& options, HttpFetcher& fetcher) {
   FetchRequest req;
   req.url = options.primary + "/admin/v1/whoami";
   req.headers = {{"Authorization", "Bearer " + options.token}};
@@ -176,10 +176,19 @@ Result<config::Role> Follower::role(const Options& options, HttpFetcher& fetcher
   if (r->status != 200) return Error{ErrorCode::kStoreUnavailable, answer_error(*r)};
   boost::system::error_code ec;
   const boost::json::value v = boost::json::parse(r->body, ec);
-  const auto* role = !ec && v.is_object() ? v.as_object().if_contains("role") : nullptr;
-  auto parsed = role != nullptr && role->is_string() ? config::role_from_string(role->as_string()) : std::nullopt;
+  const auto* o = !ec && v.is_object() ? &v.as_object() : nullptr;
+  auto text = [&](std::string_view field) -> std::optional<std::string> {
+    const auto* value = o != nullptr ? o->if_contains(field) : nullptr;
+    if (value == nullptr || !value->is_string()) return std::nullopt;
+    return std::string(value->as_string());
+  };
+  const auto id = text("id");
+  const auto name = text("name");
+  const auto role = text("role");
+  const auto parsed = role ? config::role_from_string(*role) : std::nullopt;
   if (!parsed) return Error{ErrorCode::kProtocol, "the primary's whoami answer names no role"};
-  return *parsed;
+  if (!id || !name) return Error{ErrorCode::kProtocol, "the primary's whoami answer names no token id or name"};
+  return Token{*id, *name, *parsed};
 }
 
 Follower::Follower(Options options, std::int64_t revision) : options_(std::move(options)), revision_(revision) {

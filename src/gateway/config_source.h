@@ -97,8 +97,14 @@ class Follower {
   // when the primary refuses the token or answers what is not a configuration: waiting would not
   // help.
   static Result<config::StoredConfig> fetch(const Options& options, HttpFetcher& fetcher);
-  // The token's role on the primary (GET /admin/v1/whoami).
-  static Result<config::Role> role(const Options& options, HttpFetcher& fetcher);
+  // The token as the primary knows it (GET /admin/v1/whoami): its id, name and role, which the
+  // follower's admin API gives it too.
+  struct Token {
+    std::string id;
+    std::string name;
+    config::Role role = config::Role::kRead;
+  };
+  static Result<Token> whoami(const Options& options, HttpFetcher& fetcher);
 
   // Starts long-polling; revision: the one installed already.
   Follower(Options options, std::int64_t revision);

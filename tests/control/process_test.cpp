@@ -293,6 +293,47 @@ TEST_F(ControlProcessTest, ThePasswordPlaceholderIsNoPasswordInAFileOrADatabase)
   }
 }
 
+// The follower's admin API knows its token as the primary does: whoami says its id and name there
+// (it said {"id": "follower"}).
+TEST_F(ControlProcessTest, AFollowerKnowsItsTokenByItsIdAndNameOnThePrimary) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  std::string out;
+  ASSERT_EQ(sluice({"token", "create", "--role", "read", "--name", "edge-1", "--db", db_}, &out), 0);
+  const std::string t = out.substr(0, out.find('\n'));
+  Server primary = serve({"--db", db_});
+  Server follower = follow(primary, t);
+  const HttpResponse there = admin(primary, t, "GET", "/admin/v1/whoami");
+  ASSERT_EQ(there.status, 200) << there.body;
+  const HttpResponse here = admin(follower, t, "GET", "/admin/v1/whoami");
+  ASSERT_EQ(here.status, 200) << here.body;
+  EXPECT_EQ(boost::json::parse(here.body), boost::json::parse(there.body));
+  EXPECT_EQ(boost::json::parse(here.body).at("name").as_string(), "edge-1");
+}
+
+// --print-config prints the configuration as it would be served: a follower whose read token is
+// not given the store's password would not start, and the print refuses it as the check does (it
+// printed REDACTED and exited 0).
+TEST_F(ControlProcessTest, APrintOfWhatWouldNotBeServedIsRefusedAsACheckIs) {
+  testing::write_file(yaml_, "store: redis://:s3cret@127.0.0.1:1\n" + control_test::base_yaml(upstream_->port()));
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  Server primary = serve({"--db", db_});
+  const std::string read = token("read");
+  for (const char* flag : {"--check", "--print-config"}) {
+    SCOPED_TRACE(flag);
+    std::string out;
+    std::string err;
+    EXPECT_EQ(sluice({"serve", "--config-from", admin_url(primary), "--token", read, flag}, &out, &err), 1);
+    EXPECT_EQ(out, "");
+    EXPECT_NE(err.find("gives the limit store's password to admin tokens only"), std::string::npos) << err;
+  }
+  // Named here, it would be served: both say so.
+  std::string out;
+  EXPECT_EQ(sluice({"serve", "--config-from", admin_url(primary), "--token", read, "--store", "local", "--print-config"},
+                   &out),
+            0);
+  EXPECT_NE(out.find("store: local\n"), std::string::npos) << out;
+}
+
 // A token the primary refuses stays refused: the follower says so and stops at once rather than
 // wait for the primary; and --check asks once, so that a check in a script cannot hang.
 TEST_F(ControlProcessTest, AFollowerWhoseTokenIsRefusedOrWhosePrimaryIsAwayStopsAtOnce) {
