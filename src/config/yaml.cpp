@@ -31,6 +31,28 @@ std::size_t invalid_utf8_at(std::string_view s) {
   return std::string_view::npos;
 }
 
+// Whether the document at `at` starts after a "---" line, rather than where the text simply goes on
+// after the first ended (as after a JSON value: YAML reads more text as another document).
+bool after_separator(std::string_view text, const YAML::Mark& at) {
+  std::vector<std::string_view> lines;
+  for (std::size_t start = 0; start <= text.size();) {
+    const std::size_t end = std::min(text.find('\n', start), text.size());
+    lines.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  const auto line = static_cast<std::size_t>(std::max(at.line, 0));
+  if (line < lines.size() && lines[line].substr(0, static_cast<std::size_t>(std::max(at.column, 0))).starts_with("---")) {
+    return true;
+  }
+  for (std::size_t i = std::min(line, lines.size()); i-- > 0;) {
+    std::string_view l = lines[i];
+    while (!l.empty() && (l.front() == ' ' || l.front() == '\t' || l.front() == '\r')) l.remove_prefix(1);
+    if (l.empty() || l.front() == '#') continue;
+    return l.starts_with("---");
+  }
+  return false;
+}
+
 // Reads text as one YAML document into root; the problem when it is not one. Names and descriptions
 // go to JSON answers, the audit log and exports, which must read back: the text must be UTF-8. A
 // second document (after a "---") would be dropped without a word.
@@ -47,8 +69,12 @@ std::optional<Problem> read_one_document(std::string_view text, const std::strin
     for (std::size_t i = 1; i < documents.size(); ++i) {
       if (documents[i].IsNull()) continue;  // a "---" with nothing after it drops nothing
       const YAML::Mark at = documents[i].Mark();
-      return Problem{"", "a second YAML document (after a \"---\" line) begins here: a configuration is one", file,
-                     at.line + 1, at.column + 1};
+      return Problem{"",
+                     after_separator(text, at)
+                         ? "a second YAML document (after a \"---\" line) begins here: a configuration is one"
+                         : "text goes on here after the configuration ended: a configuration is one JSON value or "
+                           "YAML document",
+                     file, at.line + 1, at.column + 1};
     }
     root = documents.empty() ? YAML::Node() : documents[0];
   } catch (const YAML::Exception& e) {

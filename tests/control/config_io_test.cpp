@@ -134,6 +134,24 @@ TEST(ConfigIoTest, AnEmptyDocumentIsRefused) {
   EXPECT_TRUE((std::holds_alternative<std::shared_ptr<const Config>>(load_yaml("{}", "sluice.yaml"))));
 }
 
+// Text after the configuration is refused, not dropped, and said to be what it is: after a JSON
+// value it is no "---" line's second YAML document.
+TEST(ConfigIoTest, TextAfterTheConfigurationIsRefusedForWhatItIs) {
+  auto problem = [](const char* text) {
+    const auto r = load_yaml(text, "b");
+    return std::holds_alternative<std::vector<Problem>>(r) ? std::get<std::vector<Problem>>(r).front().to_string()
+                                                           : std::string("loaded");
+  };
+  EXPECT_EQ(problem("{\"listen\": \"127.0.0.1:1\"}\n{\"listen\": \"127.0.0.1:2\"}\n"),
+            "b:2:1: text goes on here after the configuration ended: a configuration is one JSON value or YAML document");
+  EXPECT_EQ(problem("{\"listen\": \"127.0.0.1:1\"} trailing\n"),
+            "b:1:27: text goes on here after the configuration ended: a configuration is one JSON value or YAML document");
+  EXPECT_EQ(problem("listen: 127.0.0.1:1\n---\n# the next\nlisten: 127.0.0.1:2\n"),
+            "b:4:1: a second YAML document (after a \"---\" line) begins here: a configuration is one");
+  EXPECT_EQ(problem("listen: 127.0.0.1:1\n--- {listen: 127.0.0.1:2}\n"),
+            "b:2:5: a second YAML document (after a \"---\" line) begins here: a configuration is one");
+}
+
 TEST(ConfigIoTest, BadCredentialAndForceFieldsInAFileAreReportedWithLines) {
   auto r = load_yaml("systems:\n  - key: a\n    auth: password\n    credentials:\n      - {id: x, kind: key, created: yesterday}\n"
                      "upstreams:\n  - {name: u, targets: [\"h:1\"], breaker: {force: half}}\n",
