@@ -21,7 +21,7 @@ namespace {
 struct ConfigOptions {
   std::string file;
   std::string db = "./sluice.db";
-  std::string format = "yaml";
+  std::string format;  // empty: yaml (given or not, --as-stored needs to know)
   std::string admin;
   std::string token;
   std::string if_match;
@@ -78,7 +78,10 @@ void import(const ConfigOptions& o) {
 }
 
 void export_config(const ConfigOptions& o) {
-  if (o.format != "yaml" && o.format != "json") fail(o, "export", "--format must be yaml or json");
+  if (!o.format.empty() && o.format != "yaml" && o.format != "json") fail(o, "export", "--format must be yaml or json");
+  // The rows as they are may hold what YAML would not read back (a value that is not JSON is kept
+  // as a string, bytes that are not UTF-8 as they are): they are printed as JSON only.
+  if (o.as_stored && o.format == "yaml") fail(o, "export", "--as-stored prints JSON only: leave out --format yaml");
   auto store = open_store_or_exit(o.db, "config export", config::StoreOptions::Access::kReadOnly);
   if (o.as_stored) {
     auto text = store->stored_text();
@@ -95,7 +98,7 @@ void export_config(const ConfigOptions& o) {
                           "\nTo repair it: sluice config export --as-stored > fix.json, edit, sluice config import fix.json");
   }
   if (!loaded.ok()) fail(o, "export", loaded.error().message);
-  const std::string text = o.format == "yaml" ? config::to_yaml(*loaded->config)
+  const std::string text = o.format != "json" ? config::to_yaml(*loaded->config)
                                               : config::pretty(config::to_json(*loaded->config));
   std::fputs(text.c_str(), stdout);
 }
@@ -178,7 +181,7 @@ void add_config_command(CLI::App& app) {
   imp->callback([o] { import(*o); });
 
   CLI::App* exp = cmd->add_subcommand("export", "Print the database's configuration");
-  exp->add_option("--format", o->format, "yaml (default) or json");
+  exp->add_option("--format", o->format, "yaml (default) or json (--as-stored: json only)");
   exp->add_flag("--as-stored", o->as_stored,
                 "Print the tables as they are, in JSON, even when they do not make a valid configuration (to "
                 "repair a hand edit: edit the output, then import it)");

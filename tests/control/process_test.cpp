@@ -658,6 +658,24 @@ TEST_F(ControlProcessTest, AnInvalidDatabaseIsRepairedByExportingItAsStoredAndIm
             }())));
 }
 
+// --as-stored prints JSON: asked for YAML, it says so rather than print JSON anyway.
+TEST_F(ControlProcessTest, AnExportAsStoredIsJsonAndRefusesToBeYaml) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  std::string out;
+  std::string err;
+  EXPECT_EQ(sluice({"config", "export", "--as-stored", "--format", "yaml", "--db", db_}, &out, &err), 1);
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(err, "sluice config export: --as-stored prints JSON only: leave out --format yaml\n");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"config", "export", "--as-stored", "--db", db_},
+        {"config", "export", "--as-stored", "--format", "json", "--db", db_}}) {
+    EXPECT_EQ(sluice(args, &out), 0);
+    EXPECT_TRUE(boost::json::parse(out).is_object()) << out;
+  }
+  EXPECT_EQ(sluice({"config", "export", "--db", db_}, &out), 0);
+  EXPECT_TRUE(out.starts_with("listen: ")) << out;
+}
+
 TEST_F(ControlProcessTest, ReadingOrRevokingFromAMissingDatabaseFailsAndCreatesNone) {
   const std::string missing = dir_ + "/typo.db";
   for (const std::vector<std::string>& args :
