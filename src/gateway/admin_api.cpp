@@ -937,6 +937,11 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
   if (auto it = body->find("expires"); it != body->end() && !it->value().is_null()) {
     expires = it->value().is_string() ? config::parse_time(it->value().as_string()) : std::nullopt;
     if (!expires) problems.push_back(Problem{"expires", "must be a UTC time like 2026-11-30T10:00:00Z"});
+    // Refused from then on: made expired, it would be a secret shown once and never taken.
+    if (expires && *expires <= now) {
+      problems.push_back(Problem{"expires", "must be in the future (it is " + config::format_time(now) +
+                                                " now): a credential is refused from the time it expires"});
+    }
   }
   bool rotate = false;
   if (auto it = body->find("rotate"); it != body->end()) {
@@ -947,6 +952,9 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
   if (auto it = body->find("overlap"); it != body->end()) {
     auto d = it->value().is_string() ? parse_duration(it->value().as_string()) : std::nullopt;
     if (!d) problems.push_back(Problem{"overlap", "must be a duration like 1h or 7d"});
+    // It is how long the old credentials stay when rotating: without a rotation it would mean
+    // nothing, and be dropped unsaid.
+    if (d && !rotate) problems.push_back(Problem{"overlap", "applies only with \"rotate\": true"});
     overlap = d.value_or(overlap);
   }
   for (const auto& kv : *body) {

@@ -1139,6 +1139,29 @@ TEST_F(AdminApiTest, BadCredentialRequestsAreRefusedWithTheirFields) {
   EXPECT_EQ(call("POST", "/admin/v1/systems/nobody/credentials", R"({"kind":"api_key"})").status, 404);
 }
 
+// What would make nothing or mean nothing is refused rather than taken: a credential that has
+// expired already, an overlap without a rotation.
+TEST_F(AdminApiTest, ACredentialExpiredAlreadyOrAnOverlapWithoutARotationIsRefused) {
+  const std::int64_t before = revision();
+  const std::string now = config::format_time(1'800'000'000);
+  for (const std::string& expires : {std::string("2026-01-01T00:00:00Z"), now}) {
+    const Reply r = call("POST", "/admin/v1/systems/crm/credentials", R"({"kind":"api_key","expires":")" + expires + "\"}");
+    EXPECT_EQ(r.status, 400) << r.raw.body;
+    EXPECT_EQ(r.problems(), std::vector<std::string>{"expires: must be in the future (it is " + now +
+                                                     " now): a credential is refused from the time it expires"});
+  }
+  const Reply overlap = call("POST", "/admin/v1/systems/crm/credentials", R"({"kind":"api_key","overlap":"1h"})");
+  EXPECT_EQ(overlap.status, 400) << overlap.raw.body;
+  EXPECT_EQ(overlap.problems(), std::vector<std::string>{"overlap: applies only with \"rotate\": true"});
+  EXPECT_EQ(call("POST", "/admin/v1/systems/crm/credentials", R"({"kind":"api_key","rotate":false,"overlap":"1h"})").status,
+            400);
+  EXPECT_EQ(revision(), before);
+  EXPECT_EQ(call("POST", "/admin/v1/systems/crm/credentials", R"({"kind":"api_key","expires":"2027-02-01T00:00:00Z"})").status,
+            201);
+  EXPECT_EQ(call("POST", "/admin/v1/systems/crm/credentials", R"({"kind":"api_key","rotate":true,"overlap":"1h"})").status,
+            201);
+}
+
 TEST_F(AdminApiTest, AdminsCreateListAndRevokeTokens) {
   const Reply created = call("POST", "/admin/v1/tokens", R"({"name":"console","role":"read"})");
   ASSERT_EQ(created.status, 201);
