@@ -338,6 +338,17 @@ Result<ConfigStore::PathState> ConfigStore::reopen_if_replaced() {
   return PathState::kReopened;
 }
 
+Error ConfigStore::cannot_write() const {
+  if (sqlite3_errcode(db_) != SQLITE_BUSY) return db_error(db_, "cannot write " + options_.path);
+  // Another process's write (or a shell's open transaction) outlasted the wait: say so, not just
+  // "database is locked".
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(options_.busy_timeout).count();
+  return Error{ErrorCode::kStoreUnavailable,
+               "cannot write " + options_.path + ": another process has held its write lock for longer than " +
+                   (waited % 1000 == 0 ? std::to_string(waited / 1000) + " s" : std::to_string(waited) + " ms") +
+                   " (a long write, or a transaction left open in a sqlite3 shell)"};
+}
+
 std::optional<Error> ConfigStore::missing_file() const {
   if (!missing_) return std::nullopt;
   return Error{ErrorCode::kStoreUnavailable,
@@ -760,7 +771,7 @@ WriteResult ConfigStore::write(std::string_view actor, const Change& change, std
   std::lock_guard lock(mu_);
   if (auto gone = missing_file()) return refused(Refusal::Kind::kFailed, gone->message, 0);
   Transaction tx(db_, true);
-  if (!tx.ok()) return refused(Refusal::Kind::kFailed, db_error(db_, "cannot write " + options_.path).message, 0);
+  if (!tx.ok()) return refused(Refusal::Kind::kFailed, cannot_write().message, 0);
   auto revision = read_revision();
   if (!revision.ok()) return refused(Refusal::Kind::kFailed, revision.error().message, 0);
   if (if_revision && *if_revision != *revision) {
@@ -860,7 +871,7 @@ Result<std::pair<TokenInfo, std::string>> ConfigStore::create_token(std::string_
   std::lock_guard lock(mu_);
   if (auto gone = missing_file()) return *gone;
   Transaction tx(db_, true);
-  if (!tx.ok()) return db_error(db_, "cannot write " + options_.path);
+  if (!tx.ok()) return cannot_write();
   Status s = exec("UPDATE meta SET value = 1 WHERE name = 'writing'");
   if (s) {
     Stmt insert(db_, "INSERT INTO admin_tokens (id, name, role, token_sha256, created, created_by) "
@@ -898,7 +909,7 @@ Result<bool> ConfigStore::delete_token(std::string_view actor, std::string_view 
   std::lock_guard lock(mu_);
   if (auto gone = missing_file()) return *gone;
   Transaction tx(db_, true);
-  if (!tx.ok()) return db_error(db_, "cannot write " + options_.path);
+  if (!tx.ok()) return cannot_write();
   std::string before;
   {
     Stmt s(db_, "SELECT name, role FROM admin_tokens WHERE id = ?1");

@@ -188,6 +188,8 @@ class ConfigStore {
   Result<std::int64_t> bump_revision();
   std::int64_t now_seconds() const;
 
+  // Why a write transaction could not begin (the caller holds mu_).
+  Error cannot_write() const;
   // Why a change is refused while the path names no file; nothing otherwise. The caller holds mu_.
   std::optional<Error> missing_file() const;
   // The device and inode of the file at the path, as now.

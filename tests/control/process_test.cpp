@@ -730,6 +730,22 @@ TEST_F(ControlProcessTest, NoCommandTouchesAnotherApplicationsDatabaseAndReading
   }
 }
 
+// A write that waits longer than 5 s for another process's says what it could not do: an import
+// used to say it could not lock the file to migrate it, which it had no need to.
+TEST_F(ControlProcessTest, AWriteThatWaitsTooLongForAnotherSaysWhatItCouldNotDo) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);  // a shell left open
+  std::string err;
+  EXPECT_EQ(sluice({"config", "import", yaml_, "--db", db_}, nullptr, &err), 1);
+  EXPECT_EQ(err, "sluice config import: cannot write " + db_ +
+                     ": another process has held its write lock for longer than 5 s (a long write, or a transaction "
+                     "left open in a sqlite3 shell)\n");
+  sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+}
+
 TEST_F(ControlProcessTest, AnImportThatDoesNotValidateChangesNothing) {
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
   const std::string bad = dir_ + "/bad.yaml";
