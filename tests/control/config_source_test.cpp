@@ -153,10 +153,11 @@ TEST(DatabaseWatcherTest, ADatabaseReplacedOrDeletedIsNoticedAndTheFileThereIsSe
 
   // A database there again is served, and the store writes to it.
   {
-    auto again = control_test::open_store(path);
+    auto again = control_test::open_store(backup);
     other.systems.at(0).description = "back";
     ASSERT_TRUE(again->replace("test", "config.import", other).ok());
   }
+  std::filesystem::rename(backup, path);
   ASSERT_TRUE(testing::eventually([&] { return seen().first.size() == 3 && watcher.health().ok; }));
   EXPECT_EQ(seen().first.back(), "back");
   const auto log = seen().second;
