@@ -773,13 +773,13 @@ AdminResponse AdminApi::entity_route(Call& call) const {
   if (options_.store == nullptr) return read_only(options_.primary);
 
   Conditions conditions(req);
-  if (auto refused = conditions.resolve(*options_.store)) return *refused;
   std::string prefix;
   bool created = false;
   json::object after;  // the entity as stored (or as it was, when the write changed nothing)
 
   if (call.method == "DELETE") {
     const std::vector<std::string> id(seg.begin() + 1, seg.end());
+    if (auto refused = conditions.resolve(*options_.store)) return *refused;
     const config::WriteResult w = options_.store->update(
         call.actor,
         [&](config::Config& c, config::ChangeRecord& record) -> std::optional<Refusal> {
@@ -832,6 +832,7 @@ AdminResponse AdminApi::entity_route(Call& call) const {
                        ": to rename, create the new one and delete the old.");
     }
   }
+  if (auto refused = conditions.resolve(*options_.store)) return *refused;
   const config::WriteResult w = options_.store->update(
       call.actor,
       [&](config::Config& c, config::ChangeRecord& record) -> std::optional<Refusal> {
@@ -898,10 +899,10 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
   if (options_.store == nullptr) return read_only(options_.primary);
   const std::string target = "systems/" + percent_encode(key) + "/credentials";
   Conditions conditions(call.request);  // on the system, whose ETag its credentials are part of
-  if (auto refused = conditions.resolve(*options_.store)) return *refused;
 
   if (seg.size() == 4) {
     const std::string& id = seg[3];
+    if (auto refused = conditions.resolve(*options_.store)) return *refused;
     const config::WriteResult w = options_.store->update(
         call.actor,
         [&](config::Config& c, config::ChangeRecord& record) -> std::optional<Refusal> {
@@ -985,6 +986,7 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
   }
   const std::int64_t until = now + std::chrono::duration_cast<std::chrono::seconds>(overlap).count();
   json::array rotated;
+  if (auto refused = conditions.resolve(*options_.store)) return *refused;
   const config::WriteResult w = options_.store->update(
       call.actor, [&](config::Config& c, config::ChangeRecord& record) -> std::optional<Refusal> {
         for (config::System& s : c.systems) {
