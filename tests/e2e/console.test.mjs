@@ -399,6 +399,22 @@ test('the keyboard reaches everything: the skip link first, then every field of 
   await closePage(page);
 });
 
+test('a limit that counts locally when the store fails stays so when its owner is saved', async () => {
+  const limit = { name: 'lf', algorithm: 'fixed_window', limit: 5, period: '1m', on_store_failure: 'local' };
+  assert.equal((await admin('POST', 'systems', { key: 'localfail', limits: [limit] })).status, 201);
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.goto(`${env.base}#/systems/localfail`);
+  assert.equal(await page.getByLabel('When the store fails').inputValue(), 'local');
+  await page.getByLabel('Description').fill('Counts locally');
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.getByText('localfail was saved.').waitFor();
+  const stored = (await admin('GET', 'systems/localfail')).data;
+  assert.equal(stored.description, 'Counts locally');
+  assert.equal(stored.limits[0].on_store_failure, 'local');
+  await closePage(page);
+});
+
 // Every page once: the lists, a form of each kind, the inspector, breakers and the audit log.
 const EVERY_PAGE = ['overview', 'systems', 'systems/shop', 'interfaces', 'interfaces/orders', 'upstreams', 'upstreams/app',
   'grants', 'grants/crm/orders', 'limits?key=grant:crm/orders', 'breakers', 'audit'];

@@ -97,7 +97,12 @@ function limitRow(limit, index, prefix, onRemove, editable) {
   const keyKindEl = select(keyKind, ['owner', 'client_ip', 'header', 'query'].map((k) => [k, t(`keyBy.${k}`)]));
   const keyName = input(keyBy.includes(':') ? keyBy.slice(keyBy.indexOf(':') + 1) : '', { placeholder: 'X-User-Id' });
   const keyNameField = field(`${at}.key_name`, t('field.keyName'), keyName);
-  const onFailure = select(limit.on_store_failure ?? 'allow', [['allow', t('onFailure.allow')], ['deny', t('onFailure.deny')]]);
+  // Every value the configuration takes (docs/configuration.md), and one it does not know kept as it
+  // is: a save never changes what the form was not asked to change.
+  const failures = ['allow', 'deny', 'local'];
+  const failure = limit.on_store_failure ?? 'allow';
+  const onFailure = select(failure, [...failures, ...(failures.includes(failure) ? [] : [failure])]
+    .map((f) => [f, failures.includes(f) ? t(`onFailure.${f}`) : f]));
   const shadow = checkbox(limit.shadow);
   const params = h('div', { class: 'params' });
   const refill = select(paramsOf(limit).includes('refill_tokens') ? 'interval' : 'smooth',
