@@ -415,6 +415,30 @@ test('a limit that counts locally when the store fails stays so when its owner i
   await closePage(page);
 });
 
+test('after Save the answer is in view and has the focus', async () => {
+  const page = await newPage({ viewport: { width: 1280, height: 720 } });
+  await signIn(page, env.adminToken);
+  await page.goto(`${env.base}#/systems/crm`);
+  const focused = () => page.evaluate(() => {
+    const el = document.activeElement;
+    const r = el.getBoundingClientRect();
+    return { text: el.innerText, inView: r.top >= 0 && r.bottom <= window.innerHeight };
+  });
+  await page.getByLabel('Description').fill('Customer relations');
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.getByText('crm was saved.').waitFor();
+  assert.deepEqual(await focused(), { text: 'crm was saved.', inView: true });
+  // The stale edit's alert alike.
+  const current = await admin('GET', 'systems/crm');
+  assert.equal((await admin('PUT', 'systems/crm', { ...current.data, description: 'Changed elsewhere' }, { 'If-Match': current.etag })).status, 200);
+  await page.getByRole('button', { name: 'Save' }).click();
+  await textMatches(page.getByRole('alert'), /Someone else changed this/);
+  const after = await focused();
+  assert.match(after.text, /Someone else changed this/);
+  assert.ok(after.inView, 'the alert is in view');
+  await closePage(page);
+});
+
 // Every page once: the lists, a form of each kind, the inspector, breakers and the audit log.
 const EVERY_PAGE = ['overview', 'systems', 'systems/shop', 'interfaces', 'interfaces/orders', 'upstreams', 'upstreams/app',
   'grants', 'grants/crm/orders', 'limits?key=grant:crm/orders', 'breakers', 'audit'];

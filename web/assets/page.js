@@ -9,13 +9,24 @@ export function pageHead(title, ...actions) {
 }
 
 // The page's message area: say('ok' | 'info' | 'error', text, ...more). Errors are alerts (read out
-// at once), the rest a polite status. One area per page, so one alert at a time.
+// at once), the rest a polite status. One area per page, so one alert at a time. tell() says it and
+// moves the focus to it, which scrolls it into view: the answer to a button at the foot of a long
+// form (a button disabled while it works, so its focus is lost) is seen and read where it is.
 export function messages() {
   const el = h('div', { class: 'messages' });
+  const say = (kind, text, ...more) => {
+    const notice = h('div', { class: `notice ${kind}`, role: kind === 'error' ? 'alert' : 'status' }, h('span', {}, text), more);
+    replace(el, notice);
+    return notice;
+  };
   return {
     el,
-    say(kind, text, ...more) {
-      replace(el, h('div', { class: `notice ${kind}`, role: kind === 'error' ? 'alert' : 'status' }, h('span', {}, text), more));
+    say,
+    tell(kind, text, ...more) {
+      const notice = say(kind, text, ...more);
+      notice.tabIndex = -1;
+      notice.focus();
+      return notice;
     },
     clear() {
       el.replaceChildren();

@@ -320,7 +320,7 @@ async function edit(view, ctx, spec) {
         const saved = await api('PUT', `${ctx.page}/${path(...ctx.params)}`, { body, ifMatch: etag });
         entity = saved.data;
         etag = saved.etag;
-        msg.say('ok', t('edit.saved', { name: name() }));
+        msg.tell('ok', t('edit.saved', { name: name() }));
       }
     } catch (error) {
       failed(error);
@@ -341,21 +341,27 @@ async function edit(view, ctx, spec) {
     }
   });
 
-  // A refused change: problems at their fields (the rest listed above the form); a stale one: said,
-  // with the way to see the other change; nothing on screen is lost either way.
+  // Problems at their fields, the first of which takes the focus (the rest listed above the form).
+  function refused(problems) {
+    const rest = showProblems(form, problems);
+    const say = rest.length < problems.length ? msg.say : msg.tell;
+    say('error', t('edit.refused'), rest.length
+      ? h('ul', {}, rest.map((p) => h('li', {}, `${p.path ?? p.field}: ${p.message}`)))
+      : null);
+  }
+
+  // A refused change: problems at their fields; a stale one: said, with the way to see the other
+  // change; nothing on screen is lost either way.
   function failed(error) {
     if (!(error instanceof ApiError)) {
-      msg.say('error', error.message);
+      msg.tell('error', error.message);
     } else if (error.status === 412) {
-      msg.say('error', t('edit.stale'), ' ', t('edit.staleHelp'),
+      msg.tell('error', t('edit.stale'), ' ', t('edit.staleHelp'),
         h('button', { type: 'button', class: 'secondary small', onclick: () => ctx.navigate(location.hash) }, t('edit.reload')));
     } else if (error.problems.length) {
-      const rest = showProblems(form, error.problems);
-      msg.say('error', t('edit.refused'), rest.length
-        ? h('ul', {}, rest.map((p) => h('li', {}, `${p.path}: ${p.message}`)))
-        : null);
+      refused(error.problems);
     } else {
-      msg.say('error', error.message);
+      msg.tell('error', error.message);
     }
   }
 }
