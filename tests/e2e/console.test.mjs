@@ -415,6 +415,41 @@ test('a limit that counts locally when the store fails stays so when its owner i
   await closePage(page);
 });
 
+test('a number field holding text that is no number is refused at the field, and nothing is sent', async () => {
+  const current = await admin('GET', 'interfaces/orders');
+  assert.equal((await admin('PUT', 'interfaces/orders', { ...current.data, concurrency: 5 }, { 'If-Match': current.etag })).status, 200);
+  const page = await newPage();
+  let writes = 0;
+  page.on('request', (r) => { if (r.method() !== 'GET') writes += 1; });
+  await signIn(page, env.adminToken);
+  await page.goto(`${env.base}#/interfaces/orders`);
+  const concurrency = page.getByLabel('Concurrency', { exact: true });
+  await eventually('the concurrency read', async () => (await concurrency.inputValue()) === '5');
+  for (const text of ['5e', '20-']) {
+    await concurrency.fill('');
+    await concurrency.pressSequentially(text);
+    await page.getByRole('button', { name: 'Save' }).click();
+    await textMatches(page.locator('[data-error-for="concurrency"]'), /^must be a number$/);
+    assert.equal(await concurrency.getAttribute('aria-invalid'), 'true');
+    assert.ok(await concurrency.evaluate((el) => el === document.activeElement), 'the field has the focus');
+    await textMatches(page.getByRole('alert'), /Nothing was changed/);
+  }
+  // A limit's number too: a grant's GCRA burst.
+  await page.goto(`${env.base}#/grants/crm/orders`);
+  const burst = page.getByLabel('Burst');
+  await eventually('the burst read', async () => (await burst.inputValue()) === '10');
+  await burst.fill('');
+  await burst.pressSequentially('1e');
+  await page.getByRole('button', { name: 'Save' }).click();
+  await textMatches(page.locator('[data-error-for="limits[0].burst"]'), /^must be a number$/);
+  assert.equal(writes, 0, 'nothing was sent');
+  assert.equal((await admin('GET', 'interfaces/orders')).data.concurrency, 5);
+  assert.equal((await admin('GET', 'grants/crm/orders')).data.limits[0].burst, 10);
+  const now = await admin('GET', 'interfaces/orders');
+  assert.equal((await admin('PUT', 'interfaces/orders', { ...now.data, concurrency: null }, { 'If-Match': now.etag })).status, 200);
+  await closePage(page);
+});
+
 test('after Save the answer is in view and has the focus', async () => {
   const page = await newPage({ viewport: { width: 1280, height: 720 } });
   await signIn(page, env.adminToken);

@@ -52,6 +52,14 @@ export function checkGroup(path, legend, options, checked) {
   };
 }
 
+// The number fields whose text is no number ("5e", "20-"): such a field's value is "", as an empty
+// one's, so without this check the setting would be dropped and the save reported as done.
+// → problems as the API gives them ({field, message}), one per such field.
+export function badNumbers(form) {
+  return [...form.querySelectorAll('input[type="number"]')].filter((el) => !el.disabled && el.validity.badInput)
+    .map((el) => ({ field: el.dataset.field, message: t('problem.notNumber') }));
+}
+
 // Reads an input as a number when it holds one, as itself otherwise (the API says what is wrong).
 export function numberOf(el) {
   const v = el.value.trim();

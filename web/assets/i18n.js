@@ -95,6 +95,7 @@ const en = {
   'edit.staleHelp': 'Your change was not saved, so theirs is not lost. Reload to see the current version, then make your change again.',
   'edit.reload': 'Reload',
   'edit.notFound': 'It does not exist (any more).',
+  'problem.notNumber': 'must be a number',
 
   'field.key': 'Key',
   'field.id': 'ID',
@@ -392,6 +393,7 @@ const zh = {
   'edit.staleHelp': '您的修改没有保存，所以不会覆盖别人的修改。请重新加载查看当前版本，然后再修改一次。',
   'edit.reload': '重新加载',
   'edit.notFound': '它不存在（或已被删除）。',
+  'problem.notNumber': '必须是数字',
 
   'field.key': '系统标识',
   'field.id': 'ID',

@@ -4,7 +4,8 @@
 import { api, ApiError, path } from '../api.js';
 import { h, replace } from '../dom.js';
 import {
-  checkbox, checkGroup, clearProblems, field, input, limitsEditor, numberInput, numberOf, select, showProblems, textOf,
+  badNumbers, checkbox, checkGroup, clearProblems, field, input, limitsEditor, numberInput, numberOf, select, showProblems,
+  textOf,
 } from '../forms.js';
 import { limitSummary, t } from '../i18n.js';
 import { credentials } from './credentials.js';
@@ -308,6 +309,11 @@ async function edit(view, ctx, spec) {
     e.preventDefault();
     clearProblems(form);
     msg.clear();
+    const bad = badNumbers(form);
+    if (bad.length) {
+      refused(bad);
+      return;
+    }
     const body = parts.read();
     save.disabled = true;
     try {
