@@ -474,6 +474,39 @@ test('after Save the answer is in view and has the focus', async () => {
   await closePage(page);
 });
 
+test('when the gateway does not answer, the console says so in its language and marks the figures stale', async () => {
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.getByLabel('Language').selectOption('zh-CN');
+  await page.locator('tr[data-name="crm"]').first().waitFor();
+  await eventually('the figures drawn', async () => /更新于/.test(await page.locator('.live').innerText()));
+  const down = (route) => route.abort('connectionrefused');
+  await page.route('**/admin/v1/**', down);
+  const alert = page.getByRole('alert');
+  await textMatches(alert, /网关没有响应/);
+  await page.locator('.overview.stale').waitFor();
+  await textMatches(page.locator('.live'), /不是实时数据/);
+  await page.getByRole('link', { name: '系统' }).click();
+  await textMatches(alert, /网关没有响应/);
+  // It answers again: the overview is live again.
+  await page.unroute('**/admin/v1/**', down);
+  await page.getByRole('link', { name: '概览' }).click();
+  await page.locator('tr[data-name="crm"]').first().waitFor();
+  await eventually('the figures live again', async () => /更新于/.test(await page.locator('.live').innerText()));
+  assert.equal(await page.locator('.overview.stale').count(), 0);
+  // A save without an answer says the same.
+  await page.goto(`${env.base}#/systems/crm`);
+  await page.getByRole('button', { name: '保存' }).waitFor();
+  await page.route('**/admin/v1/**', down);
+  await page.getByRole('button', { name: '保存' }).click();
+  await textMatches(alert, /网关没有响应/);
+  await shot(page, '16-unreachable-zh');
+  assert.ok(!/Failed to fetch/.test(await page.locator('main').innerText()), 'no browser error text');
+  await page.unroute('**/admin/v1/**', down);
+  page.errors = page.errors.filter((e) => !/ERR_CONNECTION_REFUSED/.test(e)); // the requests refused on purpose
+  await closePage(page);
+});
+
 // Every page once: the lists, a form of each kind, the inspector, breakers and the audit log.
 const EVERY_PAGE = ['overview', 'systems', 'systems/shop', 'interfaces', 'interfaces/orders', 'upstreams', 'upstreams/app',
   'grants', 'grants/crm/orders', 'limits?key=grant:crm/orders', 'breakers', 'audit'];

@@ -1,5 +1,6 @@
 // The one way the console talks to the admin API: the bearer token, JSON bodies, ETags (If-Match on
 // writes) and the error shape {code, reason, msg, problems}. docs/admin-api.md describes the routes.
+import { t } from './i18n.js';
 
 const TOKEN_KEY = 'sluice.token';
 
@@ -9,6 +10,11 @@ export class ApiError extends Error {
     this.status = status;
     this.reason = body?.reason || 'http_error';
     this.problems = Array.isArray(body?.problems) ? body.problems : [];
+  }
+
+  // No answer came: the gateway is down or cannot be reached (status 0).
+  get unreachable() {
+    return this.status === 0;
   }
 }
 
@@ -37,20 +43,26 @@ export function path(...parts) {
 // for any status but 2xx.
 export async function api(method, route, { body, ifMatch, query, as } = {}) {
   const headers = { Accept: 'application/json' };
-  const t = as ?? token();
-  if (t) headers.Authorization = `Bearer ${t}`;
+  const bearer = as ?? token();
+  if (bearer) headers.Authorization = `Bearer ${bearer}`;
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   if (ifMatch) headers['If-Match'] = ifMatch;
   let url = `/admin/v1/${route}`;
   const params = new URLSearchParams();
   for (const [k, v] of Object.entries(query ?? {})) if (v !== undefined && v !== '') params.set(k, v);
   if ([...params].length) url += `?${params}`;
-  const res = await fetch(url, {
-    method,
-    headers,
-    body: body === undefined ? undefined : JSON.stringify(body),
-    cache: 'no-store',
-  });
+  let res;
+  try {
+    res = await fetch(url, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+      cache: 'no-store',
+    });
+  } catch {
+    // The browser's own words for it ("Failed to fetch") say nothing of what to do, in English only.
+    throw new ApiError(0, { reason: 'unreachable', msg: t('app.unreachable') });
+  }
   const text = await res.text();
   let data = null;
   try {
@@ -60,7 +72,7 @@ export async function api(method, route, { body, ifMatch, query, as } = {}) {
   }
   if (!res.ok) {
     const error = new ApiError(res.status, data);
-    if (res.status === 401 && t && as === undefined) unauthorized(error);
+    if (res.status === 401 && bearer && as === undefined) unauthorized(error);
     throw error;
   }
   return { data, etag: res.headers.get('ETag'), status: res.status };

@@ -1,6 +1,8 @@
 // The console's shell: sign-in state, the navigation, the language, and a hash router that gives each
 // page its own module. A page is render(main, ctx) → optional cleanup (stops its timers).
-import { api, onUnauthorized, setToken, token } from './api.js';
+import {
+  api, ApiError, onUnauthorized, setToken, token,
+} from './api.js';
 import { h, replace } from './dom.js';
 import { language, setLanguage, t } from './i18n.js';
 import * as audit from './pages/audit.js';
@@ -124,8 +126,11 @@ window.addEventListener('hashchange', () => show({ focus: true }));
   if (token()) {
     try {
       principal = (await api('GET', 'whoami')).data;
-    } catch {
-      setToken('');
+    } catch (error) {
+      // A token refused is forgotten; one that could not be checked (no answer) is kept for the
+      // next sign-in, and the page says why it is asked for.
+      if (!(error instanceof ApiError) || !error.unreachable) setToken('');
+      signInMessage = error instanceof ApiError && error.unreachable ? error.message : '';
     }
   }
   show();

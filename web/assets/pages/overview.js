@@ -1,6 +1,7 @@
 // The overview: this instance's last minute from /stats, asked again every second — totals, the
 // store and the configuration's source, requests per second, rejections by reason, the most limited
-// callers, breakers, and a row per system and per interface.
+// callers, breakers, and a row per system and per interface. While the gateway does not answer, the
+// figures stay on screen marked as stale, with the time they are from.
 import { api } from '../api.js';
 import { barList, legend, lineChart, sparkline } from '../chart.js';
 import { h, replace } from '../dom.js';
@@ -77,6 +78,8 @@ export function render(view) {
     pause.setAttribute('aria-pressed', String(paused));
   });
   const updated = h('p', { class: 'live muted' });
+  let drawnAt = ''; // the time of the figures on screen
+  let said = ''; // the error shown, said again only when it changes
   const tiles = h('div', { class: 'tiles' });
   const traffic = h('div');
   const reasons = h('div', { id: 'reasons' });
@@ -139,12 +142,26 @@ export function render(view) {
     noInterfaces.hidden = stats.interfaces.length > 0;
     interfaces.tbl.el.hidden = !noInterfaces.hidden;
     syncRows(interfaces.tbl.body, stats.interfaces, (x) => x.id, interfaces.create, interfaces.update);
-    updated.textContent = t('overview.updated', { time: new Date().toLocaleTimeString(document.documentElement.lang) });
+    drawnAt = new Date().toLocaleTimeString(document.documentElement.lang);
+    updated.textContent = t('overview.updated', { time: drawnAt });
+  }
+
+  // No answer (or an error): what is on screen is the last minute as it was, not as it is.
+  function stale(error) {
+    const text = !error.unreachable ? error.message
+      : drawnAt ? t('overview.unreachable', { time: drawnAt }) : t('app.unreachable');
+    if (text !== said) msg.say('error', text);
+    said = text;
+    if (!drawnAt) return;
+    view.classList.add('stale');
+    updated.textContent = t('overview.stale', { time: drawnAt });
   }
 
   return poll(async () => {
     if (paused) return;
     draw((await api('GET', 'stats')).data);
+    view.classList.remove('stale');
     msg.clear();
-  }, 1000, (error) => msg.say('error', error.message));
+    said = '';
+  }, 1000, stale);
 }
