@@ -366,6 +366,16 @@ test('the console speaks Chinese, every string of it', async () => {
     return { zh: en.filter((k) => !zh.includes(k)), en: zh.filter((k) => !en.includes(k)) };
   });
   assert.deepEqual(missing, { zh: [], en: [] });
+  assert.equal(await page.locator('#nav').getAttribute('aria-label'), '页面');
+  // Every reason the gateway gives (its table in policy.cpp) has words in both languages.
+  const policy = fs.readFileSync(path.join(here, '../../src/gateway/policy.cpp'), 'utf8');
+  const codes = [...policy.matchAll(/\{"([a-z_]+)", \d{3},/g)].map((m) => m[1]);
+  assert.ok(codes.includes('bad_request') && codes.includes('system_rate_limited'), `reasons read from policy.cpp: ${codes}`);
+  const raw = await page.evaluate(async (list) => {
+    const { dictionaries } = await import('/assets/i18n.js');
+    return list.filter((code) => !(`reason.${code}` in dictionaries.en && `reason.${code}` in dictionaries['zh-CN']));
+  }, codes);
+  assert.deepEqual(raw, [], 'reasons shown as their code');
   await page.goto(`${env.base}#/systems/shop`);
   await page.getByRole('button', { name: '保存' }).waitFor();
   await shot(page, '15-system-zh');

@@ -46,6 +46,7 @@ function renderShell() {
   document.getElementById('skip-link').textContent = t('app.skip');
   document.getElementById('lang-label').textContent = t('app.language');
   document.getElementById('lang').value = language();
+  document.getElementById('nav').setAttribute('aria-label', t('app.nav'));
   const signOut = document.getElementById('sign-out');
   signOut.textContent = t('app.signOut');
   signOut.hidden = !principal;

@@ -283,6 +283,7 @@ const en = {
   'unit.min': 'min',
   'unit.h': 'h',
 
+  'reason.ok': 'admitted',
   'reason.system_rate_limited': 'system limit',
   'reason.interface_rate_limited': 'interface limit',
   'reason.grant_rate_limited': 'grant limit',
@@ -304,6 +305,14 @@ const en = {
   'reason.upstream_timeout': 'upstream timeout',
   'reason.upstream_bad_response': 'bad upstream answer',
   'reason.client_closed_request': 'client left',
+  'reason.bad_request': 'malformed request',
+  'reason.header_too_large': 'header too large',
+  'reason.uri_too_long': 'address too long',
+  'reason.body_too_large': 'body too large',
+  'reason.request_timeout': 'request too slow',
+  'reason.not_found': 'not found',
+  'reason.method_not_allowed': 'method not allowed',
+  'reason.draining': 'shutting down',
 };
 
 const zh = {
@@ -587,6 +596,7 @@ const zh = {
   'unit.min': '分',
   'unit.h': '小时',
 
+  'reason.ok': '放行',
   'reason.system_rate_limited': '系统限流',
   'reason.interface_rate_limited': '接口限流',
   'reason.grant_rate_limited': '授权限流',
@@ -608,6 +618,14 @@ const zh = {
   'reason.upstream_timeout': '上游超时',
   'reason.upstream_bad_response': '上游响应无效',
   'reason.client_closed_request': '客户端已断开',
+  'reason.bad_request': '请求格式错误',
+  'reason.header_too_large': '请求头过大',
+  'reason.uri_too_long': '请求地址过长',
+  'reason.body_too_large': '请求体过大',
+  'reason.request_timeout': '请求接收超时',
+  'reason.not_found': '未找到',
+  'reason.method_not_allowed': '不允许的请求方法',
+  'reason.draining': '网关正在关闭',
 };
 
 export const dictionaries = { en, 'zh-CN': zh };
