@@ -517,6 +517,23 @@ test('when the gateway does not answer, the console says so in its language and 
   await closePage(page);
 });
 
+test('the most limited callers are those limits refused, not those refused for other reasons', async () => {
+  assert.equal((await admin('POST', 'systems', { key: 'turnedoff', enabled: false, interfaces: ['users'] })).status, 201);
+  const capped = { algorithm: 'fixed_window', limit: 1, period: '1h' };
+  assert.equal((await admin('POST', 'systems', { key: 'capped', interfaces: ['users'], limits: [capped] })).status, 201);
+  await eventually('turnedoff to be refused', async () => (await gateway('/api/users/1', 'turnedoff')).reason === 'system_disabled');
+  await eventually('capped to be limited', async () => (await gateway('/api/users/1', 'capped')).reason === 'system_rate_limited');
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await textMatches(page.locator('tr[data-name="turnedoff"] .reasons').first(), /system disabled/);
+  await textMatches(page.locator('tr[data-name="capped"] .reasons').first(), /system limit/);
+  // Drawn from the same answer as the rows.
+  const top = await page.locator('#top-limited').innerText();
+  assert.match(top, /capped/);
+  assert.doesNotMatch(top, /turnedoff/);
+  await closePage(page);
+});
+
 // Every page once: the lists, a form of each kind, the inspector, breakers and the audit log.
 const EVERY_PAGE = ['overview', 'systems', 'systems/shop', 'interfaces', 'interfaces/orders', 'upstreams', 'upstreams/app',
   'grants', 'grants/crm/orders', 'limits?key=grant:crm/orders', 'breakers', 'audit'];

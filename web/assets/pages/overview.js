@@ -38,6 +38,11 @@ function totals(stats) {
 
 const total = (values) => values.reduce((a, b) => a + b, 0);
 
+// What limits refused of one system's requests (access checks and upstream errors are not counted).
+function limitedOf(x) {
+  return Object.entries(x.rejected).filter(([code]) => kindOf(code) === 'limited').reduce((n, [, v]) => n + total(v), 0);
+}
+
 function tile(label, value, detail, cls = '') {
   return h('div', { class: `tile ${cls}` },
     h('div', { class: 'tile-label' }, label),
@@ -129,8 +134,8 @@ export function render(view) {
     }));
     replace(reasons, barList(Object.entries(sums.byReason).map(([code, v]) => ({ label: reason(code), value: total(v), cls: kindOf(code) }))
       .filter((x) => x.value > 0).sort((a, b) => b.value - a.value), t('overview.noRejections')));
-    replace(limited, barList(stats.systems.filter((x) => x.rejected_total > 0).sort((a, b) => b.rejected_total - a.rejected_total)
-      .slice(0, 8).map((x) => ({ label: x.key, value: x.rejected_total, cls: 'limited' })), t('overview.noneLimited')));
+    replace(limited, barList(stats.systems.map((x) => ({ label: x.key, value: limitedOf(x), cls: 'limited' }))
+      .filter((x) => x.value > 0).sort((a, b) => b.value - a.value).slice(0, 8), t('overview.noneLimited')));
     replace(breakers, stats.breakers.length
       ? h('ul', { class: 'breaker-list' }, stats.breakers.map((b) => h('li', { dataset: { upstream: b.upstream } },
         h('span', {}, b.upstream), ' ', h('span', { class: `state state-${b.state}` }, t(`state.${b.state}`)))))
