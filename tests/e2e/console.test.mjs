@@ -534,6 +534,25 @@ test('the most limited callers are those limits refused, not those refused for o
   await closePage(page);
 });
 
+test('long ids are cut in tables and lists, whole in their title, and the other columns stay in view', async () => {
+  const key = `long-${'k'.repeat(4995)}`;
+  assert.equal((await admin('POST', 'systems', { key, description: 'A long key', interfaces: ['users'] })).status, 201);
+  const page = await newPage({ viewport: { width: 1280, height: 800 } });
+  await signIn(page, env.adminToken);
+  const lastColumnInView = (table) => page.locator(table).locator('thead th').last()
+    .evaluate((el) => el.getBoundingClientRect().right <= window.innerWidth);
+  await page.locator(`tr[data-name="${key}"]`).first().waitFor();
+  assert.ok(await lastColumnInView('table[aria-label="Systems"]'), 'the overview\'s Refused for column is in view');
+  assert.equal(await page.locator(`tr[data-name="${key}"] .ident`).first().getAttribute('title'), key);
+  await page.goto(`${env.base}#/systems`);
+  await page.locator(`tr[data-id="${key}"]`).waitFor();
+  assert.ok(await lastColumnInView('table[aria-label="Systems"]'), 'the list\'s last column is in view');
+  assert.equal(await page.locator(`tr[data-id="${key}"] a`).getAttribute('title'), key);
+  await shot(page, '17-long-id');
+  await closePage(page);
+  assert.equal((await admin('DELETE', `systems/${key}`)).status, 204);
+});
+
 // Every page once: the lists, a form of each kind, the inspector, breakers and the audit log.
 const EVERY_PAGE = ['overview', 'systems', 'systems/shop', 'interfaces', 'interfaces/orders', 'upstreams', 'upstreams/app',
   'grants', 'grants/crm/orders', 'limits?key=grant:crm/orders', 'breakers', 'audit'];

@@ -60,7 +60,7 @@ export function barList(items, empty) {
     const bar = h('span', { class: `bar ${item.cls ?? ''}` });
     bar.style.width = `${Math.max(2, (item.value / max) * 100)}%`;
     return h('li', {},
-      h('span', { class: 'bar-label' }, item.label),
+      h('span', { class: 'bar-label', title: item.label }, item.label),
       h('span', { class: 'bar-track' }, bar),
       h('span', { class: 'bar-value' }, String(item.value)));
   }));

@@ -44,6 +44,12 @@ export function takeFlash(msg) {
   flashed = null;
 }
 
+// An id in a table or a list: cut with an ellipsis when it is long, the whole of it in its title, so
+// one long key does not push the other columns off the screen. With href, a link.
+export function ident(text, href) {
+  return h(href ? 'a' : 'span', { class: 'ident', href, title: text }, text);
+}
+
 // A table in a scrolling wrapper: columns = [label or {label, num: true}].
 export function table(columns, attrs = {}) {
   const body = h('tbody');

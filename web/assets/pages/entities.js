@@ -9,7 +9,9 @@ import {
 } from '../forms.js';
 import { limitSummary, t } from '../i18n.js';
 import { credentials } from './credentials.js';
-import { flash, loading, messages, pageHead, table, takeFlash } from '../page.js';
+import {
+  flash, ident, loading, messages, pageHead, table, takeFlash,
+} from '../page.js';
 
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'];
 
@@ -219,7 +221,7 @@ async function list(view, ctx, spec) {
   for (const x of items) {
     const name = spec.id(x);
     const row = h('tr', { dataset: { id: name } },
-      h('th', { scope: 'row' }, h('a', { href: `#/${ctx.page}/${routeOf(spec, x)}` }, name)),
+      h('th', { scope: 'row' }, ident(name, `#/${ctx.page}/${routeOf(spec, x)}`)),
       spec.cells(x).map((c) => h('td', {}, c)));
     if (ctx.admin && spec.toggles) {
       const verb = x.enabled ? 'disable' : 'enable';

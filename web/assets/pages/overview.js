@@ -6,7 +6,9 @@ import { api } from '../api.js';
 import { barList, legend, lineChart, sparkline } from '../chart.js';
 import { h, replace } from '../dom.js';
 import { number, reason, t } from '../i18n.js';
-import { messages, pageHead, poll, syncRows, table } from '../page.js';
+import {
+  ident, messages, pageHead, poll, syncRows, table,
+} from '../page.js';
 
 // Rate and concurrency limits are "limited"; access checks and upstream errors are "refused".
 function kindOf(code) {
@@ -54,14 +56,15 @@ function entityTable(caption) {
   // The totals come before the chart, so a phone shows them without scrolling the table.
   const tbl = table([t('field.name'), { label: t('overview.admitted'), num: true }, { label: t('overview.rejected'), num: true },
     t('overview.lastMinute'), t('overview.reasons')], { 'aria-label': caption });
-  const create = () => h('tr', {}, h('th', { scope: 'row' }), h('td', { class: 'num' }), h('td', { class: 'num rejected-total' }),
+  const create = () => h('tr', {}, h('th', { scope: 'row' }, ident('')), h('td', { class: 'num' }), h('td', { class: 'num rejected-total' }),
     h('td'), h('td', { class: 'reasons' }));
   const update = (row, x) => {
     const name = x.key ?? x.id;
     const [head, admitted, rejected, spark, reasons] = row.children;
     row.dataset.name = name;
     row.classList.toggle('has-rejections', x.rejected_total > 0);
-    head.textContent = name;
+    head.firstChild.textContent = name;
+    head.firstChild.title = name;
     const perSecond = sum(Object.values(x.rejected), x.admitted.length);
     replace(spark, sparkline(x.admitted, perSecond, t('overview.sparkLabel', { name })));
     admitted.textContent = number(x.admitted_total);
@@ -138,7 +141,7 @@ export function render(view) {
       .filter((x) => x.value > 0).sort((a, b) => b.value - a.value).slice(0, 8), t('overview.noneLimited')));
     replace(breakers, stats.breakers.length
       ? h('ul', { class: 'breaker-list' }, stats.breakers.map((b) => h('li', { dataset: { upstream: b.upstream } },
-        h('span', {}, b.upstream), ' ', h('span', { class: `state state-${b.state}` }, t(`state.${b.state}`)))))
+        ident(b.upstream), ' ', h('span', { class: `state state-${b.state}` }, t(`state.${b.state}`)))))
       : h('p', { class: 'muted' }, t('overview.noBreakers')));
 
     noSystems.hidden = stats.systems.length > 0;
