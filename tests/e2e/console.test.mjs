@@ -553,6 +553,34 @@ test('long ids are cut in tables and lists, whole in their title, and the other 
   assert.equal((await admin('DELETE', `systems/${key}`)).status, 204);
 });
 
+test('on a narrow phone the navigation wraps, reasons are read whole and tables scroll in their box', async () => {
+  await gateway('/no/such/interface', 'crm'); // a rejection with a long reason: unknown interface
+  const page = await newPage({ viewport: { width: 375, height: 740 }, isMobile: true, hasTouch: true });
+  await signIn(page, env.adminToken);
+  const links = await page.locator('#nav a').evaluateAll((els) => els.map((el) => {
+    const r = el.getBoundingClientRect();
+    return { text: el.textContent, in: r.left >= 0 && r.right <= window.innerWidth };
+  }));
+  assert.deepEqual(links.filter((l) => !l.in), [], 'every page\'s link is on the screen');
+  await textMatches(page.locator('#reasons'), /unknown interface/);
+  const cut = await page.locator('#reasons .bar-label').evaluateAll((els) => els.filter((el) => el.scrollWidth > el.clientWidth
+    || el.scrollHeight > el.clientHeight).map((el) => el.textContent));
+  assert.deepEqual(cut, [], 'reasons cut');
+  // The overview's tables: their last column is reached by scrolling the table's own box.
+  const wrap = page.locator('section:has(table[aria-label="Systems"]) .table-wrap');
+  const box = await wrap.evaluate((el) => ({
+    overflow: getComputedStyle(el).overflowX, hint: getComputedStyle(el).backgroundImage, right: el.getBoundingClientRect().right,
+  }));
+  assert.equal(box.overflow, 'auto');
+  assert.match(box.hint, /gradient/, 'a shadow says the table goes on');
+  assert.ok(box.right <= 375, 'the table\'s box is on the screen');
+  await wrap.evaluate((el) => { el.scrollLeft = el.scrollWidth; });
+  assert.ok(await wrap.locator('thead th').last().evaluate((el) => el.getBoundingClientRect().right <= window.innerWidth + 1),
+    'the last column scrolls into view');
+  await shot(page, '18-phone-375');
+  await closePage(page);
+});
+
 // Every page once: the lists, a form of each kind, the inspector, breakers and the audit log.
 const EVERY_PAGE = ['overview', 'systems', 'systems/shop', 'interfaces', 'interfaces/orders', 'upstreams', 'upstreams/app',
   'grants', 'grants/crm/orders', 'limits?key=grant:crm/orders', 'breakers', 'audit'];
