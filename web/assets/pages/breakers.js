@@ -1,10 +1,24 @@
 // Breakers: each upstream's breaker as this instance sees it, asked again every two seconds; an admin
 // forces one open or closed (kept in the configuration, so every instance applies it), returns it to
-// automatic, or resets this instance's breaker.
+// automatic, or resets this instance's breaker. After an action its row shows the state the action
+// made, as the API then reports it, before the action is said to be done.
 import { api, path } from '../api.js';
 import { h, replace } from '../dom.js';
 import { duration, number, t } from '../i18n.js';
-import { messages, pageHead, poll, syncRows, table } from '../page.js';
+import {
+  ident, messages, pageHead, poll, syncRows, table,
+} from '../page.js';
+
+// The breaker as this instance reports it once it applies a force just written (it applies the
+// configuration within a second): asked again until it does, for at most a few seconds.
+async function forced(upstream, force) {
+  const deadline = Date.now() + 3000;
+  for (;;) {
+    const b = (await api('GET', `breakers/${path(upstream)}`)).data;
+    if ((b.force ?? 'none') === force || Date.now() > deadline) return b;
+    await new Promise((resolve) => { setTimeout(resolve, 100); });
+  }
+}
 
 // The actions that make sense in a state: force what it is not forced to, reset when it is judged.
 function actionsFor(b) {
@@ -23,23 +37,32 @@ export function render(view, ctx) {
   view.append(pageHead(t('nav.breakers')), h('p', { class: 'hint' }, t('breakers.intro')), msg.el,
     h('section', { class: 'card' }, empty, tbl.el));
 
+  let epoch = 0; // counts actions done: a list asked for before the last one shows the state before it
   async function act(b, action) {
     try {
-      if (action === 'reset') await api('POST', `breakers/${path(b.upstream)}/reset`);
-      else await api('POST', `breakers/${path(b.upstream)}/force`, { body: { force: action } });
+      let now;
+      if (action === 'reset') {
+        now = (await api('POST', `breakers/${path(b.upstream)}/reset`)).data;
+      } else {
+        await api('POST', `breakers/${path(b.upstream)}/force`, { body: { force: action } });
+        now = await forced(b.upstream, action);
+      }
+      epoch += 1;
+      const row = [...tbl.body.children].find((r) => r.dataset.key === now.upstream);
+      if (row) update(row, now);
       msg.say('ok', t(`breakers.done.${action}`, { name: b.upstream }));
-      await refresh();
     } catch (error) {
       msg.say('error', error.message);
     }
   }
 
-  const create = () => h('tr', {}, h('th', { scope: 'row' }), h('td'), h('td'), h('td', { class: 'num' }), h('td'),
+  const create = () => h('tr', {}, h('th', { scope: 'row' }, ident('')), h('td'), h('td'), h('td', { class: 'num' }), h('td'),
     ctx.admin ? h('td', { class: 'actions-cell' }) : null);
   const update = (row, b) => {
     const [name, state, window, slow, openFor, actions] = row.children;
     row.dataset.upstream = b.upstream;
-    name.textContent = b.upstream;
+    name.firstChild.textContent = b.upstream;
+    name.firstChild.title = b.upstream;
     replace(state, h('span', { class: `state state-${b.state}` }, t(`state.${b.state}`)));
     window.textContent = b.enabled ? t('breakers.window', { calls: number(b.calls), failures: number(b.failures) }) : t('breakers.disabled');
     slow.textContent = b.enabled ? number(b.slow_calls) : '';
@@ -59,7 +82,9 @@ export function render(view, ctx) {
     if (focused) actions.querySelector('button')?.focus();
   };
   async function refresh() {
+    const asked = epoch;
     const items = (await api('GET', 'breakers')).data.items;
+    if (asked !== epoch) return;
     empty.hidden = items.length > 0;
     tbl.el.hidden = !empty.hidden;
     syncRows(tbl.body, items, (b) => b.upstream, create, update);
