@@ -584,6 +584,25 @@ test('on a narrow phone the navigation wraps, reasons are read whole and tables 
   await closePage(page);
 });
 
+test('switching the language keeps the edits in a form', async () => {
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.goto(`${env.base}#/systems/crm`);
+  await page.getByLabel('Description').fill('Typed before switching');
+  await page.getByRole('button', { name: 'Add a limit' }).click();
+  await page.getByLabel('Limit', { exact: true }).fill('7');
+  await page.getByLabel('Language').selectOption('zh-CN');
+  await page.getByRole('button', { name: '保存' }).waitFor();
+  assert.equal(await page.getByLabel('描述').inputValue(), 'Typed before switching');
+  assert.equal(await page.getByLabel('上限', { exact: true }).inputValue(), '7');
+  await page.getByRole('button', { name: '保存' }).click();
+  await page.getByText('crm 已保存。').waitFor();
+  const stored = (await admin('GET', 'systems/crm')).data;
+  assert.equal(stored.description, 'Typed before switching');
+  assert.equal(stored.limits[0].limit, 7);
+  await closePage(page);
+});
+
 // Every page once: the lists, a form of each kind, the inspector, breakers and the audit log.
 const EVERY_PAGE = ['overview', 'systems', 'systems/shop', 'interfaces', 'interfaces/orders', 'upstreams', 'upstreams/app',
   'grants', 'grants/crm/orders', 'limits?key=grant:crm/orders', 'breakers', 'audit'];

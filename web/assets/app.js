@@ -5,6 +5,7 @@ import {
 } from './api.js';
 import { h, replace } from './dom.js';
 import { language, setLanguage, t } from './i18n.js';
+import { messages, pageHead } from './page.js';
 import * as audit from './pages/audit.js';
 import * as breakers from './pages/breakers.js';
 import * as entities from './pages/entities.js';
@@ -64,8 +65,9 @@ function renderShell() {
 let generation = 0; // which call of show() is the latest: an older one's page is dropped
 
 // Draws the page the address names. focus: move the keyboard's focus to its heading (after a
-// navigation, not after a change of language).
-async function show({ focus = false } = {}) {
+// navigation, not after a change of language); keep: a form keeps the values being edited (after a
+// change of language).
+async function show({ focus = false, keep = false } = {}) {
   const mine = ++generation;
   if (cleanup) cleanup();
   cleanup = null;
@@ -82,7 +84,15 @@ async function show({ focus = false } = {}) {
     navigate('#/overview');
     return;
   }
-  const done = (await page.render(view, { ...r, admin: principal.role === 'admin', navigate })) ?? null;
+  if (!r.params) {
+    const msg = messages();
+    view.append(pageHead(t('app.notFound')), msg.el);
+    msg.say('error', t('app.noSuchPage'));
+    return;
+  }
+  const done = (await page.render(view, {
+    ...r, admin: principal.role === 'admin', navigate, keep,
+  })) ?? null;
   if (mine !== generation) {
     done?.();
     return;
@@ -118,7 +128,7 @@ document.getElementById('skip-link').addEventListener('click', (e) => {
 });
 document.getElementById('lang').addEventListener('change', (e) => {
   setLanguage(e.target.value);
-  show();
+  show({ keep: true });
 });
 window.addEventListener('hashchange', () => show({ focus: true }));
 

@@ -189,6 +189,11 @@ const KINDS = {
 
 const routeOf = (spec, x) => (spec.route ? spec.route(x) : path(spec.id(x)));
 
+// The form being edited when the language changed: the page is drawn again in the other language
+// with these values, not the stored ones, so no edit is lost ({at: the address, entity and etag as
+// read, values: the form's}).
+let draft = null;
+
 export async function render(view, ctx) {
   const spec = KINDS[ctx.page];
   if (ctx.params.length || ctx.query.get('new')) return edit(view, ctx, spec);
@@ -253,6 +258,7 @@ async function toggle(ctx, spec, x, msg) {
 
 async function edit(view, ctx, spec) {
   const msg = messages();
+  const here = location.hash;
   const isNew = ctx.params.length === 0;
   const listTitle = t(`nav.${ctx.page}`);
   const back = h('a', { href: `#/${ctx.page}` }, t('edit.back', { list: listTitle }));
@@ -262,12 +268,15 @@ async function edit(view, ctx, spec) {
   const box = h('div', {}, loading());
   view.append(box);
 
+  const kept = ctx.keep && draft?.at === here ? draft : null;
+  draft = null;
   let entity;
   let etag = null;
   const lists = {};
   try {
     const [one, ...others] = await Promise.all([
-      isNew ? Promise.resolve({ data: spec.blank(), etag: null }) : api('GET', `${ctx.page}/${path(...ctx.params)}`),
+      kept ? { data: kept.entity, etag: kept.etag }
+        : isNew ? Promise.resolve({ data: spec.blank(), etag: null }) : api('GET', `${ctx.page}/${path(...ctx.params)}`),
       ...spec.needs.map((kind) => api('GET', kind)),
     ]);
     entity = one.data;
@@ -276,10 +285,11 @@ async function edit(view, ctx, spec) {
   } catch (error) {
     box.remove();
     msg.say('error', error instanceof ApiError && error.status === 404 ? t('edit.notFound') : error.message);
-    return;
+    return null;
   }
 
-  const parts = spec.form(entity, lists, isNew);
+  const parts = spec.form(kept ? kept.values : entity, lists, isNew);
+  const keep = () => { draft = { at: here, entity, etag, values: parts.read() }; };
   const save = h('button', { type: 'submit' }, t(isNew ? 'edit.create' : 'edit.save'));
   const remove = !isNew ? h('button', { type: 'button', class: 'secondary danger' }, t('edit.delete')) : null;
   const form = h('form', { class: 'card edit', novalidate: true },
@@ -303,7 +313,7 @@ async function edit(view, ctx, spec) {
     msg.say('info', t('edit.readOnly'));
     for (const el of form.querySelectorAll('input, select, textarea, fieldset')) el.disabled = true;
     for (const el of form.querySelectorAll('button')) el.remove();
-    return;
+    return null;
   }
 
   const name = () => spec.id(entity);
@@ -372,4 +382,5 @@ async function edit(view, ctx, spec) {
       msg.tell('error', error.message);
     }
   }
+  return keep;
 }
