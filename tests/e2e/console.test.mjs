@@ -603,6 +603,33 @@ test('switching the language keeps the edits in a form', async () => {
   await closePage(page);
 });
 
+test('small things: statuses as classes, the breaker\'s setting, one line per problem, addresses that name nothing, odd tokens', async () => {
+  const page = await newPage();
+  await page.goto(env.base);
+  await page.getByLabel('Token').fill('令牌');
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await textMatches(page.getByRole('alert'), /characters a token never has/);
+  await page.getByLabel('Token').fill(env.adminToken);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('heading', { name: 'Overview', level: 1 }).waitFor();
+  await page.goto(`${env.base}#/upstreams`);
+  assert.equal(await page.locator('tr[data-id="app"] td').last().innerText(), 'automatic');
+  await page.goto(`${env.base}#/upstreams/app`);
+  const statuses = page.getByLabel('Failure statuses');
+  await eventually('statuses as a class', async () => (await statuses.inputValue()) === '5xx');
+  await page.getByLabel('Targets').fill('nowhere\nnor-here');
+  await page.getByRole('button', { name: 'Save' }).click();
+  const error = page.locator('[data-error-for="targets"]');
+  await error.locator('span').nth(1).waitFor();
+  assert.equal(await error.locator('span').count(), 2, 'one line per problem');
+  await page.goto(`${env.base}#/systems/%`);
+  await page.getByRole('heading', { name: 'Not found', level: 1 }).waitFor();
+  await page.goto(`${env.base}#/systems/crm/credentials`);
+  await textMatches(page.getByRole('alert'), /does not exist/);
+  assert.ok(!(await page.locator('main').innerText()).includes('Loading…'));
+  await closePage(page);
+});
+
 // Every page once: the lists, a form of each kind, the inspector, breakers and the audit log.
 const EVERY_PAGE = ['overview', 'systems', 'systems/shop', 'interfaces', 'interfaces/orders', 'upstreams', 'upstreams/app',
   'grants', 'grants/crm/orders', 'limits?key=grant:crm/orders', 'breakers', 'audit'];

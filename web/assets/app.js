@@ -29,10 +29,17 @@ let principal = null; // {id, name, role} from /whoami
 let cleanup = null;
 let signInMessage = '';
 
-// #/systems/crm?x=1 → {page: 'systems', params: ['crm'], query: URLSearchParams}
+// #/systems/crm?x=1 → {page: 'systems', params: ['crm'], query: URLSearchParams}; params is null when
+// a part is no percent-encoding (#/systems/%).
 function route() {
   const [path, query = ''] = location.hash.replace(/^#\/?/, '').split('?');
-  const [page = 'overview', ...params] = path.split('/').filter(Boolean).map(decodeURIComponent);
+  const [page = 'overview', ...parts] = path.split('/').filter(Boolean);
+  let params;
+  try {
+    params = parts.map(decodeURIComponent);
+  } catch {
+    params = null;
+  }
   return { page, params, query: new URLSearchParams(query) };
 }
 

@@ -255,7 +255,7 @@ export function showProblems(form, problems) {
       continue;
     }
     found.slot.hidden = false;
-    found.slot.textContent = found.slot.textContent ? `${found.slot.textContent} ${p.message}` : p.message;
+    found.slot.append(h('span', {}, p.message)); // one line each, when a field has several
     const control = form.querySelector(`[data-field="${CSS.escape(found.at)}"]`);
     control?.setAttribute('aria-invalid', 'true');
     first ??= control?.matches('input, select, textarea') ? control : control?.querySelector('input, select');

@@ -31,6 +31,7 @@ const en = {
   'signin.empty': 'Enter a token.',
   'signin.invalid': 'This token is not valid here: check it, or create a new one.',
   'signin.expired': 'Your token stopped working (it may have been revoked): sign in again.',
+  'signin.badCharacters': 'This is not a token: it has characters a token never has (a token is plain letters, digits and signs, like sluice_at_…). Check what was pasted.',
 
   'overview.pause': 'Pause live updates',
   'overview.resume': 'Resume live updates',
@@ -170,6 +171,7 @@ const en = {
   'interface.chooseUpstream': 'Choose an upstream',
   'interface.upstreamTimeout': "the upstream's",
   'upstream.breaker': 'Circuit breaker',
+  'upstream.automatic': 'automatic',
   'grant.chooseSystem': 'Choose a system',
   'grant.chooseInterface': 'Choose an interface',
 
@@ -344,6 +346,7 @@ const zh = {
   'signin.empty': '请输入令牌。',
   'signin.invalid': '此令牌在这里无效：请检查，或创建一个新的。',
   'signin.expired': '您的令牌已失效（可能已被吊销）：请重新登录。',
+  'signin.badCharacters': '这不是令牌：其中含有令牌不会有的字符（令牌只由英文字母、数字和符号组成，形如 sluice_at_…）。请检查粘贴的内容。',
 
   'overview.pause': '暂停实时刷新',
   'overview.resume': '恢复实时刷新',
@@ -483,6 +486,7 @@ const zh = {
   'interface.chooseUpstream': '选择上游服务',
   'interface.upstreamTimeout': '沿用上游服务的',
   'upstream.breaker': '熔断器',
+  'upstream.automatic': '自动',
   'grant.chooseSystem': '选择系统',
   'grant.chooseInterface': '选择接口',
 

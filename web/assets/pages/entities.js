@@ -22,6 +22,33 @@ function numberOrText(v) {
   return /^\d+$/.test(s) ? Number(s) : s;
 }
 
+// Statuses as the configuration writes them: a whole class as 5xx, the rest as numbers
+// ([429, 500, 501, ... 599] → "429, 5xx").
+function statusesText(statuses) {
+  const numbers = new Set(statuses.filter((v) => typeof v === 'number'));
+  const out = [];
+  for (const v of statuses) {
+    if (typeof v !== 'number') {
+      out.push(v);
+      continue;
+    }
+    const base = v - (v % 100);
+    let whole = true;
+    for (let n = base; n < base + 100 && whole; n += 1) whole = numbers.has(n);
+    if (!whole) out.push(v);
+    else if (v === base) out.push(`${base / 100}xx`);
+  }
+  return out.join(', ');
+}
+
+// What the configuration says of an upstream's breaker, for its list.
+function breakerText(b) {
+  if (b?.enabled === false) return t('breakers.disabled');
+  if (b?.force === 'open') return t('state.forced_open');
+  if (b?.force === 'closed') return t('state.forced_closed');
+  return t('upstream.automatic');
+}
+
 function lines(text) {
   return text.split(/[\n,]/).map((s) => s.trim()).filter(Boolean);
 }
@@ -116,7 +143,7 @@ const KINDS = {
     needs: [],
     blank: () => ({ name: '', targets: [], breaker: { enabled: true } }),
     columns: () => [t('field.name'), t('field.targets'), t('field.timeout'), t('upstream.breaker')],
-    cells: (x) => [x.targets.join(', '), x.timeout, x.breaker?.enabled === false ? t('breakers.disabled') : t(`breakers.action.${x.breaker?.force === 'none' || !x.breaker?.force ? 'none' : x.breaker.force}`)],
+    cells: (x) => [x.targets.join(', '), x.timeout, breakerText(x.breaker)],
     form(x, lists, isNew) {
       const name = input(x.name, { disabled: !isNew });
       const targets = h('textarea', { rows: 3, spellcheck: 'false' });
@@ -126,7 +153,7 @@ const KINDS = {
         timeout: input(x.timeout, { class: 'short', placeholder: '30s' }),
         max_idle_connections: numberInput(x.max_idle_connections, { class: 'short' }),
       };
-      const statuses = input((x.failure_statuses ?? []).join(', '), { placeholder: '5xx' });
+      const statuses = input(statusesText(x.failure_statuses ?? []), { placeholder: '5xx' });
       const b = x.breaker ?? {};
       const breakerEnabled = checkbox(b.enabled ?? true);
       const numbers = ['minimum_calls', 'failure_rate', 'slow_call_rate', 'consecutive_failures', 'backoff_multiplier', 'jitter_percent', 'half_open_probes'];
@@ -166,6 +193,7 @@ const KINDS = {
   grants: {
     kind: 'grant',
     id: (x) => `${x.system}/${x.interface}`,
+    parts: 2, // the address names a grant by its system and its interface
     route: (x) => path(x.system, x.interface),
     needs: ['systems', 'interfaces'],
     blank: () => ({ system: '', interface: '', limits: [] }),
@@ -265,6 +293,11 @@ async function edit(view, ctx, spec) {
   const heading = isNew ? t(`new.${spec.kind}`) : `${t(`kind.${spec.kind}`)} ${ctx.params.join('/')}`;
   view.append(h('p', {}, back), pageHead(heading), msg.el);
   takeFlash(msg);
+  // An address with more parts than the kind's ids have (#/systems/crm/credentials) names nothing.
+  if (!isNew && ctx.params.length !== (spec.parts ?? 1)) {
+    msg.say('error', t('edit.notFound'));
+    return null;
+  }
   const box = h('div', {}, loading());
   view.append(box);
 

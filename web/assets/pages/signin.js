@@ -30,6 +30,11 @@ export function render(view, { message, signedIn }) {
       fail(t('signin.empty'));
       return;
     }
+    // A header carries no such character: the browser would refuse the request in its own words.
+    if (/[^\x21-\x7e]/.test(value)) {
+      fail(t('signin.badCharacters'));
+      return;
+    }
     submit.disabled = true;
     try {
       const who = (await api('GET', 'whoami', { as: value })).data;
