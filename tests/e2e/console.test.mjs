@@ -630,6 +630,50 @@ test('small things: statuses as classes, the breaker\'s setting, one line per pr
   await closePage(page);
 });
 
+test('on an instance that follows a primary, the pages offer no change it would refuse', async () => {
+  const [port, adminPort] = [await freePort(), await freePort()];
+  const follower = spawn(SLUICE, ['serve', '--config-from', `http://127.0.0.1:${env.adminPort}`, '--token', env.adminToken,
+    '--listen', `127.0.0.1:${port}`, '--admin-listen', `127.0.0.1:${adminPort}`, '--access-log', 'off'],
+  { cwd: env.dir, stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  follower.stderr.on('data', (d) => { log += d; });
+  const exited = new Promise((resolve) => { follower.once('exit', resolve); });
+  try {
+    const base = `http://127.0.0.1:${adminPort}/`;
+    await eventually(`the follower to answer (${log})`, async () => {
+      try {
+        return (await fetch(`${base}healthz`)).status === 200;
+      } catch {
+        return false;
+      }
+    });
+    const page = await newPage();
+    await page.goto(base);
+    await page.getByLabel('Token').fill(env.adminToken);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('heading', { name: 'Overview', level: 1 }).waitFor();
+    await page.goto(`${base}#/systems`);
+    await page.locator('tr[data-id="crm"]').waitFor();
+    assert.equal(await page.getByRole('link', { name: 'New system' }).count(), 0);
+    assert.equal(await page.getByRole('button', { name: /^(Enable|Disable)/ }).count(), 0);
+    await page.goto(`${base}#/systems/crm`);
+    await textMatches(page.getByRole('status'), /This instance follows http:\/\/127\.0\.0\.1/);
+    assert.ok(await page.getByLabel('Description').isDisabled());
+    assert.equal(await page.getByRole('button', { name: /Save|Delete|Add a limit|New API key/ }).count(), 0);
+    // Its breakers' own state it may reset; a force is configuration.
+    await page.goto(`${base}#/breakers`);
+    const row = page.locator('tr[data-upstream="app"]');
+    await row.getByRole('button', { name: 'Reset app' }).waitFor();
+    assert.equal(await row.getByRole('button', { name: /Force|Automatic/ }).count(), 0);
+    await shot(page, '19-follower');
+    await closePage(page);
+  } finally {
+    follower.kill('SIGTERM');
+    await Promise.race([exited, new Promise((resolve) => { setTimeout(resolve, 5000).unref(); })]);
+    follower.kill('SIGKILL');
+  }
+});
+
 // Every page once: the lists, a form of each kind, the inspector, breakers and the audit log.
 const EVERY_PAGE = ['overview', 'systems', 'systems/shop', 'interfaces', 'interfaces/orders', 'upstreams', 'upstreams/app',
   'grants', 'grants/crm/orders', 'limits?key=grant:crm/orders', 'breakers', 'audit'];

@@ -25,7 +25,7 @@ const pages = [
 ];
 
 const main = document.getElementById('main');
-let principal = null; // {id, name, role} from /whoami
+let principal = null; // {id, name, role} from /whoami, and follows: the primary when this instance follows one
 let cleanup = null;
 let signInMessage = '';
 
@@ -98,7 +98,7 @@ async function show({ focus = false, keep = false } = {}) {
     return;
   }
   const done = (await page.render(view, {
-    ...r, admin: principal.role === 'admin', navigate, keep,
+    ...r, admin: principal.role === 'admin', follows: principal.follows, navigate, keep,
   })) ?? null;
   if (mine !== generation) {
     done?.();
@@ -112,8 +112,19 @@ async function show({ focus = false, keep = false } = {}) {
   }
 }
 
+// Whether this instance follows a primary (its /stats say so): it refuses changes to the
+// configuration, so the pages offer none. '' when it does not, or when that cannot be told.
+async function followed() {
+  try {
+    const config = (await api('GET', 'stats')).data.config ?? {};
+    return config.source === 'primary' ? config.primary || '?' : '';
+  } catch {
+    return '';
+  }
+}
+
 async function signedIn(who) {
-  principal = who;
+  principal = { ...who, follows: await followed() };
   signInMessage = '';
   if (!location.hash || location.hash === '#/') location.hash = '#/overview';
   else show({ focus: true });
@@ -144,6 +155,7 @@ window.addEventListener('hashchange', () => show({ focus: true }));
   if (token()) {
     try {
       principal = (await api('GET', 'whoami')).data;
+      principal.follows = await followed();
     } catch (error) {
       // A token refused is forgotten; one that could not be checked (no answer) is kept for the
       // next sign-in, and the page says why it is asked for.

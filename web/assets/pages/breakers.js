@@ -20,10 +20,11 @@ async function forced(upstream, force) {
   }
 }
 
-// The actions that make sense in a state: force what it is not forced to, reset when it is judged.
-function actionsFor(b) {
+// The actions that make sense in a state: force what it is not forced to (not on an instance that
+// follows a primary: a force is configuration), reset when it is judged.
+function actionsFor(b, follows) {
   if (!b.enabled) return [];
-  const out = ['open', 'closed', 'none'].filter((f) => f !== (b.force ?? 'none'));
+  const out = follows ? [] : ['open', 'closed', 'none'].filter((f) => f !== (b.force ?? 'none'));
   if ((b.force ?? 'none') === 'none') out.push('reset');
   return out;
 }
@@ -69,7 +70,7 @@ export function render(view, ctx) {
     openFor.textContent = b.open_remaining_ms > 0 ? duration(b.open_remaining_ms) : '';
     if (!actions) return;
     // The buttons are redrawn only when what they can do changes, so the focus stays where it was.
-    const wanted = actionsFor(b);
+    const wanted = actionsFor(b, ctx.follows);
     if (actions.dataset.actions === wanted.join()) return;
     const focused = actions.contains(document.activeElement);
     actions.dataset.actions = wanted.join();

@@ -228,11 +228,15 @@ export async function render(view, ctx) {
   return list(view, ctx, spec);
 }
 
+// Whether this page may change the configuration: an admin's, on an instance that follows no primary.
+const edits = (ctx) => ctx.admin && !ctx.follows;
+
 async function list(view, ctx, spec) {
   const msg = messages();
   const title = t(`nav.${ctx.page}`);
-  const create = ctx.admin ? h('a', { class: 'button', href: `#/${ctx.page}?new=1` }, t(`new.${spec.kind}`)) : null;
+  const create = edits(ctx) ? h('a', { class: 'button', href: `#/${ctx.page}?new=1` }, t(`new.${spec.kind}`)) : null;
   view.append(pageHead(title, create), msg.el);
+  if (ctx.follows) msg.say('info', t('edit.follower', { primary: ctx.follows }));
   takeFlash(msg);
   const box = h('section', { class: 'card' }, loading());
   view.append(box);
@@ -249,14 +253,14 @@ async function list(view, ctx, spec) {
     return;
   }
   const columns = [...spec.columns()];
-  if (ctx.admin && spec.toggles) columns.push(t('list.actions'));
+  if (edits(ctx) && spec.toggles) columns.push(t('list.actions'));
   const tbl = table(columns, { 'aria-label': title });
   for (const x of items) {
     const name = spec.id(x);
     const row = h('tr', { dataset: { id: name } },
       h('th', { scope: 'row' }, ident(name, `#/${ctx.page}/${routeOf(spec, x)}`)),
       spec.cells(x).map((c) => h('td', {}, c)));
-    if (ctx.admin && spec.toggles) {
+    if (edits(ctx) && spec.toggles) {
       const verb = x.enabled ? 'disable' : 'enable';
       row.append(h('td', { class: 'actions-cell' }, h('button', {
         type: 'button',
@@ -327,9 +331,9 @@ async function edit(view, ctx, spec) {
   const remove = !isNew ? h('button', { type: 'button', class: 'secondary danger' }, t('edit.delete')) : null;
   const form = h('form', { class: 'card edit', novalidate: true },
     parts.el,
-    ctx.admin ? h('div', { class: 'actions' }, save, remove) : null);
+    edits(ctx) ? h('div', { class: 'actions' }, save, remove) : null);
   replace(box, form);
-  if (spec.kind === 'system' && !isNew) box.append(credentials(entity.key, ctx.admin, adoptCredentials));
+  if (spec.kind === 'system' && !isNew) box.append(credentials(entity.key, edits(ctx), adoptCredentials));
 
   // A credential made or deleted here changes the system's ETag: take the new one when nothing but
   // the credentials changed, so saving the form is not refused as stale; someone else's edit still is.
@@ -342,8 +346,8 @@ async function edit(view, ctx, spec) {
     }
   }
 
-  if (!ctx.admin) {
-    msg.say('info', t('edit.readOnly'));
+  if (!edits(ctx)) {
+    msg.say('info', ctx.follows ? t('edit.follower', { primary: ctx.follows }) : t('edit.readOnly'));
     for (const el of form.querySelectorAll('input, select, textarea, fieldset')) el.disabled = true;
     for (const el of form.querySelectorAll('button')) el.remove();
     return null;
