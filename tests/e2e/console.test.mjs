@@ -217,6 +217,9 @@ test('an admin creates a system with a limit; the gateway serves it and rejects 
   await textMatches(row.locator('.rejected-total'), /^[1-9]/);
   await textMatches(row.locator('.reasons'), /system limit/);
   await textMatches(page.locator('#reasons'), /system limit/);
+  // A request refused before its system or interface was known counts in the overview too.
+  assert.equal((await gateway('/api/orders/1', 'shop', { 'X-Big': 'x'.repeat(9000) })).reason, 'header_too_large');
+  await textMatches(page.locator('#reasons'), /header too large/);
   await shot(page, '05-overview-rejections');
   await closePage(page);
 });

@@ -21,21 +21,12 @@ function sum(arrays, length) {
   return out;
 }
 
-// Per second: admitted, and rejected per reason, over the whole instance. A request counts for its
-// system and for its interface, and one refused before either was known for one of them only, so
-// each second takes the larger of the two sums.
+// Per second: admitted, and rejected per reason, over the whole instance: /stats's total, which
+// counts each request once, those refused before a system or an interface was known too.
 function totals(stats) {
   const n = stats.seconds ?? 60;
-  const larger = (a, b) => a.map((v, i) => Math.max(v, b[i]));
-  const admitted = larger(sum(stats.systems.map((x) => x.admitted), n), sum(stats.interfaces.map((x) => x.admitted), n));
-  const reasons = new Set([...stats.systems, ...stats.interfaces].flatMap((x) => Object.keys(x.rejected)));
-  const byReason = {};
-  for (const code of reasons) {
-    const of = (list) => sum(list.map((x) => x.rejected[code] ?? new Array(n).fill(0)), n);
-    byReason[code] = larger(of(stats.systems), of(stats.interfaces));
-  }
-  const rejected = sum(Object.values(byReason), n);
-  return { admitted, rejected, byReason };
+  const byReason = stats.total.rejected;
+  return { admitted: stats.total.admitted, rejected: sum(Object.values(byReason), n), byReason };
 }
 
 const total = (values) => values.reduce((a, b) => a + b, 0);
