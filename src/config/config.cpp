@@ -392,6 +392,13 @@ class Validator {
     });
   }
 
+  // Refuses an id, key or name longer than kMaxIdBytes.
+  void length(const std::string& path, const std::string& value) {
+    if (value.size() > kMaxIdBytes) {
+      add(path, "must be at most " + std::to_string(kMaxIdBytes) + " bytes long, got " + std::to_string(value.size()));
+    }
+  }
+
   void limits(const std::string& at, const std::vector<LimitRule>& rules) {
     std::set<std::string> names;
     for (std::size_t i = 0; i < rules.size(); ++i) {
@@ -400,6 +407,7 @@ class Validator {
       if (!r.name.empty() && !names.insert(r.name).second) {
         add(path + ".name", "\"" + r.name + "\" names another limit of the same owner too");
       }
+      length(path + ".name", r.name);
       if (r.name.find_first_of("\"\\") != std::string::npos || has_control_characters(r.name)) {
         add(path + ".name", "must not contain quotes, backslashes or control characters");
       }
@@ -415,6 +423,7 @@ class Validator {
     const std::string at = "upstreams[" + std::to_string(i) + "]";
     if (u.name.empty()) add(at + ".name", "is required");
     if (has_control_characters(u.name)) add(at + ".name", "must not hold control characters");
+    length(at + ".name", u.name);
     if (!u.name.empty() && !names.insert(u.name).second) {
       add(at + ".name", "\"" + u.name + "\" is the name of another upstream too");
     }
@@ -452,6 +461,7 @@ class Validator {
     if (f.id.empty()) add(at + ".id", "is required");
     if (f.id == "*") add(at + ".id", "\"*\" stands for every interface and cannot be an id");
     if (has_control_characters(f.id)) add(at + ".id", "must not hold control characters");
+    length(at + ".id", f.id);
     if (!f.id.empty() && !ids.insert(f.id).second) {
       add(at + ".id", "\"" + f.id + "\" is the id of another interface too");
     }
@@ -516,6 +526,7 @@ class Validator {
     if (has_control_characters(s.key) || (!s.key.empty() && (s.key.front() == ' ' || s.key.back() == ' '))) {
       add(at + ".key", "must not hold control characters, nor begin or end with a space");
     }
+    length(at + ".key", s.key);
     if (!s.key.empty() && !keys.insert(s.key).second) {
       add(at + ".key", "\"" + s.key + "\" is the key of another system too");
     }

@@ -162,6 +162,11 @@ struct Config {
 // none.
 bool has_control_characters(std::string_view s);
 
+// The longest id, key or name, in bytes. A system's key travels in a header field and every id in
+// the admin API's paths, both read within 8 KiB, and in log lines, metrics labels and the console's
+// tables: a longer one could be made, but then not be read, changed or deleted.
+inline constexpr std::size_t kMaxIdBytes = 256;
+
 struct Problem {
   std::string path{};
   std::string message{};

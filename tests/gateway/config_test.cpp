@@ -207,6 +207,25 @@ TEST(ConfigYaml, AFailureStatusOutOfRangeIsNamedByItsPlaceInTheList) {
   EXPECT_EQ(p[0], "test.yaml:2:73: upstreams[0].failure_statuses[2]: must be an HTTP status from 100 to 599");
 }
 
+// An id longer than 256 bytes could be made, but a key would not fit the header it travels in, nor
+// an id the admin API path that changes or deletes it.
+TEST(ConfigYaml, IdsKeysAndNamesAreAtMost256Bytes) {
+  const std::string at_most(256, 'a');
+  const std::string longer(257, 'b');
+  const auto config = [](const std::string& id) {
+    return "upstreams: [{name: " + id + ", targets: [127.0.0.1:1]}]\n"
+           "systems: [{key: " + id + ", interfaces: [\"*\"], limits: [{name: " + id +
+           ", algorithm: fixed_window, limit: 1, period: 1s}]}]\n"
+           "interfaces: [{id: " + id + ", path: /x, upstream: " + id + "}]\n";
+  };
+  EXPECT_TRUE(problems_of(config(at_most)).empty());
+  const auto p = problems_of(config(longer));
+  ASSERT_EQ(p.size(), 4u);
+  for (const std::string& problem : p) {
+    EXPECT_NE(problem.find(": must be at most 256 bytes long, got 257"), std::string::npos) << problem;
+  }
+}
+
 TEST(ConfigYaml, ALimitOutOfRangeNamesTheFieldInsideTheList) {
   const std::string text = std::string(kMinimal) +
                            "    limits:\n"
