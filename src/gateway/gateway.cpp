@@ -587,7 +587,8 @@ void append_client_head(std::string& out, const ResponseParser& p, const Verdict
   out += "\r\n";
 }
 
-// An interim (1xx) response as the client gets it: its fields but the hop-by-hop ones.
+// An interim (1xx) response as the client gets it: its fields but the hop-by-hop ones and framing
+// fields, which a 1xx has no use for (it has no body) and a lenient reader might act on.
 void append_interim_head(std::string& out, const ResponseParser& p) {
   const HopFields hop(p.fields());
   const unsigned status = p.status();
@@ -598,7 +599,8 @@ void append_interim_head(std::string& out, const ResponseParser& p) {
   out.append(p.reason());
   out += "\r\n";
   for (const HeadField& f : p.fields()) {
-    if (!hop.drops(f)) append_field(out, f.name_string(), f.value());
+    if (hop.drops(f) || f.name() == http::field::content_length || f.name() == http::field::transfer_encoding) continue;
+    append_field(out, f.name_string(), f.value());
   }
   out += "\r\n";
 }
@@ -1763,7 +1765,8 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
     // on its way: on a pooled connection a 408 answers no request of ours (the upstream says it did
     // not act on one, RFC 9110 15.5.9), and the request goes again on a fresh connection when it can
     // be written again, whatever its method.
-    const bool idle_408 = !ec && reused && rp->status() == 408 && resendable;
+    // (Not after an interim response: the upstream had taken that request.)
+    const bool idle_408 = !ec && reused && rp->status() == 408 && resendable && !interim_sent;
     if (!ec && !idle_408) break;
     const bool written = rp.has_value();
     // A client that has had an interim response is not sent another by a second try.

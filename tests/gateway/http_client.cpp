@@ -16,6 +16,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -61,18 +62,23 @@ HttpResponse HttpClient::request(const std::string& method, const std::string& t
     if (!impl_->stream && !impl_->connect()) return {};
     boost::system::error_code ec;
     http::write(*impl_->stream, req, ec);
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(64 << 20);
-    if (method == "HEAD") parser.skip(true);
-    if (!ec) http::read(*impl_->stream, impl_->buffer, parser, ec);
+    // The final response, after any interim (1xx) ones.
+    std::optional<http::response_parser<http::string_body>> parser;
+    const auto interim = [&] { return parser->get().result_int() / 100 == 1 && parser->get().result_int() != 101; };
+    while (!ec && (!parser || interim())) {
+      parser.emplace();
+      parser->body_limit(64 << 20);
+      if (method == "HEAD") parser->skip(true);
+      http::read(*impl_->stream, impl_->buffer, *parser, ec);
+    }
     if (ec) {
       // A kept-alive connection the server had closed: once more on a new one.
       impl_->stream.reset();
-      if (attempt == 0 && !parser.got_some()) continue;
+      if (attempt == 0 && (!parser || !parser->got_some())) continue;
       return {};
     }
     HttpResponse out;
-    const auto& res = parser.get();
+    const auto& res = parser->get();
     out.status = static_cast<int>(res.result_int());
     for (const auto& f : res) {
       std::string name(f.name_string());

@@ -191,7 +191,8 @@ std::string read_until(int fd, std::string_view marker) {
 class ClosingUpstream {
  public:
   // kInterim: the response's first head (an interim one) goes at once, the rest on release().
-  enum class After { kClose, kHalfClose, kHold, kIdle408, kDropNext, kEarly, kStray, k408Next, kInterim };
+  // kInterim408Next: as k408Next, with a 102 Processing before the 408.
+  enum class After { kClose, kHalfClose, kHold, kIdle408, kDropNext, kEarly, kStray, k408Next, kInterim, kInterim408Next };
   explicit ClosingUpstream(std::string response = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nhello",
                            After after = After::kHalfClose)
       : ClosingUpstream(std::vector<std::string>{std::move(response)}, after) {}
@@ -280,7 +281,11 @@ class ClosingUpstream {
           changed_.notify_all();
         }
         if (after_ == After::kDropNext && ::recv(c, buf, sizeof buf, 0) > 0) ++requests_;
-        if (after_ == After::k408Next && i == 0 && ::recv(c, buf, sizeof buf, 0) > 0) {
+        const bool then_408 = after_ == After::k408Next || after_ == After::kInterim408Next;
+        if (then_408 && i == 0 && ::recv(c, buf, sizeof buf, 0) > 0) {
+          ++requests_;
+          static constexpr std::string_view k102 = "HTTP/1.1 102 Processing\r\n\r\n";
+          if (after_ == After::kInterim408Next) (void)::send(c, k102.data(), k102.size(), MSG_NOSIGNAL);
           static constexpr std::string_view k408 =
               "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
           (void)::send(c, k408.data(), k408.size(), MSG_NOSIGNAL);
@@ -630,10 +635,11 @@ TEST_F(GatewayTest, ASwitchOfProtocolsNobodyAskedForIs502AndItsConnectionIsNotRe
 }
 
 // An interim response (103 Early Hints) reaches an HTTP/1.1 client as the upstream sends it, before
-// the final one, without its hop-by-hop fields.
+// the final one, without its hop-by-hop and framing fields.
 TEST_F(GatewayTest, AnInterimResponseIsPassedOnBeforeTheFinalOne) {
   ClosingUpstream upstream(
-      "HTTP/1.1 103 Early Hints\r\nLink: </app.css>; rel=preload\r\nConnection: X-Hop\r\nX-Hop: 1\r\n\r\n"
+      "HTTP/1.1 103 Early Hints\r\nLink: </app.css>; rel=preload\r\nConnection: X-Hop\r\nX-Hop: 1\r\n"
+      "Content-Length: 0\r\n\r\n"
       "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
       ClosingUpstream::After::kInterim);
   restart_in_front_of(upstream);
@@ -880,6 +886,18 @@ TEST_F(GatewayTest, A408OnAPooledConnectionSendsAPostAgain) {
   const HttpResponse second = c.request("POST", "/closing", {{"X-System-Key", "crm"}});
   EXPECT_EQ(second.status, 200);
   EXPECT_EQ(second.body, "hello");
+  EXPECT_EQ(up.requests(), 3);
+}
+
+// A 408 after an interim response is the upstream's answer to the request it had taken: it reaches
+// the client, and the request is not sent again.
+TEST_F(GatewayTest, A408AfterAnInterimResponseIsTheAnswerAndNothingGoesAgain) {
+  ClosingUpstream up("HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", ClosingUpstream::After::kInterim408Next);
+  restart_in_front_of(up);
+  HttpClient c(gw_->port());
+  EXPECT_EQ(c.request("POST", "/closing", {{"X-System-Key", "crm"}}).body, "hello");
+  EXPECT_EQ(c.request("POST", "/closing", {{"X-System-Key", "crm"}}).status, 408);
+  EXPECT_EQ(up.requests(), 2);
 }
 
 // The value of a metric line that starts with `name` (-1 when there is none).
