@@ -115,9 +115,9 @@ bool cgi_alias_of(std::string_view field, std::string_view name) {
   return true;
 }
 
-// The fields that name the caller, in one pass: the system key header's value (the first), and
-// whether it or the API key's header comes more than once, also spelt with '_' (which a CGI-style
-// upstream reads as the same: it could see another caller than the gateway did).
+// The fields that name the caller, in one pass: the system key header's value, and whether it or
+// the API key's header comes more than once. Spelt with '_' it is the same field (a CGI-style
+// upstream reads both as one): the gateway sees the caller the upstream would.
 struct CallerFields {
   bool has_system_key = false;
   std::string_view system_key;
@@ -125,17 +125,13 @@ struct CallerFields {
 };
 CallerFields caller_fields(std::span<const HeadField> fields, std::string_view key_header) {
   CallerFields out;
-  bool key_named = false;
   bool api_key = false;
   for (const auto& f : fields) {
     const std::string_view name = f.name_string();
     if (cgi_alias_of(name, key_header)) {
-      out.repeated = out.repeated || key_named;
-      key_named = true;
-      if (!out.has_system_key && beast::iequals(name, key_header)) {
-        out.system_key = f.value();
-        out.has_system_key = true;
-      }
+      out.repeated = out.repeated || out.has_system_key;
+      if (!out.has_system_key) out.system_key = f.value();
+      out.has_system_key = true;
     } else if (cgi_alias_of(name, kApiKeyHeader)) {
       out.repeated = out.repeated || api_key;
       api_key = true;
@@ -144,14 +140,18 @@ CallerFields caller_fields(std::span<const HeadField> fields, std::string_view k
   return out;
 }
 
-// A request's fields, as a limit keyed by a header reads them. A target in absolute form gives the
-// Host the upstream gets (its authority, in place of the client's Host field): that is what counts.
+// A request's fields, as a limit keyed by a header reads them: what the upstream gets. A field
+// spelt with '_' is the one a CGI-style upstream reads for it; a target in absolute form gives the
+// Host (its authority, in place of the client's Host field).
 class FieldsLookup final : public HeaderLookup {
  public:
   FieldsLookup(std::span<const HeadField> f, std::string_view authority) : f_(f), authority_(authority) {}
   std::string_view get(std::string_view name) const override {
     if (!authority_.empty() && beast::iequals(name, "Host")) return authority_;
-    return find_field(f_, name);
+    for (const HeadField& f : f_) {
+      if (cgi_alias_of(f.name_string(), name)) return f.value();
+    }
+    return {};
   }
   // Also spelt with '_', which a CGI-style upstream reads as the same.
   bool repeated(std::string_view name) const override {

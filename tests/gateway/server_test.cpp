@@ -564,15 +564,16 @@ TEST_F(GatewayTest, AKeyHeaderGivenTwiceIsRefused) {
 }
 
 // The system key header spelt with '_' is the same field to a CGI-style upstream: next to the key
-// header it is a second key (the upstream could read the other caller); alone, it names nobody.
-TEST_F(GatewayTest, TheSystemKeyHeaderSpeltWithUnderscoresIsASecondKey) {
+// header it is a second key (the upstream could read the other caller); alone, it is the key, as
+// the upstream reads it (else a public interface would take the caller for nobody, and the caller
+// escape its system's limits while the upstream took it for that system).
+TEST_F(GatewayTest, TheSystemKeyHeaderSpeltWithUnderscoresIsTheKey) {
   const std::string head = "GET /echo/x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n";
   EXPECT_EQ(testing::raw_status(raw(head + "X-System-Key: crm\r\nX_System_Key: erp\r\n\r\n")), 400);
   EXPECT_EQ(testing::raw_status(raw(head + "x_system_key: erp\r\nX-System-Key: crm\r\n\r\n")), 400);
-  const std::string alone = raw(head + "X_System_Key: crm\r\n\r\n");
-  EXPECT_EQ(testing::raw_status(alone), 401);
-  EXPECT_NE(alone.find("system_key_missing"), std::string::npos) << alone;
-  EXPECT_EQ(testing::raw_status(raw(head + "X-System-Key: crm\r\n\r\n")), 200);
+  const std::string alone = raw(head + "X_System_Key: erp\r\n\r\n");
+  EXPECT_NE(alone.find("system_disabled"), std::string::npos) << alone;
+  EXPECT_EQ(testing::raw_status(raw(head + "X_System_Key: crm\r\n\r\n")), 200);
   EXPECT_EQ(upstream_->requests(), 1);
   // A key header named with '_' meets its '-' spelling the same way.
   gw_.reset();
@@ -593,6 +594,15 @@ TEST_F(GatewayTest, ALimitKeyedByHostCountsTheHostTheUpstreamGets) {
   EXPECT_EQ(get("/per-host", "h1"), 200);
 }
 
+// A header a limit is keyed by, spelt with '_', is the value a CGI-style upstream reads for it: it
+// is counted, not taken for a request without the header.
+TEST_F(GatewayTest, AKeyHeaderSpeltWithUnderscoresIsCounted) {
+  const std::string head = "GET /per-user HTTP/1.1\r\nHost: a\r\nConnection: close\r\n";
+  EXPECT_EQ(testing::raw_status(raw(head + "X_User: a\r\n\r\n")), 200);
+  EXPECT_EQ(testing::raw_status(raw(head + "X-User: a\r\n\r\n")), 429);
+  EXPECT_EQ(testing::raw_status(raw(head + "\r\n")), 200) << "no header: a counter of its own";
+}
+
 // A CGI-style upstream (PHP, WSGI, Rack) reads X_Sluice_System as X-Sluice-System: the fields the
 // gateway sets are not forged that way either. Other names with '_' pass.
 TEST_F(GatewayTest, TheFieldsTheGatewaySetsCannotBeForgedWithUnderscores) {
@@ -603,18 +613,21 @@ TEST_F(GatewayTest, TheFieldsTheGatewaySetsCannotBeForgedWithUnderscores) {
                                     {"X_Forwarded_For", "203.0.113.9"},
                                     {"X-Forwarded_Proto", "https"},
                                     {"X_Request_Id", "forged"},
-                                    {"X_Api_Key", "k"},
                                     {"X_Custom_Thing", "kept"}});
   ASSERT_EQ(r.status, 200);
   const auto echo = json(r.body);
   const auto& h = echo.at("headers").as_object();
   for (const char* forged : {"X_Sluice_System", "x-sluice_system", "X_Forwarded_For", "X-Forwarded_Proto",
-                             "X_Request_Id", "X_Api_Key"}) {
+                             "X_Request_Id"}) {
     EXPECT_EQ(h.count(forged), 0u) << forged;
   }
   EXPECT_EQ(str(h, "X_Custom_Thing"), "kept");
   EXPECT_EQ(str(h, "X-Forwarded-For"), "127.0.0.1");
   EXPECT_EQ(str(h, "X-Forwarded-Proto"), "http");
+  // X-Api-Key spelt with '_' is the API key, as the upstream would read it: an unknown one here.
+  const HttpResponse keyed = c.request("GET", "/public", {{"X_Api_Key", "k"}});
+  EXPECT_EQ(keyed.status, 401);
+  EXPECT_EQ(str(json(keyed.body), "reason"), "api_key_invalid");
 }
 
 // An upstream that switches protocols unasked (the gateway forwards no Upgrade) no longer speaks
