@@ -1476,14 +1476,15 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
   if (auto it = o->find("cost"); it != o->end()) cost = it->value().as_int64();
   const std::string_view full = *str("path");
   const std::size_t qm = full.find('?');
-  // Headers to key limits by come in "headers": {"X-User-Id": "7"}.
+  // Headers to key limits by come in "headers": {"X-User-Id": "7"}, in either spelling, as a proxied
+  // request's.
   class JsonHeaders final : public HeaderLookup {
    public:
     explicit JsonHeaders(const boost::json::object* h) : h_(h) {}
     std::string_view get(std::string_view name) const override {
       if (h_ == nullptr) return {};
       for (const auto& kv : *h_) {
-        if (beast::iequals(kv.key(), name) && kv.value().is_string()) return kv.value().as_string();
+        if (cgi_alias_of(kv.key(), name) && kv.value().is_string()) return kv.value().as_string();
       }
       return {};
     }

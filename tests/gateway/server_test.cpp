@@ -601,6 +601,9 @@ TEST_F(GatewayTest, AKeyHeaderSpeltWithUnderscoresIsCounted) {
   EXPECT_EQ(testing::raw_status(raw(head + "X_User: a\r\n\r\n")), 200);
   EXPECT_EQ(testing::raw_status(raw(head + "X-User: a\r\n\r\n")), 429);
   EXPECT_EQ(testing::raw_status(raw(head + "\r\n")), 200) << "no header: a counter of its own";
+  HttpClient c(gw_->port());
+  EXPECT_EQ(c.request("POST", "/_sluice/v1/decide", {}, R"({"path":"/per-user","headers":{"X_User":"a"}})").status, 429)
+      << "/decide reads it so too";
 }
 
 // A CGI-style upstream (PHP, WSGI, Rack) reads X_Sluice_System as X-Sluice-System: the fields the
