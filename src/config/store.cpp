@@ -314,12 +314,14 @@ Result<ConfigStore::PathState> ConfigStore::reopen_if_replaced() {
     if (errno != ENOENT) return Error{ErrorCode::kStoreUnavailable, "cannot look at " + options_.path + ": " + std::strerror(errno)};
     std::lock_guard lock(mu_);
     missing_ = true;
+    unusable_.clear();
     return PathState::kMissing;
   }
   {
     std::lock_guard lock(mu_);
     if (static_cast<std::uint64_t>(st.st_dev) == device_ && static_cast<std::uint64_t>(st.st_ino) == inode_) {
       missing_ = false;  // moved back
+      unusable_.clear();
       return PathState::kSame;
     }
   }
@@ -327,8 +329,13 @@ Result<ConfigStore::PathState> ConfigStore::reopen_if_replaced() {
   StoreOptions options = options_;
   if (options.access == StoreOptions::Access::kCreate) options.access = StoreOptions::Access::kExisting;
   auto fresh = open(std::move(options));
-  if (!fresh.ok()) return fresh.error();
+  if (!fresh.ok()) {
+    std::lock_guard lock(mu_);
+    unusable_ = fresh.error().message;
+    return fresh.error();
+  }
   std::lock_guard lock(mu_);
+  unusable_.clear();
   std::swap(db_, (*fresh)->db_);  // the file left behind is closed with `fresh`, after the lock
   // As stat named it before the open: when it was replaced again in between, the next look reopens.
   device_ = static_cast<std::uint64_t>(st.st_dev);
@@ -350,6 +357,11 @@ Error ConfigStore::cannot_write() const {
 }
 
 std::optional<Error> ConfigStore::missing_file() const {
+  if (!unusable_.empty()) {
+    return Error{ErrorCode::kStoreUnavailable,
+                 options_.path + " was replaced by a file that cannot be used (" + unusable_ +
+                     "): a change would be lost with the file left behind. Put a usable database there"};
+  }
   if (!missing_) return std::nullopt;
   return Error{ErrorCode::kStoreUnavailable,
                options_.path + " is gone (deleted or moved away): a change would be lost with it. Put the database "

@@ -190,7 +190,8 @@ class ConfigStore {
 
   // Why a write transaction could not begin (the caller holds mu_).
   Error cannot_write() const;
-  // Why a change is refused while the path names no file; nothing otherwise. The caller holds mu_.
+  // Why a change is refused while the path names no file, or one that cannot be used; nothing
+  // otherwise. The caller holds mu_.
   std::optional<Error> missing_file() const;
   // The device and inode of the file at the path, as now.
   void note_file();
@@ -202,6 +203,9 @@ class ConfigStore {
   std::uint64_t device_ = 0;  // guarded by mu_
   std::uint64_t inode_ = 0;   // guarded by mu_
   bool missing_ = false;      // guarded by mu_
+  // Why the file now at the path cannot be used, when it was replaced by one (empty otherwise):
+  // writes are refused, as while it is missing, rather than go to the file left behind.
+  std::string unusable_;  // guarded by mu_
   std::atomic<std::uint64_t> generation_{0};
 };
 

@@ -164,6 +164,21 @@ TEST(DatabaseWatcherTest, ADatabaseReplacedOrDeletedIsNoticedAndTheFileThereIsSe
   EXPECT_EQ(std::count(log.begin(), log.end(), gone), 1);
   EXPECT_EQ(log.back(), path + " is another file now (replaced): reading it");
   EXPECT_TRUE(store->replace("test", "config.replace", other).ok());
+
+  // Replaced by a file that cannot be used: the last configuration kept, and changes refused rather
+  // than written to the file left behind, which nobody would read again.
+  testing::write_file(dir + "/junk.db", "not a database, though its name says so");
+  std::filesystem::rename(dir + "/junk.db", path);
+  std::filesystem::remove(path + "-wal");
+  std::filesystem::remove(path + "-shm");
+  ASSERT_TRUE(testing::eventually([&] { return !watcher.health().ok; }));
+  EXPECT_NE(watcher.health().error.find(path + " was replaced by a file that cannot be used"), std::string::npos)
+      << watcher.health().error;
+  other.systems.at(0).description = "orphaned";
+  const config::WriteResult orphaned = store->replace("test", "config.replace", other);
+  ASSERT_FALSE(orphaned.ok());
+  EXPECT_NE(orphaned.refusal->message.find(path + " was replaced by a file that cannot be used"), std::string::npos)
+      << orphaned.refusal->message;
 }
 
 }  // namespace
