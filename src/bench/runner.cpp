@@ -833,7 +833,8 @@ Result<RunResult> run(const Plan& plan, const RunHooks& hooks) {
       done = shared.cv.wait_for(lock, hooks.progress_every,
                                 [&] { return shared.finished == plan.threads; });
     }
-    if (hooks.stop && hooks.stop->load() && !shared.stop.load()) {
+    // A stop that comes once every worker has finished stops nothing: the run was whole.
+    if (!done && hooks.stop && hooks.stop->load() && !shared.stop.load()) {
       shared.stop.store(true);
       result.stopped_early = true;
     }

@@ -95,34 +95,30 @@ class ReportFile {
     if (::stat(path_.c_str(), &st) == 0) {
       if (S_ISDIR(st.st_mode)) return problem("it is a directory");
       if (::access(path_.c_str(), W_OK) != 0) return problem(error_text(errno));
-      if (!S_ISREG(st.st_mode)) return {};  // a device or a pipe is written as it is
-    } else if (errno != ENOENT) {
-      return problem(error_text(errno));
+      return {};  // written in place when no temporary file can be made beside it
     }
-    // A new file, or the temporary file that replaces the old one, is made in its directory.
-    if (::access(directory().c_str(), W_OK | X_OK) != 0) return problem(error_text(errno));
+    if (errno != ENOENT) return problem(error_text(errno));
+    if (::access(directory_of(path_).c_str(), W_OK | X_OK) != 0) return problem(error_text(errno));
     return {};
   }
 
-  // Writes the whole of `content`: into a temporary file in the same directory, renamed into place
-  // once complete, so that a reader never sees half a report. "" or what went wrong.
+  // Writes the whole of `content`. A regular file (or a new one) is written to a temporary file in
+  // the same directory and renamed into place once complete, so that a reader never sees half a
+  // report. Anything else is written as it is: a device or a pipe, and a symbolic link, which may
+  // name what the shell writes to too (/dev/stdout redirected to a file: a rename would put the
+  // report in place of that file, and the shell's output in the one unlinked); so is a file in a
+  // directory where no temporary file can be made. "" or what went wrong.
   std::string write(const std::string& content) const {
     if (to_stdout()) {
       std::cout << content << std::flush;
       return std::cout ? "" : problem("stdout could not be written");
     }
-    const std::string target = resolved();
     struct stat st {};
-    const bool exists = ::stat(target.c_str(), &st) == 0;
-    if (exists && !S_ISREG(st.st_mode)) {
-      std::ofstream out(target, std::ios::binary);
-      out << content;
-      out.close();
-      return out ? "" : problem("error while writing");
-    }
-    std::string temp = directory_of(target) + "/." + base_name(target) + ".XXXXXX";
+    const bool exists = ::lstat(path_.c_str(), &st) == 0;
+    if (exists && !S_ISREG(st.st_mode)) return write_in_place(content);
+    std::string temp = directory_of(path_) + "/." + base_name(path_) + ".XXXXXX";
     const int fd = ::mkstemp(temp.data());
-    if (fd < 0) return problem(error_text(errno));
+    if (fd < 0) return exists ? write_in_place(content) : problem(error_text(errno));
     // mkstemp makes the file 0600: give it the old file's mode, or what a new file would get.
     mode_t mode = 0;
     if (exists) {
@@ -140,7 +136,7 @@ class ReportFile {
     }
     if (failure.empty() && ::fchmod(fd, mode) != 0) failure = error_text(errno);
     if (::close(fd) != 0 && failure.empty()) failure = error_text(errno);
-    if (failure.empty() && ::rename(temp.c_str(), target.c_str()) != 0) failure = error_text(errno);
+    if (failure.empty() && ::rename(temp.c_str(), path_.c_str()) != 0) failure = error_text(errno);
     if (!failure.empty()) {
       ::unlink(temp.c_str());
       return problem(failure);
@@ -153,13 +149,11 @@ class ReportFile {
     return flag_ + ": cannot write '" + path_ + "': " + why;
   }
 
-  // Where a symbolic link points, so that the file replaced is its target and not the link.
-  std::string resolved() const {
-    char* real = ::realpath(path_.c_str(), nullptr);
-    if (real == nullptr) return path_;
-    std::string out(real);
-    std::free(real);
-    return out;
+  std::string write_in_place(const std::string& content) const {
+    std::ofstream out(path_, std::ios::binary | std::ios::trunc);
+    out << content;
+    out.close();
+    return out ? "" : problem("error while writing");
   }
 
   static std::string directory_of(const std::string& path) {
@@ -171,7 +165,6 @@ class ReportFile {
     const auto slash = path.rfind('/');
     return slash == std::string::npos ? path : path.substr(slash + 1);
   }
-  std::string directory() const { return directory_of(resolved()); }
 
   std::string flag_;
   std::string path_;

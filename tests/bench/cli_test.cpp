@@ -2,6 +2,7 @@
 // one, bad flags or a target that cannot be reached, and Ctrl-C, with a clear message and never a
 // hang; its JSON (never a truncated file), chart, --quiet and --help.
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -274,6 +275,28 @@ TEST(Cli, AFailedRunLeavesTheJsonFileAsItWas) {
   EXPECT_EQ(o.err,
             "sluice bench: --json: cannot write '/nonexistent/out.json': No such file or "
             "directory\n");
+}
+
+// --json /dev/stdout > out.json names, through a symbolic link, the file the shell writes the text
+// report to: replaced by a rename, the report took its place and the text went to the file unlinked.
+// A link is written through, in place: the file it names stays the same file.
+TEST(Cli, JsonThroughASymbolicLinkIsWrittenInPlace) {
+  TestServer server;
+  const std::string target = ::testing::TempDir() + "sluice_cli_target.json";
+  const std::string link = ::testing::TempDir() + "sluice_cli_link.json";
+  std::ofstream(target) << "old\n";
+  std::remove(link.c_str());
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  struct stat before {};
+  ASSERT_EQ(stat(target.c_str(), &before), 0);
+  EXPECT_EQ(sluice({"bench", "-q", "-n", "3", "--json", link, server.url()}).status, 0);
+  struct stat after {};
+  ASSERT_EQ(stat(target.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino) << "the file was replaced, not written";
+  struct stat l {};
+  ASSERT_EQ(lstat(link.c_str(), &l), 0);
+  EXPECT_TRUE(S_ISLNK(l.st_mode));
+  EXPECT_EQ(boost::json::parse(slurp(target)).at("requests").to_number<int>(), 3);
 }
 
 TEST(Cli, JsonToADashGoesToStdoutInPlaceOfTheReport) {
