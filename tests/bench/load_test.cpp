@@ -177,21 +177,23 @@ TEST(Load, SendsTheMethodHeadersAndBodyAsked) {
 }
 
 TEST(Load, AConnectionTheServerClosedWhileIdleIsNotUsedAgain) {
-  // A request every 50 ms on one connection, which the server closes after each response: each
-  // next request must go on a fresh connection. Written into the closed one, they were errors.
+  // A request every 200 ms on one connection, which the server closes after each response: each
+  // next request must go on a fresh connection. Written into the closed one, they were errors. (The
+  // gap leaves the server's close ample time to arrive before the next request, even on a loaded
+  // machine: the peek, not the retry, is what is tested.)
   TestServer server(TestServerOptions{.admit = 1000, .close_after_response = true});
   Options o;
   o.url = server.url();
-  o.rate = 20;
-  o.requests = 4;
+  o.rate = 5;
+  o.requests = 3;
   o.connections = 1;
   const Report r = run_ok(plan_of(o));
-  EXPECT_EQ(r.admitted, 4u);
+  EXPECT_EQ(r.admitted, 3u);
   EXPECT_EQ(r.errors, 0u);
   EXPECT_EQ(r.retried, 0u) << "the closed connection is seen before anything is written";
   std::set<int> connections;
   for (const Arrival& a : server.arrivals()) connections.insert(a.connection);
-  EXPECT_EQ(connections, (std::set<int>{1, 2, 3, 4}));
+  EXPECT_EQ(connections, (std::set<int>{1, 2, 3}));
 }
 
 TEST(Load, AConnectionWithBytesNobodyAskedForIsNotUsedAgain) {
