@@ -458,6 +458,13 @@ test('a number field holding text that is no number is refused at the field, and
   await burst.pressSequentially('1e');
   await page.getByRole('button', { name: 'Save' }).click();
   await textMatches(page.locator('[data-error-for="limits[0].burst"]'), /^must be a number$/);
+  // Still refused after the limits are drawn again (a limit added, and removed), which shows the
+  // field empty: the browser keeps no text it cannot read as a number.
+  await page.getByRole('button', { name: 'Add a limit' }).click();
+  await page.getByRole('button', { name: 'Remove limit 2' }).click();
+  assert.equal(await burst.inputValue(), '');
+  await page.getByRole('button', { name: 'Save' }).click();
+  await textMatches(page.locator('[data-error-for="limits[0].burst"]'), /^must be a number$/);
   assert.equal(writes, 0, 'nothing was sent');
   assert.equal((await admin('GET', 'interfaces/orders')).data.concurrency, 5);
   assert.equal((await admin('GET', 'grants/crm/orders')).data.limits[0].burst, 10);

@@ -23,8 +23,20 @@ export function input(value, attrs = {}) {
   return h('input', { type: 'text', value: value ?? '', autocomplete: 'off', spellcheck: 'false', ...attrs });
 }
 
+// What numberOf gives for a field whose text is no number ("5e"). A redraw (another algorithm, a
+// limit added or removed, the language switched) can only show such a field empty, as the browser
+// keeps no text it cannot read as a number: numberInput marks it, so that Save still refuses it
+// rather than drop the setting.
+export const NOT_A_NUMBER = Symbol('not a number');
+
 export function numberInput(value, attrs = {}) {
-  return h('input', { type: 'number', inputmode: 'numeric', value: value ?? '', min: 0, step: 1, ...attrs });
+  const bad = value === NOT_A_NUMBER;
+  const el = h('input', { type: 'number', inputmode: 'numeric', value: bad ? '' : value ?? '', min: 0, step: 1, ...attrs });
+  if (bad) {
+    el.dataset.bad = 'true';
+    el.addEventListener('input', () => { delete el.dataset.bad; }, { once: true });
+  }
+  return el;
 }
 
 export function checkbox(checked, attrs = {}) {
@@ -56,12 +68,14 @@ export function checkGroup(path, legend, options, checked) {
 // one's, so without this check the setting would be dropped and the save reported as done.
 // → problems as the API gives them ({field, message}), one per such field.
 export function badNumbers(form) {
-  return [...form.querySelectorAll('input[type="number"]')].filter((el) => !el.disabled && el.validity.badInput)
+  return [...form.querySelectorAll('input[type="number"]')].filter((el) => !el.disabled && (el.validity.badInput || el.dataset.bad))
     .map((el) => ({ field: el.dataset.field, message: t('problem.notNumber') }));
 }
 
-// Reads an input as a number when it holds one, as itself otherwise (the API says what is wrong).
+// Reads an input as a number when it holds one, as itself otherwise (the API says what is wrong);
+// NOT_A_NUMBER for text the browser cannot read as a number.
 export function numberOf(el) {
+  if (el.validity?.badInput || el.dataset?.bad) return NOT_A_NUMBER;
   const v = el.value.trim();
   if (v === '') return undefined;
   return /^-?\d+$/.test(v) ? Number(v) : v;
