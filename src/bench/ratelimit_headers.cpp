@@ -131,7 +131,6 @@ struct TimeOfDay {
 };
 
 std::optional<TimeOfDay> take_time(std::string_view& s) {
-  TimeOfDay t;
   const auto h = take_digits(s, 2);
   if (!h || !take(s, ":")) return std::nullopt;
   const auto m = take_digits(s, 2);
