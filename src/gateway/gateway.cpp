@@ -237,7 +237,7 @@ Nanos coarse_tick() {
 }
 const Nanos kCoarseTick = coarse_tick();
 
-// How often a worker checks the deadlines of its sockets: one passes by at most this and two ticks
+// How often a worker checks the deadlines of its sockets: one passes by at most this and three ticks
 // of the coarse clock before the operation it bounds is cancelled, and never before.
 constexpr Nanos kDeadlineSweep = std::chrono::milliseconds(10);
 
@@ -297,9 +297,11 @@ class TimedSocket : public DeadlineHook {
 
   Socket& socket() { return socket_; }
   void arm(Nanos timeout) {
-    // From the coarse clock, which may lag the time by a tick now and not when it is read again: a
-    // tick more, so that the time given is never cut short.
-    const Nanos now = coarse_now() + kCoarseTick;
+    // From the coarse clock, which may lag the time by a tick now and not when it is read again: two
+    // ticks more, so that the time given is never cut short, even when a busy machine (a VM whose
+    // timer interrupts come late) lets the clock fall a little more than a tick behind (a 300ms
+    // timeout was seen to end after 299.6ms under AddressSanitizer with one).
+    const Nanos now = coarse_now() + 2 * kCoarseTick;
     deadline_ = timeout >= Nanos::max() - now ? Nanos::max() : now + timeout;  // 106751d: never
     timed_out_ = false;
   }
