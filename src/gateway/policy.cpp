@@ -272,6 +272,7 @@ void judge(const Status& store, Context& ctx) {
   std::int64_t quota_cost = 0;
   bool rejected = false;
   bool pointless = false;  // a rejection that no wait would turn around
+  bool made_up_refusal = false;
   Nanos wait{0};
   for (std::size_t i = 0; i < ctx.decisions.size(); ++i) {
     const Decision& d = ctx.decisions[i];
@@ -287,6 +288,7 @@ void judge(const Status& store, Context& ctx) {
       const Reason r = made_up ? Reason::kStoreUnavailable : rejection_of(l->scope);
       if (!rejected || r < v.reason) v.reason = r;
       rejected = true;
+      made_up_refusal = made_up_refusal || made_up;
       pointless = pointless || d.cost_exceeds_limit;
       const bool places = l->scope == Scope::kInFlight || l->rule->limit.algorithm() == Algorithm::kConcurrency;
       wait = std::max(wait, places ? kInFlightRetry : d.retry_after);
@@ -312,9 +314,12 @@ void judge(const Status& store, Context& ctx) {
     // admitted one, and for a cost no wait admits, which has no retry_after.
     const bool until_full = quota->allowed || quota->cost_exceeds_limit;
     // A limit that admitted a request another refused (an in-flight limit, say) had its cost given
-    // back: what remains is what it said plus that cost.
+    // back: what remains is what it said plus that cost. But a limit decided in this process while
+    // the store was down, beside a refusal on_store_failure made up, was only looked at (see
+    // RedisStore's failure policies): what it said is what remains.
     std::int64_t remaining = quota->remaining;
-    if (rejected && quota->allowed) remaining = std::min(quota->limit, remaining + quota_cost);
+    const bool only_looked_at = quota->fallback && made_up_refusal;
+    if (rejected && quota->allowed && !only_looked_at) remaining = std::min(quota->limit, remaining + quota_cost);
     v.quota = Quota{quota_limit->name, quota->limit, quota_limit->rule->limit.window(), remaining,
                     until_full ? quota->reset_after : quota->retry_after};
   }

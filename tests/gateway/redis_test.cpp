@@ -344,6 +344,38 @@ TEST(RedisAddressTest, AnUnreachableRedisIsSaidAtStartAndLimitsFollowTheirPolicy
       << fleet.stderr_text(0);
 }
 
+// With Redis down, a `deny` limit's refusal leaves a `local` limit of the same request only looked
+// at, not taken: the RateLimit fields say what it has left, not that plus the refused request.
+TEST(RedisAddressTest, WithRedisDownALocalLimitBesideADenyRefusalReportsWhatItHasLeft) {
+  auto up = DemoUpstream::start();
+  ASSERT_TRUE(up.ok());
+  const std::string config =
+      "upstreams: [{name: app, targets: [127.0.0.1:" + std::to_string((*up)->port()) + "]}]\n"
+      "systems:\n"
+      "  - key: crm\n"
+      "    interfaces: [\"*\"]\n"
+      "    limits: [{name: shared, algorithm: fixed_window, limit: 10, period: 1h, on_store_failure: local}]\n"
+      "interfaces:\n"
+      "  - {id: free, path: /free, upstream: app}\n"
+      "  - {id: guarded, path: /guarded, upstream: app,\n"
+      "     limits: [{algorithm: fixed_window, limit: 100, period: 1h, on_store_failure: deny}]}\n";
+  Fleet fleet("redis://127.0.0.1:" + std::to_string(testing::free_port()), config, 1);
+  ASSERT_TRUE(fleet.serving());
+  HttpClient client(fleet.port(0));
+  // The fields' r= (the window's t= depends on the wall clock).
+  const auto left = [](const HttpResponse& r) {
+    const std::string f = r.header("ratelimit");
+    return f.starts_with("\"shared\";r=") ? f.substr(0, f.find(';', 12)) : "none: " + f;
+  };
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(client.get("/free", "crm").status, 200);
+  EXPECT_EQ(left(client.get("/free", "crm")), "\"shared\";r=6");
+  const HttpResponse refused = client.get("/guarded", "crm");
+  EXPECT_EQ(refused.status, 503);
+  EXPECT_EQ(reason_of(refused), "store_unavailable");
+  EXPECT_EQ(left(refused), "\"shared\";r=6");
+  EXPECT_EQ(left(client.get("/free", "crm")), "\"shared\";r=5") << "the refusal took nothing";
+}
+
 // One in-process gateway on a Redis of the test's own; the limits' clock is Redis's.
 class RedisGatewayTest : public ::testing::Test {
  protected:
