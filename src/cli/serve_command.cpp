@@ -159,12 +159,7 @@ int run(const ServeOptions& o) {
   }
   gateway::GatewayOptions options;
   if (!limit_store(settings, *cfg, o.demo ? "the demo configuration" : o.config_path, options)) return 1;
-  if (o.check) {
-    std::optional<config::SecretKey> key;  // what a start would refuse, a check refuses
-    if (!listen_flags_ok(settings) || !secret_key_from_environment(key)) return 1;
-    std::printf("%s: ok\n", o.demo ? "the demo configuration" : o.config_path.c_str());
-    return 0;
-  }
+  if (!listen_flags_ok(settings)) return 1;
   // A file brings no admin tokens: the admin listener stays on loopback.
   const std::string admin = o.admin_listen.empty() ? cfg->admin_listen : o.admin_listen;
   if (Status ok = gateway::check_admin_listen(admin, false); !ok) {
@@ -180,6 +175,10 @@ int run(const ServeOptions& o) {
     return 1;
   }
   if (!secret_key_from_environment(options.secret_key)) return 1;
+  if (o.check) {  // what a start would refuse, a check has refused
+    std::printf("%s: ok\n", o.demo ? "the demo configuration" : o.config_path.c_str());
+    return 0;
+  }
   options.listen = o.listen;
   options.admin_listen = o.admin_listen;
   options.threads = o.threads;

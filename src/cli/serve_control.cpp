@@ -63,6 +63,24 @@ struct Running {
   }
 };
 
+// Whether the admin API may listen where it would (off loopback only with a token to guard it), as
+// a start and --check both find; false, having said why on stderr.
+bool admin_listen_ok(const ServeSettings& s, const config::Config& cfg, bool tokens_exist) {
+  const std::string admin = s.admin_listen.empty() ? cfg.admin_listen : s.admin_listen;
+  Status ok = gateway::check_admin_listen(admin, tokens_exist);
+  if (ok) return true;
+  if (!config::parse_target(admin) || !s.primary.empty()) {
+    std::fprintf(stderr, "sluice serve: %s\n", ok.error().message.c_str());
+  } else {
+    std::fprintf(stderr,
+                 "sluice serve: refusing to serve the admin API on %s, off loopback, while no admin token exists (of "
+                 "either role): create one first (sluice token create --role admin --db %s), or listen on "
+                 "127.0.0.1\n",
+                 admin.c_str(), s.db.c_str());
+  }
+  return false;
+}
+
 // Checks what does not depend on the source, then starts the gateway. False (having said why) on
 // failure.
 bool start(const ServeSettings& s, const std::shared_ptr<const config::Config>& cfg,
@@ -70,11 +88,7 @@ bool start(const ServeSettings& s, const std::shared_ptr<const config::Config>& 
            Running& out) {
   gateway::GatewayOptions options;
   if (!limit_store(s, *cfg, s.primary.empty() ? s.db : s.primary, options)) return false;
-  const std::string admin = s.admin_listen.empty() ? cfg->admin_listen : s.admin_listen;
-  if (Status ok = gateway::check_admin_listen(admin, !auth->empty()); !ok) {
-    std::fprintf(stderr, "sluice serve: %s\n", ok.error().message.c_str());
-    return false;
-  }
+  if (!admin_listen_ok(s, *cfg, !auth->empty())) return false;
   if (options.make_limiter) {
     // The admin API peeks and resets in Redis from its own thread: a store of its own, with one.
     auto admin_store = redis::RedisStore::open(redis_options(s, *cfg));
@@ -125,8 +139,10 @@ void serve_admin_api(Running& r, gateway::AdminApiOptions options) {
   gw->add_admin_route("GET", "/", gateway::serve_console);  // the web console, on the admin API
 }
 
-// --check and --print-config: the exit code when one of them was asked for.
-std::optional<int> check_or_print(const ServeSettings& s, const config::StoredConfig& c, const std::string& source) {
+// --check and --print-config: the exit code when one of them was asked for. tokens_exist: whether
+// an admin token would guard the admin API.
+std::optional<int> check_or_print(const ServeSettings& s, const config::StoredConfig& c, const std::string& source,
+                                  bool tokens_exist) {
   if (s.print_config) {
     // As it would be served: not with a password that is not one, which a start refuses.
     if (!store_password_given(s, *c.config, source)) return 1;
@@ -137,7 +153,8 @@ std::optional<int> check_or_print(const ServeSettings& s, const config::StoredCo
     // What a start would refuse, a check refuses: a secret key that is not one too.
     gateway::GatewayOptions unused;
     std::optional<config::SecretKey> key;
-    if (!listen_flags_ok(s) || !limit_store(s, *c.config, source, unused) || !secret_key_from_environment(key)) {
+    if (!listen_flags_ok(s) || !admin_listen_ok(s, *c.config, tokens_exist) ||
+        !limit_store(s, *c.config, source, unused) || !secret_key_from_environment(key)) {
       return 1;
     }
     std::printf("%s: ok (revision %lld)\n", source.c_str(), static_cast<long long>(c.revision));
@@ -233,11 +250,12 @@ bool secret_key_from_environment(std::optional<config::SecretKey>& out) {
 
 bool listen_flags_ok(const ServeSettings& s) {
   const auto bad = [](const char* flag, const std::string& value) {
-    std::fprintf(stderr, "sluice serve: %s must be host:port, got \"%s\"\n", flag, value.c_str());
+    std::fprintf(stderr, "sluice serve: %s must be host:port with an IP address or localhost, got \"%s\"\n", flag,
+                 value.c_str());
     return false;
   };
-  if (!s.listen.empty() && !config::parse_target(s.listen)) return bad("--listen", s.listen);
-  if (!s.admin_listen.empty() && s.admin_listen != "off" && !config::parse_target(s.admin_listen)) {
+  if (!s.listen.empty() && !config::parse_listen_address(s.listen)) return bad("--listen", s.listen);
+  if (!s.admin_listen.empty() && s.admin_listen != "off" && !config::parse_listen_address(s.admin_listen)) {
     return bad("--admin-listen", s.admin_listen);
   }
   return true;
@@ -297,7 +315,8 @@ int serve_database(const ServeSettings& s,
     std::fprintf(stderr, "sluice serve: %s\nnot started\n", loaded.error().message.c_str());
     return 1;
   }
-  if (auto done = check_or_print(s, *loaded, s.db)) return *done;
+  const auto stored_tokens = store.tokens();
+  if (auto done = check_or_print(s, *loaded, s.db, stored_tokens.ok() && !stored_tokens->empty())) return *done;
   std::optional<config::SecretKey> secret_key;
   if (!secret_key_from_environment(secret_key)) return 1;
   auto auth = std::make_shared<gateway::AdminAuth>();
@@ -376,7 +395,7 @@ int serve_follower(const ServeSettings& s) {
     std::fprintf(stderr, "sluice serve: %s\n", who.error().message.c_str());
     return 1;
   }
-  if (auto done = check_or_print(s, *first, primary)) return *done;
+  if (auto done = check_or_print(s, *first, primary, true)) return *done;  // it has its token
   std::optional<config::SecretKey> secret_key;
   if (!secret_key_from_environment(secret_key)) return 1;
   // Here the admin API knows one token: the one this instance follows with, as the primary knows it

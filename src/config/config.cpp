@@ -1,6 +1,9 @@
 #include "config/config.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
 #include <cstdio>
@@ -154,6 +157,16 @@ std::optional<Target> parse_target(std::string_view text) {
     return std::nullopt;
   }
   return Target{std::string(host), static_cast<std::uint16_t>(value)};
+}
+
+std::optional<Target> parse_listen_address(std::string_view text) {
+  auto target = parse_target(text);
+  if (!target || target->host == "localhost") return target;
+  std::array<unsigned char, sizeof(in6_addr)> ip{};
+  const std::string host = target->host.substr(0, target->host.find('%'));  // an IPv6 zone aside
+  const bool v4 = inet_pton(AF_INET, host.c_str(), ip.data()) == 1;
+  if (!v4 && inet_pton(AF_INET6, host.c_str(), ip.data()) != 1) return std::nullopt;
+  return target;
 }
 
 std::string to_string(const Target& target) {
@@ -341,9 +354,11 @@ class Validator {
   explicit Validator(const Config& c) : c_(c) {}
 
   std::vector<Problem> run() {
-    if (!parse_target(c_.listen)) add("listen", "must be host:port, got \"" + c_.listen + "\"");
-    if (c_.admin_listen != "off" && !parse_target(c_.admin_listen)) {
-      add("admin_listen", "must be host:port or off, got \"" + c_.admin_listen + "\"");
+    if (!parse_listen_address(c_.listen)) {
+      add("listen", "must be host:port with an IP address or localhost, got \"" + c_.listen + "\"");
+    }
+    if (c_.admin_listen != "off" && !parse_listen_address(c_.admin_listen)) {
+      add("admin_listen", "must be host:port with an IP address or localhost, or off, got \"" + c_.admin_listen + "\"");
     }
     if (c_.store != "local" && c_.store.rfind("redis://", 0) != 0 &&
         c_.store.rfind("redis-cluster://", 0) != 0) {

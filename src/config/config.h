@@ -194,6 +194,9 @@ std::vector<std::pair<std::string, std::string>> limit_fields(const Limit& limit
 
 // "host:port" -> Target; nullopt when it is not one.
 std::optional<Target> parse_target(std::string_view text);
+// An address to listen on: host:port whose host is an IP address or localhost (a name would be
+// resolved once, at start, to whatever it named then). nullopt when it is not one.
+std::optional<Target> parse_listen_address(std::string_view text);
 // Target -> "host:port" ("[host]:port" for an IPv6 address), as parse_target reads it.
 std::string to_string(const Target& target);
 // The target as a URI's authority, for a Host field: as to_string, but an IPv6 zone's "%" is

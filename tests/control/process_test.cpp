@@ -834,7 +834,7 @@ TEST_F(ControlProcessTest, ACheckRefusesAListenFlagAStartWouldRefuse) {
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
   std::string err;
   EXPECT_EQ(sluice({"serve", "--config", yaml_, "--listen", "nonsense", "--check"}, nullptr, &err), 1);
-  EXPECT_NE(err.find("--listen must be host:port, got \"nonsense\""), std::string::npos) << err;
+  EXPECT_NE(err.find("--listen must be host:port with an IP address or localhost, got \"nonsense\""), std::string::npos) << err;
   EXPECT_EQ(sluice({"serve", "--db", db_, "--admin-listen", "1.2.3.4", "--check"}, nullptr, &err), 1);
   EXPECT_NE(err.find("--admin-listen must be host:port"), std::string::npos) << err;
   EXPECT_EQ(sluice({"serve", "--config", yaml_, "--admin-listen", "off", "--check"}), 0);
@@ -879,20 +879,41 @@ TEST_F(ControlProcessTest, TheAdminListenerStaysOnLoopbackUntilATokenExists) {
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
   const std::string open = "0.0.0.0:" + std::to_string(testing::free_port());
   std::string err;
-  EXPECT_EQ(sluice({"serve", "--db", db_, "--listen", "127.0.0.1:0", "--admin-listen", open, "--check"}), 0);
-  EXPECT_EQ(sluice({"serve", "--db", db_, "--listen", "127.0.0.1:0", "--admin-listen", open}, nullptr, &err), 1);
-  EXPECT_NE(err.find("no admin token exists"), std::string::npos) << err;
-  EXPECT_EQ(sluice({"serve", "--config", yaml_, "--listen", "127.0.0.1:0", "--admin-listen", open}, nullptr, &err), 1);
-  // A file has no tokens to make: it is told how to get them, not to make one.
-  EXPECT_NE(err.find("a configuration served from a file has no admin tokens"), std::string::npos) << err;
-  EXPECT_EQ(err.find("sluice token create"), std::string::npos) << err;
+  // A check refuses it as a start does, and says how to make a token in this database.
+  for (const char* check : {"--check", "--listen=127.0.0.1:0"}) {
+    EXPECT_EQ(sluice({"serve", "--db", db_, check, "--admin-listen", open}, nullptr, &err), 1);
+    EXPECT_NE(err.find("no admin token exists"), std::string::npos) << err;
+    EXPECT_NE(err.find("sluice token create --role admin --db " + db_), std::string::npos) << err;
+  }
+  for (const char* check : {"--check", "--listen=127.0.0.1:0"}) {
+    EXPECT_EQ(sluice({"serve", "--config", yaml_, check, "--admin-listen", open}, nullptr, &err), 1);
+    // A file has no tokens to make: it is told how to get them, not to make one.
+    EXPECT_NE(err.find("a configuration served from a file has no admin tokens"), std::string::npos) << err;
+    EXPECT_EQ(err.find("sluice token create"), std::string::npos) << err;
+  }
   token("read");
+  EXPECT_EQ(sluice({"serve", "--db", db_, "--admin-listen", open, "--check"}), 0);
   const std::uint16_t port = testing::free_port();
   Child served({SLUICE_BINARY, "serve", "--db", db_, "--listen", "127.0.0.1:" + std::to_string(port), "--admin-listen",
                 open, "--access-log", "off"},
                testing::temp_dir());
   EXPECT_TRUE(testing::eventually([&] { return HttpClient(port).get("/_sluice/healthz").status == 200; }))
       << served.stderr_text();
+}
+
+// An address to listen on is an IP address or localhost: a name a check let through, a start refused.
+TEST_F(ControlProcessTest, AListenAddressThatNamesAHostIsRefusedByACheckToo) {
+  const std::string file = dir_ + "/named.yaml";
+  testing::write_file(file, "listen: \"example.invalid:0\"\n" + control_test::base_yaml(upstream_->port()));
+  std::string err;
+  EXPECT_EQ(sluice({"config", "check", file}, nullptr, &err), 1);
+  EXPECT_NE(err.find("listen: must be host:port with an IP address or localhost, got \"example.invalid:0\""),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(sluice({"serve", "--config", file, "--check"}, nullptr, &err), 1);
+  EXPECT_EQ(sluice({"serve", "--config", yaml_, "--admin-listen", "admin.invalid:0", "--check"}, nullptr, &err), 1);
+  EXPECT_NE(err.find("--admin-listen must be host:port with an IP address or localhost"), std::string::npos) << err;
+  EXPECT_EQ(sluice({"serve", "--config", yaml_, "--listen", "localhost:0", "--check"}, nullptr, &err), 0) << err;
 }
 
 TEST_F(ControlProcessTest, OnlyOneConfigurationSourceIsAccepted) {
