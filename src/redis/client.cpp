@@ -117,6 +117,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   // Why a node that is not connected failed last ("; redis host:port: ..."), if one did: a password
   // the cluster refuses, say, which would otherwise go unsaid.
   std::string a_node_failure() const {
+    if (!refused_map_.empty()) return "; " + refused_map_;
     for (const auto& [name, c] : nodes_) {
       if (!c->ready() && !c->last_error().empty()) return "; " + c->last_error();
     }
@@ -221,10 +222,20 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     if (!c) return;  // a connection that becomes ready asks again
     refreshing_ = true;
     last_refresh_ = std::chrono::steady_clock::now();
-    c->send(encode({"CLUSTER", "NODES"}), [self = shared_from_this(), host = c->endpoint().host](
+    c->send(encode({"CLUSTER", "NODES"}), [self = shared_from_this(), endpoint = c->endpoint()](
                                                Result<Reply> r) {
       self->refreshing_ = false;
-      if (r.ok() && !is_error(*r)) self->apply(*r, host);
+      if (r.ok() && !is_error(*r)) {
+        self->refused_map_.clear();
+        self->apply(*r, endpoint.host);
+      } else if (r.ok() && !self->complete()) {
+        // A node that will not give the map (a Redis without cluster support, given as a cluster's)
+        // leaves calls nowhere to go: an attempt failed, said as it was.
+        self->refused_map_ = "redis " + endpoint.to_string() + ": CLUSTER NODES: " + std::string(text(*r));
+        if (self->options_.on_attempt_failed) {
+          self->options_.on_attempt_failed(Error{ErrorCode::kStoreUnavailable, self->refused_map_});
+        }
+      }
       if (self->again_ || !self->complete()) {
         self->again_ = false;
         self->refresh_soon();
@@ -317,6 +328,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   std::vector<UniqueFunction<void(Status)>> connect_waiters_;
   SteadyTime last_refresh_{};
   std::string last_asked_;  // the node the last refresh asked
+  std::string refused_map_;  // why the last refresh got no map, when it was refused
   bool connect_timer_armed_ = false;
   bool loaded_ = false;
   bool connected_once_ = false;

@@ -204,7 +204,14 @@ void Connection::on_read(std::uint64_t generation, std::size_t n) {
   reader_.feed(in_.data(), n);
   for (;;) {
     Result<std::optional<Reply>> next = reader_.next();
-    if (!next) return disconnect(next.error());
+    if (!next) {
+      // Not Redis speaking, most likely (an HTTP server's "HTTP/1.1 400" at a mistyped port): the
+      // address says which server.
+      Error e = next.error();
+      if (e.message.starts_with("redis: ")) e.message.erase(0, 7);
+      e.message = "redis " + options_.endpoint.to_string() + ": " + e.message;
+      return disconnect(std::move(e));
+    }
     if (!next->has_value()) break;
     Reply reply = std::move(**next);
     // An error is no answer: a server at maxclients sends one, then closes.

@@ -433,22 +433,26 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   void record(const BreakerPermit& permit, const std::optional<Error>& error) {
     const bool failed = error && (error->code == ErrorCode::kStoreUnavailable ||
                                   error->code == ErrorCode::kTimeout);
+    if (failed) last_failure = error->message;
     const BreakerState before = breaker.state();
     breaker.record(permit, failed);
     const BreakerState now = breaker.state();
     if (now == BreakerState::kOpen) {
-      if (before == BreakerState::kClosed && availability) availability(false, error ? error->message : "");
+      // The call that opened it may have been a success that made the failures' share too large:
+      // the last failure says why.
+      if (before == BreakerState::kClosed && availability) availability(false, last_failure);
       probe_later();
     } else if (now == BreakerState::kClosed && before == BreakerState::kHalfOpen && availability) {
       availability(true, std::string());
     }
   }
 
-  // A failed attempt to connect, as a failed call (not while the breaker keeps calls away).
+  // A failed attempt to connect, as a failed call (not while the breaker keeps calls away), whatever
+  // its error: a server that answers what is not Redis's protocol cannot decide either.
   void attempt_failed(const Error& e) {
     if (breaker.state() != BreakerState::kClosed) return;
     BreakerPermit permit = breaker.try_acquire();
-    if (permit.admitted()) record(permit, e);
+    if (permit.admitted()) record(permit, Error{ErrorCode::kStoreUnavailable, e.message});
   }
 
   // While the breaker is open, a call of the store's own at each open_for takes the probe a caller's
@@ -483,6 +487,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   detail::Strand strand;
   std::shared_ptr<Client> client;
   CircuitBreaker breaker;
+  std::string last_failure;  // the message of the last call that counted as a failure
   std::shared_ptr<LocalStore> local;  // where kLocal decides
   std::uint64_t lease_seed = 0;
   std::atomic<std::uint64_t> lease_counter{0};

@@ -355,6 +355,50 @@ TEST(RedisFaults, AServerThatNeverAnswersIsNotConnected) {
   ::close(listener);
 }
 
+// A server that answers what is not Redis's protocol (an HTTP server at a mistyped port): each
+// attempt fails as one that could not connect, so the breaker opens (sluice_store_up reads 0)
+// before any call, and what is said names the server.
+TEST(RedisFaults, AServerThatIsNotRedisOpensTheBreakerBeforeAnyCall) {
+  int port = 0;
+  const int listener = loopback_listener(port);
+  ASSERT_GE(listener, 0);
+  std::thread http([&] {
+    for (int c; (c = ::accept(listener, nullptr, nullptr)) >= 0;) {
+      static constexpr std::string_view kHttp = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+      (void)::send(c, kHttp.data(), kHttp.size(), MSG_NOSIGNAL);
+      ::close(c);
+    }
+  });
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  {
+    auto store = RedisStore::open({.address = "redis://" + address, .reconnect_min = 1ms, .reconnect_max = 10ms});
+    ASSERT_TRUE(store.ok());
+    EXPECT_TRUE(eventually([&] { return (*store)->breaker().state() != BreakerState::kClosed; }, 10s));
+    const Status s = (*store)->connect();
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.error().message.find("redis " + address + ": "), std::string::npos) << s.error().message;
+  }
+  ::shutdown(listener, SHUT_RDWR);
+  http.join();
+  ::close(listener);
+}
+
+// A Redis without cluster support given as a cluster's node gives no slot map: the store says why
+// and counts it as a failed attempt, so the breaker opens before any call.
+TEST(RedisFaults, ARedisWithoutClusterSupportGivenAsAClusterSaysSo) {
+  auto server = RedisServer::start();
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  auto store = RedisStore::open({.address = "redis-cluster://127.0.0.1:" + std::to_string((*server)->port()),
+                                 .connect_timeout = 200ms});
+  ASSERT_TRUE(store.ok());
+  EXPECT_TRUE(eventually([&] { return (*store)->breaker().state() != BreakerState::kClosed; }, 10s));
+  const Status s = (*store)->connect();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("CLUSTER NODES: ERR This instance has cluster support disabled"),
+            std::string::npos)
+      << s.error().message;
+}
+
 }  // namespace
 }  // namespace sluice::testing
 
