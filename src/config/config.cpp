@@ -262,7 +262,12 @@ Result<Limit> limit_from_fields(const LimitFields& fields, std::vector<Problem>*
   if (algorithm == "token_bucket") {
     TokenBucketSpec spec;
     r.count("capacity", "capacity", spec.capacity);
-    if (r.has("rate") || r.has("per")) {
+    if ((r.has("rate") || r.has("per")) && (r.has("refill_tokens") || r.has("refill_interval"))) {
+      r.fail(r.has("refill_tokens") ? "refill_tokens" : "refill_interval",
+             "cannot go with rate and per: give rate and per (continuous refill), or refill_tokens and "
+             "refill_interval (refill in steps), not both");
+      r.used.insert({"rate", "per", "refill_tokens", "refill_interval"});
+    } else if (r.has("rate") || r.has("per")) {
       r.count("rate", "refill tokens", spec.refill_tokens);
       r.period("per", "refill period", spec.refill_period);
     } else if (!r.has("refill_tokens") && !r.has("refill_interval")) {
@@ -414,12 +419,24 @@ class Validator {
     }
   }
 
-  void limits(const std::string& at, const std::vector<LimitRule>& rules) {
+  // The limits of `owner` (a system's key, an interface's id, "system/interface" for a grant), whose
+  // unnamed ones are called after it (see the gateway's Snapshot): a name given may be none of
+  // theirs either, or two limits would answer to it (in RateLimit fields, the admin API's peeks
+  // and resets).
+  void limits(const std::string& at, const std::string& owner, const std::vector<LimitRule>& rules) {
+    std::map<std::string, std::size_t> unnamed;  // the names the unnamed limits get, and their places
+    const auto count = std::count_if(rules.begin(), rules.end(), [](const LimitRule& r) { return r.name.empty(); });
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+      if (rules[i].name.empty()) unnamed.emplace(count == 1 ? owner : owner + "-" + std::to_string(i), i);
+    }
     std::set<std::string> names;
     for (std::size_t i = 0; i < rules.size(); ++i) {
       const LimitRule& r = rules[i];
       const std::string path = at + ".limits[" + std::to_string(i) + "]";
-      if (!r.name.empty() && !names.insert(r.name).second) {
+      if (const auto it = unnamed.find(r.name); !r.name.empty() && it != unnamed.end()) {
+        add(path + ".name", "\"" + r.name + "\" is the name the unnamed limit at " + at + ".limits[" +
+                                std::to_string(it->second) + "] gets: give one of them another");
+      } else if (!r.name.empty() && !names.insert(r.name).second) {
         add(path + ".name", "\"" + r.name + "\" names another limit of the same owner too");
       }
       length(path + ".name", r.name);
@@ -504,7 +521,7 @@ class Validator {
       }
     }
     if (f.timeout && *f.timeout < std::chrono::milliseconds(1)) add(at + ".timeout", "must be at least 1ms");
-    limits(at, f.limits);
+    limits(at, f.id, f.limits);
   }
 
   // Two interfaces must not claim the same request: same pattern shape, overlapping methods.
@@ -551,7 +568,7 @@ class Validator {
       }
     }
     credentials(at, s);
-    limits(at, s.limits);
+    limits(at, s.key, s.limits);
   }
 
   void credentials(const std::string& at, const System& s) {
@@ -605,7 +622,7 @@ class Validator {
     if (!pairs.insert({g.system, g.interface}).second) {
       add(at, "another grant is for the same system and interface");
     }
-    limits(at, g.limits);
+    limits(at, g.system + "/" + g.interface, g.limits);
   }
 
   const Config& c_;

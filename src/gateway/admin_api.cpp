@@ -609,9 +609,16 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
       rest.remove_prefix(amp + 1);
     }
   }
-  auto principal = options_.auth ? options_.auth->authenticate(request.single("Authorization")) : std::nullopt;
+  const std::string_view authorization = request.single("Authorization");
+  auto principal = options_.auth ? options_.auth->authenticate(authorization) : std::nullopt;
   if (!principal) {
-    return error(401, "unauthorized", "This needs an admin token: Authorization: Bearer <token>.",
+    // Which of: none given, given twice, or one this API does not know (revoked, mistyped).
+    const bool given = !request.list("Authorization").empty();
+    return error(401, "unauthorized",
+                 !given                  ? "This needs a token (sluice token create): Authorization: Bearer <token>."
+                 : authorization.empty() ? "Give Authorization once: Authorization: Bearer <token>."
+                                         : "The token is not one of this admin API's (revoked, or mistyped): "
+                                           "Authorization: Bearer <token>.",
                  {{"WWW-Authenticate", "Bearer realm=\"sluice\""}});
   }
   if (call.segments.empty() ||
@@ -899,6 +906,7 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
   if (options_.store == nullptr) return read_only(options_.primary);
   const std::string target = "systems/" + percent_encode(key) + "/credentials";
   Conditions conditions(call.request);  // on the system, whose ETag its credentials are part of
+  std::string system_tag;                // the system's ETag after the write
 
   if (seg.size() == 4) {
     const std::string& id = seg[3];
@@ -917,6 +925,7 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
             record = {"credential.delete", target + "/" + percent_encode(id), json::serialize(config::to_json(*it)),
                       "null"};
             s.credentials.erase(it);
+            system_tag = entity_tag(config::to_json(s));
             return std::nullopt;
           }
           if (auto r = conditions.check(false, "", describe<config::System>({key}))) return r;
@@ -924,7 +933,7 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
         },
         conditions.revision());
     if (!w.ok()) return refusal_response(*w.refusal, kNoBody);
-    return no_content({{"X-Sluice-Revision", std::to_string(w.revision)}});
+    return no_content({{"ETag", system_tag}, {"X-Sluice-Revision", std::to_string(w.revision)}});
   }
 
   // POST: a new API key or signing secret, shown once.
@@ -1001,8 +1010,9 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
             }
           }
           s.credentials.push_back(credential);
-          record = {"credential.create", target + "/" + credential.id, json::serialize(before),
-                    json::serialize(config::to_json(s))};
+          const json::object after = config::to_json(s);
+          record = {"credential.create", target + "/" + credential.id, json::serialize(before), json::serialize(after)};
+          system_tag = entity_tag(after);
           return std::nullopt;
         }
         if (auto r = conditions.check(false, "", describe<config::System>({key}))) return r;
@@ -1016,7 +1026,7 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
   o[credential.kind == config::Auth::kApiKey ? "api_key" : "secret"] = secret;
   o["rotated"] = std::move(rotated);
   o["note"] = "This is the only time the secret is shown: sluice keeps only its hash (API keys) or keeps it sealed.";
-  return json_response(201, o, {{"X-Sluice-Revision", std::to_string(w.revision)}});
+  return json_response(201, o, {{"ETag", system_tag}, {"X-Sluice-Revision", std::to_string(w.revision)}});
 }
 
 AdminResponse AdminApi::audit_route(Call& call) const {
@@ -1256,6 +1266,7 @@ AdminResponse AdminApi::breakers_route(Call& call) const {
     return error(400, "bad_request", "The body must be {\"force\": \"open\"}, {\"force\": \"closed\"} or {\"force\": \"none\"}.");
   }
   Conditions conditions(call.request);  // on the upstream, whose ETag its breaker's force is part of
+  std::string upstream_tag;              // the upstream's ETag after the write
   if (auto refused = conditions.resolve(*options_.store)) return *refused;
   const config::WriteResult w = options_.store->update(
       call.actor,
@@ -1273,7 +1284,9 @@ AdminResponse AdminApi::breakers_route(Call& call) const {
           u.breaker.force = force == "open" ? config::BreakerForce::kOpen
                             : force == "closed" ? config::BreakerForce::kClosed
                                                 : config::BreakerForce::kNone;
-          record = {"breaker.force", "upstreams/" + percent_encode(name), before, json::serialize(config::to_json(u))};
+          const json::object after = config::to_json(u);
+          record = {"breaker.force", "upstreams/" + percent_encode(name), before, json::serialize(after)};
+          upstream_tag = entity_tag(after);
           return std::nullopt;
         }
         if (auto r = conditions.check(false, "", describe<config::Upstream>({name}))) return r;
@@ -1282,7 +1295,7 @@ AdminResponse AdminApi::breakers_route(Call& call) const {
       conditions.revision());
   if (!w.ok()) return refusal_response(*w.refusal, kNoBody);
   return json_response(200, json::object{{"upstream", name}, {"force", force}, {"revision", w.revision}},
-                       {{"X-Sluice-Revision", std::to_string(w.revision)}});
+                       {{"ETag", upstream_tag}, {"X-Sluice-Revision", std::to_string(w.revision)}});
 }
 
 AdminResponse AdminApi::tokens_route(Call& call) const {

@@ -143,6 +143,14 @@ TEST_F(AdminApiTest, WithoutAValidTokenEveryRouteIs401WithTheProjectsErrorShape)
   }
   EXPECT_EQ(call("PUT", "/admin/v1/config", "{}", {}, &none).status, 401);
   EXPECT_EQ(call("GET", "/admin/v1/no/such/route", "", {}, &none).status, 401);
+  // The message says which: none, one not known, one given twice.
+  EXPECT_EQ(call("GET", "/admin/v1/systems", "", {}, &none).str("msg"),
+            "This needs a token (sluice token create): Authorization: Bearer <token>.");
+  EXPECT_EQ(call("GET", "/admin/v1/systems", "", {}, &wrong).str("msg"),
+            "The token is not one of this admin API's (revoked, or mistyped): Authorization: Bearer <token>.");
+  const Reply twice = call("GET", "/admin/v1/systems", "", {{"Authorization", "Bearer " + admin_}});
+  EXPECT_EQ(twice.status, 401);
+  EXPECT_EQ(twice.str("msg"), "Give Authorization once: Authorization: Bearer <token>.");
 }
 
 TEST_F(AdminApiTest, AReadTokenReadsButChangesNothing) {
@@ -1128,6 +1136,23 @@ TEST_F(AdminApiTest, ASigningSecretIsShownOnceAndKeptSealed) {
   const AdminResponse refused = without.handle(req);
   EXPECT_EQ(refused.status, 503);
   EXPECT_NE(refused.body.find("secret_key_missing"), std::string::npos);
+}
+
+// A write conditional on an entity's ETag answers with that entity's new one, as the others do:
+// a credential's on its system's, a breaker's force on its upstream's.
+TEST_F(AdminApiTest, CredentialAndForceWritesAnswerWithTheirEntitysNewETag) {
+  const Reply created = call("POST", "/admin/v1/systems/crm/credentials", R"({"kind":"api_key"})");
+  ASSERT_EQ(created.status, 201);
+  EXPECT_FALSE(created.header("ETag").empty());
+  EXPECT_EQ(created.header("ETag"), call("GET", "/admin/v1/systems/crm").header("ETag"));
+  const Reply deleted = call("DELETE", "/admin/v1/systems/crm/credentials/" + created.str("id"), "",
+                             {{"If-Match", created.header("ETag")}});
+  ASSERT_EQ(deleted.status, 204);
+  EXPECT_EQ(deleted.header("ETag"), call("GET", "/admin/v1/systems/crm").header("ETag"));
+  const Reply forced = call("POST", "/admin/v1/breakers/app/force", R"({"force":"open"})");
+  ASSERT_EQ(forced.status, 200);
+  EXPECT_EQ(forced.header("ETag"), call("GET", "/admin/v1/upstreams/app").header("ETag"));
+  EXPECT_FALSE(forced.header("ETag").empty());
 }
 
 TEST_F(AdminApiTest, BadCredentialRequestsAreRefusedWithTheirFields) {

@@ -114,6 +114,28 @@ TEST(ConfigYaml, AConcurrencyLeaseTimeoutIsReadExportedAndChecked) {
       << long_one[0];
 }
 
+// A limit's name may not be the one an unnamed limit of the same owner gets (its owner's, with -N
+// when it has several): two limits would answer to it in RateLimit fields and the admin API.
+TEST(ConfigYaml, ALimitNameAnUnnamedLimitGetsIsRefused) {
+  const std::string head = "upstreams: [{name: app, targets: [127.0.0.1:1]}]\ninterfaces: [{id: x, path: /x, upstream: app}]\n";
+  const std::string w = "{algorithm: fixed_window, limit: 1, period: 1m";
+  EXPECT_EQ(problems_of(head + "systems:\n  - {key: dup, interfaces: [x], limits: [" + w + "}, " + w + "}, " + w +
+                        ", name: dup-1}]}\n"),
+            (std::vector<std::string>{"test.yaml:4:194: systems[0].limits[2].name: \"dup-1\" is the name the "
+                                      "unnamed limit at systems[0].limits[1] gets: give one of them another"}));
+  EXPECT_EQ(problems_of(head + "systems:\n  - {key: dup, interfaces: [x], limits: [" + w + "}, " + w + ", name: dup}]}\n")
+                .size(),
+            1u);
+  EXPECT_EQ(problems_of(head + "grants:\n  - {system: s, interface: x, limits: [" + w + "}, " + w + ", name: s/x}]}\n" +
+                        "systems: [{key: s, interfaces: [x]}]\n")
+                .size(),
+            1u);
+  // Names no unnamed limit gets are fine.
+  EXPECT_TRUE(problems_of(head + "systems:\n  - {key: dup, interfaces: [x], limits: [" + w + "}, " + w + "}, " + w +
+                          ", name: dup-2}]}\n")
+                  .empty());
+}
+
 TEST(ConfigYaml, DefaultsApplyWhenFieldsAreLeftOut) {
   auto c = load_ok(kMinimal);
   ASSERT_NE(c, nullptr);
@@ -438,6 +460,20 @@ TEST(ConfigLimits, ATokenBucketWithoutARateSaysWhichFieldsItNeeds) {
   ASSERT_EQ(p.size(), 1u);
   EXPECT_EQ(p[0].path, "rate");
   EXPECT_NE(p[0].message.find("refill_interval"), std::string::npos);
+}
+
+// Both refill forms given: said as that, not as a field that is no parameter of a token bucket.
+TEST(ConfigLimits, ATokenBucketWithBothRefillFormsSaysToGiveOne) {
+  std::vector<Problem> p;
+  EXPECT_FALSE(limit_from_fields({{"algorithm", "token_bucket"}, {"capacity", "5"}, {"rate", "1"}, {"per", "1s"},
+                                  {"refill_tokens", "1"}, {"refill_interval", "1s"}},
+                                 &p)
+                   .ok());
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].path, "refill_tokens");
+  EXPECT_EQ(p[0].message,
+            "cannot go with rate and per: give rate and per (continuous refill), or refill_tokens and "
+            "refill_interval (refill in steps), not both");
 }
 
 // Every field of a limit that does not read or is out of range is reported, not the first.
