@@ -629,6 +629,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   // after_failure(), where a handler that acquired again at once would run in the middle of the
   // queue's bookkeeping, and, while Redis is down, fail and acquire again ever deeper.
   void deliver() {
+    if (error && release_again()) return;
     if (error) {
       const Result<std::vector<Decision>> decided = impl->on_failure(requests, *error);
       if (!decided) return done(decided.error(), true);
@@ -636,6 +637,28 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
     }
     done(std::span<const Decision>(decisions), !started);
   }
+
+  // A release that Redis refused with TRYAGAIN (its slot moving, the lease set and its meta key on
+  // either side: the script did not run) goes again every kReleaseRetryEvery until the slot has
+  // moved, for up to kReleaseRetryFor: unsent, its place stays taken until the lease times out.
+  bool release_again() {
+    if (!requests.front().release || error->message.find("TRYAGAIN") == std::string::npos) return false;
+    const auto now = std::chrono::steady_clock::now();
+    if (retry_until == detail::SteadyTime{}) retry_until = now + kReleaseRetryFor;
+    if (now >= retry_until) return false;
+    auto timer = std::make_shared<asio::steady_timer>(impl->strand, kReleaseRetryEvery);
+    timer->async_wait([self = shared_from_this(), timer](const boost::system::error_code& ec) {
+      if (ec) return;
+      self->batches.clear();
+      self->error.reset();
+      self->started = false;
+      self->deadline = self->impl->deadline();
+      self->start();
+    });
+    return true;
+  }
+  static constexpr auto kReleaseRetryEvery = std::chrono::milliseconds(100);
+  static constexpr auto kReleaseRetryFor = std::chrono::seconds(30);
 
   std::shared_ptr<Impl> impl;
   Requests requests;
@@ -647,6 +670,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   detail::SteadyTime deadline;
   std::string pinned;  // the time a test pins, as the scripts read it
   BreakerPermit permit;
+  detail::SteadyTime retry_until{};  // a release sent again after TRYAGAIN: until when
   Done done;
 };
 

@@ -3,6 +3,8 @@
 // under load (ASK, then MOVED).
 #include <gtest/gtest.h>
 
+#include <future>
+
 #include "cluster_fixture.h"
 #include "fleet.h"
 #include "redis/resp.h"
@@ -133,6 +135,48 @@ TEST_F(ClusterTest, FollowsAskAndMovedWhileASlotMigrates) {
   ASSERT_TRUE(d.ok()) << d.error().message;
   EXPECT_EQ(d->remaining, 8);
   EXPECT_EQ(store->acquire(key, fixed)->remaining, 7);
+}
+
+// A concurrency limit's two keys split by a slot moving (one migrated, the other not yet): Redis
+// refuses the release with TRYAGAIN and runs nothing. The release is sent again until the slot has
+// moved, rather than left to the lease's timeout with its place taken.
+TEST_F(ClusterTest, AReleaseRefusedWhileItsKeysAreSplitIsSentAgain) {
+  auto store = open_store(cluster_->address());
+  ASSERT_NE(store, nullptr);
+  const std::string key = "leasing";
+  const int slot = key_slot("sluice:{leasing}:cc");
+  RedisServer* from = cluster_->master_of(slot);
+  RedisServer* to = cluster_->master_of((slot + 8192) % 16384);
+  if (to == from) to = cluster_->master_of((slot + 12000) % 16384);
+  ASSERT_NE(from, nullptr);
+  ASSERT_NE(to, nullptr);
+  ASSERT_NE(from, to);
+  const std::string from_id = from->cli({"CLUSTER", "MYID"});
+  const std::string to_id = to->cli({"CLUSTER", "MYID"});
+  const Limit one = make(Limit::concurrency({.limit = 1, .lease_timeout = 1h}));
+  auto held = store->acquire(key, one);
+  ASSERT_TRUE(held.ok() && held->allowed);
+  ASSERT_FALSE(store->acquire(key, one)->allowed);
+
+  const std::string s = std::to_string(slot);
+  ASSERT_EQ(to->cli({"CLUSTER", "SETSLOT", s, "IMPORTING", from_id}), "OK");
+  ASSERT_EQ(from->cli({"CLUSTER", "SETSLOT", s, "MIGRATING", to_id}), "OK");
+  const auto migrate = [&](const std::string& k) {
+    return from->cli({"MIGRATE", "127.0.0.1", std::to_string(to->port()), "", "0", "5000", "KEYS", k});
+  };
+  ASSERT_EQ(migrate("sluice:{leasing}:cc:meta"), "OK");
+  auto released = std::async(std::launch::async, [&] { return store->release(key, one, held->lease); });
+  // Refused at least once (TRYAGAIN) while the keys are split...
+  ASSERT_EQ(released.wait_for(300ms), std::future_status::timeout);
+  // ...and done once the slot has moved whole.
+  ASSERT_EQ(migrate("sluice:{leasing}:cc"), "OK");
+  for (std::size_t i = 0; i < cluster_->size(); ++i) cluster_->node(i).cli({"CLUSTER", "SETSLOT", s, "NODE", to_id});
+  ASSERT_EQ(released.wait_for(10s), std::future_status::ready);
+  const Status r = released.get();
+  EXPECT_TRUE(r.ok()) << r.error().message;
+  auto again = store->acquire(key, one);
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_TRUE(again->allowed) << "the place was given back";
 }
 
 }  // namespace
