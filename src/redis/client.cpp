@@ -92,8 +92,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     Connection* c = slots_[static_cast<std::size_t>(slot)];
     if (c == nullptr || !c->ready()) {
       refresh_soon();
-      return callback(Error{ErrorCode::kStoreUnavailable,
-                            "redis cluster: no connected master serves slot " + std::to_string(slot)});
+      return callback(Error{ErrorCode::kStoreUnavailable, std::string(kNoMasterForSlot) + std::to_string(slot)});
     }
     send_to(c->shared_from_this(), slot, command, std::move(callback), deadline, 0, false);
   }

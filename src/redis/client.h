@@ -39,4 +39,14 @@ struct ClientOptions {
 
 std::shared_ptr<Client> make_client(Strand strand, const ClientOptions& options);
 
+// How a cluster's call fails at once when no connected master serves its slot (a master lost,
+// until its replica is promoted).
+inline constexpr std::string_view kNoMasterForSlot = "redis cluster: no connected master serves slot ";
+
+// Whether a call failed for its slot alone, at once, while the cluster's other slots may answer: no
+// master serves it, or it is moving with the call's keys on either side (TRYAGAIN).
+inline bool slot_failure(const Error& e) {
+  return e.message.starts_with(kNoMasterForSlot) || e.message.starts_with("redis cluster: TRYAGAIN");
+}
+
 }  // namespace sluice::redis::detail

@@ -429,10 +429,13 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
                  "redis: circuit breaker open (next try in " + std::to_string(ms.count()) + "ms)"};
   }
 
-  // Tells the breaker how a call went: only a Redis that cannot answer is a failure.
+  // Tells the breaker how a call went: only a Redis that cannot answer is a failure. On a cluster, a
+  // call that failed at once for its slot alone (its master lost, until a replica is promoted) is
+  // not: counted, it would open the one breaker, and every limit on the other masters would follow
+  // its on_store_failure too.
   void record(const BreakerPermit& permit, const std::optional<Error>& error) {
-    const bool failed = error && (error->code == ErrorCode::kStoreUnavailable ||
-                                  error->code == ErrorCode::kTimeout);
+    const bool failed = error && !detail::slot_failure(*error) &&
+                        (error->code == ErrorCode::kStoreUnavailable || error->code == ErrorCode::kTimeout);
     if (failed) last_failure = error->message;
     const BreakerState before = breaker.state();
     breaker.record(permit, failed);

@@ -41,5 +41,42 @@ TEST_F(ClusterTest, DecisionsResumeAfterAMasterDiesAndItsReplicaTakesOver) {
   EXPECT_TRUE(store->acquire(key, limit).ok());
 }
 
+// A cluster of its own: this one's lost master stays lost.
+class LostMasterTest : public ClusterTest {};
+
+// With a master lost (and cluster-require-full-coverage no, so that the others keep answering), the
+// calls for its slots fail, at once; those for the other masters' slots are still decided on Redis:
+// the failures of one master's slots do not open the store's breaker for every key.
+TEST_F(LostMasterTest, WhileAMasterIsLostTheOtherMastersKeysAreStillDecidedOnRedis) {
+  for (std::size_t i = 0; i < cluster_->size(); ++i) {
+    ASSERT_EQ(cluster_->node(i).cli({"CONFIG", "SET", "cluster-require-full-coverage", "no"}), "OK");
+  }
+  auto store = open_store(cluster_->address(), {}, Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
+  const std::string lost = "lost";
+  RedisServer* master = cluster_->master_of(redis::detail::key_slot(lost));
+  ASSERT_NE(master, nullptr);
+  std::string kept;  // a key another master serves
+  for (int i = 0; kept.empty(); ++i) {
+    const std::string k = "kept" + std::to_string(i);
+    if (cluster_->master_of(redis::detail::key_slot(k)) != master) kept = k;
+  }
+  ASSERT_TRUE(store->acquire(lost, limit).ok());
+  ASSERT_TRUE(store->acquire(kept, limit).ok());
+
+  master->kill();
+  int lost_failed = 0;
+  std::string kept_error;
+  for (int i = 0; i < 300; ++i) {
+    lost_failed += store->acquire(lost, limit).ok() ? 0 : 1;
+    const Result<Decision> d = store->acquire(kept, limit);
+    if (!d.ok() && kept_error.empty()) kept_error = d.error().message;
+  }
+  EXPECT_GT(lost_failed, 0) << "the lost master's key was decided: it was not lost";
+  EXPECT_EQ(kept_error, "") << "a key of another master failed";
+  EXPECT_EQ(store->breaker().state(), BreakerState::kClosed);
+}
+
 }  // namespace
 }  // namespace sluice::testing
