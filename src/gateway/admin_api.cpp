@@ -285,6 +285,24 @@ std::optional<Nanos> wait_of(std::string_view text) {
   return parse_duration(text);
 }
 
+// A body that is meant as JSON (it starts with '{') and is not: where it stops and why, as a JSON
+// parser says it (the YAML parser that reads the configuration says it in YAML's terms: "end of
+// map flow not found" at line 1, column 1).
+std::optional<Problem> json_syntax_problem(std::string_view body) {
+  const std::size_t start = body.find_first_not_of(" \t\r\n");
+  if (start == std::string_view::npos || body[start] != '{') return std::nullopt;
+  json::stream_parser parser;
+  boost::system::error_code ec;
+  const std::size_t used = parser.write(body.data(), body.size(), ec);
+  if (!ec) parser.finish(ec);
+  if (!ec) return std::nullopt;
+  Problem p{"", "is not valid JSON: " + ec.message()};
+  const std::string_view read = body.substr(0, std::min(used, body.size()));
+  p.line = 1 + static_cast<int>(std::count(read.begin(), read.end(), '\n'));
+  p.column = 1 + static_cast<int>(read.size() - (read.rfind('\n') == std::string_view::npos ? 0 : read.rfind('\n') + 1));
+  return p;
+}
+
 // The body as a JSON object; nothing when it is not one, or names a field twice.
 std::optional<json::object> json_object_body(std::string_view body) {
   if (body.empty()) return json::object();
@@ -721,6 +739,7 @@ AdminResponse AdminApi::config_route(Call& call) const {
   if (options_.store == nullptr) return read_only(options_.primary);
   auto loaded = config::load_yaml(req.body, "");
   if (auto* problems = std::get_if<std::vector<Problem>>(&loaded)) {
+    if (auto bad = json_syntax_problem(req.body)) *problems = {*bad};  // said as JSON's, when meant as JSON
     return invalid(*problems, "", "The configuration was refused: nothing was changed.");
   }
   const auto& next = std::get<std::shared_ptr<const config::Config>>(loaded);

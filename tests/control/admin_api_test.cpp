@@ -728,6 +728,21 @@ TEST_F(AdminApiTest, PuttingTheConfigurationReplacesAllOfItOrNothing) {
   EXPECT_EQ(call("PUT", "/admin/v1/config", "{}", {{"If-Match", "\"r" + std::to_string(before) + "\""}}).status, 412);
 }
 
+// A configuration sent as JSON that is not JSON is refused in JSON's terms, where it stops (the
+// YAML parser said "end of map flow not found" at line 1, column 1).
+TEST_F(AdminApiTest, AConfigurationThatIsBrokenJsonIsRefusedAsJson) {
+  const std::int64_t before = revision();
+  const Reply cut = call("PUT", "/admin/v1/config", "{\"listen\":", {{"Content-Type", "application/json"}});
+  ASSERT_EQ(cut.status, 400) << cut.raw.body;
+  EXPECT_EQ(cut.problems(), (std::vector<std::string>{": is not valid JSON: incomplete JSON"}));
+  const Reply comma = call("PUT", "/admin/v1/config", "{\n  \"listen\": \"127.0.0.1:0\",,\n}");
+  ASSERT_EQ(comma.status, 400) << comma.raw.body;
+  const auto& p = comma.obj().at("problems").as_array()[0].as_object();
+  EXPECT_EQ(p.at("line").as_int64(), 2) << comma.raw.body;
+  EXPECT_EQ(p.at("column").as_int64(), 27) << comma.raw.body;  // the second comma
+  EXPECT_EQ(revision(), before);
+}
+
 // What the API takes it must give back as JSON: a body that is not UTF-8 is refused, and nothing
 // is changed.
 TEST_F(AdminApiTest, ABodyThatIsNotUtf8IsRefusedWhereItStops) {
