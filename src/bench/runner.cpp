@@ -315,7 +315,9 @@ class Worker {
   }
 
   std::string connect_error(const Conn& c, error_code ec) const {
-    const std::string where = plan_.target.host + ":" + plan_.target.port;
+    const std::string& host = plan_.target.host;
+    const std::string where =
+        (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + plan_.target.port;  // [::1]:80
     if (c.timed_out) return "cannot connect to " + where + ": no answer within " + timeout_text();
     return "cannot connect to " + where + ": " + ec.message();
   }

@@ -373,7 +373,7 @@ class Validator {
       if (auto address = redis::parse_address(c_.store); !address) add("store", address.error().message);
     }
     if (c_.store_timeout < std::chrono::milliseconds(1) || c_.store_timeout > std::chrono::minutes(1)) {
-      add("store_timeout", "must be between 1ms and 1m");
+      add("store_timeout", "must be between 1ms and 1m, got " + format_duration(c_.store_timeout));
     }
     if (c_.fleet_size < 1 || c_.fleet_size > Config::kMaxFleetSize) {
       add("fleet_size", "must be between 1 and " + std::to_string(Config::kMaxFleetSize) + ", got " +

@@ -215,6 +215,10 @@ TEST(Cli, ARefusedConnectionExitsTwoWithAClearMessage) {
   const Outcome o = sluice({"bench", "-n", "5", "http://127.0.0.1:" + port + "/"});
   EXPECT_EQ(o.status, 2);
   EXPECT_EQ(o.err, "sluice bench: cannot connect to 127.0.0.1:" + port + ": Connection refused\n");
+  // An IPv6 address is written in brackets, as the URL has it.
+  const Outcome v6 = sluice({"bench", "-n", "5", "http://[::1]:" + port + "/"});
+  EXPECT_EQ(v6.status, 2);
+  EXPECT_EQ(v6.err.substr(0, 40 + port.size()), "sluice bench: cannot connect to [::1]:" + port + ": ") << v6.err;
 }
 
 TEST(Cli, AHostThatNeverAnswersExitsTwoAfterTheTimeout) {

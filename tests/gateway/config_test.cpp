@@ -136,6 +136,11 @@ TEST(ConfigYaml, ALimitNameAnUnnamedLimitGetsIsRefused) {
                   .empty());
 }
 
+TEST(ConfigYaml, AStoreTimeoutOutOfRangeSaysWhatItGot) {
+  EXPECT_EQ(problems_of("store_timeout: 2h\n" + std::string(kMinimal)),
+            (std::vector<std::string>{"test.yaml:1:16: store_timeout: must be between 1ms and 1m, got 2h"}));
+}
+
 TEST(ConfigYaml, DefaultsApplyWhenFieldsAreLeftOut) {
   auto c = load_ok(kMinimal);
   ASSERT_NE(c, nullptr);
