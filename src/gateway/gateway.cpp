@@ -1249,7 +1249,9 @@ Task<bool> Worker::respond(Exchange& x, Reason reason, const Verdict* verdict, b
   HeaderList headers;
   if (verdict != nullptr) append_headers(*verdict, x.snapshot->config().rate_limit_headers, headers);
   co_return co_await respond_json(x, static_cast<unsigned>(status_of(reason)),
-                                  error_body(reason, x.snapshot->config().language), headers, close);
+                                  error_body(reason, x.snapshot->config().language,
+                                             verdict != nullptr ? verdict->bad_request : BadRequest::kMalformed),
+                                  headers, close);
 }
 
 Task<Reason> Worker::read_body(Exchange& x, std::size_t limit, std::string& body) {
@@ -1318,7 +1320,8 @@ bool Worker::prepare(Exchange& x) {
 Task<bool> Worker::answer(Exchange& x) {
   const RequestParser& req = x.parser;
   if (!path_is_clean(x.path)) {
-    co_await respond(x, Reason::kBadRequest, nullptr, true);
+    x.ctx.verdict.bad_request = BadRequest::kPathNotClean;
+    co_await respond(x, Reason::kBadRequest, &x.ctx.verdict, true);
     finish(x, 400, Reason::kBadRequest, std::nullopt);
     co_return false;
   }
@@ -1518,9 +1521,12 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
   std::string body_hash = config::sha256_hex("");
   if (const auto given = str("body_sha256")) body_hash = std::string(*given);
   Reason reason = Reason::kBadRequest;
+  ctx.verdict.bad_request = BadRequest::kPathNotClean;
   if (path_is_clean(r.path)) {
+    ctx.verdict.bad_request = BadRequest::kMalformed;
     const CallerCheck caller = identify(x, r);
     reason = caller.reason;
+    if (reason == Reason::kBadRequest && r.caller_named_twice) ctx.verdict.bad_request = BadRequest::kCallerRepeated;
     if (reason == Reason::kOk && caller.needs_signature) reason = verify(x, r, full, body_hash);
   }
   if (reason == Reason::kOk) reason = check_access(r, *x.snapshot, ctx);
@@ -1538,7 +1544,7 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
           json_string(ctx.system != nullptr ? std::string_view(ctx.system->system->key) : "") +
           ",\"interface\":" + json_string(ctx.interface->interface->id) + "}";
   } else {
-    out = error_body(reason, cfg.language);
+    out = error_body(reason, cfg.language, ctx.verdict.bad_request);
   }
   const int code = status_of(reason);
   const bool ok = co_await respond_json(x, static_cast<unsigned>(code), std::move(out), extra, false);
@@ -1812,6 +1818,7 @@ Task<bool> Worker::proxy(Exchange& x) {
   const auto t0 = Clock::now();
   const CallerCheck caller = identify(x, r);
   Reason reason = caller.reason;
+  if (reason == Reason::kBadRequest && r.caller_named_twice) ctx.verdict.bad_request = BadRequest::kCallerRepeated;
   if (reason == Reason::kOk && caller.needs_signature) reason = co_await verify_body(x, r, req.target());
   if (reason == Reason::kOk) reason = check_access(r, *x.snapshot, ctx);
   if (reason == Reason::kOk) {

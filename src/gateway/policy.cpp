@@ -194,6 +194,7 @@ void Context::clear() {
   verdict.quota.reset();
   verdict.shadow_rejected.clear();
   verdict.store_failed = false;
+  verdict.bad_request = BadRequest::kMalformed;
 }
 
 Reason check_access(const Request& request, const Snapshot& snapshot, Context& ctx) {
@@ -206,6 +207,7 @@ Reason check_access(const Request& request, const Snapshot& snapshot, Context& c
     const InterfaceEntry* other = snapshot.route(request.method, *tidy);
     if (other != nullptr && other != ctx.interface) {
       ctx.interface = nullptr;  // (logged as it is: for no interface)
+      ctx.verdict.bad_request = BadRequest::kPathAmbiguous;
       return Reason::kBadRequest;
     }
   }
@@ -228,6 +230,7 @@ Reason check_access(const Request& request, const Snapshot& snapshot, Context& c
   if (snapshot.keys_by_request() && ((ctx.system != nullptr && !keys_given_once(ctx.system->limits, request)) ||
                                      !keys_given_once(ctx.interface->limits, request) ||
                                      (ctx.grant != nullptr && !keys_given_once(ctx.grant->limits, request)))) {
+    ctx.verdict.bad_request = BadRequest::kKeyRepeated;
     return Reason::kBadRequest;
   }
   return Reason::kOk;
@@ -357,10 +360,38 @@ const Verdict& decide_now(const Request& request, const Snapshot& snapshot, Cont
   return ctx.verdict;
 }
 
-std::string error_body(Reason reason, config::Language language) {
+namespace {
+
+// A bad_request's message by its cause (kMalformed's is the reason's own). No JSON escaping needed.
+std::string_view bad_request_message(BadRequest why, config::Language language) {
+  const bool zh = language == config::Language::kChinese;
+  switch (why) {
+    case BadRequest::kMalformed: break;
+    case BadRequest::kPathNotClean:
+      return zh ? "路径中有 . 或 .. 段（包括编码形式）或空字符：请写出规范路径"
+                : "The path has a . or .. segment (also encoded), or a NUL: write the path it stands for.";
+    case BadRequest::kPathAmbiguous:
+      return zh ? "该路径会被后端读作另一个接口的路径（编码字符、// 、; 或结尾的 /）：请按该接口的路径书写"
+                : "Servers that tidy paths read this path as another interface's (an encoded character, //, ; "
+                  "or a trailing /): write that interface's path as it is.";
+    case BadRequest::kKeyRepeated:
+      return zh ? "限流所依据的请求头或查询参数出现了多次：请只给一次"
+                : "A header or query parameter a limit counts by is given more than once: give it once.";
+    case BadRequest::kCallerRepeated:
+      return zh ? "系统标识或 API 密钥请求头出现了多次（或以 - 和 _ 两种写法出现）：请只给一次"
+                : "The system key or API key header is given more than once (or spelt with both - and _): give "
+                  "it once.";
+  }
+  return message(Reason::kBadRequest, language);
+}
+
+}  // namespace
+
+std::string error_body(Reason reason, config::Language language, BadRequest why) {
   std::string body = "{\"code\":" + std::to_string(status_of(reason)) + ",\"reason\":\"" + to_string(reason) +
                      "\",\"msg\":\"";
-  body += message(reason, language);  // the messages need no JSON escaping
+  // The messages need no JSON escaping.
+  body += reason == Reason::kBadRequest ? bad_request_message(why, language) : message(reason, language);
   body += "\"}";
   return body;
 }

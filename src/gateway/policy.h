@@ -91,8 +91,18 @@ struct Quota {
   Nanos reset{0};
 };
 
+// Why a request is refused as bad_request, which its message says (the reason stays bad_request).
+enum class BadRequest : std::uint8_t {
+  kMalformed,       // not a request as the gateway takes it
+  kPathNotClean,    // a "." or ".." segment (also encoded), or a NUL
+  kPathAmbiguous,   // a path upstreams that tidy paths read as another interface's
+  kKeyRepeated,     // a header or query parameter a limit counts by, given twice
+  kCallerRepeated,  // the system key or API key header given twice, or in two spellings
+};
+
 struct Verdict {
   Reason reason = Reason::kOk;
+  BadRequest bad_request = BadRequest::kMalformed;  // with Reason::kBadRequest
   std::optional<Nanos> retry_after;  // Retry-After is sent when set
   std::optional<Quota> quota;
   std::vector<const CompiledLimit*> shadow_rejected;
@@ -148,8 +158,9 @@ void judge_shadow(const Status& store, Context& ctx);
 const Verdict& decide_now(const Request& request, const Snapshot& snapshot, Context& ctx,
                           Limiter& limiter);
 
-// The JSON body of a refusal: {"code":429,"reason":"...","msg":"..."}.
-std::string error_body(Reason reason, config::Language language);
+// The JSON body of a refusal: {"code":429,"reason":"...","msg":"..."}; a bad_request's msg says
+// `why`.
+std::string error_body(Reason reason, config::Language language, BadRequest why = BadRequest::kMalformed);
 
 // Seconds for Retry-After and RateLimit's t: rounded up, at least 1 for a positive wait.
 std::int64_t ceil_seconds(Nanos d);

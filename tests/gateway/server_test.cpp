@@ -563,6 +563,34 @@ TEST_F(GatewayTest, AKeyHeaderGivenTwiceIsRefused) {
   EXPECT_EQ(testing::raw_status(raw(head + "X-User: c\r\nX-Other: a\r\nConnection: close\r\n\r\n")), 200);
 }
 
+// A bad_request says what is wrong with the request, in the configured language (it said "The
+// request is malformed or ambiguous." whatever it was).
+TEST_F(GatewayTest, ABadRequestSaysWhatIsWrong) {
+  const auto msg = [&](const std::string& bytes) {
+    const std::string r = raw(bytes);
+    const std::size_t body = r.find("\r\n\r\n");
+    boost::system::error_code ec;
+    const auto v = boost::json::parse(body == std::string::npos ? "" : r.substr(body + 4), ec);
+    return !ec && v.is_object() ? std::string(v.as_object().at("msg").as_string()) : "unreadable: " + r;
+  };
+  const std::string end = "Host: a\r\nConnection: close\r\n\r\n";
+  EXPECT_EQ(msg("GET /echo/../x HTTP/1.1\r\nX-System-Key: crm\r\n" + end),
+            "The path has a . or .. segment (also encoded), or a NUL: write the path it stands for.");
+  EXPECT_EQ(msg("GET /limited/ HTTP/1.1\r\nX-System-Key: crm\r\n" + end),
+            "Servers that tidy paths read this path as another interface's (an encoded character, //, ; or a "
+            "trailing /): write that interface's path as it is.");
+  EXPECT_EQ(msg("GET /per-user HTTP/1.1\r\nX-User: a\r\nX-User: b\r\n" + end),
+            "A header or query parameter a limit counts by is given more than once: give it once.");
+  EXPECT_EQ(msg("GET /echo/x HTTP/1.1\r\nX-System-Key: crm\r\nX_System_Key: crm\r\n" + end),
+            "The system key or API key header is given more than once (or spelt with both - and _): give it once.");
+  EXPECT_EQ(msg("GET /echo/x HTTP/1.1\r\nX-System-Key: crm\r\nContent-Length: 1\r\nContent-Length: 2\r\n" + end),
+            "The request is malformed or ambiguous.");
+  gw_.reset();
+  start(config_text("language: zh-CN\n"));
+  EXPECT_EQ(msg("GET /per-user HTTP/1.1\r\nX-User: a\r\nX-User: b\r\n" + end),
+            "限流所依据的请求头或查询参数出现了多次：请只给一次");
+}
+
 // The system key header spelt with '_' is the same field to a CGI-style upstream: next to the key
 // header it is a second key (the upstream could read the other caller); alone, it is the key, as
 // the upstream reads it (else a public interface would take the caller for nobody, and the caller
