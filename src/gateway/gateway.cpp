@@ -719,25 +719,31 @@ struct Gateway::Impl {
   // A store that fails some calls and answers others (a cluster's node given as redis://) goes down
   // and up again and again: after the first of each message, the next comes after kStoreLogEvery at
   // the earliest, with how many times it happened meanwhile.
+  enum StoreNews { kStoreDown, kStoreUp, kStoreRefused };
   std::mutex store_log_mu;
-  std::array<Clock::time_point, 2> store_logged{};  // guarded by store_log_mu; [available]
-  std::array<int, 2> store_unsaid{};                 // guarded by store_log_mu
+  std::array<Clock::time_point, 3> store_logged{};  // guarded by store_log_mu; by StoreNews
+  std::array<int, 3> store_unsaid{};                 // guarded by store_log_mu
 
-  void log_store(bool available, const std::string& why) {
+  void log_store(StoreNews news, const std::string& why) {
     std::string again;
     {
       std::lock_guard lock(store_log_mu);
       const auto now = Clock::now();
-      if (store_logged[available] != Clock::time_point{} && now - store_logged[available] < kStoreLogEvery) {
-        ++store_unsaid[available];
+      if (store_logged[news] != Clock::time_point{} && now - store_logged[news] < kStoreLogEvery) {
+        ++store_unsaid[news];
         return;
       }
-      store_logged[available] = now;
-      if (store_unsaid[available] > 0) again = " (" + std::to_string(store_unsaid[available]) + " more times since last said)";
-      store_unsaid[available] = 0;
+      store_logged[news] = now;
+      if (store_unsaid[news] > 0) again = " (" + std::to_string(store_unsaid[news]) + " more times since last said)";
+      store_unsaid[news] = 0;
     }
-    log(available ? "limit store answering again: limits are decided on it again" + again
-                  : "limit store not answering (" + why + "): limits follow their on_store_failure until it does" + again);
+    switch (news) {
+      case kStoreDown:
+        return log("limit store not answering (" + why + "): limits follow their on_store_failure until it does" + again);
+      case kStoreUp: return log("limit store answering again: limits are decided on it again" + again);
+      case kStoreRefused:
+        return log("limit store refused a call (" + why + "): its limits followed their on_store_failure" + again);
+    }
   }
   // The settings that take effect at start only, as they are in effect (flags over the first
   // configuration): what /config shows, whatever a reload has brought since.
@@ -2459,11 +2465,12 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
     // when the last answers again.
     w.limiter->watch_store([self](bool available, const std::string& why) {
       if (!available) {
-        if (self->stores_down.fetch_add(1) == 0) self->log_store(false, why);
+        if (self->stores_down.fetch_add(1) == 0) self->log_store(Impl::kStoreDown, why);
       } else if (self->stores_down.fetch_sub(1) == 1) {
-        self->log_store(true, why);
+        self->log_store(Impl::kStoreUp, why);
       }
     });
+    w.limiter->watch_refusals([self](const std::string& why) { self->log_store(Impl::kStoreRefused, why); });
   }
   auto acceptor = listen_on(g.workers[0]->ioc, listen, "listen");
   if (!acceptor.ok()) return acceptor.error();

@@ -37,6 +37,10 @@ class Limiter {
   // (true), from the limiter's event loop; the gateway logs it. A store in this process never does.
   using AvailabilityListener = std::function<void(bool available, const std::string& why)>;
   virtual void watch_store(AvailabilityListener /*f*/) {}
+  // Tells `f` of each call a shared store answered with an error while available (a key holding
+  // what sluice did not write), with why; the gateway logs it.
+  using RefusalListener = std::function<void(const std::string& why)>;
+  virtual void watch_refusals(RefusalListener /*f*/) {}
 
   // Store::acquire_all: all or nothing. Calls done exactly once with the store's status, the
   // decisions filled in when it is ok. requests, their keys and decisions must stay valid until then.

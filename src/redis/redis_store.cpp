@@ -496,6 +496,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   std::atomic<std::uint64_t> lease_counter{0};
   std::unordered_map<int, Queue> queues;  // by slot on a cluster; one, 0, on a single node
   AvailabilityListener availability;       // see RedisStore::on_availability
+  RefusalListener refusal;                 // see RedisStore::on_refusal
   asio::steady_timer probe_timer;
   bool probe_armed = false;
   bool closing = false;  // the store is being closed: no more probes
@@ -633,6 +634,9 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   // queue's bookkeeping, and, while Redis is down, fail and acquire again ever deeper.
   void deliver() {
     if (error && release_again()) return;
+    if (error && error->code == ErrorCode::kProtocol && impl->refusal) {
+      impl->refusal(error->message + " (key " + requests.front().state + ")");
+    }
     if (error) {
       const Result<std::vector<Decision>> decided = impl->on_failure(requests, *error);
       if (!decided) return done(decided.error(), true);
@@ -1035,6 +1039,12 @@ RedisStore::~RedisStore() {
 }
 
 CircuitBreaker& RedisStore::breaker() { return impl_->breaker; }
+
+void RedisStore::on_refusal(RefusalListener listener) {
+  asio::dispatch(impl_->strand, [impl = impl_, listener = std::move(listener)]() mutable {
+    impl->refusal = std::move(listener);
+  });
+}
 
 void RedisStore::on_availability(AvailabilityListener listener) {
   asio::dispatch(impl_->strand, [impl = impl_, listener = std::move(listener)]() mutable {

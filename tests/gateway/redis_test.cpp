@@ -476,6 +476,26 @@ TEST_F(RedisGatewayTest, RateLimitFieldsComeFromRedisDecisions) {
   EXPECT_EQ(count_keys(*redis_), 1u) << "the bucket lives in Redis";
 }
 
+// A limit's key holding what sluice did not write (WRONGTYPE) fails that limit to its
+// on_store_failure while Redis is up: said in the log, with the key, not only counted.
+TEST_F(RedisGatewayTest, AKeyHoldingSomethingElseIsSaidInTheLogWithTheKey) {
+  HttpClient c(gw_->port());
+  ASSERT_EQ(c.get("/other", "crm").status, 200);
+  const std::string key = redis_->cli({"KEYS", "*"});
+  ASSERT_FALSE(key.empty());
+  ASSERT_EQ(key.find('\n'), std::string::npos) << key;
+  ASSERT_EQ(redis_->cli({"DEL", key}), "1");
+  ASSERT_EQ(redis_->cli({"HSET", key, "a", "b"}), "1");
+  EXPECT_EQ(c.get("/other", "crm").status, 200);  // on_store_failure: allow
+  EXPECT_TRUE(testing::eventually([&] { return logged("limit store refused a call (") == 1; }));
+  std::lock_guard lock(log_mu_);
+  const auto line = std::find_if(log_.begin(), log_.end(),
+                                 [](const std::string& l) { return l.starts_with("limit store refused a call ("); });
+  ASSERT_NE(line, log_.end());
+  EXPECT_NE(line->find("WRONGTYPE"), std::string::npos) << *line;
+  EXPECT_NE(line->find("(key " + key + ")"), std::string::npos) << *line;
+}
+
 TEST_F(RedisGatewayTest, TheInFlightLeaseIsGivenBackWhenTheUpstreamHasAnswered) {
   std::atomic<int> slow_status{0};
   std::thread slow([&] { slow_status = get("/slow?delay_ms=1000").status; });
