@@ -159,13 +159,32 @@ std::optional<Target> parse_target(std::string_view text) {
   return Target{std::string(host), static_cast<std::uint16_t>(value)};
 }
 
+namespace {
+
+std::string header_safe(std::string s) {
+  for (char& ch : s) {
+    if (ch == '"' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20) ch = '_';
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string unnamed_limit_name(std::string_view owner, std::size_t unnamed, std::size_t place) {
+  return header_safe(unnamed == 1 ? std::string(owner) : std::string(owner) + "-" + std::to_string(place));
+}
+
+std::string in_flight_limit_name(std::string_view interface_id) {
+  return header_safe(std::string(interface_id) + "-in-flight");
+}
+
 std::optional<Target> parse_listen_address(std::string_view text) {
   auto target = parse_target(text);
   if (!target || target->host == "localhost") return target;
   std::array<unsigned char, sizeof(in6_addr)> ip{};
+  if (inet_pton(AF_INET, target->host.c_str(), ip.data()) == 1) return target;
   const std::string host = target->host.substr(0, target->host.find('%'));  // an IPv6 zone aside
-  const bool v4 = inet_pton(AF_INET, host.c_str(), ip.data()) == 1;
-  if (!v4 && inet_pton(AF_INET6, host.c_str(), ip.data()) != 1) return std::nullopt;
+  if (inet_pton(AF_INET6, host.c_str(), ip.data()) != 1) return std::nullopt;
   return target;
 }
 
@@ -423,19 +442,24 @@ class Validator {
   // unnamed ones are called after it (see the gateway's Snapshot): a name given may be none of
   // theirs either, or two limits would answer to it (in RateLimit fields, the admin API's peeks
   // and resets).
-  void limits(const std::string& at, const std::string& owner, const std::vector<LimitRule>& rules) {
-    std::map<std::string, std::size_t> unnamed;  // the names the unnamed limits get, and their places
-    const auto count = std::count_if(rules.begin(), rules.end(), [](const LimitRule& r) { return r.name.empty(); });
+  // in_flight: the name of the interface's in-flight limit, when it has one.
+  void limits(const std::string& at, const std::string& owner, const std::vector<LimitRule>& rules,
+              const std::string& in_flight = "") {
+    const auto count = static_cast<std::size_t>(
+        std::count_if(rules.begin(), rules.end(), [](const LimitRule& r) { return r.name.empty(); }));
+    std::map<std::string, std::string> taken;  // the names limits get without one given: whose
     for (std::size_t i = 0; i < rules.size(); ++i) {
-      if (rules[i].name.empty()) unnamed.emplace(count == 1 ? owner : owner + "-" + std::to_string(i), i);
+      if (rules[i].name.empty()) {
+        taken.emplace(unnamed_limit_name(owner, count, i), "the unnamed limit at " + at + ".limits[" + std::to_string(i) + "]");
+      }
     }
+    if (!in_flight.empty()) taken.emplace(in_flight, "the in-flight limit of " + at + ".concurrency");
     std::set<std::string> names;
     for (std::size_t i = 0; i < rules.size(); ++i) {
       const LimitRule& r = rules[i];
       const std::string path = at + ".limits[" + std::to_string(i) + "]";
-      if (const auto it = unnamed.find(r.name); !r.name.empty() && it != unnamed.end()) {
-        add(path + ".name", "\"" + r.name + "\" is the name the unnamed limit at " + at + ".limits[" +
-                                std::to_string(it->second) + "] gets: give one of them another");
+      if (const auto it = taken.find(r.name); !r.name.empty() && it != taken.end()) {
+        add(path + ".name", "\"" + r.name + "\" is the name " + it->second + " gets: give one of them another");
       } else if (!r.name.empty() && !names.insert(r.name).second) {
         add(path + ".name", "\"" + r.name + "\" names another limit of the same owner too");
       }
@@ -521,7 +545,7 @@ class Validator {
       }
     }
     if (f.timeout && *f.timeout < std::chrono::milliseconds(1)) add(at + ".timeout", "must be at least 1ms");
-    limits(at, f.id, f.limits);
+    limits(at, f.id, f.limits, f.concurrency ? in_flight_limit_name(f.id) : "");
   }
 
   // Two interfaces must not claim the same request: same pattern shape, overlapping methods.

@@ -192,6 +192,13 @@ Result<Limit> limit_from_fields(const LimitFields& fields, std::vector<Problem>*
 // limit_from_fields turns back into an equal limit.
 std::vector<std::pair<std::string, std::string>> limit_fields(const Limit& limit);
 
+// The name a limit given none goes by (in RateLimit fields and the admin API): its owner's (a
+// system's key, an interface's id, "system/interface" for a grant), with "-<place>" when the owner
+// has several unnamed limits; '"', '\\' and control characters become '_'.
+std::string unnamed_limit_name(std::string_view owner, std::size_t unnamed, std::size_t place);
+// The name of an interface's in-flight limit (its concurrency).
+std::string in_flight_limit_name(std::string_view interface_id);
+
 // "host:port" -> Target; nullopt when it is not one.
 std::optional<Target> parse_target(std::string_view text);
 // An address to listen on: host:port whose host is an IP address or localhost (a name would be

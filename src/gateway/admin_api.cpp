@@ -739,7 +739,10 @@ AdminResponse AdminApi::config_route(Call& call) const {
   if (options_.store == nullptr) return read_only(options_.primary);
   auto loaded = config::load_yaml(req.body, "");
   if (auto* problems = std::get_if<std::vector<Problem>>(&loaded)) {
-    if (auto bad = json_syntax_problem(req.body)) *problems = {*bad};  // said as JSON's, when meant as JSON
+    // Text that did not parse (one problem, at no field) meant as JSON: said in JSON's terms.
+    if (problems->size() == 1 && problems->front().path.empty()) {
+      if (auto bad = json_syntax_problem(req.body)) *problems = {*bad};
+    }
     return invalid(*problems, "", "The configuration was refused: nothing was changed.");
   }
   const auto& next = std::get<std::shared_ptr<const config::Config>>(loaded);

@@ -1326,7 +1326,7 @@ bool Worker::prepare(Exchange& x) {
 Task<bool> Worker::answer(Exchange& x) {
   const RequestParser& req = x.parser;
   if (!path_is_clean(x.path)) {
-    x.ctx.verdict.bad_request = BadRequest::kPathNotClean;
+    x.ctx.verdict.bad_request = unclean_path_cause(x.path);
     co_await respond(x, Reason::kBadRequest, &x.ctx.verdict, true);
     finish(x, 400, Reason::kBadRequest, std::nullopt);
     co_return false;
@@ -1527,7 +1527,7 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
   std::string body_hash = config::sha256_hex("");
   if (const auto given = str("body_sha256")) body_hash = std::string(*given);
   Reason reason = Reason::kBadRequest;
-  ctx.verdict.bad_request = BadRequest::kPathNotClean;
+  ctx.verdict.bad_request = unclean_path_cause(r.path);
   if (path_is_clean(r.path)) {
     ctx.verdict.bad_request = BadRequest::kMalformed;
     const CallerCheck caller = identify(x, r);

@@ -387,6 +387,10 @@ std::string_view bad_request_message(BadRequest why, config::Language language) 
 
 }  // namespace
 
+BadRequest unclean_path_cause(std::string_view path) {
+  return path.starts_with('/') ? BadRequest::kPathNotClean : BadRequest::kMalformed;
+}
+
 std::string error_body(Reason reason, config::Language language, BadRequest why) {
   std::string body = "{\"code\":" + std::to_string(status_of(reason)) + ",\"reason\":\"" + to_string(reason) +
                      "\",\"msg\":\"";

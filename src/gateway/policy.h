@@ -100,6 +100,10 @@ enum class BadRequest : std::uint8_t {
   kCallerRepeated,  // the system key or API key header given twice, or in two spellings
 };
 
+// The cause of a refusal for a path that is not clean (see path_is_clean): a path with a dot
+// segment or a NUL, or else one that is no path at all ("*", or none).
+BadRequest unclean_path_cause(std::string_view path);
+
 struct Verdict {
   Reason reason = Reason::kOk;
   BadRequest bad_request = BadRequest::kMalformed;  // with Reason::kBadRequest

@@ -16,13 +16,6 @@ char scope_char(Scope s) {
   return '?';
 }
 
-std::string header_safe(std::string s) {
-  for (char& ch : s) {
-    if (ch == '"' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20) ch = '_';
-  }
-  return s;
-}
-
 // owner names the limits (RateLimit-Policy); key_owner goes into their store keys, and must tell
 // owners apart where owner cannot (a grant's system and interface may both hold a '/').
 std::vector<CompiledLimit> compile(Scope scope, const std::string& owner, const std::string& key_owner,
@@ -40,7 +33,7 @@ std::vector<CompiledLimit> compile(Scope scope, const std::string& owner, const 
     if (!r.name.empty()) {
       c.name = r.name;
     } else {
-      c.name = header_safe(unnamed == 1 ? owner : owner + "-" + std::to_string(i));
+      c.name = config::unnamed_limit_name(owner, unnamed, i);
     }
     std::string by = config::to_string(r.key_by);
     if (r.key_by == config::KeyBy::kHeader || r.key_by == config::KeyBy::kQuery) by += ":" + r.key_name;
@@ -149,7 +142,7 @@ Snapshot::Snapshot(std::shared_ptr<const config::Config> config, BreakerRegistry
           *Limit::concurrency({.limit = *f.concurrency,
                                .lease_timeout = f.concurrency_lease_timeout.value_or(config::kConcurrencyLeaseTimeout)}));
       e.in_flight.scope = Scope::kInFlight;
-      e.in_flight.name = header_safe(f.id + "-in-flight");
+      e.in_flight.name = config::in_flight_limit_name(f.id);
       e.in_flight.owner = f.id;
       e.in_flight.key = "f|" + f.id + "|" + e.in_flight_limit->to_string() + "|";
     }

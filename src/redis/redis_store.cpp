@@ -431,11 +431,16 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
 
   // Tells the breaker how a call went: only a Redis that cannot answer is a failure. On a cluster, a
   // call that failed at once for its slot alone (its master lost, until a replica is promoted) is
-  // not: counted, it would open the one breaker, and every limit on the other masters would follow
-  // its on_store_failure too.
+  // not counted either way: as a failure it would open the one breaker, and every limit on the
+  // other masters would follow its on_store_failure too; as a success it would hide an outage of
+  // every master. Only as a probe (half-open) does it count, as a failure: it did not show the
+  // store deciding.
   void record(const BreakerPermit& permit, const std::optional<Error>& error) {
-    const bool failed = error && !detail::slot_failure(*error) &&
-                        (error->code == ErrorCode::kStoreUnavailable || error->code == ErrorCode::kTimeout);
+    if (error && detail::slot_failure(*error) && breaker.state() != BreakerState::kHalfOpen) {
+      breaker.release(permit);
+      return;
+    }
+    const bool failed = error && (error->code == ErrorCode::kStoreUnavailable || error->code == ErrorCode::kTimeout);
     if (failed) last_failure = error->message;
     const BreakerState before = breaker.state();
     breaker.record(permit, failed);
@@ -656,6 +661,10 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
     auto timer = std::make_shared<asio::steady_timer>(impl->strand, kReleaseRetryEvery);
     timer->async_wait([self = shared_from_this(), timer](const boost::system::error_code& ec) {
       if (ec) return;
+      if (self->impl->closing) {  // not sent again: the store is closing
+        self->error = Error{ErrorCode::kStoreUnavailable, "redis: the store was closed"};
+        return self->deliver();
+      }
       self->batches.clear();
       self->error.reset();
       self->started = false;

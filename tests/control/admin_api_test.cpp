@@ -740,6 +740,11 @@ TEST_F(AdminApiTest, AConfigurationThatIsBrokenJsonIsRefusedAsJson) {
   const auto& p = comma.obj().at("problems").as_array()[0].as_object();
   EXPECT_EQ(p.at("line").as_int64(), 2) << comma.raw.body;
   EXPECT_EQ(p.at("column").as_int64(), 27) << comma.raw.body;  // the second comma
+  // YAML in flow style (not JSON) that parses is judged as configuration.
+  const Reply flow = call("PUT", "/admin/v1/config", "{upstreams: [{name: u, targets: [\"127.0.0.1:9\"]}], "
+                                                     "interfaces: [{id: a, path: /a, upstream: nope}]}");
+  ASSERT_EQ(flow.status, 400) << flow.raw.body;
+  EXPECT_EQ(flow.problems(), (std::vector<std::string>{"interfaces[0].upstream: names no upstream: \"nope\""}));
   EXPECT_EQ(revision(), before);
 }
 

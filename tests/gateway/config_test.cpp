@@ -130,6 +130,11 @@ TEST(ConfigYaml, ALimitNameAnUnnamedLimitGetsIsRefused) {
                         "systems: [{key: s, interfaces: [x]}]\n")
                 .size(),
             1u);
+  // Nor the name of an interface's in-flight limit.
+  EXPECT_EQ(problems_of("upstreams: [{name: app, targets: [127.0.0.1:1]}]\ninterfaces:\n  - {id: x, path: /x, upstream: app, "
+                        "concurrency: 5, limits: [" + w + ", name: x-in-flight}]}\n"),
+            (std::vector<std::string>{"test.yaml:3:117: interfaces[0].limits[0].name: \"x-in-flight\" is the name the "
+                                      "in-flight limit of interfaces[0].concurrency gets: give one of them another"}));
   // Names no unnamed limit gets are fine.
   EXPECT_TRUE(problems_of(head + "systems:\n  - {key: dup, interfaces: [x], limits: [" + w + "}, " + w + "}, " + w +
                           ", name: dup-2}]}\n")

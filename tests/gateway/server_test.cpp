@@ -585,6 +585,8 @@ TEST_F(GatewayTest, ABadRequestSaysWhatIsWrong) {
             "The system key or API key header is given more than once (or spelt with both - and _): give it once.");
   EXPECT_EQ(msg("GET /echo/x HTTP/1.1\r\nX-System-Key: crm\r\nContent-Length: 1\r\nContent-Length: 2\r\n" + end),
             "The request is malformed or ambiguous.");
+  // A target that is no path at all is no path with a dot segment either.
+  EXPECT_EQ(msg("OPTIONS * HTTP/1.1\r\nX-System-Key: crm\r\n" + end), "The request is malformed or ambiguous.");
   gw_.reset();
   start(config_text("language: zh-CN\n"));
   EXPECT_EQ(msg("GET /per-user HTTP/1.1\r\nX-User: a\r\nX-User: b\r\n" + end),
