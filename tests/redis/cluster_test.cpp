@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <optional>
 
 #include "cluster_fixture.h"
 #include "fleet.h"
@@ -99,37 +100,51 @@ TEST_F(ClusterTest, KeysThatAreNoHashTagAsTheyAreStillKeepTheirStateInOneSlot) {
   }
 }
 
+// The master that serves a slot, another to move it to, and their ids; none when the cluster has
+// no two masters up.
+struct SlotMove {
+  RedisServer* from = nullptr;
+  RedisServer* to = nullptr;
+  std::string from_id;
+  std::string to_id;
+};
+
+std::optional<SlotMove> slot_move(RedisCluster& cluster, int slot) {
+  SlotMove m;
+  m.from = cluster.master_of(slot);
+  m.to = cluster.master_of((slot + 8192) % 16384);
+  if (m.to == m.from) m.to = cluster.master_of((slot + 12000) % 16384);
+  if (m.from == nullptr || m.to == nullptr || m.from == m.to) return std::nullopt;
+  m.from_id = m.from->cli({"CLUSTER", "MYID"});
+  m.to_id = m.to->cli({"CLUSTER", "MYID"});
+  return m;
+}
+
 TEST_F(ClusterTest, FollowsAskAndMovedWhileASlotMigrates) {
   auto store = open_store(cluster_->address());
   ASSERT_NE(store, nullptr);
   const std::string key = "migrating";
   const int slot = key_slot(key);
-  RedisServer* from = cluster_->master_of(slot);
-  RedisServer* to = cluster_->master_of((slot + 8192) % 16384);
-  if (to == from) to = cluster_->master_of((slot + 12000) % 16384);
-  ASSERT_NE(from, nullptr);
-  ASSERT_NE(to, nullptr);
-  ASSERT_NE(from, to);
-  const std::string from_id = from->cli({"CLUSTER", "MYID"});
-  const std::string to_id = to->cli({"CLUSTER", "MYID"});
+  const std::optional<SlotMove> move = slot_move(*cluster_, slot);
+  ASSERT_TRUE(move.has_value()) << "no other master to move slot " << slot << " to";
   const Limit fixed = make(Limit::fixed_window({.limit = 10, .period = 1h}));
   const Limit sliding = make(Limit::sliding_window({.limit = 10, .period = 1h}));
   ASSERT_EQ(store->acquire(key, fixed)->remaining, 9);
 
   // Migrating: a key the old master no longer has is answered with ASK, followed to the new one.
-  ASSERT_EQ(to->cli({"CLUSTER", "SETSLOT", std::to_string(slot), "IMPORTING", from_id}), "OK");
-  ASSERT_EQ(from->cli({"CLUSTER", "SETSLOT", std::to_string(slot), "MIGRATING", to_id}), "OK");
+  ASSERT_EQ(move->to->cli({"CLUSTER", "SETSLOT", std::to_string(slot), "IMPORTING", move->from_id}), "OK");
+  ASSERT_EQ(move->from->cli({"CLUSTER", "SETSLOT", std::to_string(slot), "MIGRATING", move->to_id}), "OK");
   auto d = store->acquire(key, sliding);
   ASSERT_TRUE(d.ok()) << d.error().message;
   EXPECT_EQ(d->remaining, 9);
-  EXPECT_EQ(to->cli({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}), "1");
+  EXPECT_EQ(move->to->cli({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}), "1");
 
   // Migrated: the old master answers MOVED; the state came along.
-  ASSERT_EQ(from->cli({"MIGRATE", "127.0.0.1", std::to_string(to->port()), "", "0", "5000", "KEYS",
+  ASSERT_EQ(move->from->cli({"MIGRATE", "127.0.0.1", std::to_string(move->to->port()), "", "0", "5000", "KEYS",
                        "sluice:{migrating}:fw"}),
             "OK");
   for (std::size_t i = 0; i < cluster_->size(); ++i) {
-    cluster_->node(i).cli({"CLUSTER", "SETSLOT", std::to_string(slot), "NODE", to_id});
+    cluster_->node(i).cli({"CLUSTER", "SETSLOT", std::to_string(slot), "NODE", move->to_id});
   }
   d = store->acquire(key, fixed);
   ASSERT_TRUE(d.ok()) << d.error().message;
@@ -145,24 +160,18 @@ TEST_F(ClusterTest, AReleaseRefusedWhileItsKeysAreSplitIsSentAgain) {
   ASSERT_NE(store, nullptr);
   const std::string key = "leasing";
   const int slot = key_slot("sluice:{leasing}:cc");
-  RedisServer* from = cluster_->master_of(slot);
-  RedisServer* to = cluster_->master_of((slot + 8192) % 16384);
-  if (to == from) to = cluster_->master_of((slot + 12000) % 16384);
-  ASSERT_NE(from, nullptr);
-  ASSERT_NE(to, nullptr);
-  ASSERT_NE(from, to);
-  const std::string from_id = from->cli({"CLUSTER", "MYID"});
-  const std::string to_id = to->cli({"CLUSTER", "MYID"});
+  const std::optional<SlotMove> move = slot_move(*cluster_, slot);
+  ASSERT_TRUE(move.has_value()) << "no other master to move slot " << slot << " to";
   const Limit one = make(Limit::concurrency({.limit = 1, .lease_timeout = 1h}));
   auto held = store->acquire(key, one);
   ASSERT_TRUE(held.ok() && held->allowed);
   ASSERT_FALSE(store->acquire(key, one)->allowed);
 
   const std::string s = std::to_string(slot);
-  ASSERT_EQ(to->cli({"CLUSTER", "SETSLOT", s, "IMPORTING", from_id}), "OK");
-  ASSERT_EQ(from->cli({"CLUSTER", "SETSLOT", s, "MIGRATING", to_id}), "OK");
+  ASSERT_EQ(move->to->cli({"CLUSTER", "SETSLOT", s, "IMPORTING", move->from_id}), "OK");
+  ASSERT_EQ(move->from->cli({"CLUSTER", "SETSLOT", s, "MIGRATING", move->to_id}), "OK");
   const auto migrate = [&](const std::string& k) {
-    return from->cli({"MIGRATE", "127.0.0.1", std::to_string(to->port()), "", "0", "5000", "KEYS", k});
+    return move->from->cli({"MIGRATE", "127.0.0.1", std::to_string(move->to->port()), "", "0", "5000", "KEYS", k});
   };
   ASSERT_EQ(migrate("sluice:{leasing}:cc:meta"), "OK");
   auto released = std::async(std::launch::async, [&] { return store->release(key, one, held->lease); });
@@ -170,7 +179,7 @@ TEST_F(ClusterTest, AReleaseRefusedWhileItsKeysAreSplitIsSentAgain) {
   ASSERT_EQ(released.wait_for(300ms), std::future_status::timeout);
   // ...and done once the slot has moved whole.
   ASSERT_EQ(migrate("sluice:{leasing}:cc"), "OK");
-  for (std::size_t i = 0; i < cluster_->size(); ++i) cluster_->node(i).cli({"CLUSTER", "SETSLOT", s, "NODE", to_id});
+  for (std::size_t i = 0; i < cluster_->size(); ++i) cluster_->node(i).cli({"CLUSTER", "SETSLOT", s, "NODE", move->to_id});
   ASSERT_EQ(released.wait_for(10s), std::future_status::ready);
   const Status r = released.get();
   EXPECT_TRUE(r.ok()) << r.error().message;
