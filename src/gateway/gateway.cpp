@@ -1358,6 +1358,7 @@ CallerCheck Worker::identify(Exchange& x, Request& r) {
   const CallerCheck check = identify_caller(r, *x.snapshot, gw.now_seconds());
   // A refused caller is counted against the interface it asked for (its system is not proven).
   if (check.reason != Reason::kOk) x.ctx.interface = x.snapshot->route(r.method, r.path);
+  if (check.reason == Reason::kBadRequest && r.caller_named_twice) x.ctx.verdict.bad_request = BadRequest::kCallerRepeated;
   return check;
 }
 
@@ -1532,7 +1533,6 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
     ctx.verdict.bad_request = BadRequest::kMalformed;
     const CallerCheck caller = identify(x, r);
     reason = caller.reason;
-    if (reason == Reason::kBadRequest && r.caller_named_twice) ctx.verdict.bad_request = BadRequest::kCallerRepeated;
     if (reason == Reason::kOk && caller.needs_signature) reason = verify(x, r, full, body_hash);
   }
   if (reason == Reason::kOk) reason = check_access(r, *x.snapshot, ctx);
@@ -1824,7 +1824,6 @@ Task<bool> Worker::proxy(Exchange& x) {
   const auto t0 = Clock::now();
   const CallerCheck caller = identify(x, r);
   Reason reason = caller.reason;
-  if (reason == Reason::kBadRequest && r.caller_named_twice) ctx.verdict.bad_request = BadRequest::kCallerRepeated;
   if (reason == Reason::kOk && caller.needs_signature) reason = co_await verify_body(x, r, req.target());
   if (reason == Reason::kOk) reason = check_access(r, *x.snapshot, ctx);
   if (reason == Reason::kOk) {

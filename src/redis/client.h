@@ -43,10 +43,12 @@ std::shared_ptr<Client> make_client(Strand strand, const ClientOptions& options)
 // until its replica is promoted).
 inline constexpr std::string_view kNoMasterForSlot = "redis cluster: no connected master serves slot ";
 
+// Whether a call was refused because its slot is moving with the call's keys on either side
+// (TRYAGAIN: nothing ran).
+inline bool try_again(const Error& e) { return e.message.starts_with("redis cluster: TRYAGAIN"); }
+
 // Whether a call failed for its slot alone, at once, while the cluster's other slots may answer: no
-// master serves it, or it is moving with the call's keys on either side (TRYAGAIN).
-inline bool slot_failure(const Error& e) {
-  return e.message.starts_with(kNoMasterForSlot) || e.message.starts_with("redis cluster: TRYAGAIN");
-}
+// master serves it, or it is moving (try_again).
+inline bool slot_failure(const Error& e) { return e.message.starts_with(kNoMasterForSlot) || try_again(e); }
 
 }  // namespace sluice::redis::detail

@@ -654,7 +654,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   // either side: the script did not run) goes again every kReleaseRetryEvery until the slot has
   // moved, for up to kReleaseRetryFor: unsent, its place stays taken until the lease times out.
   bool release_again() {
-    if (!requests.front().release || error->message.find("TRYAGAIN") == std::string::npos) return false;
+    if (!requests.front().release || !detail::try_again(*error)) return false;
     const auto now = std::chrono::steady_clock::now();
     if (retry_until == detail::SteadyTime{}) retry_until = now + kReleaseRetryFor;
     if (now >= retry_until) return false;
