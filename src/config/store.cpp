@@ -812,7 +812,7 @@ WriteResult ConfigStore::write(std::string_view actor, const Change& change, std
     next.systems = std::move(*kept);
   }
   ChangeRecord record;
-  if (std::optional<Refusal> r = change(next, record)) return WriteResult{std::move(r), *revision};
+  if (std::optional<Refusal> r = change(next, record, *revision)) return WriteResult{std::move(r), *revision};
   // What is replaced did not read: the audit row keeps the rows as they were, not the empty
   // configuration the change started from.
   if (!current.ok()) record.before = text_of(rows);
@@ -839,7 +839,7 @@ WriteResult ConfigStore::replace(std::string_view actor, std::string_view action
                                  std::optional<std::int64_t> if_revision) {
   return write(
       actor,
-      [&](Config& c, ChangeRecord& record) -> std::optional<Refusal> {
+      [&](Config& c, ChangeRecord& record, std::int64_t) -> std::optional<Refusal> {
         record.action = std::string(action);
         record.target = "config";
         record.before = text_of(to_json(c));

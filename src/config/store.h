@@ -80,8 +80,9 @@ struct Refusal {
   std::vector<Problem> problems;  // kInvalid: the change's; kStoredInvalid: the stored configuration's
 };
 
-// A change: edits the configuration in place and describes itself, or refuses.
-using Change = std::function<std::optional<Refusal>(Config& config, ChangeRecord& record)>;
+// A change: edits the configuration in place and describes itself, or refuses. `revision` is the
+// configuration's, read in the write's transaction: a precondition on it holds until the commit.
+using Change = std::function<std::optional<Refusal>(Config& config, ChangeRecord& record, std::int64_t revision)>;
 
 struct WriteResult {
   std::optional<Refusal> refusal;  // none: committed

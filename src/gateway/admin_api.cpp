@@ -216,40 +216,44 @@ struct Precondition {
 };
 
 // A write's If-Match and If-None-Match. If-Match holds when the configuration is at a revision it
-// lists (resolve(), then the store's check that it still is as it commits), or else when the entity
-// the write changes has a tag it lists (check(), in the change).
+// lists, or else when the entity the write changes exists and has a tag it lists (or it lists *).
+// A change decides that with check(), in the write's transaction, so that no write lands between
+// the check and the commit. A replacement of the whole configuration (no entity, no tag) uses
+// resolve() and the store's check of the revision as it commits.
 struct Conditions {
   Precondition match;
   Precondition none_match;
-  std::optional<std::int64_t> revision_held;  // a listed revision, the configuration's when resolved
+  std::optional<std::int64_t> revision_held;  // resolve(): a listed revision, the configuration's
 
   explicit Conditions(const AdminRequest& req)
       : match(req.list("If-Match")), none_match(req.list("If-None-Match"), true) {}
 
-  // Looks whether the configuration is at a revision If-Match lists: then that decides, and the
+  // For a replacement: looks whether the configuration is at a revision If-Match lists; then the
   // store checks, as it commits, that it still is (a move in between is refused, not overlooked).
-  // A refusal when none listed is current and nothing else listed can hold (entity: whether an
-  // entity's tag may), or when the revision cannot be read.
-  std::optional<AdminResponse> resolve(config::ConfigStore& store, bool entity = true) {
+  // A refusal when none listed is current and If-Match is not *, or when the revision cannot be
+  // read.
+  std::optional<AdminResponse> resolve(config::ConfigStore& store) {
     if (!match.present || match.revisions.empty()) return std::nullopt;
     auto at = store.revision();
     if (!at.ok()) return error(503, "store_unavailable", at.error().message);
     if (match.lists_revision(*at)) {
       revision_held = *at;
-    } else if (!match.any && !(entity && match.lists_more_than_revisions())) {
-      return error(412, "precondition_failed",
-                   "the configuration changed since revision " + std::to_string(match.revisions.back()) + " (it is at " +
-                       std::to_string(*at) + "): read it again and redo the change");
+    } else if (!match.any) {
+      return error(412, "precondition_failed", changed_since(*at));
     }
     return std::nullopt;
   }
 
   std::optional<std::int64_t> revision() const { return revision_held; }
 
-  // `what` (an entity, or the one a change is made in: a credential's system) exists or not, with
-  // the ETag `tag` when it does.
-  std::optional<Refusal> check(bool exists, const std::string& tag, const std::string& what) const {
-    if (match.present && !revision_held) {
+  // In a change to the configuration at `revision`: `what` (an entity, or the one a change is made
+  // in: a credential's system) exists or not, with the ETag `tag` when it does.
+  std::optional<Refusal> check(std::int64_t revision, bool exists, const std::string& tag,
+                               const std::string& what) const {
+    if (match.present && !match.lists_revision(revision)) {
+      if (!match.revisions.empty() && !match.lists_more_than_revisions()) {
+        return Refusal{Refusal::Kind::kStale, changed_since(revision), {}};
+      }
       if (!exists) return Refusal{Refusal::Kind::kStale, "If-Match: " + what + " does not exist", {}};
       if (!match.any && !match.lists(tag)) {
         return Refusal{Refusal::Kind::kStale,
@@ -263,6 +267,12 @@ struct Conditions {
                      "If-None-Match: " + what + (none_match.any ? " exists" : " is still as you read it"), {}};
     }
     return std::nullopt;
+  }
+
+ private:
+  std::string changed_since(std::int64_t at) const {
+    return "the configuration changed since revision " + std::to_string(match.revisions.back()) + " (it is at " +
+           std::to_string(at) + "): read it again and redo the change";
   }
 };
 
@@ -750,7 +760,7 @@ AdminResponse AdminApi::config_route(Call& call) const {
   if (conditions.match.present && !conditions.match.any && conditions.match.revisions.empty()) {
     return error(412, "precondition_failed", "If-Match must be the configuration's ETag (\"r<revision>\") or *");
   }
-  if (auto refused = conditions.resolve(*options_.store, false)) return *refused;
+  if (auto refused = conditions.resolve(*options_.store)) return *refused;
   // The configuration always exists: If-None-Match holds only for a revision it is no longer at.
   if (conditions.none_match.present) {
     auto at = options_.store->revision();
@@ -808,25 +818,23 @@ AdminResponse AdminApi::entity_route(Call& call) const {
 
   if (call.method == "DELETE") {
     const std::vector<std::string> id(seg.begin() + 1, seg.end());
-    if (auto refused = conditions.resolve(*options_.store)) return *refused;
     const config::WriteResult w = options_.store->update(
         call.actor,
-        [&](config::Config& c, config::ChangeRecord& record) -> std::optional<Refusal> {
+        [&](config::Config& c, config::ChangeRecord& record, std::int64_t revision) -> std::optional<Refusal> {
           auto& list = E::list(c);
           const auto at = find(list, id);
           if (at < 0) {
-            if (auto r = conditions.check(false, "", describe<T>(id))) return r;
+            if (auto r = conditions.check(revision, false, "", describe<T>(id))) return r;
             return Refusal{Refusal::Kind::kNotFound, "No " + describe<T>(id) + ".", {}};
           }
           const T gone = list[static_cast<std::size_t>(at)];
           const json::object full = config::to_json(gone);
-          if (auto r = conditions.check(true, entity_tag(full), describe<T>(id))) return r;
+          if (auto r = conditions.check(revision, true, entity_tag(full), describe<T>(id))) return r;
           record = {std::string(E::kName) + ".delete", path_of<T>(id), json::serialize(full), "null"};
           list.erase(list.begin() + at);
           E::on_delete(c, gone, record);
           return std::nullopt;
-        },
-        conditions.revision());
+        });
     if (!w.ok()) return refusal_response(*w.refusal, kNoBody);
     return no_content({{"X-Sluice-Revision", std::to_string(w.revision)}});
   }
@@ -861,10 +869,9 @@ AdminResponse AdminApi::entity_route(Call& call) const {
                        ": to rename, create the new one and delete the old.");
     }
   }
-  if (auto refused = conditions.resolve(*options_.store)) return *refused;
   const config::WriteResult w = options_.store->update(
       call.actor,
-      [&](config::Config& c, config::ChangeRecord& record) -> std::optional<Refusal> {
+      [&](config::Config& c, config::ChangeRecord& record, std::int64_t revision) -> std::optional<Refusal> {
         auto& list = E::list(c);
         const auto at = find(list, id);
         const bool exists = at >= 0;
@@ -874,7 +881,7 @@ AdminResponse AdminApi::entity_route(Call& call) const {
         }
         const T* before = exists ? &list[static_cast<std::size_t>(at)] : nullptr;
         const json::object before_json = before != nullptr ? config::to_json(*before) : json::object();
-        if (auto r = conditions.check(exists, entity_tag(before_json), describe<T>(id))) return r;
+        if (auto r = conditions.check(revision, exists, entity_tag(before_json), describe<T>(id))) return r;
         E::carry_over(before, entity);
         record.action = std::string(E::kName) + (exists ? ".update" : ".create");
         record.target = path_of<T>(id);
@@ -891,8 +898,7 @@ AdminResponse AdminApi::entity_route(Call& call) const {
         after = config::to_json(list[index]);
         record.after = json::serialize(after);
         return std::nullopt;
-      },
-      conditions.revision());
+      });
   if (!w.ok()) return refusal_response(*w.refusal, prefix);
   Headers headers{{"ETag", entity_tag(after)}, {"X-Sluice-Revision", std::to_string(w.revision)}};
   if (created) headers.emplace_back("Location", std::string(kPrefix) + path_of<T>(id));
@@ -932,13 +938,12 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
 
   if (seg.size() == 4) {
     const std::string& id = seg[3];
-    if (auto refused = conditions.resolve(*options_.store)) return *refused;
     const config::WriteResult w = options_.store->update(
         call.actor,
-        [&](config::Config& c, config::ChangeRecord& record) -> std::optional<Refusal> {
+        [&](config::Config& c, config::ChangeRecord& record, std::int64_t revision) -> std::optional<Refusal> {
           for (config::System& s : c.systems) {
             if (s.key != key) continue;
-            if (auto r = conditions.check(true, entity_tag(config::to_json(s)), describe<config::System>({key}))) return r;
+            if (auto r = conditions.check(revision, true, entity_tag(config::to_json(s)), describe<config::System>({key}))) return r;
             auto it = std::find_if(s.credentials.begin(), s.credentials.end(),
                                    [&](const config::Credential& k) { return k.id == id; });
             if (it == s.credentials.end()) {
@@ -950,10 +955,9 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
             system_tag = entity_tag(config::to_json(s));
             return std::nullopt;
           }
-          if (auto r = conditions.check(false, "", describe<config::System>({key}))) return r;
+          if (auto r = conditions.check(revision, false, "", describe<config::System>({key}))) return r;
           return Refusal{Refusal::Kind::kNotFound, "No system \"" + key + "\".", {}};
-        },
-        conditions.revision());
+        });
     if (!w.ok()) return refusal_response(*w.refusal, kNoBody);
     return no_content({{"ETag", system_tag}, {"X-Sluice-Revision", std::to_string(w.revision)}});
   }
@@ -1017,13 +1021,12 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
   }
   const std::int64_t until = now + std::chrono::duration_cast<std::chrono::seconds>(overlap).count();
   json::array rotated;
-  if (auto refused = conditions.resolve(*options_.store)) return *refused;
   const config::WriteResult w = options_.store->update(
-      call.actor, [&](config::Config& c, config::ChangeRecord& record) -> std::optional<Refusal> {
+      call.actor, [&](config::Config& c, config::ChangeRecord& record, std::int64_t revision) -> std::optional<Refusal> {
         for (config::System& s : c.systems) {
           if (s.key != key) continue;
           const json::object before = config::to_json(s);
-          if (auto r = conditions.check(true, entity_tag(before), describe<config::System>({key}))) return r;
+          if (auto r = conditions.check(revision, true, entity_tag(before), describe<config::System>({key}))) return r;
           if (rotate) {
             for (config::Credential& old : s.credentials) {
               if (old.kind != credential.kind || (old.expires && *old.expires <= until)) continue;
@@ -1037,10 +1040,9 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
           system_tag = entity_tag(after);
           return std::nullopt;
         }
-        if (auto r = conditions.check(false, "", describe<config::System>({key}))) return r;
+        if (auto r = conditions.check(revision, false, "", describe<config::System>({key}))) return r;
         return Refusal{Refusal::Kind::kNotFound, "No system \"" + key + "\".", {}};
-      },
-      conditions.revision());
+      });
   if (!w.ok()) return refusal_response(*w.refusal, kNoBody);
   json::object o = config::to_json(credential);
   o.erase("api_key_sha256");
@@ -1289,13 +1291,12 @@ AdminResponse AdminApi::breakers_route(Call& call) const {
   }
   Conditions conditions(call.request);  // on the upstream, whose ETag its breaker's force is part of
   std::string upstream_tag;              // the upstream's ETag after the write
-  if (auto refused = conditions.resolve(*options_.store)) return *refused;
   const config::WriteResult w = options_.store->update(
       call.actor,
-      [&](config::Config& c, config::ChangeRecord& record) -> std::optional<Refusal> {
+      [&](config::Config& c, config::ChangeRecord& record, std::int64_t revision) -> std::optional<Refusal> {
         for (config::Upstream& u : c.upstreams) {
           if (u.name != name) continue;
-          if (auto r = conditions.check(true, entity_tag(config::to_json(u)), describe<config::Upstream>({name}))) {
+          if (auto r = conditions.check(revision, true, entity_tag(config::to_json(u)), describe<config::Upstream>({name}))) {
             return r;
           }
           // A disabled breaker cannot be forced; a force left on it can be cleared.
@@ -1311,10 +1312,9 @@ AdminResponse AdminApi::breakers_route(Call& call) const {
           upstream_tag = entity_tag(after);
           return std::nullopt;
         }
-        if (auto r = conditions.check(false, "", describe<config::Upstream>({name}))) return r;
+        if (auto r = conditions.check(revision, false, "", describe<config::Upstream>({name}))) return r;
         return Refusal{Refusal::Kind::kNotFound, "No upstream \"" + name + "\".", {}};
-      },
-      conditions.revision());
+      });
   if (!w.ok()) return refusal_response(*w.refusal, kNoBody);
   return json_response(200, json::object{{"upstream", name}, {"force", force}, {"revision", w.revision}},
                        {{"ETag", upstream_tag}, {"X-Sluice-Revision", std::to_string(w.revision)}});

@@ -192,7 +192,7 @@ TEST_F(StoreTest, EveryCommitMovesTheRevisionAndAnUnchangedConfigurationCommitsN
 
 TEST_F(StoreTest, AnInvalidChangeIsRefusedWholeWithEveryProblemAndChangesNothing) {
   ASSERT_TRUE(store_->replace("test", "config.import", *parse(base_yaml())).ok());
-  const WriteResult w = store_->update("test", [](Config& c, ChangeRecord& r) -> std::optional<Refusal> {
+  const WriteResult w = store_->update("test", [](Config& c, ChangeRecord& r, std::int64_t) -> std::optional<Refusal> {
     r.action = "test";
     c.systems[0].description = "this part alone would be fine";
     c.interfaces[0].upstream = "nowhere";
@@ -210,12 +210,35 @@ TEST_F(StoreTest, AnInvalidChangeIsRefusedWholeWithEveryProblemAndChangesNothing
 
 TEST_F(StoreTest, AChangeThatRefusesCommitsNothingOfWhatItDid) {
   ASSERT_TRUE(store_->replace("test", "config.import", *parse(base_yaml())).ok());
-  const WriteResult w = store_->update("test", [](Config& c, ChangeRecord&) -> std::optional<Refusal> {
+  const WriteResult w = store_->update("test", [](Config& c, ChangeRecord&, std::int64_t) -> std::optional<Refusal> {
     c.systems.clear();
     return Refusal{Refusal::Kind::kConflict, "no", {}};
   });
   EXPECT_EQ(w.refusal->kind, Refusal::Kind::kConflict);
   EXPECT_EQ(store_->load()->config->systems.size(), 2u);
+}
+
+// A change is given the revision it applies to, read in its own transaction, with what another
+// writer (another process) committed since this one last read: a precondition the change checks on
+// it (the admin API's If-Match) holds until the commit.
+TEST_F(StoreTest, AChangeIsGivenTheRevisionItAppliesTo) {
+  ASSERT_TRUE(store_->replace("test", "config.import", *parse(base_yaml())).ok());
+  ASSERT_EQ(*store_->revision(), 2);
+  auto other = open_store(path_);
+  Config changed = *store_->load()->config;
+  changed.systems[0].description = "by the other writer";
+  ASSERT_EQ(other->replace("other", "config.replace", changed).revision, 3);
+  std::int64_t given = 0;
+  const WriteResult w =
+      store_->update("test", [&](Config& c, ChangeRecord& r, std::int64_t revision) -> std::optional<Refusal> {
+        given = revision;
+        r.action = "test";
+        c.systems[0].description = "then by this one";
+        return std::nullopt;
+      });
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ(given, 3);
+  EXPECT_EQ(w.revision, 4);
 }
 
 TEST_F(StoreTest, AStaleExpectedRevisionIsRefused) {
@@ -283,7 +306,7 @@ TEST_F(StoreTest, AuditRowsSayWhoDidWhatWhenWithBeforeAndAfterButNoSecrets) {
   ManualClock clock(std::chrono::seconds(1'800'000'000));
   auto store = open_store(path_, &clock);
   ASSERT_TRUE(store->replace("alice", "config.import", *parse(base_yaml())).ok());
-  const WriteResult w = store->update("bob", [](Config& c, ChangeRecord& r) -> std::optional<Refusal> {
+  const WriteResult w = store->update("bob", [](Config& c, ChangeRecord& r, std::int64_t) -> std::optional<Refusal> {
     r = {"credential.create", "systems/crm/credentials/ak_1", "null", ""};
     Credential k;
     k.id = "ak_1";
@@ -343,7 +366,7 @@ TEST_F(StoreTest, OfConcurrentWritersExpectingTheSameRevisionExactlyOneCommits) 
       auto mine = open_store(path_);  // one connection each, as separate processes would have
       const WriteResult w = mine->update(
           "writer" + std::to_string(i),
-          [i](Config& c, ChangeRecord& r) -> std::optional<Refusal> {
+          [i](Config& c, ChangeRecord& r, std::int64_t) -> std::optional<Refusal> {
             r.action = "test";
             c.systems[0].description = "writer " + std::to_string(i);
             return std::nullopt;
