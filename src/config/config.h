@@ -147,6 +147,8 @@ struct Config {
   RateLimitHeaders rate_limit_headers = RateLimitHeaders::kDraft;
   std::int64_t max_body_bytes = 10 * 1024 * 1024;
   Nanos header_timeout = std::chrono::seconds(10);
+  // How long a write to a client may wait while the client reads nothing (nginx's send_timeout).
+  Nanos send_timeout = std::chrono::seconds(60);
   Nanos drain_timeout = std::chrono::seconds(30);
   std::string access_log = "stdout";  // stdout, off, or a file path
   std::vector<Upstream> upstreams;

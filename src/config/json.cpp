@@ -190,6 +190,7 @@ json::object settings_json(const Config& c) {
   out["rate_limit_headers"] = to_string(c.rate_limit_headers);
   out["max_body_bytes"] = c.max_body_bytes;
   out["header_timeout"] = format_duration(c.header_timeout);
+  out["send_timeout"] = format_duration(c.send_timeout);
   out["drain_timeout"] = format_duration(c.drain_timeout);
   out["access_log"] = c.access_log;
   return out;

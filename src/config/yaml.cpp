@@ -105,7 +105,8 @@ class Reader {
     }
     mark("", root);
     fields(root, "", {"listen", "admin_listen", "store", "fleet_size", "store_timeout", "system_key_header",
-                      "language", "rate_limit_headers", "max_body_bytes", "header_timeout", "drain_timeout",
+                      "language", "rate_limit_headers", "max_body_bytes", "header_timeout", "send_timeout",
+                      "drain_timeout",
                       "access_log", "upstreams", "systems", "interfaces", "grants"});
     string(root, "", "listen", c.listen);
     string(root, "", "admin_listen", c.admin_listen);
@@ -137,6 +138,7 @@ class Reader {
     }
     integer(root, "", "max_body_bytes", c.max_body_bytes);
     duration(root, "", "header_timeout", c.header_timeout);
+    duration(root, "", "send_timeout", c.send_timeout);
     duration(root, "", "drain_timeout", c.drain_timeout);
     string(root, "", "access_log", c.access_log);
     list(root, "", "upstreams", [&](const YAML::Node& n, const std::string& at) {
@@ -756,6 +758,7 @@ std::string to_yaml(const Config& c) {
   out << "rate_limit_headers: " << to_string(c.rate_limit_headers) << "\n";
   out << "max_body_bytes: " << c.max_body_bytes << "\n";
   out << "header_timeout: " << format_duration(c.header_timeout) << "\n";
+  out << "send_timeout: " << format_duration(c.send_timeout) << "\n";
   out << "drain_timeout: " << format_duration(c.drain_timeout) << "\n";
   out << "access_log: " << quote(c.access_log) << "\n";
   out << "upstreams:" << (c.upstreams.empty() ? " []" : "") << "\n";

@@ -944,7 +944,7 @@ struct Worker {
                                bool close);
   // Reads the request's body, up to limit bytes, into body: kOk, or why it could not.
   Task<Reason> read_body(Exchange& x, std::size_t limit, std::string& body);
-  // Writes "100 Continue" (within header_timeout): false when it could not.
+  // Writes "100 Continue" (within send_timeout): false when it could not.
   Task<bool> send_continue(Exchange& x);
   // A new connection to target, within timeout (name resolution included), for as long as the client
   // stays (it is watched while the connection is opened).
@@ -1235,7 +1235,7 @@ Task<bool> Worker::respond_json(Exchange& x, unsigned status, std::string body, 
   // An answer to HEAD has the length the body would have, and no body (which the client would take
   // for the start of the next response).
   if (x.parser.method() == http::verb::head) res.body().clear();
-  x.client.arm(x.snapshot->config().header_timeout);
+  x.client.arm(x.snapshot->config().send_timeout);
   auto [ec, n] = co_await http::async_write(x.client.socket(), res, kTok);
   co_return !ec && res.keep_alive();
 }
@@ -1244,7 +1244,7 @@ Task<bool> Worker::send_continue(Exchange& x) {
   // An HTTP/1.0 client gets no 1xx, which it would take for the answer (RFC 9110 15.2).
   if (!x.parser.http11()) co_return true;
   static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-  x.client.arm(x.snapshot->config().header_timeout);
+  x.client.arm(x.snapshot->config().send_timeout);
   auto [ec, n] = co_await asio::async_write(x.client.socket(), asio::buffer(kContinue), kTok);
   x.continue_sent = !ec;
   co_return !ec;
@@ -1761,7 +1761,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
           const std::array<asio::const_buffer, 1> piece{asio::buffer(interim)};
           const auto rest = write_now(x.client.socket(), piece, ec);
           if (!ec && asio::buffer_size(rest) > 0) {
-            x.client.arm(x.snapshot->config().header_timeout);
+            x.client.arm(x.snapshot->config().send_timeout);
             auto [iec, in] = co_await asio::async_write(x.client.socket(), rest, kTok);
             ec = x.client.timed(iec);
             x.client.disarm();
@@ -1954,7 +1954,7 @@ Task<bool> Worker::proxy(Exchange& x) {
   const bool failure_status = status < 600 && up.failure_statuses.test(status);
   conn->watch(x.client);  // a stream, or a body the upstream is slow to send, can outlast the client
   const RelayResult sent = co_await relay(*conn, up_buffer, *rp, x.client, wire, relay_chunked,
-                                          x.chunk, itf.timeout, itf.timeout,
+                                          x.chunk, itf.timeout, x.snapshot->config().send_timeout,
                                           [&] { record(failure_status, upstream_latency); });
   conn->unwatch();
   // The client left: found by the sweep, or by a write to it that failed for its closing (a relay
@@ -1989,9 +1989,11 @@ Task<bool> Worker::proxy(Exchange& x) {
       pool->push_back(std::move(conn));
     }
   }
-  // An upstream that broke off or stalled after the head went out: the client got its status and a
-  // body cut short (its connection closes), and the log and the metrics say why.
-  finish(x, static_cast<int>(status), upstream_ok ? Reason::kOk : why, upstream_latency);
+  // An upstream that broke off or stalled after the head went out, or a client that read nothing
+  // of its answer for send_timeout: the client got its status and a body cut short (its connection
+  // closes), and the log and the metrics say why.
+  const Reason ended = ec == beast::error::timeout ? Reason::kRequestTimeout : upstream_ok ? Reason::kOk : why;
+  finish(x, static_cast<int>(status), ended, upstream_latency);
   co_return !ec && upstream_ok && keep_client && x.parser.is_done();
 }
 

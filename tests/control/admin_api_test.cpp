@@ -351,6 +351,7 @@ TEST_F(AdminApiTest, EveryValidationErrorIsRefusedWholeWithItsFieldPath) {
       {"system_key_header", [](Config& c) { c.system_key_header = "X Key"; }, "system_key_header", "header name"},
       {"max_body_bytes", [](Config& c) { c.max_body_bytes = -1; }, "max_body_bytes", "must not be negative"},
       {"header_timeout", [](Config& c) { c.header_timeout = Nanos{0}; }, "header_timeout", "at least 1ms"},
+      {"send_timeout", [](Config& c) { c.send_timeout = Nanos{0}; }, "send_timeout", "at least 1ms"},
       {"access_log", [](Config& c) { c.access_log = ""; }, "access_log", "stdout, off or a file path"},
       {"upstream name", [](Config& c) { c.upstreams[1].name = ""; }, "upstreams[1].name", "is required"},
       {"upstream twice", [](Config& c) { c.upstreams[1].name = "app"; }, "upstreams[1].name", "another upstream"},

@@ -146,6 +146,17 @@ TEST(ConfigYaml, AStoreTimeoutOutOfRangeSaysWhatItGot) {
             (std::vector<std::string>{"test.yaml:1:16: store_timeout: must be between 1ms and 1m, got 2h"}));
 }
 
+// send_timeout is read, written back and checked like the other timeouts.
+TEST(ConfigYaml, ASendTimeoutIsReadExportedAndChecked) {
+  auto c = load_ok("send_timeout: 90s\n" + std::string(kMinimal));
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->send_timeout, std::chrono::seconds(90));
+  EXPECT_NE(config::to_yaml(*c).find("\nsend_timeout: 90s\n"), std::string::npos);
+  EXPECT_EQ(load_ok(kMinimal)->send_timeout, std::chrono::seconds(60));
+  EXPECT_EQ(problems_of("send_timeout: 0s\n" + std::string(kMinimal)),
+            (std::vector<std::string>{"test.yaml:1:15: send_timeout: must be at least 1ms"}));
+}
+
 TEST(ConfigYaml, DefaultsApplyWhenFieldsAreLeftOut) {
   auto c = load_ok(kMinimal);
   ASSERT_NE(c, nullptr);

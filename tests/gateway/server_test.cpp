@@ -1260,6 +1260,64 @@ TEST_F(GatewayTest, AClientThatGivesUpFreesItsInFlightPlaceWithoutWaitingForTheU
   EXPECT_LT(logged.at("upstream_latency_ms").as_double(), 5000.0);
 }
 
+// What fd gives until the connection ends: the status and how many bytes the body has.
+std::pair<int, std::size_t> read_to_end(int fd) {
+  std::string head;
+  std::size_t body = 0;
+  char buf[65536];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
+    if (head.find("\r\n\r\n") == std::string::npos) {
+      head.append(buf, static_cast<std::size_t>(n));
+      const std::size_t end = head.find("\r\n\r\n");
+      if (end != std::string::npos) body = head.size() - end - 4;
+    } else {
+      body += static_cast<std::size_t>(n);
+    }
+  }
+  return {testing::raw_status(head), body};
+}
+
+// A client that stops reading its answer for longer than the upstream's timeout still gets all of
+// it: the upstream's timeout bounds the reads from the upstream, and the client's pause is the
+// client's (send_timeout bounds it, 60 s by default). The answer is larger than what the sockets'
+// buffers hold, so the gateway waits on the client; it was cut at the upstream's timeout.
+TEST_F(GatewayTest, AClientThatPausesReadingLongerThanTheUpstreamsTimeoutGetsAllOfItsAnswer) {
+  constexpr std::size_t kBytes = std::size_t{32} << 20;
+  const int fd = connect_and_send(gw_->port(), "GET /echo/big?bytes=" + std::to_string(kBytes) +
+                                                   " HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n"
+                                                   "X-Request-Id: paused\r\nConnection: close\r\n\r\n");
+  ASSERT_GE(fd, 0);
+  // Twice the upstream's timeout (300 ms) passes on the gateway's deadlines: two requests it times
+  // out, one after the other.
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(get("/echo/x?delay_ms=5000", "crm").status, 504) << i;
+  const auto [status, body] = read_to_end(fd);
+  ::close(fd);
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(body, kBytes);
+  const auto logged = json(access_log_line("paused"));
+  EXPECT_EQ(logged.at("status").as_int64(), 200);
+  EXPECT_EQ(str(logged, "reason"), "ok");
+}
+
+// A client that reads nothing of its answer for send_timeout has it cut and its connection closed;
+// the log keeps the status it was sent, and says why.
+TEST_F(GatewayTest, AClientThatReadsNothingForTheSendTimeoutHasItsAnswerCut) {
+  gw_.reset();
+  start(replace_all(config_text(), "header_timeout: 500ms", "header_timeout: 500ms\nsend_timeout: 200ms"));
+  constexpr std::size_t kBytes = std::size_t{32} << 20;
+  const int fd = connect_and_send(gw_->port(), "GET /echo/big?bytes=" + std::to_string(kBytes) +
+                                                   " HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n"
+                                                   "X-Request-Id: unread\r\n\r\n");
+  ASSERT_GE(fd, 0);
+  const auto logged = json(access_log_line("unread"));
+  EXPECT_EQ(logged.at("status").as_int64(), 200);
+  EXPECT_EQ(str(logged, "reason"), "request_timeout");
+  const auto [status, body] = read_to_end(fd);
+  ::close(fd);
+  EXPECT_EQ(status, 200);
+  EXPECT_LT(body, kBytes);
+}
+
 // A client that leaves while the upstream is slow to send the body (a stream, or a stall) frees its
 // place too, and the upstream connection is closed; the log keeps the status it was sent.
 TEST_F(GatewayTest, AClientThatLeavesWhileTheBodyStallsFreesItsPlace) {
