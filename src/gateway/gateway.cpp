@@ -286,6 +286,12 @@ using DeadlineHook =
 // call a second, not a hundred); once the client has closed it (or reset it), client_gone() says so
 // (nginx's 499) and what is pending here is cancelled, at every sweep until unwatch(), so that a
 // client that gave up stops holding its in-flight place.
+//
+// A client's socket watches its upstream connection, in the same way, while the request's body is
+// relayed: an upstream that answers before it has all of it (a 413, a 401) or closes is not kept
+// waiting behind a client that pauses its upload, nor behind a write of the body it does not read
+// (RFC 9112 9.3): both are cancelled, upstream_answered() says so, and the answer is read at once.
+// An interim response (1xx) does not count.
 class TimedSocket : public DeadlineHook {
  public:
   using List = boost::intrusive::list<TimedSocket, boost::intrusive::constant_time_size<false>>;
@@ -308,44 +314,59 @@ class TimedSocket : public DeadlineHook {
   void disarm() {
     deadline_ = Nanos::max();
     timed_out_ = false;
-    client_gone_ = false;  // for the next request (it goes back to its pool)
+    seen_ = false;  // for the next request (it goes back to its pool)
   }
   error_code timed(const error_code& ec) const { return ec && timed_out_ ? error_code(beast::error::timeout) : ec; }
   // The drain's end: the deadline passes now (the next sweep cancels what waits, as a timeout), so
   // that the request waiting is answered and logged.
   void cut() { deadline_ = Nanos{0}; }
-  // Once gone, the client stays gone for the rest of the exchange, whatever phase watches next.
-  void watch(TimedSocket& client) {
-    watched_ = &client;
+  // What watching another socket looks for.
+  enum class Watch : std::uint8_t { kClientGone, kUpstreamAnswered };
+  // Once gone, the client stays gone for the rest of the exchange, whatever phase watches next; an
+  // upstream's answer is looked for anew at each watch.
+  void watch(TimedSocket& other, Watch what = Watch::kClientGone) {
+    watched_ = &other;
+    what_ = what;
+    if (what == Watch::kUpstreamAnswered) seen_ = false;
     peek_wait_ = kDeadlineSweep;
     next_peek_ = coarse_now() + peek_wait_;
   }
   void unwatch() { watched_ = nullptr; }
-  bool client_gone() const { return client_gone_; }
+  bool client_gone() const { return seen_ && what_ == Watch::kClientGone; }
+  bool upstream_answered() const { return seen_ && what_ == Watch::kUpstreamAnswered; }
   // The sweep: cancels what is pending once the deadline has passed (again at every sweep, for an
   // operation started after it), or once the watched client has gone.
   void check(Nanos now) {
     if (deadline_ <= now) {
       timed_out_ = true;
-    } else if (watched_ != nullptr && (client_gone_ || (now >= next_peek_ && client_left()))) {
-      client_gone_ = true;  // and cancelled again at every sweep until unwatched, as for a deadline
+    } else if (watched_ != nullptr && (seen_ || (now >= next_peek_ && peek()))) {
+      seen_ = true;  // and cancelled again at every sweep until unwatched, as for a deadline
     } else {
       return;
     }
     error_code ignored;
     socket_.cancel(ignored);
+    // An upstream that has answered is written no more of the body: a write it does not read stops.
+    if (seen_ && what_ == Watch::kUpstreamAnswered) watched_->socket().cancel(ignored);
   }
 
  private:
-  // Whether the watched client has closed (or reset) its connection: a peek reads its end, or fails
-  // other than for want of data. Bytes waiting (a next request sent ahead) say nothing, and count as
-  // open. Sets when to peek next.
-  bool client_left() {
-    char c = 0;
-    const ssize_t n = ::recv(watched_->socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  // Whether what is watched for has come: a peek at the watched socket reads its end, or fails other
+  // than for want of data (closed or reset: a client gone, or an upstream that will not answer
+  // more); an upstream's bytes are an answer unless they start an interim one ("HTTP/1.1 1"), a
+  // client's (a next request sent ahead) say nothing. Sets when to peek next.
+  bool peek() {
+    static constexpr std::string_view kInterim = "HTTP/1.1 1";
+    char head[kInterim.size()];
+    const std::size_t want = what_ == Watch::kUpstreamAnswered ? sizeof head : 1;
+    const ssize_t n = ::recv(watched_->socket().native_handle(), head, want, MSG_PEEK | MSG_DONTWAIT);
     peek_wait_ = std::min(peek_wait_ * 2, kPeekEvery);
     next_peek_ = coarse_now() + peek_wait_;
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return true;
+    if (n < 0 || what_ == Watch::kClientGone) return false;
+    // Too little to tell yet, unless it already differs from an interim head.
+    const std::string_view got(head, static_cast<std::size_t>(n));
+    return got != kInterim.substr(0, got.size());
   }
 
   Socket socket_;
@@ -354,7 +375,8 @@ class TimedSocket : public DeadlineHook {
   TimedSocket* watched_ = nullptr;
   Nanos peek_wait_{0};
   Nanos next_peek_{0};
-  bool client_gone_ = false;
+  Watch what_ = Watch::kClientGone;
+  bool seen_ = false;
 };
 
 // Why an upstream's answer failed: a timeout; bytes that are not an answer the gateway may pass on
@@ -975,6 +997,7 @@ struct Worker {
     bool connect_failed = false;  // no connection could be opened: nothing was sent
     Nanos upload{0};  // spent streaming the client's body up: the client's time, not the upstream's
     bool left_connecting = false;  // the client left while a connection was being opened
+    bool answered_early = false;  // before it had the whole body: its connection is not pooled
   };
   Task<Sent> send_upstream(Exchange& x, const InterfaceEntry& itf, const config::Target& target,
                            std::vector<UpConn>& pool, bool has_body, bool expects_continue);
@@ -1651,6 +1674,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
   bool client_gone = false;
   bool left_connecting = false;
   bool interim_sent = false;
+  bool answered_early = false;  // the upstream answered before it had the whole body
   std::string interim;
   Nanos upload{0};
   // Whether the request can be written again (it has no body, or all of it is held), and whether
@@ -1714,10 +1738,18 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
       ec = us.timed(wec);
     } else {
       const auto upload_start = has_body ? Clock::now() : Clock::time_point();
+      // Once the head is on its way, the upstream may answer before it has the whole body.
       const RelayResult sent = co_await relay(x.client, x.buffer, x.parser, us, wire, x.parser.chunked(), x.chunk,
-                                              x.snapshot->config().header_timeout, itf.timeout, [] {});
+                                              x.snapshot->config().header_timeout, itf.timeout, [&] {
+                                                if (has_body) x.client.watch(us, TimedSocket::Watch::kUpstreamAnswered);
+                                              });
+      x.client.unwatch();
+      answered_early = x.client.upstream_answered();
       if (has_body) upload += since(upload_start);
-      if (sent.read) {
+      // An answer that came while the client's body was awaited, or written, cut that: it is read at
+      // once, and the connection ends after it (the rest of the body cannot be told from a next
+      // request).
+      if (sent.read && !answered_early) {
         failure = reason_of_body_read_error(sent.read);
         body_failed = true;
       }
@@ -1802,7 +1834,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
     if (!again) break;
   }
   if (!rp) co_return Sent{UpConn(), failure, body_failed, connect_failed, upload, left_connecting};
-  co_return Sent{std::move(conn), Reason::kOk, false, false, upload, false};
+  co_return Sent{std::move(conn), Reason::kOk, false, false, upload, false, answered_early};
 }
 
 Task<bool> Worker::proxy(Exchange& x) {
@@ -1983,7 +2015,7 @@ Task<bool> Worker::proxy(Exchange& x) {
   }
   // The upstream connection goes back to the pool when the exchange ended cleanly.
   if (upstream_ok && !ec && rp->is_done() && upstream_keep_alive && up_buffer.size() == 0 &&
-      (!has_body || x.parser.is_done())) {
+      (!has_body || x.parser.is_done()) && !sent_up.answered_early) {
     if (pool->size() < static_cast<std::size_t>(up.upstream->max_idle_connections)) {
       conn->disarm();
       pool->push_back(std::move(conn));

@@ -192,7 +192,10 @@ class ClosingUpstream {
  public:
   // kInterim: the response's first head (an interim one) goes at once, the rest on release().
   // kInterim408Next: as k408Next, with a 102 Processing before the 408.
-  enum class After { kClose, kHalfClose, kHold, kIdle408, kDropNext, kEarly, kStray, k408Next, kInterim, kInterim408Next };
+  // kEarlyHold: as kEarly, then reads nothing more, and closes only when destroyed.
+  enum class After {
+    kClose, kHalfClose, kHold, kIdle408, kDropNext, kEarly, kEarlyHold, kStray, k408Next, kInterim, kInterim408Next
+  };
   explicit ClosingUpstream(std::string response = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nhello",
                            After after = After::kHalfClose)
       : ClosingUpstream(std::vector<std::string>{std::move(response)}, after) {}
@@ -247,7 +250,8 @@ class ClosingUpstream {
         const std::size_t end = in.find("\r\n\r\n");
         if (need == std::string::npos && end != std::string::npos) {
           const std::size_t cl = in.find("Content-Length: ");
-          need = end + 4 + (cl < end && after_ != After::kEarly ? std::stoul(in.substr(cl + 16)) : 0);
+          const bool early = after_ == After::kEarly || after_ == After::kEarlyHold;
+          need = end + 4 + (cl < end && !early ? std::stoul(in.substr(cl + 16)) : 0);
         }
       }
       if (need != std::string::npos && in.size() >= need) {
@@ -261,6 +265,10 @@ class ClosingUpstream {
         }
         (void)::send(c, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
         if (after_ == After::kHalfClose) ::shutdown(c, SHUT_WR);
+        if (after_ == After::kEarlyHold) {
+          std::unique_lock lock(mutex_);
+          changed_.wait(lock, [&] { return time_out_; });
+        }
         if (after_ == After::kIdle408 && closed_ == 0) {
           std::unique_lock lock(mutex_);
           changed_.wait(lock, [&] { return time_out_; });
@@ -2035,6 +2043,55 @@ TEST_F(GatewayTest, AnUpstreamsEarlyAnswerToAnUploadReachesTheClient) {
     EXPECT_EQ(out.substr(out.find("\r\n\r\n") + 4), "too long") << i;
   }
   EXPECT_NE(metrics().find("sluice_breaker_state{upstream=\"closing\",state=\"closed\"} 1"), std::string::npos);
+}
+
+// An upstream that answers an upload early and then neither reads nor closes has its answer relayed
+// too: the write of the body it does not read stops (it waited out the upstream's timeout, 504).
+TEST_F(GatewayTest, AnUpstreamsEarlyAnswerStopsAWriteItDoesNotRead) {
+  ClosingUpstream refusing("HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\n\r\ntoo long",
+                           ClosingUpstream::After::kEarlyHold);
+  gw_.reset();
+  start(replace_all(config_text("", refusing.port()), "max_body_bytes: 4096", "max_body_bytes: 67108864"));
+  constexpr std::size_t kBody = 32u << 20;
+  const std::string head = "POST /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nContent-Length: " +
+                           std::to_string(kBody) + "\r\n\r\n";
+  const int fd = connect_to_loopback(gw_->port());
+  ASSERT_GE(fd, 0);
+  std::thread upload([&] {
+    (void)::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+    const std::string piece(64 * 1024, 'x');
+    for (std::size_t sent = 0; sent < kBody; sent += piece.size()) {
+      if (::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL) <= 0) break;
+    }
+  });
+  const std::string out = read_until(fd, "too long");
+  ::shutdown(fd, SHUT_RDWR);
+  upload.join();
+  ::close(fd);
+  EXPECT_EQ(testing::raw_status(out), 413) << out.substr(0, 300);
+}
+
+// An upstream that answers an upload early while the client pauses it (a 413 after the first
+// bytes) has its answer relayed at once: the gateway watches the upstream while it waits on the
+// client, rather than finding the answer only when its next write fails (here never: the client
+// waits for the answer, and was sent a 408 at the header timeout instead).
+TEST_F(GatewayTest, AnUpstreamsEarlyAnswerReachesAClientThatPausesItsUpload) {
+  ClosingUpstream refusing("HTTP/1.1 413 Payload Too Large\r\nContent-Length: 8\r\n\r\ntoo long",
+                           ClosingUpstream::After::kEarly);
+  gw_.reset();
+  start(replace_all(replace_all(config_text("", refusing.port()), "max_body_bytes: 4096", "max_body_bytes: 1048576"),
+                    "header_timeout: 500ms", "header_timeout: 5s"));
+  const std::string request = "POST /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nX-Request-Id: paused-upload\r\n"
+                              "Content-Length: 124000\r\n\r\n" + std::string(1000, 'x');
+  const auto start = std::chrono::steady_clock::now();
+  const int fd = connect_and_send(gw_->port(), request);
+  ASSERT_GE(fd, 0);
+  const std::string out = read_until(fd, "too long");
+  ::close(fd);
+  EXPECT_EQ(testing::raw_status(out), 413) << out;
+  EXPECT_NE(out.find("\r\nConnection: close\r\n"), std::string::npos) << out;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 4s) << "answered at once, not at the header timeout";
+  EXPECT_EQ(str(json(access_log_line("paused-upload")), "reason"), "ok");
 }
 
 // A client refused before its upload ends (413 at the header here) can send the rest and read the
