@@ -53,6 +53,44 @@ bool after_separator(std::string_view text, const YAML::Mark& at) {
   return false;
 }
 
+// Where a quoted string that goes on past the end of its line starts, when one does. YAML lets a
+// quoted string run over lines; no value of a configuration needs to, and a quote left open takes
+// in everything up to the next quote of its kind (the rest of a list, say) without a word.
+std::optional<YAML::Mark> quoted_over_lines(std::string_view text, const YAML::Node& n) {
+  if (n.IsScalar()) {
+    const YAML::Mark m = n.Mark();
+    if (m.pos < 0 || static_cast<std::size_t>(m.pos) >= text.size()) return std::nullopt;
+    const char quote = text[static_cast<std::size_t>(m.pos)];
+    if (quote != '"' && quote != '\'') return std::nullopt;
+    for (std::size_t i = static_cast<std::size_t>(m.pos) + 1; i < text.size(); ++i) {
+      const char c = text[i];
+      if (c == '\n' || c == '\r') return m;
+      if (quote == '"' && c == '\\') {
+        if (i + 1 < text.size() && (text[i + 1] == '\n' || text[i + 1] == '\r')) return m;  // an escaped line break
+        ++i;
+      } else if (c == quote) {
+        if (quote == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+          ++i;  // '' stands for '
+        } else {
+          return std::nullopt;
+        }
+      }
+    }
+    return m;
+  }
+  if (n.IsSequence()) {
+    for (const YAML::Node& e : n) {
+      if (auto m = quoted_over_lines(text, e)) return m;
+    }
+  } else if (n.IsMap()) {
+    for (const auto& kv : n) {
+      if (auto m = quoted_over_lines(text, kv.first)) return m;
+      if (auto m = quoted_over_lines(text, kv.second)) return m;
+    }
+  }
+  return std::nullopt;
+}
+
 // Reads text as one YAML document into root; the problem when it is not one. Names and descriptions
 // go to JSON answers, the audit log and exports, which must read back: the text must be UTF-8. A
 // second document (after a "---") would be dropped without a word.
@@ -77,6 +115,10 @@ std::optional<Problem> read_one_document(std::string_view text, const std::strin
                      file, at.line + 1, at.column + 1};
     }
     root = documents.empty() ? YAML::Node() : documents[0];
+    if (const auto at = quoted_over_lines(text, root)) {
+      return Problem{"", "a quoted string runs on past the end of its line: close its quote on the line it opens",
+                     file, at->line + 1, at->column + 1};
+    }
   } catch (const YAML::Exception& e) {
     return Problem{"", e.msg, file, e.mark.line + 1, e.mark.column + 1};
   }

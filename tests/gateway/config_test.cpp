@@ -146,6 +146,29 @@ TEST(ConfigYaml, AStoreTimeoutOutOfRangeSaysWhatItGot) {
             (std::vector<std::string>{"test.yaml:1:16: store_timeout: must be between 1ms and 1m, got 2h"}));
 }
 
+// A quote left open would take in the rest of the file up to the next quote of its kind (here the
+// next system, which went missing without a word): a quoted string must close on its line.
+TEST(ConfigYaml, AQuotedStringThatRunsOntoTheNextLineIsRefused) {
+  const std::string head = "upstreams: [{name: app, targets: [127.0.0.1:8081]}]\n"
+                           "interfaces: [{id: users, path: /api/users, upstream: app}]\n"
+                           "systems:\n"
+                           "  - key: crm\n";
+  const std::string rest = "  - key: erp\n    interfaces: [users]\n";
+  const std::string message = ": a quoted string runs on past the end of its line: close its quote on the line it opens";
+  EXPECT_EQ(problems_of(head + "    description: \"CRM team\n" + rest),
+            (std::vector<std::string>{"test.yaml:5:18" + message}));
+  EXPECT_EQ(problems_of(head + "    description: 'CRM team\n" + rest),
+            (std::vector<std::string>{"test.yaml:5:18" + message}));
+  EXPECT_EQ(problems_of(head + "    description: \"CRM \\\n  team\"\n" + rest),
+            (std::vector<std::string>{"test.yaml:5:18" + message}));
+  // Quotes that close on their line, escaped quotes inside them included, are read as ever.
+  auto c = load_ok(head + "    description: 'CRM ''team''' # \"\n" + "  - key: \"erp \\\"x\\\"\"\n");
+  ASSERT_NE(c, nullptr);
+  ASSERT_EQ(c->systems.size(), 2u);
+  EXPECT_EQ(c->systems[0].description, "CRM 'team'");
+  EXPECT_EQ(c->systems[1].key, "erp \"x\"");
+}
+
 // send_timeout is read, written back and checked like the other timeouts.
 TEST(ConfigYaml, ASendTimeoutIsReadExportedAndChecked) {
   auto c = load_ok("send_timeout: 90s\n" + std::string(kMinimal));
