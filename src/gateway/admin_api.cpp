@@ -262,6 +262,10 @@ struct Conditions {
                        {}};
       }
     }
+    // A revision listed is the configuration's, as for a replacement: it must have moved since.
+    if (none_match.lists_revision(revision)) {
+      return Refusal{Refusal::Kind::kStale, "If-None-Match: the configuration is at " + revision_tag(revision) + ".", {}};
+    }
     if (none_match.present && exists && (none_match.any || none_match.lists(tag))) {
       return Refusal{Refusal::Kind::kStale,
                      "If-None-Match: " + what + (none_match.any ? " exists" : " is still as you read it"), {}};

@@ -552,6 +552,23 @@ TEST_F(AdminApiTest, IfMatchHoldsWhenAnyListedTagMatchesRevisionsIncluded) {
   EXPECT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["users"]})", {{"If-Match", old + ", *"}}).status, 200);
 }
 
+// If-None-Match listing the configuration's revision holds on an entity's write as on a
+// replacement: only once the configuration has moved since.
+TEST_F(AdminApiTest, IfNoneMatchOfTheCurrentRevisionRefusesAnEntitysWrite) {
+  const std::string now = "\"r" + std::to_string(revision()) + "\"";
+  const std::int64_t before = revision();
+  const Reply put = call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["users"]})", {{"If-None-Match", now}});
+  EXPECT_EQ(put.status, 412);
+  EXPECT_EQ(put.str("msg"), "If-None-Match: the configuration is at " + now + ".");
+  EXPECT_EQ(call("DELETE", "/admin/v1/systems/erp", "", {{"If-None-Match", "\"other\", " + now}}).status, 412);
+  EXPECT_EQ(call("POST", "/admin/v1/breakers/app/force", R"({"force":"open"})", {{"If-None-Match", now}}).status, 412);
+  EXPECT_EQ(revision(), before);
+  // Once it has moved, it holds.
+  const std::string stale = now;
+  ASSERT_EQ(call("PUT", "/admin/v1/systems/crm", R"({"interfaces":["orders"],"description":"moved"})").status, 200);
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["users"]})", {{"If-None-Match", stale}}).status, 200);
+}
+
 // A delete checks If-None-Match as a replacement does; If-Match compares strongly, so a weak tag
 // matches nothing (RFC 9110 13.1.1).
 TEST_F(AdminApiTest, ADeleteHoldsToIfNoneMatchAndIfMatchTakesNoWeakTag) {
