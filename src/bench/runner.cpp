@@ -196,6 +196,7 @@ struct Conn {
   bool reused = false;     // the request under way was written after an earlier response
   bool retried = false;    // the request under way is on its second attempt
   bool got_bytes = false;  // some of a response to the request under way has arrived
+  error_code write_failed;  // writing the request under way failed: its answer may have come first
   Nanos busy_since{0};     // when this request began, for the timeout
   Nanos intended{0};       // when it was meant to leave: the latency's start outside closed loops
   Nanos sent{0};           // when it was written
@@ -362,6 +363,7 @@ class Worker {
       c.busy = true;
       c.busy_since = Nanos{0};
       c.intended = Nanos{0};
+      c.write_failed = {};
       c.fields.clear();
       c.parser.emplace(plan_.head, c.fields, stats_.rate_limit);
     }
@@ -388,7 +390,7 @@ class Worker {
         written[i] = 0;
       }
       if (errors[i]) {
-        fail(c, "write: " + errors[i].message());
+        after_failed_write(c, errors[i]);
       } else {
         finish_write(c, written[i]);
       }
@@ -481,12 +483,13 @@ class Worker {
     if (!c.retried) c.sent = since_start();  // a retry's latency counts from the first attempt
     c.reused = c.exchanges > 0;
     c.got_bytes = false;
+    c.write_failed = {};
     // Most requests fit in the socket's buffer at once: write now, and wait only for the rest.
     error_code ec;
     const std::size_t n = c.socket.write_some(asio::buffer(plan_.wire[c.variant]), ec);
     if (ec && ec != asio::error::would_block) {
       if (may_retry(c, ec)) return retry(c);
-      return fail(c, "write: " + ec.message());
+      return after_failed_write(c, ec);
     }
     finish_write(c, ec ? 0 : n);
   }
@@ -517,9 +520,21 @@ class Worker {
     asio::async_write(c.socket, asio::buffer(wire.data() + written, wire.size() - written),
                       [this, &c](error_code ec, std::size_t) {
                         if (ec && may_retry(c, ec)) return retry(c);
-                        if (ec) return fail(c, reason(c, "write", ec));
+                        if (ec) return after_failed_write(c, ec);
                         read(c);
                       });
+  }
+
+  // A server that answers before it has the whole request and closes (a 413 for a body too large,
+  // a 429 that does not read the body) fails the rest of the write, with a reset when the body was
+  // left unread; its answer may still be in the socket (what came before a reset stays readable),
+  // and is read as any other. The write's error counts only when no answer came.
+  void after_failed_write(Conn& c, error_code ec) {
+    if (c.timed_out || (ec != asio::error::broken_pipe && ec != asio::error::connection_reset)) {
+      return fail(c, reason(c, "write", ec));
+    }
+    c.write_failed = ec;
+    read(c);
   }
 
   void read(Conn& c) {
@@ -548,6 +563,7 @@ class Worker {
 
   void on_read(Conn& c, error_code ec, std::size_t n) {
     if (ec && may_retry(c, ec)) return retry(c);
+    if (ec && c.write_failed && !c.got_bytes) return fail(c, reason(c, "write", c.write_failed));
     if (n > 0) c.got_bytes = true;
     if (ec == asio::error::eof && c.parser->need_eof()) {
       c.parser->put_eof(ec);  // a body delimited by the end of the connection
@@ -634,7 +650,7 @@ class Worker {
     note_rate_limit_fields(c, now);
     c.parser.reset();
     ++c.exchanges;
-    if (!keep_alive) close(c);
+    if (!keep_alive || c.write_failed) close(c);
     finish_request(c, now);
   }
 

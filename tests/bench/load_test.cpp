@@ -226,6 +226,24 @@ TEST(Load, AServerThatClosesAfterEveryResponseLosesNoRequest) {
   EXPECT_EQ(server.arrivals().size(), 20u);
 }
 
+TEST(Load, AnAnswerThatCameBeforeTheBodyWasAllWrittenIsCounted) {
+  // The server answers at the head and closes with the body unread, which resets the connection
+  // while the bench still writes: the answer came first, and is what counts (it was "write:
+  // Connection reset by peer").
+  TestServer server(TestServerOptions{.admit = 1000, .answer_at_head = true});
+  Options o;
+  o.url = server.url("/upload");
+  o.method = "POST";
+  o.body = std::string(std::size_t{8} << 20, 'x');
+  o.requests = 10;
+  o.connections = 2;
+  const Report r = run_ok(plan_of(o));
+  EXPECT_EQ(r.requests, 10u);
+  EXPECT_EQ(r.admitted, 10u);
+  EXPECT_EQ(r.errors, 0u) << r.most_common_error();
+  EXPECT_EQ(server.arrivals().size(), 10u);
+}
+
 TEST(Load, ARequestThatGotNothingOnAReusedConnectionIsSentAgainOnce) {
   // One connection. The server drops arrivals 2, 3 and 5 unanswered, each after 100 ms:
   //   request 1: arrival 1, answered;

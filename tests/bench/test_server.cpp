@@ -126,11 +126,14 @@ struct TestServer::Impl {
         }
         pos = end;
       }
-      if (input.size() < head_end + 4 + content_length) return read();
-      a.body = input.substr(head_end + 4, content_length);
-      input.erase(0, head_end + 4 + content_length);
+      const bool at_head = impl.options.answer_at_head;
+      if (!at_head && input.size() < head_end + 4 + content_length) return read();
+      a.body = at_head ? "" : input.substr(head_end + 4, content_length);
+      input.erase(0, at_head ? input.size() : head_end + 4 + content_length);
       a.at = received.count() > 0 ? received : std::chrono::system_clock::now().time_since_epoch();
-      respond(impl.decide(std::move(a)));
+      Impl::Answer answer = impl.decide(std::move(a));
+      if (at_head) answer.close = true;
+      respond(std::move(answer));
     }
 
     void respond(Impl::Answer answer) {
