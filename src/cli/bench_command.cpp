@@ -88,6 +88,17 @@ class ReportFile {
 
   bool to_stdout() const { return path_ == "-"; }
 
+  // Whether the two name one file: by name, or (both there) by device and inode.
+  bool same_file(const ReportFile& other) const {
+    if (to_stdout() || other.to_stdout()) return false;
+    if (path_ == other.path_) return true;
+    struct stat a {};
+    struct stat b {};
+    return ::stat(path_.c_str(), &a) == 0 && ::stat(other.path_.c_str(), &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+  }
+  const std::string& path() const { return path_; }
+
   // Whether the file could be written, without creating or truncating it: "" or what is wrong.
   std::string check() const {
     if (to_stdout()) return {};
@@ -189,6 +200,12 @@ int run_bench(const bench::Options& options, const Output& output) {
   if (json_to_stdout && chart_to_stdout) {
     return cannot_run("--json - and --chart -: only one of them can go to stdout");
   }
+  if (json_file && chart_file && json_file->same_file(*chart_file)) {
+    return cannot_run("--json and --chart name one file ('" + json_file->path() + "'): give each its own");
+  }
+  // A reader of stdout that goes away (`| head`) costs the text report, not the files and the exit
+  // status: writes to it fail rather than kill the run.
+  std::signal(SIGPIPE, SIG_IGN);
 
   catch_interrupt();
   bench::RunHooks hooks;
@@ -207,6 +224,7 @@ int run_bench(const bench::Options& options, const Output& output) {
   // "-" puts the JSON or the chart on stdout in place of the text report.
   if (!output.quiet && !json_to_stdout && !chart_to_stdout) {
     std::cout << bench::format_report(report) << std::flush;
+    if (!std::cout) std::cerr << "sluice bench: the report could not be written to stdout\n";
   }
   if (json_file) {
     if (const std::string e = json_file->write(bench::to_json(report)); !e.empty()) {
@@ -223,6 +241,9 @@ int run_bench(const bench::Options& options, const Output& output) {
   if (report.stopped_early) {
     std::cerr << "sluice bench: interrupted; the report is of what was seen until then\n";
     return kInterrupted;
+  }
+  if (report.requests == 0) {
+    return cannot_run("no request was sent: the run ended before its first (is --duration that short?)");
   }
   if (report.responses == 0 && report.errors > 0) {
     return cannot_run("no request got a response (" + report.most_common_error() + ")");

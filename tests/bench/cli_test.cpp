@@ -323,5 +323,56 @@ TEST(Cli, QuietPrintsNothingWhenAllIsWell) {
   EXPECT_EQ(o.err, "");
 }
 
+// A run over before its first request passed every assertion on nothing and exited 0.
+TEST(Cli, ARunThatSendsNothingExitsTwo) {
+  TestServer server;
+  const Outcome o = sluice({"bench", "-d", "1us", "--expect-status", "200", "--expect-admitted", "0", server.url()});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err, "sluice bench: no request was sent: the run ended before its first (is --duration that short?)\n");
+}
+
+// A reader of stdout that went away (`| true`) killed the run with SIGPIPE: no JSON, no FAILED line.
+TEST(Cli, AClosedStdoutCostsTheTextReportOnly) {
+  TestServer server;  // admits 50: --expect-admitted 5 fails
+  const std::string json = ::testing::TempDir() + "sluice_cli_pipe.json";
+  std::remove(json.c_str());
+  const std::string err = err_path();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    int p[2];
+    if (pipe(p) != 0) _exit(126);
+    close(p[0]);
+    dup2(p[1], STDOUT_FILENO);
+    const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(e, STDERR_FILENO);
+    alarm(20);
+    std::vector<std::string> args{SLUICE_BINARY, "bench", "-n", "20", "-c", "2", "--expect-admitted", "5",
+                                  "--json", json, server.url()};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int wstatus = 0;
+  waitpid(pid, &wstatus, 0);
+  ASSERT_TRUE(WIFEXITED(wstatus)) << "killed by signal " << WTERMSIG(wstatus);
+  EXPECT_EQ(WEXITSTATUS(wstatus), 1);
+  EXPECT_EQ(boost::json::parse(slurp(json)).at("requests").to_number<int>(), 20);
+  const std::string said = slurp(err);
+  EXPECT_TRUE(contains(said, "the report could not be written to stdout")) << said;
+  EXPECT_TRUE(contains(said, "FAILED --expect-admitted")) << said;
+}
+
+// --json and --chart naming one file: the chart silently took the JSON's place.
+TEST(Cli, JsonAndChartToOneFileAreRefused) {
+  TestServer server;
+  const std::string both = ::testing::TempDir() + "sluice_cli_both.out";
+  const Outcome o = sluice({"bench", "-n", "2", "--json", both, "--chart", both, server.url()});
+  EXPECT_EQ(o.status, 2);
+  EXPECT_EQ(o.err, "sluice bench: --json and --chart name one file ('" + both + "'): give each its own\n");
+  EXPECT_EQ(server.arrivals().size(), 0u) << "refused before the run";
+}
+
 }  // namespace
 }  // namespace sluice::bench
