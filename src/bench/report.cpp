@@ -134,11 +134,14 @@ void append_rate_limit(std::string& out, const RateLimitSummary& rl, std::uint64
   }
   if (rl.remaining.count > 0) {
     if (rl.window_rises > 0) {
+      // Only a fixed window's remaining never rises before its reset: the headers do not say which
+      // algorithm counts, so the report says what a rise means for each.
       out += format(
-          "    %-18s WARNING: remaining rose within a window %llu times in %llu checks; "
-          "first: %s\n",
+          "    %-18s remaining rose within a window %llu times in %llu checks; first: %s\n"
+          "    %-18s (with a fixed window, a sign of servers or processes that each count alone; a "
+          "sliding window or log, a token bucket or GCRA frees quota as time passes)\n",
           "window check", static_cast<unsigned long long>(rl.window_rises),
-          static_cast<unsigned long long>(rl.window_checks), rl.first_rise.c_str());
+          static_cast<unsigned long long>(rl.window_checks), rl.first_rise.c_str(), "");
     } else if (rl.window_checks > 0) {
       out += format("    %-18s remaining only fell within each window (%llu checks)\n",
                     "window check", static_cast<unsigned long long>(rl.window_checks));

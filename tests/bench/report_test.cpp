@@ -142,6 +142,26 @@ TEST(Report, RejectionsWithoutRetryAfterAreInTheTextAsInTheJson) {
             std::string::npos);
 }
 
+TEST(Report, ARiseOfRemainingSaysWhatItMeansForEachAlgorithm) {
+  // A sliding log (the demo's) frees quota before its reset, and the report warned of servers that
+  // each count alone against one gateway.
+  RunResult run = fifty_fifty();
+  run.stats.rate_limit.remaining.add(1);
+  run.stats.rate_limit.window_checks = 93;
+  run.stats.rate_limit.window_rises = 3;
+  run.stats.rate_limit.first_rise = "remaining rose from 0 to 1";
+  const std::string text = format_report(make_report(burst_plan(), run));
+  EXPECT_EQ(text.find("WARNING"), std::string::npos) << text;
+  EXPECT_NE(text.find("window check       remaining rose within a window 3 times in 93 checks; first: remaining "
+                      "rose from 0 to 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("(with a fixed window, a sign of servers or processes that each count alone; a sliding "
+                      "window or log, a token bucket or GCRA frees quota as time passes)"),
+            std::string::npos)
+      << text;
+}
+
 TEST(Report, RemainingIsCountedInValuesNotResponses) {
   // Two responses of two quotas each: the text said "on 4 responses".
   RunResult run = fifty_fifty();
