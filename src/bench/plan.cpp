@@ -70,6 +70,11 @@ std::optional<double> parse_rate(std::string_view s) {
 
 Result<Nanos> parse_positive_duration(std::string_view flag, const std::string& text) {
   const std::optional<Nanos> d = parse_duration(text);
+  // A whole number and a unit that reads with a smaller number: the number is too large.
+  const std::size_t unit = text.find_first_not_of("0123456789");
+  if (!d && unit > 0 && unit != std::string::npos && parse_duration("1" + text.substr(unit))) {
+    return bad(std::string(flag) + ": '" + text + "' is too long: at most 106751d");
+  }
   if (!d) {
     return bad(std::string(flag) + ": '" + text +
                "' is not a duration; write a whole number and a unit, e.g. 500ms, 10s, 2m");
@@ -108,6 +113,15 @@ Result<Target> parse_target(const std::string& text) {
     return bad("'" + text + "': sluice bench speaks plain HTTP/1.1 only; use an http:// URL");
   }
   if (!iequals(scheme, "http")) return bad("'" + text + "': the URL must start with http://");
+  // Boost.URL says only "leftover" of these.
+  const auto unusable = [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u <= 0x20 || u >= 0x7f;
+  };
+  if (std::any_of(url.begin(), url.end(), unusable)) {
+    return bad("'" + text + "' is not a URL: a space, a control or a non-ASCII character must be percent-encoded "
+               "(%20, %C3%A9)");
+  }
 
   // The authority is split off here rather than by Boost.URL, which reads the IPv4 address at the
   // front of "127.0.0.1.:8080" or "127.0.0.1:80:80" and takes the rest for the path.

@@ -231,6 +231,23 @@ TEST(Plan, RejectsARampWithoutDurationOrWithBadRates) {
   EXPECT_NE(error_of(o).find("not both 0"), std::string::npos);
 }
 
+TEST(Plan, ADurationTooLongAndAURLWithASpaceSayWhatIsWrong) {
+  // Both said what they are not: "'106752d' is not a duration", "is not a URL (leftover)".
+  Options o = with_url();
+  o.duration = "106752d";
+  EXPECT_EQ(error_of(o), "--duration: '106752d' is too long: at most 106751d");
+  o.duration = "9223372037s";
+  EXPECT_EQ(error_of(o), "--duration: '9223372037s' is too long: at most 106751d");
+  o.duration = "106751d";
+  EXPECT_TRUE(make_plan(o, 2).ok());
+  for (const std::string url : {"http://h:1/a b", "http://h:1/\xc3\xa9", "http://h:1/a\tb"}) {
+    Options u;
+    u.url = url;
+    EXPECT_EQ(error_of(u), "'" + url + "' is not a URL: a space, a control or a non-ASCII character must be "
+                                       "percent-encoded (%20, %C3%A9)");
+  }
+}
+
 TEST(Plan, RejectsBadNumbersAndDurations) {
   Options o = with_url();
   o.duration = "10";
