@@ -169,6 +169,34 @@ bool MessageParser<isRequest>::keep_alive() const {
   return http11_ ? !close_ : keep_alive_ && !close_;
 }
 
+namespace {
+
+// Whether a chunk's size line that Beast waits on (after the CRLF that ends the data before it)
+// holds an extension whose quoted string is still open at the line's end: Beast reads on, past the
+// CRLF, for the closing quote, which a quoted string may not span (RFC 9112 7.1.1).
+bool opens_a_quote_it_does_not_close(std::string_view rest) {
+  if (rest.starts_with("\r\n")) rest.remove_prefix(2);
+  const std::size_t end = rest.find("\r\n");
+  if (end == std::string_view::npos) return false;
+  const std::string_view line = rest.substr(0, end);
+  const std::size_t semicolon = line.find(';');
+  if (semicolon == std::string_view::npos || semicolon == 0 ||
+      line.substr(0, semicolon).find_first_not_of("0123456789abcdefABCDEF \t") != std::string_view::npos) {
+    return false;  // not a size line with extensions (a trailer field's name holds no ';')
+  }
+  bool quoted = false;
+  for (std::size_t i = semicolon; i < line.size(); ++i) {
+    if (quoted && line[i] == '\\') {
+      ++i;  // a quoted pair
+    } else if (line[i] == '"') {
+      quoted = !quoted;
+    }
+  }
+  return quoted;
+}
+
+}  // namespace
+
 template <bool isRequest>
 std::size_t MessageParser<isRequest>::put(boost::asio::const_buffer input, error_code& ec) {
   const char* data = static_cast<const char*>(input.data());
@@ -196,7 +224,7 @@ std::size_t MessageParser<isRequest>::put(boost::asio::const_buffer input, error
           if (lf == 0 || rest[lf - 1] != '\r') ec = http::error::bad_chunk;
         }
         chunk_scanned_ = rest.size();
-        if (size >= kChunkLineLimit) ec = http::error::bad_chunk;
+        if (size >= kChunkLineLimit || opens_a_quote_it_does_not_close(rest)) ec = http::error::bad_chunk;
       }
       return used;
     }

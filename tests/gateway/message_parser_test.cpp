@@ -491,6 +491,26 @@ TEST(MessageParserTest, MalformedChunkingIsRefused) {
   EXPECT_EQ(ec, http::error::bad_chunk);
 }
 
+// A quoted string in a chunk extension that is still open at its line's end (RFC 9112 7.1.1 lets
+// none span a line) is refused at once: Beast read on for the closing quote, and the request waited
+// for the header timeout (or 16 MiB). A closed one, with a quoted pair in it, is read.
+TEST(MessageParserTest, AChunkExtensionQuoteLeftOpenIsRefused) {
+  for (const std::string body : {"5;a=\"b\r\nhello\r\n0\r\n\r\n", "1\r\nx\r\n5 ;a=\"b\\\"\r\nhello\r\n0\r\n\r\n"}) {
+    ChunkedRequest r;
+    error_code ec;
+    std::string_view rest = body;
+    while (!ec && !r.p.is_done() && !rest.empty()) rest.remove_prefix(put(r.p, rest, ec));
+    EXPECT_EQ(ec, http::error::bad_chunk) << body;
+  }
+  ChunkedRequest r;
+  error_code ec;
+  std::string_view rest = "5;a=\"b\\\"c\";d=e\r\nhello\r\n0\r\n\r\n";
+  while (!ec && !r.p.is_done() && !rest.empty()) rest.remove_prefix(put(r.p, rest, ec));
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_TRUE(r.p.is_done());
+  EXPECT_EQ(r.decoded(), "hello");
+}
+
 // Lines of a chunked body that end in a bare LF are refused at once, rather than waited on for a
 // CRLF that does not come: a chunk's size line, the line after its data, a trailer. Data may hold
 // an LF of its own.
