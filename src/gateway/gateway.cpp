@@ -953,6 +953,8 @@ struct Worker {
   // The request's id: the client's X-Request-Id when it is one, else one made up.
   void assign_request_id(Exchange& x);
   Task<bool> answer(Exchange& x);
+  // 405 for a method the gateway's own endpoint does not take, with the ones it does.
+  Task<bool> not_allowed(Exchange& x, std::string_view allow);
   Task<bool> proxy(Exchange& x);
   Task<bool> decide_endpoint(Exchange& x);
   // Caller authentication, before the access checks and any limit key. identify reads the header
@@ -1355,6 +1357,7 @@ Task<bool> Worker::answer(Exchange& x) {
     co_return false;
   }
   if (x.path == "/_sluice/healthz") {
+    if (req.method() != http::verb::get && req.method() != http::verb::head) co_return co_await not_allowed(x, "GET, HEAD");
     const bool draining = gw.draining.load(std::memory_order_acquire);
     const bool ok = co_await respond_json(x, draining ? 503 : 200,
                                           draining ? R"({"status":"draining"})" : R"({"status":"ok"})", {}, false);
@@ -1362,18 +1365,20 @@ Task<bool> Worker::answer(Exchange& x) {
     co_return ok;
   }
   if (x.path == "/_sluice/v1/decide") {
-    if (req.method() != http::verb::post) {
-      const HeaderList allow{{"Allow", "POST"}};  // RFC 9110 15.5.6
-      const bool ok = co_await respond_json(x, 405, error_body(Reason::kMethodNotAllowed, x.snapshot->config().language),
-                                            allow, false);
-      finish(x, 405, Reason::kMethodNotAllowed, std::nullopt);
-      co_return ok;
-    }
+    if (req.method() != http::verb::post) co_return co_await not_allowed(x, "POST");
     co_return co_await decide_endpoint(x);
   }
   // Another path under /_sluice/.
   const bool ok = co_await respond(x, Reason::kNotFound, nullptr, false);
   finish(x, 404, Reason::kNotFound, std::nullopt);
+  co_return ok;
+}
+
+Task<bool> Worker::not_allowed(Exchange& x, std::string_view allow) {
+  const HeaderList headers{{"Allow", std::string(allow)}};  // RFC 9110 15.5.6
+  const bool ok = co_await respond_json(x, 405, error_body(Reason::kMethodNotAllowed, x.snapshot->config().language),
+                                        headers, false);
+  finish(x, 405, Reason::kMethodNotAllowed, std::nullopt);
   co_return ok;
 }
 
