@@ -34,6 +34,7 @@
 #include <boost/json.hpp>
 #include <condition_variable>
 #include <cstdio>
+#include <ctime>
 #include <list>
 #include <random>
 #include <thread>
@@ -227,6 +228,30 @@ Nanos coarse_now() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
   return std::chrono::seconds(ts.tv_sec) + Nanos(ts.tv_nsec);
+}
+
+// The Date field's value now (RFC 9110 6.6.1: "Sun, 06 Nov 1994 08:49:37 GMT"), made once a second
+// per thread from the coarse real-time clock; written in English whatever the locale.
+std::string_view http_date_now() {
+  static constexpr std::array<std::string_view, 7> kDays{"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
+  static constexpr std::array<std::string_view, 12> kMonths{"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                                            "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  thread_local std::time_t second = -1;
+  thread_local std::array<char, 32> text{};
+  thread_local std::size_t size = 0;
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  if (ts.tv_sec != second) {
+    second = ts.tv_sec;
+    std::tm t{};
+    ::gmtime_r(&second, &t);
+    const int n = std::snprintf(text.data(), text.size(), "%s, %02d %s %04d %02d:%02d:%02d GMT",
+                                kDays[static_cast<std::size_t>(t.tm_wday)].data(), t.tm_mday,
+                                kMonths[static_cast<std::size_t>(t.tm_mon)].data(), t.tm_year + 1900, t.tm_hour,
+                                t.tm_min, t.tm_sec);
+    size = n > 0 ? static_cast<std::size_t>(n) : 0;
+  }
+  return {text.data(), size};
 }
 
 // The coarse clock's step: it lags the time by up to this much.
@@ -594,7 +619,9 @@ void append_client_head(std::string& out, const ResponseParser& p, const Verdict
   append_field(out, "X-Request-Id", request_id);
   // A 204 has no framing fields (RFC 9110 8.6, RFC 9112 6.1), whatever the upstream sent.
   const bool unframed = status == 204;
+  bool dated = false;
   for (const HeadField& f : p.fields()) {
+    dated = dated || f.name() == http::field::date;
     if (hop.drops(f) || (!client11 && f.name() == http::field::transfer_encoding)) continue;
     if (unframed && (f.name() == http::field::content_length || f.name() == http::field::transfer_encoding)) continue;
     const std::string_view name = f.name_string();
@@ -602,6 +629,8 @@ void append_client_head(std::string& out, const ResponseParser& p, const Verdict
                           (f.name() == http::field::unknown && beast::iequals(name, "X-Request-Id"));
     if (!replaced) append_field(out, name, f.value());
   }
+  // An upstream without a clock sends none; the gateway, which has one, adds it (RFC 9110 6.6.1).
+  if (!dated) append_field(out, "Date", http_date_now());
   if (chunk_it) out += "Transfer-Encoding: chunked\r\n";
   if (!keep_alive) {
     out += "Connection: close\r\n";
@@ -1248,6 +1277,7 @@ Task<bool> Worker::respond_json(Exchange& x, unsigned status, std::string body, 
                                      bool close) {
   // To an HTTP/1.0 client in its version, whose keep-alive Beast then says in "Connection".
   http::response<http::string_body> res{static_cast<http::status>(status), x.parser.http11() ? 11u : 10u};
+  res.set(http::field::date, http_date_now());
   res.set(http::field::content_type, "application/json");
   if (!x.request_id.empty()) res.set("X-Request-Id", x.request_id);
   for (const auto& [name, value] : extra) res.set(name, value);
@@ -2060,6 +2090,7 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
                             ec != http::error::end_of_stream && ec != http::error::partial_message;
     auto refuse = [&](http::status status, std::string body) -> Task<void> {
       http::response<http::string_body> res{status, 11};
+      res.set(http::field::date, http_date_now());
       res.set(http::field::content_type, "application/json");
       res.body() = std::move(body);
       res.keep_alive(false);
@@ -2141,6 +2172,7 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
       }
     }
     http::response<http::string_body> res{static_cast<http::status>(out.status), 11};
+    res.set(http::field::date, http_date_now());
     res.set(http::field::content_type, out.content_type);
     for (const auto& [name, value] : out.headers) res.set(name, value);
     res.body() = std::move(out.body);

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -1600,6 +1601,32 @@ TEST_F(GatewayTest, ABodyTheGatewayReadsGets413WhenTooLargeAnd408WhenTooSlow) {
   EXPECT_EQ(testing::raw_status(large), 413) << large.substr(0, 200);
   const std::string slow = raw(head + "10\r\n{\"system\"", 5s);  // and then nothing, past header_timeout
   EXPECT_EQ(testing::raw_status(slow), 408) << slow;
+}
+
+// The gateway has a clock: its own answers carry a Date (RFC 9110 6.6.1: an origin server's 2xx to
+// 4xx must), and so does a proxied answer whose upstream sent none; an upstream's Date is kept, once.
+TEST_F(GatewayTest, AnswersCarryADateAndAnUpstreamsOwnIsKept) {
+  const std::regex imf_fixdate(R"((Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{4} \d\d:\d\d:\d\d GMT)");
+  auto dates = [](const std::string& raw) {
+    std::vector<std::string> found;
+    for (std::size_t at = raw.find("\r\nDate: "); at != std::string::npos; at = raw.find("\r\nDate: ", at + 1)) {
+      found.push_back(raw.substr(at + 8, raw.find("\r\n", at + 8) - at - 8));
+    }
+    return found;
+  };
+  for (const std::string request : {"GET /echo/x HTTP/1.1\r\nHost: a\r\nX-System-Key: nobody\r\nConnection: close\r\n\r\n",
+                                    "GET /_sluice/healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+                                    "GET /echo/x HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nConnection: close\r\n\r\n"}) {
+    const std::vector<std::string> found = dates(raw(request));
+    ASSERT_EQ(found.size(), 1u) << request;
+    EXPECT_TRUE(std::regex_match(found[0], imf_fixdate)) << found[0];
+  }
+  ClosingUpstream dated("HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nContent-Length: 2\r\n\r\nok",
+                        ClosingUpstream::After::kClose);
+  gw_.reset();
+  start(config_text("", dated.port()));
+  EXPECT_EQ(dates(raw("GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nConnection: close\r\n\r\n")),
+            (std::vector<std::string>{"Sun, 06 Nov 1994 08:49:37 GMT"}));
 }
 
 TEST_F(GatewayTest, HealthzAnswersOk) {
