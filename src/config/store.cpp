@@ -447,6 +447,25 @@ Result<std::int64_t> ConfigStore::revision() {
   return read_revision();
 }
 
+Result<std::int64_t> ConfigStore::advance_revision_past(std::int64_t served, std::string_view actor) {
+  std::lock_guard lock(mu_);
+  if (auto gone = missing_file()) return *gone;
+  Transaction tx(db_, true);
+  if (!tx.ok()) return cannot_write();
+  auto revision = read_revision();
+  if (!revision.ok() || *revision > served) return revision;
+  Status s = exec("UPDATE meta SET value = 1 WHERE name = 'writing'");
+  if (s) {
+    Stmt set(db_, "UPDATE meta SET value = ?1 WHERE name = 'revision'");
+    if (!set.bind(1, served + 1).run()) s = db_error(db_, "cannot move the revision");
+  }
+  if (s) s = exec("UPDATE meta SET value = 0 WHERE name = 'writing'");
+  if (s) s = add_audit(actor, ChangeRecord{"database.replaced", "config", "null", "null"}, served + 1);
+  if (s) s = tx.commit();
+  if (!s) return s.error();
+  return served + 1;
+}
+
 Result<std::int64_t> ConfigStore::bump_revision() {
   if (Status s = exec("UPDATE meta SET value = value + 1 WHERE name = 'revision'"); !s) return s.error();
   return read_revision();

@@ -119,6 +119,10 @@ class ConfigStore {
 
   // The revision: changes with every commit, from any process. Cheap.
   Result<std::int64_t> revision();
+  // Moves the revision to served + 1 unless it is past `served` already, with an audit row: a
+  // database put in place of another (a restore) may be at a revision a follower, or a client's
+  // If-Match, holds from the one before, and would be taken for that configuration. The revision.
+  Result<std::int64_t> advance_revision_past(std::int64_t served, std::string_view actor);
   // The configuration and its revision, read in one transaction. An error when the rows (edited by
   // hand) do not make a valid configuration: it lists the problems, which go to `problems` too when
   // it is given.

@@ -122,6 +122,17 @@ void DatabaseWatcher::look() {
   const bool reload = path_lost_;  // back after it was gone (moved back: the same file), or replaced
   auto revision = options_.store->revision();
   if (!revision.ok()) return set_error(revision.error().message);
+  // The file there now counts its own commits: at a revision served before, a follower holding
+  // that one would keep what it has, so it moves past it (a file that cannot be written is served
+  // as it is).
+  if (reload && seen_ > 0 && *revision <= seen_) {
+    if (auto moved = options_.store->advance_revision_past(seen_, "sluice (database replaced)"); moved.ok()) {
+      revision = moved;
+    } else {
+      options_.log("cannot move the revision of " + options_.store->path() + " past " + std::to_string(seen_) +
+                   " (a follower at that revision would not see the change): " + moved.error().message);
+    }
+  }
   if (*revision == seen_ && !reload) {
     std::lock_guard lock(mu_);
     health_.last_contact = unix_now(nullptr);

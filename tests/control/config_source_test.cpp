@@ -81,8 +81,9 @@ TEST(DatabaseWatcherTest, InstallsEachValidRevisionAndSkipsAnInvalidOne) {
 }
 
 // A restore from a backup moves another file to the path (or deletes it first): the watcher sees
-// the path name another file, says so once, and serves the file there, whatever its revision; while
-// no file is there it says so once, keeps serving the last configuration, and refuses changes.
+// the path name another file, says so once, and serves the file there, whatever its revision, moved
+// past the one served before (a follower holding that one kept the configuration it had); while no
+// file is there it says so once, keeps serving the last configuration, and refuses changes.
 TEST(DatabaseWatcherTest, ADatabaseReplacedOrDeletedIsNoticedAndTheFileThereIsServed) {
   const std::string dir = testing::temp_dir();
   const std::string path = dir + "/sluice.db";
@@ -130,6 +131,14 @@ TEST(DatabaseWatcherTest, ADatabaseReplacedOrDeletedIsNoticedAndTheFileThereIsSe
   EXPECT_GT(changes.load(), before);  // its tokens are read too
   EXPECT_TRUE(watcher.health().ok);
   EXPECT_EQ(seen().second, std::vector<std::string>{path + " is another file now (replaced): reading it"});
+  // At revision 2, as the one it replaced was: moved to 3, and said so in the audit log.
+  EXPECT_EQ(*store->revision(), 3);
+  EXPECT_EQ(watcher.health().revision, 3);
+  const auto audit = store->audit(1);
+  ASSERT_TRUE(audit.ok());
+  ASSERT_EQ(audit->size(), 1u);
+  EXPECT_EQ(audit->front().action, "database.replaced");
+  EXPECT_EQ(audit->front().revision, 3);
   // The store reads and writes the file now there.
   EXPECT_EQ(store->load()->config->systems.at(0).description, "restored");
   other.systems.at(0).description = "written";
@@ -142,7 +151,7 @@ TEST(DatabaseWatcherTest, ADatabaseReplacedOrDeletedIsNoticedAndTheFileThereIsSe
   std::filesystem::remove(path + "-wal");
   std::filesystem::remove(path + "-shm");
   ASSERT_TRUE(testing::eventually([&] { return !watcher.health().ok; }));
-  const std::string gone = path + " is gone (deleted or moved away): still serving revision 3 until a database is there again";
+  const std::string gone = path + " is gone (deleted or moved away): still serving revision 4 until a database is there again";
   EXPECT_EQ(watcher.health().error, gone);
   other.systems.at(0).description = "lost";
   const config::WriteResult refused = store->replace("test", "config.replace", other);
@@ -160,6 +169,7 @@ TEST(DatabaseWatcherTest, ADatabaseReplacedOrDeletedIsNoticedAndTheFileThereIsSe
   std::filesystem::rename(backup, path);
   ASSERT_TRUE(testing::eventually([&] { return seen().first.size() == 3 && watcher.health().ok; }));
   EXPECT_EQ(seen().first.back(), "back");
+  EXPECT_EQ(*store->revision(), 5);  // at 2, past the 4 served
   const auto log = seen().second;
   EXPECT_EQ(std::count(log.begin(), log.end(), gone), 1);
   EXPECT_EQ(log.back(), path + " is another file now (replaced): reading it");
