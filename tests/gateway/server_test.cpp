@@ -2036,6 +2036,17 @@ TEST_F(GatewayTest, ARequestIdThatIsNotOneIsReplaced) {
   }
 }
 
+// Sends head, then `body` bytes in 64 KiB pieces, on a thread of its own, until done or refused.
+std::thread upload_in_pieces(int fd, const std::string& head, std::size_t body) {
+  return std::thread([fd, head, body] {
+    (void)::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+    const std::string piece(64 * 1024, 'x');
+    for (std::size_t sent = 0; sent < body; sent += piece.size()) {
+      if (::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL) <= 0) break;
+    }
+  });
+}
+
 // An upstream that refuses an upload before it has all of it answers early and stops reading: its
 // answer reaches the client, rather than a 502 for the write that failed, and the breaker counts
 // no failure. The client's connection ends (the rest of its body was not read), and the answer says
@@ -2052,13 +2063,7 @@ TEST_F(GatewayTest, AnUpstreamsEarlyAnswerToAnUploadReachesTheClient) {
   for (int i = 0; i < 2; ++i) {
     const int fd = connect_to_loopback(gw_->port());
     ASSERT_GE(fd, 0);
-    std::thread upload([&] {
-      (void)::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
-      const std::string piece(64 * 1024, 'x');
-      for (std::size_t sent = 0; sent < kBody; sent += piece.size()) {
-        if (::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL) <= 0) break;
-      }
-    });
+    std::thread upload = upload_in_pieces(fd, head, kBody);
     std::string out;
     char buf[4096];
     for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, static_cast<std::size_t>(n));
@@ -2085,13 +2090,7 @@ TEST_F(GatewayTest, AnUpstreamsEarlyAnswerStopsAWriteItDoesNotRead) {
                            std::to_string(kBody) + "\r\n\r\n";
   const int fd = connect_to_loopback(gw_->port());
   ASSERT_GE(fd, 0);
-  std::thread upload([&] {
-    (void)::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
-    const std::string piece(64 * 1024, 'x');
-    for (std::size_t sent = 0; sent < kBody; sent += piece.size()) {
-      if (::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL) <= 0) break;
-    }
-  });
+  std::thread upload = upload_in_pieces(fd, head, kBody);
   const std::string out = read_until(fd, "too long");
   ::shutdown(fd, SHUT_RDWR);
   upload.join();
