@@ -56,13 +56,17 @@ bool after_separator(std::string_view text, const YAML::Mark& at) {
 // Where a quoted string that goes on past the end of its line starts, when one does. YAML lets a
 // quoted string run over lines; no value of a configuration needs to, and a quote left open takes
 // in everything up to the next quote of its kind (the rest of a list, say) without a word.
-std::optional<YAML::Mark> quoted_over_lines(std::string_view text, const YAML::Node& n) {
+// Each collection is looked at once (`seen`, by where it starts: an alias has its anchor's), so that
+// an alias of an enclosing node, or many aliases of one, cost no more than the text.
+std::optional<YAML::Mark> quoted_over_lines(std::string_view text, const YAML::Node& n, std::set<int>& seen) {
   if (n.IsScalar()) {
     const YAML::Mark m = n.Mark();
-    if (m.pos < 0 || static_cast<std::size_t>(m.pos) >= text.size()) return std::nullopt;
-    const char quote = text[static_cast<std::size_t>(m.pos)];
+    // yaml-cpp counts positions after a byte order mark.
+    const std::size_t at = static_cast<std::size_t>(m.pos) + (text.starts_with("\xEF\xBB\xBF") ? 3 : 0);
+    if (m.pos < 0 || at >= text.size()) return std::nullopt;
+    const char quote = text[at];
     if (quote != '"' && quote != '\'') return std::nullopt;
-    for (std::size_t i = static_cast<std::size_t>(m.pos) + 1; i < text.size(); ++i) {
+    for (std::size_t i = at + 1; i < text.size(); ++i) {
       const char c = text[i];
       if (c == '\n' || c == '\r') return m;
       if (quote == '"' && c == '\\') {
@@ -78,14 +82,15 @@ std::optional<YAML::Mark> quoted_over_lines(std::string_view text, const YAML::N
     }
     return m;
   }
+  if (!(n.IsSequence() || n.IsMap()) || !seen.insert(n.Mark().pos).second) return std::nullopt;
   if (n.IsSequence()) {
     for (const YAML::Node& e : n) {
-      if (auto m = quoted_over_lines(text, e)) return m;
+      if (auto m = quoted_over_lines(text, e, seen)) return m;
     }
-  } else if (n.IsMap()) {
+  } else {
     for (const auto& kv : n) {
-      if (auto m = quoted_over_lines(text, kv.first)) return m;
-      if (auto m = quoted_over_lines(text, kv.second)) return m;
+      if (auto m = quoted_over_lines(text, kv.first, seen)) return m;
+      if (auto m = quoted_over_lines(text, kv.second, seen)) return m;
     }
   }
   return std::nullopt;
@@ -115,7 +120,8 @@ std::optional<Problem> read_one_document(std::string_view text, const std::strin
                      file, at.line + 1, at.column + 1};
     }
     root = documents.empty() ? YAML::Node() : documents[0];
-    if (const auto at = quoted_over_lines(text, root)) {
+    std::set<int> seen;
+    if (const auto at = quoted_over_lines(text, root, seen)) {
       return Problem{"", "a quoted string runs on past the end of its line: close its quote on the line it opens",
                      file, at->line + 1, at->column + 1};
     }

@@ -167,6 +167,14 @@ TEST(ConfigYaml, AQuotedStringThatRunsOntoTheNextLineIsRefused) {
   ASSERT_EQ(c->systems.size(), 2u);
   EXPECT_EQ(c->systems[0].description, "CRM 'team'");
   EXPECT_EQ(c->systems[1].key, "erp \"x\"");
+  // A byte order mark before the text moves no quote (yaml-cpp counts positions after it); an alias
+  // of the node it is in ends the walk rather than the process.
+  auto bom = load_ok("\xEF\xBB\xBF" + head + "    description: a\"b\ngrants: []\n");
+  ASSERT_NE(bom, nullptr);
+  EXPECT_EQ(bom->systems[0].description, "a\"b");
+  EXPECT_EQ(problems_of("\xEF\xBB\xBF" + head + "    description: \"CRM team\n" + rest),
+            (std::vector<std::string>{"test.yaml:5:18" + message}));
+  EXPECT_EQ(problems_of(head + "    colour: &s [*s]\n").size(), 1u);
 }
 
 // send_timeout is read, written back and checked like the other timeouts.
