@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -313,10 +314,11 @@ using DeadlineHook =
 // client that gave up stops holding its in-flight place.
 //
 // A client's socket watches its upstream connection, in the same way, while the request's body is
-// relayed: an upstream that answers before it has all of it (a 413, a 401) or closes is not kept
-// waiting behind a client that pauses its upload, nor behind a write of the body it does not read
-// (RFC 9112 9.3): both are cancelled, upstream_answered() says so, and the answer is read at once.
-// An interim response (1xx) does not count.
+// written to it: an upstream that answers before it has all of it with a status of 300 or more (a
+// 413, a 401), or closes, is not kept waiting behind a client that pauses its upload, nor behind a
+// write of the body it does not read (RFC 9112 9.3): both are cancelled, upstream_answered() says
+// so, and the answer is read at once. An interim answer (1xx), or a 2xx from an upstream that still
+// reads (a stream), lets the upload go on.
 class TimedSocket : public DeadlineHook {
  public:
   using List = boost::intrusive::list<TimedSocket, boost::intrusive::constant_time_size<false>>;
@@ -376,22 +378,36 @@ class TimedSocket : public DeadlineHook {
   }
 
  private:
-  // Whether what is watched for has come: a peek at the watched socket reads its end, or fails other
-  // than for want of data (closed or reset: a client gone, or an upstream that will not answer
-  // more); an upstream's bytes are an answer unless they start an interim one ("HTTP/1.1 1"), a
-  // client's (a next request sent ahead) say nothing. Sets when to peek next.
+  // Whether what is watched for has come; sets when to look next.
   bool peek() {
-    static constexpr std::string_view kInterim = "HTTP/1.1 1";
-    char head[kInterim.size()];
-    const std::size_t want = what_ == Watch::kUpstreamAnswered ? sizeof head : 1;
-    const ssize_t n = ::recv(watched_->socket().native_handle(), head, want, MSG_PEEK | MSG_DONTWAIT);
     peek_wait_ = std::min(peek_wait_ * 2, kPeekEvery);
     next_peek_ = coarse_now() + peek_wait_;
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return true;
-    if (n < 0 || what_ == Watch::kClientGone) return false;
-    // Too little to tell yet, unless it already differs from an interim head.
+    return what_ == Watch::kClientGone ? client_left() : upstream_answered_now();
+  }
+
+  // Whether the watched client has closed (or reset) its connection: a peek reads its end, or fails
+  // other than for want of data. Bytes waiting (a next request sent ahead) say nothing.
+  bool client_left() const {
+    char c = 0;
+    const ssize_t n = ::recv(watched_->socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  }
+
+  // Whether the watched upstream has given an answer it will read no more of the body for: it closed
+  // (or reset) its side, answers are waiting or not (POLLRDHUP), or the answer's status is 300 or more
+  // (a 413, a 401), or what it sent is not an answer. An interim answer (1xx) is not final, and a 2xx
+  // may come early from an upstream that still reads the body (a stream): the upload goes on.
+  bool upstream_answered_now() const {
+    pollfd p{watched_->socket().native_handle(), POLLIN | POLLRDHUP, 0};
+    if (::poll(&p, 1, 0) <= 0) return false;
+    if ((p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) return true;
+    static constexpr std::string_view kVersion = "HTTP/1.";
+    char head[12];  // "HTTP/1.1 413"
+    const ssize_t n = ::recv(watched_->socket().native_handle(), head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
+    if (n <= 0) return false;
     const std::string_view got(head, static_cast<std::size_t>(n));
-    return got != kInterim.substr(0, got.size());
+    if (got.substr(0, kVersion.size()) != kVersion.substr(0, std::min(got.size(), kVersion.size()))) return true;
+    return got.size() >= 10 && got[9] >= '3';
   }
 
   Socket socket_;
@@ -1769,8 +1785,12 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
       }
       const std::array<asio::const_buffer, 4> pieces{asio::buffer(wire), asio::buffer(size_line, size_len),
                                                      asio::buffer(x.body), asio::buffer(tail.data(), tail.size())};
+      // The upstream may answer before it has read it all, as for a body relayed (below).
+      if (has_body) x.client.watch(us, TimedSocket::Watch::kUpstreamAnswered);
       auto [wec, wn] = co_await asio::async_write(us.socket(), pieces, kTok);
-      ec = us.timed(wec);
+      x.client.unwatch();
+      answered_early = has_body && x.client.upstream_answered();
+      ec = answered_early ? error_code() : us.timed(wec);
     } else {
       const auto upload_start = has_body ? Clock::now() : Clock::time_point();
       // Once the head is on its way, the upstream may answer before it has the whole body.
@@ -1790,8 +1810,9 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
       }
       ec = sent.write;
       // An upstream that refuses an upload may answer before it has all of it, and stop reading (a
-      // 413): the write fails, and its answer is what the client gets, read as any other would be.
-      if (ec && ec != beast::error::timeout && has_body && sent.started) ec = {};
+      // 413): the write fails, or was cancelled, and its answer is what the client gets, read as any
+      // other would be.
+      if (ec && ec != beast::error::timeout && has_body && (sent.started || answered_early)) ec = {};
     }
     if (body_failed) break;
     if (!ec) {

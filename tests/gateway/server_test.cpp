@@ -2041,8 +2041,10 @@ std::thread upload_in_pieces(int fd, const std::string& head, std::size_t body) 
   return std::thread([fd, head, body] {
     (void)::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
     const std::string piece(64 * 1024, 'x');
-    for (std::size_t sent = 0; sent < body; sent += piece.size()) {
-      if (::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL) <= 0) break;
+    for (std::size_t sent = 0; sent < body;) {
+      const ssize_t n = ::send(fd, piece.data(), std::min(piece.size(), body - sent), MSG_NOSIGNAL);
+      if (n <= 0) break;
+      sent += static_cast<std::size_t>(n);
     }
   });
 }
@@ -2119,6 +2121,55 @@ TEST_F(GatewayTest, AnUpstreamsEarlyAnswerReachesAClientThatPausesItsUpload) {
   EXPECT_NE(out.find("\r\nConnection: close\r\n"), std::string::npos) << out;
   EXPECT_LT(std::chrono::steady_clock::now() - start, 4s) << "answered at once, not at the header timeout";
   EXPECT_EQ(str(json(access_log_line("paused-upload")), "reason"), "ok");
+}
+
+// A 2xx may come early from an upstream that still reads the body (a stream that answers at once):
+// the upload goes on, whole, also across a pause of the client's. Only an answer of 300 or more, or
+// a close, cuts it.
+TEST_F(GatewayTest, AnEarly2xxFromAnUpstreamThatStillReadsLetsTheUploadGoOn) {
+  constexpr std::size_t kBody = 4u << 20;
+  std::uint16_t port = 0;
+  const int listener = listen_on_loopback(1, &port);
+  ASSERT_GE(listener, 0);
+  std::atomic<bool> answered{false};
+  std::atomic<std::size_t> received{0};
+  std::thread upstream([&] {
+    const int c = ::accept(listener, nullptr, nullptr);
+    if (c < 0) return;
+    std::string in;
+    char buf[65536];
+    while (in.find("\r\n\r\n") == std::string::npos) {
+      const ssize_t n = ::recv(c, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      in.append(buf, static_cast<std::size_t>(n));
+    }
+    static constexpr std::string_view kAnswer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    (void)::send(c, kAnswer.data(), kAnswer.size(), MSG_NOSIGNAL);
+    answered = true;
+    std::size_t body = in.size() - in.find("\r\n\r\n") - 4;
+    for (ssize_t n; body < kBody && (n = ::recv(c, buf, sizeof buf, 0)) > 0;) body += static_cast<std::size_t>(n);
+    received = body;
+    ::close(c);
+  });
+  gw_.reset();
+  start(replace_all(config_text("", port), "max_body_bytes: 4096", "max_body_bytes: 67108864"));
+  const int fd = connect_to_loopback(gw_->port());
+  ASSERT_GE(fd, 0);
+  const std::string first = "POST /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nContent-Length: " +
+                            std::to_string(kBody) + "\r\n\r\n" + std::string(1000, 'x');
+  ASSERT_EQ(::send(fd, first.data(), first.size(), MSG_NOSIGNAL), static_cast<ssize_t>(first.size()));
+  // The client pauses once the answer is there, for longer than the gateway's first looks at the
+  // upstream (10, 30, 70 ms), then sends the rest.
+  ASSERT_TRUE(testing::eventually([&] { return answered.load(); }));
+  std::this_thread::sleep_for(300ms);
+  std::thread upload = upload_in_pieces(fd, "", kBody - 1000);
+  const std::string out = read_until(fd, "\r\n\r\nok");
+  upload.join();
+  ::close(fd);
+  upstream.join();
+  ::close(listener);
+  EXPECT_EQ(testing::raw_status(out), 200) << out;
+  EXPECT_EQ(received.load(), kBody);
 }
 
 // A client refused before its upload ends (413 at the header here) can send the rest and read the
