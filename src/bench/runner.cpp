@@ -487,10 +487,7 @@ class Worker {
     // Most requests fit in the socket's buffer at once: write now, and wait only for the rest.
     error_code ec;
     const std::size_t n = c.socket.write_some(asio::buffer(plan_.wire[c.variant]), ec);
-    if (ec && ec != asio::error::would_block) {
-      if (may_retry(c, ec)) return retry(c);
-      return after_failed_write(c, ec);
-    }
+    if (ec && ec != asio::error::would_block) return after_failed_write(c, ec);
     finish_write(c, ec ? 0 : n);
   }
 
@@ -519,7 +516,6 @@ class Worker {
     if (written == wire.size()) return read(c);
     asio::async_write(c.socket, asio::buffer(wire.data() + written, wire.size() - written),
                       [this, &c](error_code ec, std::size_t) {
-                        if (ec && may_retry(c, ec)) return retry(c);
                         if (ec) return after_failed_write(c, ec);
                         read(c);
                       });
@@ -528,7 +524,8 @@ class Worker {
   // A server that answers before it has the whole request and closes (a 413 for a body too large,
   // a 429 that does not read the body) fails the rest of the write, with a reset when the body was
   // left unread; its answer may still be in the socket (what came before a reset stays readable),
-  // and is read as any other. The write's error counts only when no answer came.
+  // and is read as any other. When none came, the request is sent again if it may be (on_read:
+  // a reused connection the server closed), else the write's error counts.
   void after_failed_write(Conn& c, error_code ec) {
     if (c.timed_out || (ec != asio::error::broken_pipe && ec != asio::error::connection_reset)) {
       return fail(c, reason(c, "write", ec));

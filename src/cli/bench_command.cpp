@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -88,10 +89,15 @@ class ReportFile {
 
   bool to_stdout() const { return path_ == "-"; }
 
-  // Whether the two name one file: by name, or (both there) by device and inode.
+  // Whether the two name one file: by their paths made absolute (a file not there yet too), or (both
+  // there) by device and inode.
   bool same_file(const ReportFile& other) const {
     if (to_stdout() || other.to_stdout()) return false;
-    if (path_ == other.path_) return true;
+    std::error_code ec1;
+    std::error_code ec2;
+    const auto a_path = std::filesystem::weakly_canonical(path_, ec1);
+    const auto b_path = std::filesystem::weakly_canonical(other.path_, ec2);
+    if (path_ == other.path_ || (!ec1 && !ec2 && a_path == b_path)) return true;
     struct stat a {};
     struct stat b {};
     return ::stat(path_.c_str(), &a) == 0 && ::stat(other.path_.c_str(), &b) == 0 && a.st_dev == b.st_dev &&

@@ -190,7 +190,9 @@ json::object settings_json(const Config& c) {
   out["rate_limit_headers"] = to_string(c.rate_limit_headers);
   out["max_body_bytes"] = c.max_body_bytes;
   out["header_timeout"] = format_duration(c.header_timeout);
-  out["send_timeout"] = format_duration(c.send_timeout);
+  // Newer than the other settings: left out at its default, so that a database this version writes
+  // still reads in the one before (a fleet upgraded one gateway at a time).
+  if (c.send_timeout != Config{}.send_timeout) out["send_timeout"] = format_duration(c.send_timeout);
   out["drain_timeout"] = format_duration(c.drain_timeout);
   out["access_log"] = c.access_log;
   return out;

@@ -118,6 +118,7 @@ void DatabaseWatcher::look() {
   if (*path == config::ConfigStore::PathState::kReopened) {
     options_.log(options_.store->path() + " is another file now (replaced): reading it");
     path_lost_ = true;
+    replaced_ = true;
   }
   const bool reload = path_lost_;  // back after it was gone (moved back: the same file), or replaced
   auto revision = options_.store->revision();
@@ -125,7 +126,7 @@ void DatabaseWatcher::look() {
   // The file there now counts its own commits: at a revision served before, a follower holding
   // that one would keep what it has, so it moves past it (a file that cannot be written is served
   // as it is).
-  if (reload && seen_ > 0 && *revision <= seen_) {
+  if (replaced_ && seen_ > 0 && *revision <= seen_) {
     if (auto moved = options_.store->advance_revision_past(seen_, "sluice (database replaced)"); moved.ok()) {
       revision = moved;
     } else {
@@ -147,6 +148,7 @@ void DatabaseWatcher::look() {
     if (loaded.error().code == ErrorCode::kInvalidArgument) {
       seen_ = *revision;
       path_lost_ = false;
+      replaced_ = false;
       {
         std::lock_guard lock(mu_);
         if (last_.generation != generation) last_ = WatchedConfig{generation, 0, {}};
@@ -159,6 +161,7 @@ void DatabaseWatcher::look() {
   }
   seen_ = loaded->revision;
   path_lost_ = false;
+  replaced_ = false;
   options_.install(*loaded);
   std::lock_guard lock(mu_);
   health_ = SourceHealth{true, loaded->revision, unix_now(nullptr), ""};

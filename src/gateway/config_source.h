@@ -75,6 +75,7 @@ class DatabaseWatcher {
   // The path named no file, or another file, since the last configuration was loaded: the next
   // one is loaded whatever its revision (only the thread touches it).
   bool path_lost_ = false;
+  bool replaced_ = false;     // another file is at the path since the last load
   std::thread thread_;
 };
 

@@ -337,6 +337,12 @@ TEST(Cli, AClosedStdoutCostsTheTextReportOnly) {
   const std::string json = ::testing::TempDir() + "sluice_cli_pipe.json";
   std::remove(json.c_str());
   const std::string err = err_path();
+  // Made before the fork: the child of a threaded process calls nothing that may allocate.
+  std::vector<std::string> args{SLUICE_BINARY, "bench", "-n", "20", "-c", "2", "--expect-admitted", "5",
+                                "--json", json, server.url()};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   const pid_t pid = fork();
   if (pid == 0) {
     int p[2];
@@ -346,11 +352,6 @@ TEST(Cli, AClosedStdoutCostsTheTextReportOnly) {
     const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(e, STDERR_FILENO);
     alarm(20);
-    std::vector<std::string> args{SLUICE_BINARY, "bench", "-n", "20", "-c", "2", "--expect-admitted", "5",
-                                  "--json", json, server.url()};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
     execv(argv[0], argv.data());
     _exit(127);
   }
@@ -368,7 +369,10 @@ TEST(Cli, AClosedStdoutCostsTheTextReportOnly) {
 TEST(Cli, JsonAndChartToOneFileAreRefused) {
   TestServer server;
   const std::string both = ::testing::TempDir() + "sluice_cli_both.out";
-  const Outcome o = sluice({"bench", "-n", "2", "--json", both, "--chart", both, server.url()});
+  std::remove(both.c_str());  // not there yet, and named two ways
+  const std::string dir = both.substr(0, both.rfind('/'));
+  const std::string other = dir + "/./" + both.substr(both.rfind('/') + 1);
+  const Outcome o = sluice({"bench", "-n", "2", "--json", both, "--chart", other, server.url()});
   EXPECT_EQ(o.status, 2);
   EXPECT_EQ(o.err, "sluice bench: --json and --chart name one file ('" + both + "'): give each its own\n");
   EXPECT_EQ(server.arrivals().size(), 0u) << "refused before the run";

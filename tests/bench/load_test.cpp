@@ -230,7 +230,7 @@ TEST(Load, AnAnswerThatCameBeforeTheBodyWasAllWrittenIsCounted) {
   // The server answers at the head and closes with the body unread, which resets the connection
   // while the bench still writes: the answer came first, and is what counts (it was "write:
   // Connection reset by peer").
-  TestServer server(TestServerOptions{.admit = 1000, .answer_at_head = true});
+  TestServer server(TestServerOptions{.admit = 1000, .answer_at_head = [](std::size_t) { return true; }});
   Options o;
   o.url = server.url("/upload");
   o.method = "POST";
@@ -242,6 +242,24 @@ TEST(Load, AnAnswerThatCameBeforeTheBodyWasAllWrittenIsCounted) {
   EXPECT_EQ(r.admitted, 10u);
   EXPECT_EQ(r.errors, 0u) << r.most_common_error();
   EXPECT_EQ(server.arrivals().size(), 10u);
+}
+
+TEST(Load, AnEarlyAnswerOnAReusedConnectionIsReadNotSentAgain) {
+  // The second request, on the connection the first kept alive, is answered at its head and the
+  // connection closed: the answer counts, and the server sees the request once (it was sent again,
+  // the answer thrown away, as for a connection closed while idle).
+  TestServer server(TestServerOptions{.admit = 1000, .answer_at_head = [](std::size_t n) { return n == 2; }});
+  Options o;
+  o.url = server.url("/upload");
+  o.method = "POST";
+  o.body = std::string(std::size_t{8} << 20, 'x');
+  o.requests = 2;
+  o.connections = 1;
+  const Report r = run_ok(plan_of(o));
+  EXPECT_EQ(r.admitted, 2u);
+  EXPECT_EQ(r.errors, 0u) << r.most_common_error();
+  EXPECT_EQ(r.retried, 0u);
+  EXPECT_EQ(server.arrivals().size(), 2u);
 }
 
 TEST(Load, ARequestThatGotNothingOnAReusedConnectionIsSentAgainOnce) {

@@ -126,7 +126,7 @@ struct TestServer::Impl {
         }
         pos = end;
       }
-      const bool at_head = impl.options.answer_at_head;
+      const bool at_head = impl.options.answer_at_head && impl.options.answer_at_head(impl.arrival_count() + 1);
       if (!at_head && input.size() < head_end + 4 + content_length) return read();
       a.body = at_head ? "" : input.substr(head_end + 4, content_length);
       input.erase(0, at_head ? input.size() : head_end + 4 + content_length);
@@ -177,6 +177,11 @@ struct TestServer::Impl {
     Nanos received{0};  // when the latest data arrived, by the kernel's clock (CLOCK_REALTIME)
     int connection;
   };
+
+  std::size_t arrival_count() {
+    std::lock_guard lock(mu);
+    return arrivals.size();
+  }
 
   Answer decide(Arrival a) {
     std::lock_guard lock(mu);

@@ -36,9 +36,9 @@ struct TestServerOptions {
   Nanos hold_drop{0};
   // Send only the first half of the response to the requests this picks, then close.
   std::function<bool(std::size_t)> cut{};
-  // Answer each request once its head is in, and close without reading its body (a server that
-  // refuses an upload: the close resets the connection while the body still comes).
-  bool answer_at_head = false;
+  // Answer the requests this picks once their head is in, and close without reading the body (a
+  // server that refuses an upload: the close resets the connection while the body still comes).
+  std::function<bool(std::size_t)> answer_at_head{};
 };
 
 struct Arrival {
