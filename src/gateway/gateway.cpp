@@ -394,8 +394,8 @@ class TimedSocket : public DeadlineHook {
   }
 
   // Whether the watched upstream has given an answer it will read no more of the body for: it closed
-  // (or reset) its side, answers are waiting or not (POLLRDHUP), or the answer's status is 300 or more
-  // (a 413, a 401), or what it sent is not an answer. An interim answer (1xx) is not final, and a 2xx
+  // (or reset) its side, whether or not an answer came first (POLLRDHUP), the answer's status is 300
+  // or more (a 413, a 401), or what it sent is not an answer. An interim answer (1xx) is not final, and a 2xx
   // may come early from an upstream that still reads the body (a stream): the upload goes on.
   bool upstream_answered_now() const {
     pollfd p{watched_->socket().native_handle(), POLLIN | POLLRDHUP, 0};
@@ -1799,7 +1799,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
                                                 if (has_body) x.client.watch(us, TimedSocket::Watch::kUpstreamAnswered);
                                               });
       x.client.unwatch();
-      answered_early = x.client.upstream_answered();
+      answered_early = has_body && x.client.upstream_answered();
       if (has_body) upload += since(upload_start);
       // An answer that came while the client's body was awaited, or written, cut that: it is read at
       // once, and the connection ends after it (the rest of the body cannot be told from a next
