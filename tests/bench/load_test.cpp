@@ -226,18 +226,24 @@ TEST(Load, AServerThatClosesAfterEveryResponseLosesNoRequest) {
   EXPECT_EQ(server.arrivals().size(), 20u);
 }
 
+// POSTs of 8 MiB: more than a socket's buffers take, so a server's early answer and close meet the
+// bench while it still writes.
+Options large_uploads(const TestServer& server, std::uint64_t requests, int connections) {
+  Options o;
+  o.url = server.url("/upload");
+  o.method = "POST";
+  o.body = std::string(std::size_t{8} << 20, 'x');
+  o.requests = requests;
+  o.connections = connections;
+  return o;
+}
+
 TEST(Load, AnAnswerThatCameBeforeTheBodyWasAllWrittenIsCounted) {
   // The server answers at the head and closes with the body unread, which resets the connection
   // while the bench still writes: the answer came first, and is what counts (it was "write:
   // Connection reset by peer").
   TestServer server(TestServerOptions{.admit = 1000, .answer_at_head = [](std::size_t) { return true; }});
-  Options o;
-  o.url = server.url("/upload");
-  o.method = "POST";
-  o.body = std::string(std::size_t{8} << 20, 'x');
-  o.requests = 10;
-  o.connections = 2;
-  const Report r = run_ok(plan_of(o));
+  const Report r = run_ok(plan_of(large_uploads(server, 10, 2)));
   EXPECT_EQ(r.requests, 10u);
   EXPECT_EQ(r.admitted, 10u);
   EXPECT_EQ(r.errors, 0u) << r.most_common_error();
@@ -249,13 +255,7 @@ TEST(Load, AnEarlyAnswerOnAReusedConnectionIsReadNotSentAgain) {
   // connection closed: the answer counts, and the server sees the request once (it was sent again,
   // the answer thrown away, as for a connection closed while idle).
   TestServer server(TestServerOptions{.admit = 1000, .answer_at_head = [](std::size_t n) { return n == 2; }});
-  Options o;
-  o.url = server.url("/upload");
-  o.method = "POST";
-  o.body = std::string(std::size_t{8} << 20, 'x');
-  o.requests = 2;
-  o.connections = 1;
-  const Report r = run_ok(plan_of(o));
+  const Report r = run_ok(plan_of(large_uploads(server, 2, 1)));
   EXPECT_EQ(r.admitted, 2u);
   EXPECT_EQ(r.errors, 0u) << r.most_common_error();
   EXPECT_EQ(r.retried, 0u);
