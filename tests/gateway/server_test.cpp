@@ -2159,9 +2159,10 @@ TEST_F(GatewayTest, AnEarly2xxFromAnUpstreamThatStillReadsLetsTheUploadGoOn) {
                             std::to_string(kBody) + "\r\n\r\n" + std::string(1000, 'x');
   ASSERT_EQ(::send(fd, first.data(), first.size(), MSG_NOSIGNAL), static_cast<ssize_t>(first.size()));
   // The client pauses once the answer is there, for longer than the gateway's first looks at the
-  // upstream (10, 30, 70 ms), then sends the rest.
+  // upstream (10, 30, 70 ms): for as long as the gateway takes to time out a request to the echo
+  // upstream (300 ms), then sends the rest.
   ASSERT_TRUE(testing::eventually([&] { return answered.load(); }));
-  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(get("/echo/x?delay_ms=5000", "crm").status, 504);
   std::thread upload = upload_in_pieces(fd, "", kBody - 1000);
   const std::string out = read_until(fd, "\r\n\r\nok");
   upload.join();
