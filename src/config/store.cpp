@@ -793,8 +793,8 @@ Status ConfigStore::add_audit(std::string_view actor, const ChangeRecord& record
   return {};
 }
 
-WriteResult ConfigStore::update(std::string_view actor, const Change& change, std::optional<std::int64_t> if_revision) {
-  return write(actor, change, if_revision, true);
+WriteResult ConfigStore::update(std::string_view actor, const Change& change) {
+  return write(actor, change, std::nullopt, true);
 }
 
 WriteResult ConfigStore::write(std::string_view actor, const Change& change, std::optional<std::int64_t> if_revision,

@@ -132,10 +132,9 @@ class ConfigStore {
   Result<std::string> stored_text();
 
   // Applies change to the current configuration in one transaction: refused whole when change
-  // refuses, when if_revision is set and is not the current revision (kStale), or when the result
-  // does not validate (kInvalid, with every problem); committed with an audit row otherwise.
-  WriteResult update(std::string_view actor, const Change& change,
-                     std::optional<std::int64_t> if_revision = std::nullopt);
+  // refuses (a precondition on the revision it is given, say), or when the result does not validate
+  // (kInvalid, with every problem); committed with an audit row otherwise.
+  WriteResult update(std::string_view actor, const Change& change);
   // Replaces the whole configuration (import, PUT /admin/v1/config), also when the stored one is
   // not valid (rows edited by hand). A system listed without credentials keeps those it has: a file
   // kept in version control holds none.

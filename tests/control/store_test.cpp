@@ -355,6 +355,8 @@ TEST_F(StoreTest, TwoStoresOnOneFileSeeEachOthersCommits) {
   EXPECT_EQ(store_->load()->config->systems.size(), 2u);
 }
 
+// Each checks, in its change, that the configuration is at the revision it read (as the admin API's
+// If-Match does).
 TEST_F(StoreTest, OfConcurrentWritersExpectingTheSameRevisionExactlyOneCommits) {
   ASSERT_TRUE(store_->replace("test", "config.import", *parse(base_yaml())).ok());
   constexpr int kWriters = 6;
@@ -366,12 +368,12 @@ TEST_F(StoreTest, OfConcurrentWritersExpectingTheSameRevisionExactlyOneCommits) 
       auto mine = open_store(path_);  // one connection each, as separate processes would have
       const WriteResult w = mine->update(
           "writer" + std::to_string(i),
-          [i](Config& c, ChangeRecord& r, std::int64_t) -> std::optional<Refusal> {
+          [i](Config& c, ChangeRecord& r, std::int64_t revision) -> std::optional<Refusal> {
+            if (revision != 2) return Refusal{Refusal::Kind::kStale, "at revision " + std::to_string(revision), {}};
             r.action = "test";
             c.systems[0].description = "writer " + std::to_string(i);
             return std::nullopt;
-          },
-          2);
+          });
       (w.ok() ? committed : stale).fetch_add(1);
       if (!w.ok()) {
         EXPECT_EQ(w.refusal->kind, Refusal::Kind::kStale) << w.refusal->message;
