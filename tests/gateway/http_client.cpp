@@ -15,7 +15,9 @@
 #include <boost/beast/http.hpp>
 #include <cctype>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -164,10 +166,36 @@ std::uint16_t free_port() {
   return ntohs(addr.sin_port);
 }
 
+namespace {
+
+// The directories temp_dir() made, removed when the test process exits normally (a test run makes
+// hundreds; left behind, they fill /tmp run after run). SLUICE_TEST_KEEP_DIRS=1 keeps them to look
+// at after a failure. A forked child leaves by _exit and so never removes its parent's.
+class TempDirs {
+ public:
+  ~TempDirs() {
+    if (std::getenv("SLUICE_TEST_KEEP_DIRS") != nullptr) return;
+    std::error_code ignored;
+    for (const std::string& dir : dirs_) std::filesystem::remove_all(dir, ignored);
+  }
+  void add(std::string dir) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    dirs_.push_back(std::move(dir));
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::string> dirs_;
+};
+
+}  // namespace
+
 std::string temp_dir() {
+  static TempDirs made;
   std::string pattern = (std::getenv("TMPDIR") != nullptr ? std::string(std::getenv("TMPDIR")) : "/tmp") +
                         "/sluice-gateway-test-XXXXXX";
   if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  made.add(pattern);
   return pattern;
 }
 

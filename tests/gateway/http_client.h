@@ -85,7 +85,8 @@ bool eventually(F&& cond, std::chrono::milliseconds deadline = std::chrono::seco
 // A free TCP port on 127.0.0.1 (bound, read, released).
 std::uint16_t free_port();
 
-// A fresh directory under the system's temporary directory.
+// A fresh directory under the system's temporary directory, removed with what it holds when the
+// test process exits (unless SLUICE_TEST_KEEP_DIRS is set).
 std::string temp_dir();
 void write_file(const std::string& path, const std::string& text);
 
