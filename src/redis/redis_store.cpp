@@ -109,6 +109,14 @@ bool unavailable_reply(std::string_view m) {
          m.starts_with("OOM") || m.starts_with("MASTERDOWN") || m.starts_with("NOREPLICAS");
 }
 
+// Errors an FCALL gets from a server that cannot call sluice's function library: a Redis before 7
+// (no FCALL), a user the ACL does not let call functions, a library not loaded there (refused at
+// connect, or removed since by FUNCTION FLUSH). The call goes again by its script (EVAL).
+bool no_function_reply(std::string_view m) {
+  return m.starts_with("ERR Function not found") || m.starts_with("ERR unknown command") ||
+         (m.starts_with("NOPERM") && m.find("'fcall'") != std::string_view::npos);
+}
+
 // `cluster`: whether the store was given a cluster's address (redis-cluster://), whose client
 // follows MOVED and ASK itself.
 Error reply_error(std::string_view message, bool cluster) {
@@ -250,7 +258,8 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
       args += one ? kind.args - 1 : kind.args + 1;
     }
     Command c(3 + keys + args);
-    c.arg("EVALSHA").arg(script.sha1).arg(static_cast<std::int64_t>(keys));
+    call_head(c, script);
+    c.arg(static_cast<std::int64_t>(keys));
     for (const std::size_t i : members) {
       c.arg(requests[i].state);
       if (!requests[i].state2.empty()) c.arg(requests[i].state2);
@@ -264,6 +273,16 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
       append_args(c, r, !one);
     }
     return std::move(c).take();
+  }
+
+  // The call's first two arguments: FCALL and the script's function while servers have the function
+  // library, else EVALSHA and the script's SHA1.
+  void call_head(Command& c, const Script& script) const {
+    if (script.function != nullptr && functions.load(std::memory_order_relaxed)) {
+      c.arg("FCALL").arg(script.function);
+    } else {
+      c.arg("EVALSHA").arg(script.sha1);
+    }
   }
 
   // EVALSHA of release.lua: a release that goes alone.
@@ -316,17 +335,28 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
     if (refund_value) c.arg(r.extra);
   }
 
-  // Sends an EVALSHA. On NOSCRIPT (a restarted or flushed server) sends it once more as EVAL with
-  // the script's source, which loads the script into the cache of the node that runs it (wherever
-  // MOVED or ASK lead) and runs it. Never resends after a timeout or a lost connection: the script
-  // may have run. A template, so that the callback is held by value in the one that is sent and both
-  // fit in its inline storage (no allocation per call).
+  // Sends an EVALSHA or FCALL (see call_head). On NOSCRIPT (a restarted or flushed server) sends it
+  // once more as EVAL with the script's source, which loads the script into the cache of the node
+  // that runs it (wherever MOVED or ASK lead) and runs it; so too when an FCALL finds no function
+  // (see no_function_reply), after which the store calls scripts by EVALSHA only. Never resends
+  // after a timeout or a lost connection: the script may have run. A template, so that the callback
+  // is held by value in the one that is sent and both fit in its inline storage (no allocation per
+  // call).
   template <class F>
   void eval(int slot, const Script& script, std::string_view command, F callback,
             detail::SteadyTime deadline) {
     client->send(slot, command, [self = shared_from_this(), slot, &script, command, deadline,
                                  callback = std::move(callback)](Result<Reply> r) mutable {
-      if (r.ok() && detail::is_error(*r) && detail::text(*r).starts_with("NOSCRIPT")) {
+      bool by_source = false;
+      if (r.ok() && detail::is_error(*r)) {
+        const std::string_view message = detail::text(*r);
+        by_source = message.starts_with("NOSCRIPT");
+        if (by_function(command) && no_function_reply(message)) {
+          self->functions.store(false, std::memory_order_relaxed);
+          by_source = true;
+        }
+      }
+      if (by_source) {
         auto with_source = std::make_unique<std::string>(as_eval(command, script));
         const std::string_view view = *with_source;
         return self->client->send(slot, view, [with_source = std::move(with_source),
@@ -344,15 +374,24 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
     return std::chrono::steady_clock::now() + options.command_timeout;
   }
 
-  // "*N $7 EVALSHA $40 <sha> rest" -> "*N $4 EVAL $len <source> rest": the same call, by source.
-  static std::string as_eval(std::string_view evalsha, const Script& script) {
-    const std::size_t header = evalsha.find("\r\n") + 2;
-    const std::string_view name_and_sha = "$7\r\nEVALSHA\r\n$40\r\n";
-    const std::size_t rest = header + name_and_sha.size() + 40 + 2;
+  // Whether a command call_head() began is an FCALL.
+  static bool by_function(std::string_view command) {
+    return command.substr(command.find("\r\n") + 2).starts_with("$5\r\nFCALL\r\n");
+  }
+
+  // "*N $7 EVALSHA $40 <sha> rest" or "*N $5 FCALL $len <function> rest" -> "*N $4 EVAL $len
+  // <source> rest": the same call, by source.
+  static std::string as_eval(std::string_view call, const Script& script) {
+    const std::size_t header = call.find("\r\n") + 2;
+    const bool fcall = by_function(call);
+    const std::size_t name = fcall ? std::string_view(script.function).size() : 40;
+    const std::size_t rest = header + (fcall ? std::string_view("$5\r\nFCALL\r\n").size()
+                                             : std::string_view("$7\r\nEVALSHA\r\n").size()) +
+                             1 + std::to_string(name).size() + 2 + name + 2;
     const std::string_view source = script.source;
-    std::string out(evalsha.substr(0, header));
+    std::string out(call.substr(0, header));
     out.append("$4\r\nEVAL\r\n$").append(std::to_string(source.size())).append("\r\n");
-    out.append(source).append("\r\n").append(evalsha.substr(rest));
+    out.append(source).append("\r\n").append(call.substr(rest));
     return out;
   }
 
@@ -499,6 +538,8 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   std::shared_ptr<LocalStore> local;  // where kLocal decides
   std::uint64_t lease_seed = 0;
   std::atomic<std::uint64_t> lease_counter{0};
+  // Whether calls go by FCALL to the function library (see call_head): until a server cannot.
+  std::atomic<bool> functions{true};
   std::unordered_map<int, Queue> queues;  // by slot on a cluster; one, 0, on a single node
   AvailabilityListener availability;       // see RedisStore::on_availability
   RefusalListener refusal;                 // see RedisStore::on_refusal
@@ -830,7 +871,8 @@ void RedisStore::Impl::send_many(int queue, std::vector<Waiting> calls) {
     at += n;
   }
   Command c(3 + keys + args);
-  c.arg("EVALSHA").arg(detail::kAcquireManyScript.sha1).arg(static_cast<std::int64_t>(keys));
+  call_head(c, detail::kAcquireManyScript);
+  c.arg(static_cast<std::int64_t>(keys));
   for (const Request* r : states) {
     c.arg(r->state);
     if (!r->state2.empty()) c.arg(r->state2);
@@ -1002,7 +1044,10 @@ Result<std::unique_ptr<RedisStore>> RedisStore::open(asio::any_io_executor execu
   co.command_timeout = options.command_timeout;
   co.reconnect_min = options.reconnect_min;
   co.reconnect_max = options.reconnect_max;
-  // Every node, replicas too, knows the scripts from the start, so EVALSHA seldom meets NOSCRIPT.
+  // Every node, replicas too, knows the function library and the scripts from the start, so FCALL
+  // and EVALSHA seldom meet a server without them. A library already loaded (by another gateway, or
+  // before a reconnect) is refused as existing; a Redis before 7 refuses FUNCTION: both harmless.
+  co.on_connect.push_back(detail::encode({"FUNCTION", "LOAD", detail::kLibrary}));
   for (const Script* script :
        {&detail::kAcquireScript, &detail::kAcquireManyScript, &detail::kRefundScript, &detail::kReleaseScript,
         &detail::kAcquireMeterScript, &detail::kAcquireIntervalScript, &detail::kAcquireFixedScript,

@@ -5,9 +5,14 @@
 namespace sluice::redis::detail {
 
 struct Script {
-  const char* sha1;    // what EVALSHA names it by
-  const char* source;  // what SCRIPT LOAD and EVAL send
+  const char* sha1;      // what EVALSHA names it by
+  const char* source;    // what SCRIPT LOAD and EVAL send
+  const char* function;  // what FCALL names it by in kLibrary, or nullptr when not in it
 };
+
+// The Redis 7 function library (FUNCTION LOAD): the scripts that carry every algorithm, as
+// functions that Redis defines once rather than at each call.
+extern const char* const kLibrary;
 
 extern const Script kAcquireScript;  // any limits, all or nothing
 extern const Script kAcquireManyScript;  // several acquire calls in one

@@ -90,6 +90,7 @@ Status RedisServer::launch() {
   if (!options_.password.empty()) {
     argv.insert(argv.end(), {"--requirepass", options_.password});
   }
+  argv.insert(argv.end(), options_.args.begin(), options_.args.end());
   if (options_.cluster_node) {
     argv.insert(argv.end(), {"--cluster-enabled", "yes", "--cluster-config-file",
                              dir_ + "/nodes.conf", "--cluster-node-timeout", "1000"});

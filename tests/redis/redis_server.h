@@ -34,6 +34,7 @@ class RedisServer {
   struct Options {
     bool cluster_node = false;
     std::string password{};
+    std::vector<std::string> args{};  // more of redis-server's flags
   };
 
   // Starts a server and waits until it answers PING; the error says why not.

@@ -113,7 +113,9 @@ TEST_F(RedisStoreTest, AcquireAllIsOneCallAndAllOrNothing) {
   Decision d[4];
   ASSERT_TRUE(store->acquire_all(requests, d).ok());
   EXPECT_TRUE(d[0].allowed && d[1].allowed && d[2].allowed && d[3].allowed);
-  EXPECT_EQ(calls(*server_, "evalsha"), 1);
+  // One call, of the function library's acquire (defined once, not at each call).
+  EXPECT_EQ(calls(*server_, "fcall"), 1);
+  EXPECT_EQ(calls(*server_, "evalsha"), 0);
   // The narrow limit now rejects: nothing else may be consumed.
   ASSERT_TRUE(store->acquire_all(requests, d).ok());
   EXPECT_FALSE(d[3].allowed);
@@ -189,6 +191,88 @@ TEST_F(RedisStoreTest, ReloadsScriptsAfterScriptFlush) {
   ASSERT_TRUE(store->acquire("k", limit).ok());
   EXPECT_EQ(calls(*server_, "eval"), 1);
   EXPECT_EQ(calls(*server_, "evalsha"), 3);
+}
+
+// A function library keeps its tables from one call to the next; what a call reads and writes of
+// the states must not: a state changed between two calls is read afresh.
+TEST_F(RedisStoreTest, AFunctionCallReadsStatesAfreshEachTime) {
+  auto store = open_store(server_->address());
+  ASSERT_NE(store, nullptr);
+  const Limit window = make(Limit::fixed_window({.limit = 5, .period = 1h}));
+  const Limit jobs = make(Limit::concurrency({.limit = 5, .lease_timeout = 1h}));
+  const LimitRequest requests[] = {{"a", &window, 1}, {"jobs", &jobs, 1}};
+  Decision d[2];
+  ASSERT_TRUE(store->acquire_all(requests, d).ok());
+  EXPECT_EQ(d[0].remaining, 4);
+  EXPECT_EQ(d[1].remaining, 4);
+  server_->cli({"FLUSHALL"});
+  ASSERT_TRUE(store->acquire_all(requests, d).ok());
+  EXPECT_EQ(d[0].remaining, 4);
+  EXPECT_EQ(d[1].remaining, 4);
+  ASSERT_TRUE(store->acquire_all(requests, d).ok());
+  EXPECT_EQ(d[0].remaining, 3);
+  EXPECT_EQ(d[1].remaining, 3);
+  EXPECT_EQ(calls(*server_, "fcall"), 3);
+}
+
+// A server whose function library is gone (FUNCTION FLUSH) is called by script, which decides the
+// same; so is one that refuses functions (a Redis before 7, or an ACL user without FCALL): the call
+// that finds it goes again as EVAL, and the store's calls after it by EVALSHA.
+TEST_F(RedisStoreTest, CallsByScriptWhereTheFunctionLibraryIsGone) {
+  auto store = open_store(server_->address());
+  ASSERT_NE(store, nullptr);
+  const Limit window = make(Limit::fixed_window({.limit = 5, .period = 1h}));
+  const LimitRequest requests[] = {{"a", &window, 1}, {"b", &window, 1}};
+  Decision d[2];
+  ASSERT_TRUE(store->acquire_all(requests, d).ok());
+  server_->cli({"FUNCTION", "FLUSH"});
+  ASSERT_TRUE(store->acquire_all(requests, d).ok());
+  EXPECT_EQ(d[0].remaining, 3);
+  ASSERT_TRUE(store->acquire_all(requests, d).ok());
+  EXPECT_EQ(d[1].remaining, 2);
+  EXPECT_EQ(calls(*server_, "fcall"), 2);
+  EXPECT_EQ(calls(*server_, "eval"), 1);
+  EXPECT_EQ(calls(*server_, "evalsha"), 1);
+}
+
+TEST(RedisStoreFunctions, CallsByScriptOnARedisWithoutFunctions) {
+  // FCALL and FUNCTION unknown, as on a Redis 6.
+  auto server = RedisServer::start({.args = {"--rename-command", "FCALL", "", "--rename-command", "FUNCTION", ""}});
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  auto store = open_store((*server)->address());
+  ASSERT_NE(store, nullptr);
+  const Limit window = make(Limit::fixed_window({.limit = 5, .period = 1h}));
+  const LimitRequest requests[] = {{"a", &window, 1}, {"b", &window, 2}};
+  Decision d[2];
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(store->acquire_all(requests, d).ok());
+  EXPECT_EQ(d[0].remaining, 3);
+  EXPECT_EQ(d[1].remaining, 1);
+  // All or nothing: b has one left of the two it asks, so a gives back what it took.
+  ASSERT_TRUE(store->acquire_all(requests, d).ok());
+  EXPECT_FALSE(d[1].allowed);
+  EXPECT_EQ(calls(**server, "eval"), 1);
+  EXPECT_EQ(calls(**server, "evalsha"), 2);
+  EXPECT_EQ(store->peek("a", window)->remaining, 3);
+}
+
+TEST(RedisStoreFunctions, CallsByScriptForAUserTheACLDeniesFunctions) {
+  auto server = RedisServer::start();
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  ASSERT_EQ((*server)->cli({"ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all", "-fcall", "-function"}), "OK");
+  auto store = open_store("redis://app:pw@127.0.0.1:" + std::to_string((*server)->port()));
+  ASSERT_NE(store, nullptr);
+  const Limit window = make(Limit::fixed_window({.limit = 5, .period = 1h}));
+  const LimitRequest requests[] = {{"a", &window, 1}, {"b", &window, 2}};
+  Decision d[2];
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(store->acquire_all(requests, d).ok());
+  EXPECT_EQ(d[0].remaining, 3);
+  EXPECT_EQ(d[1].remaining, 1);
+  // All or nothing: b has one left of the two it asks, so a gives back what it took.
+  ASSERT_TRUE(store->acquire_all(requests, d).ok());
+  EXPECT_FALSE(d[1].allowed);
+  EXPECT_EQ(calls(**server, "eval"), 1);
+  EXPECT_EQ(calls(**server, "evalsha"), 2);
+  EXPECT_EQ(store->peek("a", window)->remaining, 3);
 }
 
 TEST_F(RedisStoreTest, KeysUseThePrefixAndAHashTag) {
