@@ -22,11 +22,13 @@ namespace sluice {
 struct LocalStoreOptions {
   const Clock* clock = nullptr;  // nullptr: FastClock (the wall clock, read cheaply)
   // Number of independently locked shards, rounded up to a power of two; 0 picks 16 per core.
+  // At most one per 64 of max_keys (halved until each shard's share is at least 64 keys).
   std::size_t shards = 0;
-  // The most keys held at once. A key whose state is back to full is dropped as soon as it is seen
-  // to be (and a sweep looks at a few keys on every insert); when a shard holds its share of
-  // max_keys anyway, it evicts, among 16 keys sampled from its largest table, the one whose state
-  // is soonest back to full — the one whose loss admits the least extra. See docs/algorithms.md.
+  // The most keys held at once; 0 is the default. A key whose state is back to full is dropped as
+  // soon as it is seen to be (and a sweep looks at a few keys on every insert); when a shard holds
+  // its share of max_keys anyway, it evicts, among 16 keys sampled from its largest table, the one
+  // whose state is soonest back to full — the one whose loss admits the least extra. See
+  // docs/algorithms.md.
   std::size_t max_keys = std::size_t{1} << 22;
 };
 

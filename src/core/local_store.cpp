@@ -188,17 +188,24 @@ struct MemoSet {
   std::uint8_t newest = 0;  // the way hit or filled last; a miss replaces the other
 };
 constexpr int kMemoSetBits = 5;
+
+// The fewest keys a shard's share of max_keys holds (see the constructor).
+constexpr std::size_t kMinKeysPerShard = 64;
 thread_local std::array<MemoSet, std::size_t{1} << kMemoSetBits> memo;
 
 }  // namespace
 
 LocalStore::LocalStore(LocalStoreOptions options)
     : clock_(options.clock != nullptr ? options.clock : &FastClock::instance()), id_(next_store_id.fetch_add(1)) {
+  const std::size_t max_keys = options.max_keys != 0 ? options.max_keys : LocalStoreOptions{}.max_keys;
   std::size_t shards = options.shards;
   if (shards == 0) shards = 16 * std::max(1U, std::thread::hardware_concurrency());
   shards = pow2_at_least(shards);
+  // A cap too small to share among the shards gets fewer of them: a shard at its share evicts
+  // while the others have room, so a share of a few keys would evict the states of live limits.
+  while (shards > 1 && max_keys / shards < kMinKeysPerShard) shards /= 2;
   shard_bits_ = static_cast<std::size_t>(std::countr_zero(shards));
-  keys_per_shard_ = std::max<std::size_t>(1, (options.max_keys + shards - 1) / shards);
+  keys_per_shard_ = (max_keys + shards - 1) / shards;
   shards_ = std::make_unique<Shard[]>(shards);
   hash_ = std::make_unique<const detail::KeyHash>();
 }

@@ -205,5 +205,23 @@ TEST(LocalStoreCap, EvictsTheStateSoonestFullWhenAShardIsAtItsCap) {
   EXPECT_EQ(store.peek("s", second)->remaining, 10);  // "s" was evicted, not an hour-long key
 }
 
+// A small cap on a store of many shards: each shard's share would be a key or two, and a shard
+// evicting at its share would drop live limits' states (admitting everything) while the store has
+// room. The store takes fewer shards instead; and max_keys 0 is the default cap, not none.
+TEST(LocalStoreCap, ASmallCapKeepsEveryStateItHasRoomFor) {
+  const Limit hour = make(Limit::fixed_window({.limit = 2, .period = 1h}));
+  for (const std::size_t max_keys : {std::size_t{0}, std::size_t{1}, std::size_t{100}}) {
+    ManualClock clock(kT0);
+    LocalStore store(LocalStoreOptions{.clock = &clock, .shards = 64, .max_keys = max_keys});
+    const int keys = max_keys == 0 ? 400 : static_cast<int>(max_keys);
+    int admitted = 0;
+    for (int round = 0; round < 3; ++round) {
+      for (int i = 0; i < keys; ++i) admitted += store.acquire("k" + std::to_string(i), hour)->allowed ? 1 : 0;
+    }
+    EXPECT_EQ(admitted, 2 * keys) << "max_keys " << max_keys;
+    EXPECT_EQ(store.size(), static_cast<std::size_t>(keys));
+  }
+}
+
 }  // namespace
 }  // namespace sluice
