@@ -546,6 +546,8 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   asio::steady_timer probe_timer;
   bool probe_armed = false;
   bool closing = false;  // the store is being closed: no more probes
+  // The timers of releases to send again (see Acquire::release_again()), cancelled on closing.
+  std::vector<std::weak_ptr<asio::steady_timer>> retry_timers;
 };
 
 // One acquire or acquire_all: its requests grouped into batches (one per slot on a cluster), sent at
@@ -567,7 +569,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
         done(std::move(d)) {}
 
   void start() {
-    if ((error = impl->admit(permit))) return deliver();
+    if (!give_back && (error = impl->admit(permit))) return deliver();
     if (!impl->client->cluster()) {
       batches.resize(1);
       for (std::size_t i = 0; i < requests.size(); ++i) batches[0].members.push_back(i);
@@ -648,7 +650,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   }
 
   void finish() {
-    impl->record(permit, error);
+    if (!give_back) impl->record(permit, error);
     const bool all = !error && std::all_of(decisions.begin(), decisions.end(),
                                            [](const Decision& d) { return d.allowed; });
     if (!all && batches.size() > 1) {
@@ -680,6 +682,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   // queue's bookkeeping, and, while Redis is down, fail and acquire again ever deeper.
   void deliver() {
     if (error && release_again()) return;
+    if (error && !give_back) give_back_leases();
     if (error && error->code == ErrorCode::kProtocol && impl->refusal) {
       impl->refusal(error->message + " (key " + requests.front().state + ")");
     }
@@ -691,18 +694,48 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
     done(std::span<const Decision>(decisions), !started);
   }
 
+  // A call that failed may still hold places of concurrency limits in Redis: an acquire that had no
+  // answer (a timeout, a lost connection) may have run and taken its leases, and a release that
+  // failed did not give its lease back. Nobody else would give them back, and each would keep its
+  // place taken, for the whole fleet, until it timed out (10 minutes by default). So each goes back
+  // in a release of its own, a give-back, which goes whatever the breaker says and again until
+  // Redis answers or the lease has timed out by itself. A lease id is this store's own random
+  // number: releasing one that Redis does not hold changes nothing. An acquire the breaker kept
+  // from being sent took nothing.
+  void give_back_leases() {
+    const bool release = requests.front().release;
+    if (impl->closing || (!release && error->code == ErrorCode::kCircuitOpen)) return;
+    for (const Request& q : requests) {
+      if (q.lease == 0) continue;
+      Requests one{q};
+      one.front().cost = 1;
+      one.front().release = true;
+      auto op = std::make_shared<Acquire>(impl, std::move(one), [](Result<std::span<const Decision>>, bool) {});
+      op->give_back = true;
+      // Posted: this may run inside a queue's bookkeeping (see deliver()).
+      asio::post(impl->strand, [op] { op->start(); });
+    }
+  }
+
   // A release that Redis refused with TRYAGAIN (its slot moving, the lease set and its meta key on
   // either side: the script did not run) goes again every kReleaseRetryEvery until the slot has
-  // moved, for up to kReleaseRetryFor: unsent, its place stays taken until the lease times out.
+  // moved, for up to kReleaseRetryFor: unsent, its place stays taken until the lease times out. A
+  // give-back goes again after any failure, at growing intervals, until its lease has timed out.
   bool release_again() {
-    if (!requests.front().release || !detail::try_again(*error)) return false;
+    if (!requests.front().release || impl->closing) return false;
+    if (!give_back && !detail::try_again(*error)) return false;
     const auto now = std::chrono::steady_clock::now();
-    if (retry_until == detail::SteadyTime{}) retry_until = now + kReleaseRetryFor;
+    if (retry_until == detail::SteadyTime{}) {
+      retry_until = now + (give_back ? std::chrono::microseconds(requests.front().limit.params().period_us)
+                                     : kReleaseRetryFor);
+    }
     if (now >= retry_until) return false;
-    auto timer = std::make_shared<asio::steady_timer>(impl->strand, kReleaseRetryEvery);
+    auto timer = std::make_shared<asio::steady_timer>(impl->strand, retry_every);
+    if (give_back) retry_every = std::min(2 * retry_every, kGiveBackRetryAtMost);
+    std::erase_if(impl->retry_timers, [](const std::weak_ptr<asio::steady_timer>& t) { return t.expired(); });
+    impl->retry_timers.push_back(timer);
     timer->async_wait([self = shared_from_this(), timer](const boost::system::error_code& ec) {
-      if (ec) return;
-      if (self->impl->closing) {  // not sent again: the store is closing
+      if (ec || self->impl->closing) {  // not sent again: the store is closing
         self->error = Error{ErrorCode::kStoreUnavailable, "redis: the store was closed"};
         return self->deliver();
       }
@@ -716,6 +749,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   }
   static constexpr auto kReleaseRetryEvery = std::chrono::milliseconds(100);
   static constexpr auto kReleaseRetryFor = std::chrono::seconds(30);
+  static constexpr auto kGiveBackRetryAtMost = std::chrono::milliseconds(5000);
 
   std::shared_ptr<Impl> impl;
   Requests requests;
@@ -728,6 +762,8 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   std::string pinned;  // the time a test pins, as the scripts read it
   BreakerPermit permit;
   detail::SteadyTime retry_until{};  // a release sent again after TRYAGAIN: until when
+  std::chrono::milliseconds retry_every = kReleaseRetryEvery;
+  bool give_back = false;  // a release of a lease a failed call may hold (see give_back_leases())
   Done done;
 };
 
@@ -1085,6 +1121,9 @@ RedisStore::~RedisStore() {
     asio::dispatch(impl_->strand, [impl = impl_] {
       impl->closing = true;
       impl->probe_timer.cancel();
+      for (const auto& t : impl->retry_timers) {
+        if (auto timer = t.lock()) timer->cancel();
+      }
       impl->client->stop();
     });
   }

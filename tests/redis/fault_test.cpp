@@ -194,6 +194,58 @@ TEST(RedisFaults, ClientPauseTimesOutThenTheBreakerAnswersAtOnce) {
   EXPECT_LE(Clock::now(), deadline);
 }
 
+// An acquire that timed out still runs once Redis gets to it, and takes its concurrency lease; the
+// caller never had the lease, so nobody would release it, and its place would stay taken for the
+// whole fleet until the lease timed out (an hour here). The store gives such leases back itself.
+TEST(RedisFaults, TheLeasesOfAcquiresThatTimedOutAreGivenBack) {
+  auto server = RedisServer::start();
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  auto store = open_store((*server)->address(), {}, Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  const Limit jobs = make(Limit::concurrency({.limit = 5, .lease_timeout = 1h}));
+  ASSERT_EQ((*server)->cli({"CLIENT", "PAUSE", "300", "ALL"}), "OK");
+  for (int i = 0; i < 3; ++i) {
+    const Result<Decision> d = store->acquire("jobs", jobs);
+    ASSERT_FALSE(d.ok());
+    EXPECT_EQ(d.error().code, ErrorCode::kTimeout);
+  }
+  // The three acquires run when the pause ends, and the three give-backs after them.
+  EXPECT_TRUE(eventually(
+      [&] {
+        const Result<Decision> p = store->peek("jobs", jobs);
+        return p.ok() && p->remaining == 5;
+      },
+      5s));
+  const std::string stats = (*server)->cli({"INFO", "commandstats"});
+  const auto at = stats.find("cmdstat_evalsha:calls=");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_GE(std::stol(stats.substr(at + 22)), 6);  // they did run: three acquires, three releases
+}
+
+// A release that fails (here the breaker open: not even sent) leaves the lease in Redis: it is
+// given back once Redis answers again, rather than holding its place until it times out.
+TEST(RedisFaults, ALeaseWhoseReleaseFailedIsGivenBackOnceRedisAnswers) {
+  auto server = RedisServer::start();
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  auto store = open_store((*server)->address(), {}, Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  const Limit jobs = make(Limit::concurrency({.limit = 5, .lease_timeout = 1h}));
+  const Result<Decision> held = store->acquire("jobs", jobs);
+  ASSERT_TRUE(held.ok() && held->allowed);
+  ASSERT_EQ((*server)->cli({"CLIENT", "PAUSE", "500", "ALL"}), "OK");
+  const Limit limit = plenty();
+  while (store->breaker().state() != BreakerState::kOpen) ASSERT_FALSE(store->acquire("k", limit).ok());
+  const Status released = store->release("jobs", jobs, held->lease);
+  ASSERT_FALSE(released.ok());
+  EXPECT_EQ(released.error().code, ErrorCode::kCircuitOpen);
+  EXPECT_TRUE(eventually(
+      [&] {
+        const Result<Decision> p = store->peek("jobs", jobs);
+        return p.ok() && p->remaining == 5;
+      },
+      5s));
+}
+
 TEST(RedisFaults, BackOnRedisWithinASecondOfItAnsweringAgain) {
   auto server = RedisServer::start();
   ASSERT_TRUE(server.ok()) << server.error().message;
