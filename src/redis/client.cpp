@@ -55,7 +55,8 @@ constexpr auto kRefreshInterval = std::chrono::milliseconds(100);
 constexpr int kMaxRedirects = 5;
 
 // A Redis Cluster: the slot map from CLUSTER NODES, one connection per node (replicas too, so that
-// a promoted replica is ready at once). MOVED updates the slot and refreshes the map; ASK is
+// a promoted replica is ready at once; their failed reconnections do not count as Redis failing,
+// see node()). MOVED updates the slot and refreshes the map; ASK is
 // followed for that one command. While any slot has no connected master the map is refreshed
 // every 100ms, which is how decisions resume after a failover.
 class ClusterClient final : public Client, public std::enable_shared_from_this<ClusterClient> {
@@ -127,8 +128,20 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     const std::string name = endpoint.to_string();
     auto it = nodes_.find(name);
     if (it != nodes_.end()) return it->second;
+    ConnectionOptions co = connection_options(options_, endpoint);
+    // A node that serves no slot (a replica, kept connected to be ready when it is promoted; a
+    // failed master whose slots a replica has taken) failing to connect is not Redis failing to
+    // decide: only a master's failed attempts count (and any before the map is known).
+    if (co.on_attempt_failed) {
+      co.on_attempt_failed = [weak = weak_from_this(), name, counted = std::move(co.on_attempt_failed)](
+                                 const Error& e) {
+        const auto self = weak.lock();
+        if (self && self->loaded_ && !self->serves_a_slot(name)) return;
+        counted(e);
+      };
+    }
     auto c = std::make_shared<Connection>(
-        strand_, connection_options(options_, endpoint),
+        strand_, std::move(co),
         [weak = weak_from_this()](bool) {
           if (auto self = weak.lock()) {
             self->refresh_soon();
@@ -295,6 +308,12 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     }
     loaded_ = true;
     check_connected();
+  }
+
+  // Whether the node named `name` is the master of a slot in the map.
+  bool serves_a_slot(const std::string& name) const {
+    const auto it = nodes_.find(name);
+    return it != nodes_.end() && std::find(slots_.begin(), slots_.end(), it->second.get()) != slots_.end();
   }
 
   // Every slot has a master, and every master is connected.

@@ -2,6 +2,14 @@
 // is promoted, then decisions resume, within seconds.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
 #include "cluster_fixture.h"
 #include "redis/resp.h"
 #include "store_fixture.h"
@@ -82,6 +90,50 @@ TEST_F(LostMasterTest, WhileAMasterIsLostTheOtherMastersKeysAreStillDecidedOnRed
   EXPECT_GT(lost_failed, 0) << "the lost master's key was decided: it was not lost";
   EXPECT_EQ(kept_error, "") << "a key of another master failed";
   EXPECT_EQ(store->breaker().state(), BreakerState::kClosed);
+}
+
+// A cluster of its own: this one's replica stays lost.
+class LostReplicaTest : public ClusterTest {};
+
+// A replica that cannot be reached serves no slot: its failed reconnections are not Redis failing
+// to decide, and do not open the breaker (which would send every key to its on_store_failure,
+// while every master answers).
+TEST_F(LostReplicaTest, AReplicaThatCannotBeReachedDoesNotCountAsRedisFailing) {
+  auto store = open_store(cluster_->address(), {.reconnect_min = 1ms, .reconnect_max = 5ms},
+                          Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  RedisServer* replica = nullptr;
+  for (std::size_t i = 0; i < cluster_->size() && replica == nullptr; ++i) {
+    if (cluster_->node(i).cli({"ROLE"}).starts_with("slave")) replica = &cluster_->node(i);
+  }
+  ASSERT_NE(replica, nullptr);
+  replica->kill();
+  // Its port, taken by a listener that closes each connection at once: each of the store's
+  // reconnections to the replica is accepted here, and fails.
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<std::uint16_t>(replica->port()));
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 64), 0);
+  std::atomic<int> accepted{0};
+  std::thread closer([&] {
+    for (int c; (c = ::accept(listener, nullptr, nullptr)) >= 0;) {
+      ++accepted;
+      ::close(c);
+    }
+  });
+  const bool reconnected = eventually([&] { return accepted >= 20; }, 10s);
+  ::shutdown(listener, SHUT_RDWR);
+  ::close(listener);
+  closer.join();
+  ASSERT_TRUE(reconnected) << accepted << " reconnections to the lost replica";
+  EXPECT_EQ(store->breaker().stats().failures, 0);
+  EXPECT_EQ(store->breaker().state(), BreakerState::kClosed);
+  EXPECT_TRUE(store->acquire("k", make(Limit::fixed_window({.limit = 10, .period = 1h})))->allowed);
 }
 
 }  // namespace
