@@ -640,6 +640,32 @@ test('small things: statuses as classes, the breaker\'s setting, one line per pr
   await closePage(page);
 });
 
+test('Disable sets the state it names; a save keeps a method and a failure-status list the form has no usual place for', async () => {
+  assert.equal((await admin('POST', 'upstreams', { name: 'quiet', targets: ['127.0.0.1:9'], failure_statuses: [] })).status, 201);
+  assert.equal((await admin('POST', 'interfaces', { id: 'dav', methods: ['GET', 'PROPFIND'], path: '/dav/*', upstream: 'quiet' })).status, 201);
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.goto(`${env.base}#/interfaces`);
+  await page.getByRole('button', { name: 'Disable dav' }).waitFor();
+  // Someone else disables it meanwhile: the button, still Disable, leaves it disabled.
+  const current = await admin('GET', 'interfaces/dav');
+  assert.equal((await admin('PUT', 'interfaces/dav', { ...current.data, enabled: false }, { 'If-Match': current.etag })).status, 200);
+  await page.getByRole('button', { name: 'Disable dav' }).click();
+  await page.getByText('dav is disabled.').waitFor();
+  assert.equal((await admin('GET', 'interfaces/dav')).data.enabled, false);
+  await page.goto(`${env.base}#/interfaces/dav`);
+  assert.ok(await page.getByLabel('PROPFIND').isChecked());
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.getByText('dav was saved.').waitFor();
+  assert.deepEqual((await admin('GET', 'interfaces/dav')).data.methods, ['GET', 'PROPFIND']);
+  await page.goto(`${env.base}#/upstreams/quiet`);
+  await eventually('no statuses, shown as none', async () => (await page.getByLabel('Failure statuses').inputValue()) === 'none');
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.getByText('quiet was saved.').waitFor();
+  assert.deepEqual((await admin('GET', 'upstreams/quiet')).data.failure_statuses, []);
+  await closePage(page);
+});
+
 test('on an instance that follows a primary, the pages offer no change it would refuse', async () => {
   const [port, adminPort] = [await freePort(), await freePort()];
   const follower = spawn(SLUICE, ['serve', '--config-from', `http://127.0.0.1:${env.adminPort}`, '--token', env.adminToken,

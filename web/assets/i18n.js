@@ -162,7 +162,7 @@ const en = {
   'hint.concurrency': 'Requests in progress at once; empty: no limit.',
   'hint.concurrencyLeaseTimeout': 'With Redis: how long a gateway that died holds its places; empty: 10m.',
   'hint.targets': 'host:port, one per line.',
-  'hint.statuses': 'Numbers or classes, e.g. 5xx, 429.',
+  'hint.statuses': 'Numbers or classes, e.g. 5xx, 429. Empty: 5xx; none: only connect errors and timeouts count.',
   'hint.grant': 'A grant adds limits for one system on one interface, on top of the system\'s and the interface\'s.',
 
   'system.allInterfaces': 'All interfaces (*)',
@@ -478,7 +478,7 @@ const zh = {
   'hint.concurrency': '同时处理中的请求数；留空：不限制。',
   'hint.concurrencyLeaseTimeout': '使用 Redis 时：网关异常退出后其占用的名额保留多久；留空：10m。',
   'hint.targets': 'host:port，每行一个。',
-  'hint.statuses': '状态码或类别，例如 5xx, 429。',
+  'hint.statuses': '状态码或类别，例如 5xx, 429。留空即 5xx；none：只算连接错误和超时。',
   'hint.grant': '授权为某个系统调用某个接口另加限流，叠加在系统和接口自身的限流之上。',
 
   'system.allInterfaces': '所有接口（*）',

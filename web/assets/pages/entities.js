@@ -106,7 +106,10 @@ const KINDS = {
       const id = input(x.id, { disabled: !isNew });
       const description = input(x.description);
       const route = input(x.path, { placeholder: '/api/orders/*' });
-      const methods = checkGroup('methods', t('field.methods'), METHODS.map((m) => [m, m]), x.methods ?? []);
+      // A method the API took that the usual ones leave out (PROPFIND, TRACE) is offered too, so that
+      // a save keeps it rather than widen the interface to every method.
+      const choices = [...METHODS, ...(x.methods ?? []).filter((m) => !METHODS.includes(m))];
+      const methods = checkGroup('methods', t('field.methods'), choices.map((m) => [m, m]), x.methods ?? []);
       const upstream = select(x.upstream, [['', t('interface.chooseUpstream')], ...lists.upstreams.map((u) => [u.name, u.name])]);
       const enabled = checkbox(x.enabled);
       const isPublic = checkbox(x.public);
@@ -153,7 +156,8 @@ const KINDS = {
         timeout: input(x.timeout, { class: 'short', placeholder: '30s' }),
         max_idle_connections: numberInput(x.max_idle_connections, { class: 'short' }),
       };
-      const statuses = input(statusesText(x.failure_statuses ?? []), { placeholder: '5xx' });
+      // Empty: the default (5xx); "none": no status counts, only connect errors and timeouts.
+      const statuses = input(x.failure_statuses?.length === 0 ? 'none' : statusesText(x.failure_statuses ?? []), { placeholder: '5xx' });
       const b = x.breaker ?? {};
       const breakerEnabled = checkbox(b.enabled ?? true);
       const numbers = ['minimum_calls', 'failure_rate', 'slow_call_rate', 'consecutive_failures', 'backoff_multiplier', 'jitter_percent', 'half_open_probes'];
@@ -179,7 +183,8 @@ const KINDS = {
             if (v !== undefined) out[k] = v;
           }
           const s = lines(statuses.value);
-          if (s.length) out.failure_statuses = s.map(numberOrText);
+          if (s.length === 1 && s[0].toLowerCase() === 'none') out.failure_statuses = [];
+          else if (s.length) out.failure_statuses = s.map(numberOrText);
           out.breaker = { enabled: breakerEnabled.checked, force: b.force ?? 'none' };
           for (const [k, el] of Object.entries(breaker)) {
             const v = k === 'window' ? textOf(el) : numbers.includes(k) ? numberOf(el) : textOf(el);
@@ -274,13 +279,16 @@ async function list(view, ctx, spec) {
   replace(box, tbl.el);
 }
 
-// Enables or disables one entity: read it with its ETag, write it back with enabled flipped.
+// Enables or disables one entity, as its button says (the list's state flipped): read it with its
+// ETag and write it back so, unless it is so already (someone else did it since the list was read).
 async function toggle(ctx, spec, x, msg) {
   const name = spec.id(x);
+  const enabled = !x.enabled;
   try {
     const current = await api('GET', `${ctx.page}/${routeOf(spec, x)}`);
-    const enabled = !current.data.enabled;
-    await api('PUT', `${ctx.page}/${routeOf(spec, x)}`, { body: { ...current.data, enabled }, ifMatch: current.etag });
+    if (current.data.enabled !== enabled) {
+      await api('PUT', `${ctx.page}/${routeOf(spec, x)}`, { body: { ...current.data, enabled }, ifMatch: current.etag });
+    }
     flash(t(enabled ? 'list.enabledOne' : 'list.disabledOne', { name }));
     ctx.navigate(`#/${ctx.page}`);
   } catch (error) {
