@@ -13,19 +13,22 @@ constexpr int kSlices = 10;  // a time window slides in tenths
 // A rejected call in half-open cannot know when the probes will finish; it is told to come back in
 // a second.
 constexpr Nanos kHalfOpenRetry = std::chrono::seconds(1);
+// The longest open period and time window: longer ones would overflow the times they are added to
+// (and no breaker needs to stay open for more than a year).
+constexpr Nanos kLongest = std::chrono::hours(24 * 365);
 
 CircuitBreakerOptions clamped(CircuitBreakerOptions o) {
   o.window_size = std::max(o.window_size, 1);
-  o.window_duration = std::max(o.window_duration, Nanos{std::chrono::milliseconds(10)});
+  o.window_duration = std::clamp(o.window_duration, Nanos{std::chrono::milliseconds(10)}, kLongest);
   o.minimum_calls = std::max(o.minimum_calls, 1);
   // A count window never holds more than its size: a larger minimum would never be reached.
   if (o.window == BreakerWindow::kCount) o.minimum_calls = std::min(o.minimum_calls, o.window_size);
   o.failure_rate = std::clamp(o.failure_rate, 0, 100);
   o.slow_call_rate = std::clamp(o.slow_call_rate, 0, 100);
   o.consecutive_failures = std::max(o.consecutive_failures, 0);
-  o.open_for = std::max(o.open_for, Nanos{std::chrono::milliseconds(1)});
+  o.open_for = std::clamp(o.open_for, Nanos{std::chrono::milliseconds(1)}, kLongest);
   o.backoff_multiplier = std::max(o.backoff_multiplier, 1);
-  o.max_open_for = std::max(o.max_open_for, o.open_for);
+  o.max_open_for = std::clamp(o.max_open_for, o.open_for, kLongest);
   o.jitter_percent = std::clamp(o.jitter_percent, 0, 100);
   o.half_open_probes = std::max(o.half_open_probes, 1);
   return o;
@@ -67,6 +70,12 @@ std::vector<Error> CircuitBreakerOptions::problems() const {
   if (window == BreakerWindow::kTime && window_duration < std::chrono::milliseconds(10)) {
     out.push_back(invalid_argument("window_duration must be at least 10ms, got " + format_duration(window_duration)));
   }
+  auto at_most_a_year = [&](const char* name, Nanos v) {
+    if (v > kLongest) out.push_back(invalid_argument(std::string(name) + " must be at most 365d, got " + format_duration(v)));
+  };
+  if (window == BreakerWindow::kTime) at_most_a_year("window_duration", window_duration);
+  at_most_a_year("open_for", open_for);
+  at_most_a_year("max_open_for", max_open_for);
   if (open_for < std::chrono::milliseconds(1)) {
     out.push_back(invalid_argument("open_for must be at least 1ms, got " + format_duration(open_for)));
   } else if (max_open_for < open_for) {
@@ -160,7 +169,9 @@ BreakerPermit CircuitBreaker::try_acquire() {
       p.probe_ = true;
       p.generation_ = word_.load(std::memory_order_relaxed) >> 8;
     } else {
-      p.retry_after_ = kHalfOpenRetry;
+      // The probes' outcome comes within a call's time, which only they know: a second, or the
+      // open period when shorter.
+      p.retry_after_ = std::min(kHalfOpenRetry, options_.open_for);
     }
   }
   notify(t, changed);
@@ -209,8 +220,10 @@ void CircuitBreaker::release(const BreakerPermit& permit) {
 }
 
 Error CircuitBreaker::rejection(const BreakerPermit& permit) const {
+  const bool half_open = state() == BreakerState::kHalfOpen;
   return Error{ErrorCode::kCircuitOpen,
-               "circuit breaker is open; retry in " + format_duration(permit.retry_after())};
+               std::string(half_open ? "circuit breaker is half-open, its probes in flight" : "circuit breaker is open") +
+                   "; retry in " + format_duration(permit.retry_after())};
 }
 
 BreakerStats CircuitBreaker::stats() const {

@@ -285,6 +285,45 @@ TEST(BreakerOptions, ValidationNamesTheField) {
   EXPECT_TRUE(CircuitBreakerOptions{}.validate().ok());
 }
 
+// An open period or window too long to add to a time (Nanos::max()) is refused by validate(), and a
+// breaker given one anyway takes a year instead: it opens, and stays open, rather than overflow into
+// the past and admit every call as a probe.
+TEST_F(BreakerTest, AnOpenPeriodTooLongIsRefusedAndTakenAsAYear) {
+  CircuitBreakerOptions o = options();
+  o.consecutive_failures = 1;
+  o.open_for = Nanos::max();
+  o.max_open_for = Nanos::max();
+  ASSERT_FALSE(o.validate().ok());
+  EXPECT_NE(o.validate().error().message.find("open_for must be at most 365d"), std::string::npos);
+  CircuitBreaker b(o);
+  calls(b, 1, true);
+  ASSERT_EQ(b.state(), BreakerState::kOpen);
+  const BreakerPermit p = b.try_acquire();
+  EXPECT_FALSE(p.admitted());
+  EXPECT_EQ(p.retry_after(), std::chrono::hours(24 * 365));
+  clock_.advance(std::chrono::hours(24 * 364));
+  EXPECT_FALSE(b.try_acquire().admitted());
+}
+
+// A call refused while the probes are out is told to come back within the open period when that is
+// shorter than a second, and told the breaker is half-open.
+TEST_F(BreakerTest, ACallRefusedWhileProbesAreOutRetriesWithinAShortOpenPeriod) {
+  CircuitBreakerOptions o = options();
+  o.consecutive_failures = 1;
+  o.open_for = 10ms;
+  o.half_open_probes = 1;
+  CircuitBreaker b(o);
+  calls(b, 1, true);
+  clock_.advance(10ms);
+  ASSERT_TRUE(b.try_acquire().admitted());
+  const BreakerPermit refused = b.try_acquire();
+  ASSERT_FALSE(refused.admitted());
+  EXPECT_EQ(refused.retry_after(), 10ms);
+  const Status s = b.call([] {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().message, "circuit breaker is half-open, its probes in flight; retry in 10ms");
+}
+
 // A count window smaller than minimum_calls (window 5 with the default minimum of 10) judges its
 // rates once it is full, rather than never.
 TEST_F(BreakerTest, ACountWindowSmallerThanTheMinimumJudgesOnceFull) {
