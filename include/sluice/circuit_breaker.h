@@ -67,7 +67,7 @@ struct CircuitBreakerOptions {
   const Clock* clock = nullptr;  // nullptr: SteadyClock
   // Called after every state change, outside the breaker's lock, in no guaranteed order between
   // threads.
-  std::function<void(BreakerState from, BreakerState to)> on_state_change;
+  std::function<void(BreakerState from, BreakerState to)> on_state_change{};
 
   // Every setting out of range, each as its own error ("failure_rate must be ..."); none when
   // valid. validate() is the first of them.

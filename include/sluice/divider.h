@@ -7,6 +7,9 @@
 
 namespace sluice::detail {
 
+// A GCC and Clang extension: __extension__ keeps -Wpedantic quiet in the programs that include this.
+__extension__ using UInt128 = unsigned __int128;
+
 class Divider {
  public:
   Divider() = default;
@@ -16,7 +19,7 @@ class Divider {
 
   std::uint64_t divide(std::uint64_t n) const {
     if (magic_ == 0) return n >> shift_;
-    const auto q = static_cast<std::uint64_t>((static_cast<unsigned __int128>(magic_) * n) >> 64);
+    const auto q = static_cast<std::uint64_t>((static_cast<UInt128>(magic_) * n) >> 64);
     if (add_) return (((n - q) >> 1) + q) >> shift_;
     return q >> shift_;
   }

@@ -86,6 +86,10 @@ Result<Limit> Limit::token_bucket(const TokenBucketSpec& spec) {
   SLUICE_CHECK(check_count("capacity", spec.capacity));
   SLUICE_CHECK(check_count("refill tokens", spec.refill_tokens));
   SLUICE_CHECK(check_period("refill period", spec.refill_period));
+  if (spec.refill != Refill::kContinuous && spec.refill != Refill::kInterval) {
+    return invalid_argument("refill must be Refill::kContinuous or Refill::kInterval, got " +
+                            std::to_string(static_cast<int>(spec.refill)));
+  }
   const std::int64_t period_us = spec.refill_period.count() / 1000;
   if (spec.refill == Refill::kContinuous) {
     LimitParams p = meter(Algorithm::kTokenBucket, spec.capacity, spec.refill_tokens, period_us);

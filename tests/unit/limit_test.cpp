@@ -29,6 +29,12 @@ TEST(Limit, RefusesOutOfRangeCountsNamingTheField) {
             "limit must be between 1 and 2^40 (1099511627776), got -3");
 }
 
+TEST(Limit, RefusesARefillThatIsNeitherKind) {
+  EXPECT_EQ(error_of(Limit::token_bucket({.capacity = 5, .refill_tokens = 1, .refill_period = 1s,
+                                          .refill = static_cast<Refill>(7)})),
+            "refill must be Refill::kContinuous or Refill::kInterval, got 7");
+}
+
 TEST(Limit, RefusesPeriodsOutsideOneMillisecondToOneYear) {
   EXPECT_EQ(error_of(Limit::sliding_window({.limit = 5, .period = 999us})),
             "period must be between 1ms and 365d, got 999us");
