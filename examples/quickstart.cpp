@@ -12,7 +12,7 @@ int main() {
   for (int i = 0; i < 8; ++i) {
     auto d = store.acquire("user:42", *limit);
     if (d.ok() && d->allowed) ++admitted;
-    else if (d.ok()) std::printf("request %d: retry in %lld ms\n", i, static_cast<long long>(d->retry_after / 1ms));
+    else if (d.ok()) std::printf("request %d: retry in %lld ms\n", i, static_cast<long long>(std::chrono::ceil<std::chrono::milliseconds>(d->retry_after).count()));
   }
   std::printf("admitted %d of 8\n", admitted);
   return admitted == 5 ? 0 : 1;
