@@ -22,7 +22,10 @@ enum class OnStoreFailure : std::uint8_t {
 };
 
 // One limit a request must pass: the state `key` names, the rule it follows, what the request takes.
-// A key names one state: use each key with one limit.
+// A key names one state of each kind of limit (the meter of token buckets and GCRA, the interval
+// bucket, the fixed window, the sliding window, the log, the leases): give each limit a key of its
+// own ("user:42:second", "user:42:hour"). acquire_all refuses two different limits of one kind on
+// one key; separate calls cannot tell, and would count each other's requests in one state.
 struct LimitRequest {
   std::string_view key;
   const Limit* limit = nullptr;

@@ -60,6 +60,20 @@ bool valid_cost(std::int64_t cost) { return cost >= 1 && cost <= kMaxLimit; }
 
 std::size_t pow2_at_least(std::size_t n) { return std::bit_ceil(std::max<std::size_t>(n, 1)); }
 
+// The kind of state a limit keeps: limits of one kind on one key share its state (as RedisStore's
+// keys do, by their suffix).
+int state_kind(const Limit& limit) {
+  switch (limit.algorithm()) {
+    case Algorithm::kTokenBucket: return limit.params().refill == Refill::kInterval ? 1 : 0;
+    case Algorithm::kGcra: return 0;
+    case Algorithm::kFixedWindow: return 2;
+    case Algorithm::kSlidingWindow: return 3;
+    case Algorithm::kSlidingLog: return 4;
+    case Algorithm::kConcurrency: return 5;
+  }
+  return 0;
+}
+
 }  // namespace
 
 Status validate(std::span<const LimitRequest> requests, std::span<Decision> decisions) {
@@ -69,6 +83,19 @@ Status validate(std::span<const LimitRequest> requests, std::span<Decision> deci
   for (const LimitRequest& r : requests) {
     if (r.limit == nullptr) return invalid_argument("a limit request has no limit");
     if (!valid_cost(r.cost)) return bad_cost(r.cost);
+  }
+  // Two different limits of one kind on one key would decide one state by two rules ("10 a second
+  // and 3 an hour" on "user:42": each would count the other's requests in its own window). One
+  // limit named twice on a key counts twice, as one call of both costs would.
+  for (std::size_t i = 1; i < requests.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (requests[i].key == requests[j].key && state_kind(*requests[i].limit) == state_kind(*requests[j].limit) &&
+          !(*requests[i].limit == *requests[j].limit)) {
+        return invalid_argument("two limits of one kind (" + requests[j].limit->to_string() + ", " +
+                                requests[i].limit->to_string() + ") name the key '" + std::string(requests[i].key) +
+                                "': a key holds one state of each kind, so give each limit a key of its own");
+      }
+    }
   }
   return {};
 }

@@ -187,6 +187,25 @@ TEST_F(LocalStoreTest, AcquireAllRefusesBadInputWithoutConsuming) {
   EXPECT_EQ(store_.size(), 0u);
 }
 
+// Two limits of one kind on one key would decide one state (each counting the other's requests):
+// acquire_all refuses them, saying why, and consumes nothing; of different kinds they are apart.
+TEST_F(LocalStoreTest, AcquireAllRefusesTwoLimitsOfOneKindOnOneKey) {
+  const Limit second = make(Limit::fixed_window({.limit = 10, .period = 1s}));
+  const Limit hour = make(Limit::fixed_window({.limit = 3, .period = 1h}));
+  const Limit log = make(Limit::sliding_log({.limit = 3, .period = 1h}));
+  const LimitRequest same[] = {{"user:42", &second, 1}, {"user:42", &hour, 1}};
+  Decision d[2];
+  const Status s = store_.acquire_all(same, d);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.error().message.find("name the key 'user:42'"), std::string::npos) << s.error().message;
+  EXPECT_EQ(store_.size(), 0u);
+  const LimitRequest apart[] = {{"user:42", &second, 1}, {"user:42", &log, 1}};
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_.acquire_all(apart, d).ok());
+  EXPECT_FALSE(d[1].allowed);
+  EXPECT_EQ(store_.peek("user:42", second)->remaining, 7);
+}
+
 TEST(LocalStoreCap, EvictsTheStateSoonestFullWhenAShardIsAtItsCap) {
   ManualClock clock(kT0);
   LocalStore store(LocalStoreOptions{.clock = &clock, .shards = 1, .max_keys = 100});
