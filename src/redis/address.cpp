@@ -36,6 +36,9 @@ Result<Endpoint> parse_endpoint(std::string_view s) {
     const auto colon = s.rfind(':');
     e.host = std::string(s.substr(0, colon));
     if (colon != std::string_view::npos) port = s.substr(colon + 1);
+    if (e.host.find(':') != std::string::npos) {
+      return invalid_argument("redis address: an IPv6 host goes in brackets, as [::1]:6379");
+    }
   }
   if (e.host.empty()) return invalid_argument("redis address: missing host");
   if (!port.empty()) {
@@ -58,8 +61,17 @@ Result<Address> parse_address(std::string_view text) {
     text.remove_prefix(kCluster.size());
     a.cluster = true;
   } else {
-    return invalid_argument("redis address must start with redis:// or redis-cluster://, got '" +
-                            std::string(text) + "'");
+    // Said without what lies between "://" and an '@': a password.
+    std::string shown(text);
+    const auto scheme = shown.find("://");
+    const auto at = shown.rfind('@');
+    if (scheme != std::string::npos && at != std::string::npos && at > scheme) {
+      shown.replace(scheme + 3, at - scheme - 3, "...");
+    }
+    if (text.starts_with("rediss://")) {
+      return invalid_argument("redis address: TLS (rediss://) is not supported, got '" + shown + "'");
+    }
+    return invalid_argument("redis address must start with redis:// or redis-cluster://, got '" + shown + "'");
   }
   if (const auto at = text.rfind('@'); at != std::string_view::npos) {
     const std::string_view credentials = text.substr(0, at);
@@ -70,6 +82,8 @@ Result<Address> parse_address(std::string_view text) {
       a.user = std::string(credentials.substr(0, colon));
       a.password = std::string(credentials.substr(colon + 1));
     }
+    // "redis://:@host", say from a variable left empty: no AUTH would be sent, unnoticed.
+    if (a.password.empty()) return invalid_argument("redis address: an empty password before '@'");
     text.remove_prefix(at + 1);
   }
   if (const auto slash = text.find('/'); slash != std::string_view::npos) {
@@ -84,6 +98,7 @@ Result<Address> parse_address(std::string_view text) {
   }
   while (!text.empty()) {
     const auto comma = text.find(',');
+    if (comma == 0 || comma == text.size() - 1) return invalid_argument("redis address: an empty host in the list");
     auto e = parse_endpoint(text.substr(0, comma));
     if (!e) return e.error();
     a.nodes.push_back(std::move(*e));

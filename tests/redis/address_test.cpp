@@ -53,5 +53,17 @@ TEST(Address, RefusesWhatItCannotUse) {
   EXPECT_FALSE(parse_address("redis://").ok());
 }
 
+TEST(Address, SaysWhatIsWrongWithoutShowingThePassword) {
+  auto message = [](std::string_view text) { return parse_address(text).error().message; };
+  EXPECT_EQ(message("rediss://:s3cret@host:1"), "redis address: TLS (rediss://) is not supported, got 'rediss://...@host:1'");
+  EXPECT_EQ(message("http://u:s3cret@host:1"),
+            "redis address must start with redis:// or redis-cluster://, got 'http://...@host:1'");
+  EXPECT_EQ(message("redis://::1:6379"), "redis address: an IPv6 host goes in brackets, as [::1]:6379");
+  EXPECT_EQ(message("redis-cluster://a:1,"), "redis address: an empty host in the list");
+  EXPECT_EQ(message("redis-cluster://,a:1"), "redis address: an empty host in the list");
+  EXPECT_EQ(message("redis-cluster://a:1,,b:2"), "redis address: an empty host in the list");
+  EXPECT_EQ(message("redis://:@host:1"), "redis address: an empty password before '@'");
+}
+
 }  // namespace
 }  // namespace sluice::redis
