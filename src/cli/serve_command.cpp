@@ -126,7 +126,7 @@ int run(const ServeOptions& o) {
     std::fprintf(stderr, "sluice serve: give one of --db FILE (with --demo or not), --config FILE or --config-from URL\n");
     return 2;
   }
-  const ServeSettings settings{o.listen, o.admin_listen, o.threads, o.store, o.access_log, o.check,
+  const ServeSettings settings{o.listen, o.admin_listen, o.threads, o.pin_workers, o.store, o.access_log, o.check,
                                o.print_config, o.db.empty() ? "./sluice.db" : o.db, o.config_from, o.token,
                                o.fleet_size};
   if (o.demo && !o.check && !o.print_config) return serve_demo(settings);

@@ -107,6 +107,7 @@ bool start(const ServeSettings& s, const std::shared_ptr<const config::Config>& 
   options.listen = s.listen;
   options.admin_listen = s.admin_listen;
   options.threads = s.threads;
+  options.pin_workers = s.pin_workers;
   options.handle_signals = true;
   options.access_log = s.access_log;
   options.store = s.store;

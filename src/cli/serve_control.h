@@ -26,6 +26,7 @@ struct ServeSettings {
   std::string listen;
   std::string admin_listen;
   int threads = 1;
+  bool pin_workers = false;  // --pin-workers
   std::string store;       // --store: where limits are counted
   std::string access_log;
   bool check = false;

@@ -1,6 +1,8 @@
 // build/sluice as child processes: two gateways on one database (a change served by the other within
 // a second, counters carried over), a follower that keeps serving when its primary is killed and
 // catches up when it is back, kill -9 in the middle of writes, and the config and token commands.
+#include <sched.h>
+
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
@@ -313,6 +315,27 @@ TEST_F(ControlProcessTest, AFollowerKnowsItsTokenByItsIdAndNameOnThePrimary) {
 // --print-config prints the configuration as it would be served: a follower whose read token is
 // not given the store's password would not start, and the print refuses it as the check does (it
 // printed REDACTED and exited 0).
+// --pin-workers pins each worker to a CPU whatever the configuration comes from (it did so only
+// for --config: a gateway serving its database ran its workers on every CPU, saying nothing).
+TEST_F(ControlProcessTest, PinWorkersPinsTheWorkersOfAGatewayServingADatabase) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  std::vector<int> allowed;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) allowed.push_back(cpu);
+  }
+  ASSERT_FALSE(allowed.empty());
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  const Server s = serve({"--db", db_, "--threads", "2", "--pin-workers"});
+  std::map<std::string, std::string> threads;
+  EXPECT_TRUE(testing::eventually([&] {
+    threads = testing::cpus_of_threads(std::to_string(s.child->pid()));
+    return threads["sluice-w0"] == std::to_string(allowed[0]) &&
+           threads["sluice-w1"] == std::to_string(allowed[1 % allowed.size()]);
+  })) << threads["sluice-w0"] << " " << threads["sluice-w1"];
+}
+
 TEST_F(ControlProcessTest, APrintOfWhatWouldNotBeServedIsRefusedAsACheckIs) {
   testing::write_file(yaml_, "store: redis://:s3cret@127.0.0.1:1\n" + control_test::base_yaml(upstream_->port()));
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);

@@ -190,6 +190,21 @@ class TempDirs {
 
 }  // namespace
 
+std::map<std::string, std::string> cpus_of_threads(const std::string& pid) {
+  std::map<std::string, std::string> out;
+  std::error_code gone;  // a thread that ends while it is read
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + pid + "/task", gone)) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.starts_with("Cpus_allowed_list:")) out[name] = line.substr(line.find_first_not_of(" \t", 18));
+    }
+  }
+  return out;
+}
+
 std::string temp_dir() {
   static TempDirs made;
   std::string pattern = (std::getenv("TMPDIR") != nullptr ? std::string(std::getenv("TMPDIR")) : "/tmp") +

@@ -85,6 +85,10 @@ bool eventually(F&& cond, std::chrono::milliseconds deadline = std::chrono::seco
 // A free TCP port on 127.0.0.1 (bound, read, released).
 std::uint16_t free_port();
 
+// Each thread's name in process `pid` ("self": this one), with the CPUs it may run on as
+// /proc/PID/task/TID/status lists them ("0-1", "1").
+std::map<std::string, std::string> cpus_of_threads(const std::string& pid = "self");
+
 // A fresh directory under the system's temporary directory, removed with what it holds when the
 // test process exits (unless SLUICE_TEST_KEEP_DIRS is set).
 std::string temp_dir();

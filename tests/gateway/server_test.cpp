@@ -2216,19 +2216,7 @@ TEST_F(GatewayTest, AnIdleConnectionIsClosedQuietly) {
 // --- threads ------------------------------------------------------------------------------------
 
 // This process's threads by name: the CPUs each may run on, as /proc lists them ("0-1", "3").
-std::map<std::string, std::string> cpus_of_threads() {
-  std::map<std::string, std::string> out;
-  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-    std::ifstream comm(task.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    std::ifstream status(task.path() / "status");
-    for (std::string line; std::getline(status, line);) {
-      if (line.starts_with("Cpus_allowed_list:")) out[name] = line.substr(line.find_first_not_of(" \t", 18));
-    }
-  }
-  return out;
-}
+using testing::cpus_of_threads;
 
 // Workers are named; with pin_workers, worker i runs on the i-th CPU the process may use (in
 // turn), and without, on any of them; either way they serve.
