@@ -159,7 +159,7 @@ int run(const ServeOptions& o) {
   }
   gateway::GatewayOptions options;
   if (!limit_store(settings, *cfg, o.demo ? "the demo configuration" : o.config_path, options)) return 1;
-  if (!listen_flags_ok(settings)) return 1;
+  if (!listen_flags_ok(settings) || !access_log_ok(settings, *cfg)) return 1;
   // A file brings no admin tokens: the admin listener stays on loopback. (Here the demo is only
   // checked: served, it is from a database with a token made for it.)
   const std::string admin = o.admin_listen.empty() ? cfg->admin_listen : o.admin_listen;

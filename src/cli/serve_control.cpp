@@ -15,6 +15,7 @@
 
 #include "config/store.h"
 #include "config/yaml.h"
+#include "gateway/access_log.h"
 #include "gateway/admin_api.h"
 #include "gateway/config_source.h"
 #include "gateway/console.h"
@@ -154,7 +155,7 @@ std::optional<int> check_or_print(const ServeSettings& s, const config::StoredCo
     // What a start would refuse, a check refuses: a secret key that is not one too.
     gateway::GatewayOptions unused;
     std::optional<config::SecretKey> key;
-    if (!listen_flags_ok(s) || !admin_listen_ok(s, *c.config, tokens_exist) ||
+    if (!listen_flags_ok(s) || !access_log_ok(s, *c.config) || !admin_listen_ok(s, *c.config, tokens_exist) ||
         !limit_store(s, *c.config, source, unused) || !secret_key_from_environment(key)) {
       return 1;
     }
@@ -260,6 +261,12 @@ bool listen_flags_ok(const ServeSettings& s) {
     return bad("--admin-listen", s.admin_listen);
   }
   return true;
+}
+
+bool access_log_ok(const ServeSettings& s, const config::Config& cfg) {
+  const Status ok = gateway::AccessLog::check(s.access_log.empty() ? cfg.access_log : s.access_log);
+  if (!ok) std::fprintf(stderr, "sluice serve: %s\n", ok.error().message.c_str());
+  return ok.ok();
 }
 
 void say_serving(const gateway::Gateway& gw, int threads, const std::string& limits, const std::string& source) {

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 
 #include "config/json.h"
 
@@ -82,6 +83,21 @@ Result<std::unique_ptr<AccessLog>> AccessLog::open(const std::string& where) {
   }
   std::setvbuf(f, buffer, _IOFBF, log->buffer_size_);
   return log;
+}
+
+Status AccessLog::check(const std::string& where) {
+  if (where == "off" || where == "stdout") return {};
+  const std::filesystem::path path(where);
+  std::error_code ec;
+  int error = 0;
+  if (std::filesystem::exists(path, ec)) {
+    error = std::filesystem::is_directory(path, ec) ? EISDIR : ::access(where.c_str(), W_OK) == 0 ? 0 : errno;
+  } else {
+    const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : std::filesystem::path(".");
+    error = ::access(dir.c_str(), W_OK | X_OK) == 0 ? 0 : errno;
+  }
+  if (error != 0) return invalid_argument("cannot open the access log " + where + ": " + std::strerror(error));
+  return {};
 }
 
 void AccessLog::format(const AccessRecord& r, std::string& out) {

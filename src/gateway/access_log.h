@@ -36,6 +36,8 @@ class AccessLog {
  public:
   // "stdout", "off", or a file path (appended to).
   static Result<std::unique_ptr<AccessLog>> open(const std::string& where);
+  // Whether open(where) would succeed, without making the file (for serve --check): the same error.
+  static Status check(const std::string& where);
   ~AccessLog();
   AccessLog(const AccessLog&) = delete;
   AccessLog& operator=(const AccessLog&) = delete;

@@ -1,12 +1,11 @@
 // build/sluice as child processes: two gateways on one database (a change served by the other within
 // a second, counters carried over), a follower that keeps serving when its primary is killed and
 // catches up when it is back, kill -9 in the middle of writes, and the config and token commands.
-#include <sched.h>
-
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
 #include <pwd.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -507,6 +506,27 @@ TEST_F(ControlProcessTest, ACheckRefusesASecretKeyThatAStartRefuses) {
     EXPECT_EQ(out, "");
     EXPECT_NE(err.find("SLUICE_SECRET_KEY must be 32 bytes"), std::string::npos) << err;
   }
+}
+
+// A check refuses an access log a start cannot open (its directory missing, a directory), for
+// every source, and makes no file.
+TEST_F(ControlProcessTest, ACheckRefusesAnAccessLogAStartCannotOpen) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  for (const std::string& log : {dir_ + "/missing/access.log", dir_}) {
+    for (const std::vector<std::string>& args : {std::vector<std::string>{"serve", "--db", db_, "--check"},
+                                                {"serve", "--config", yaml_, "--check"},
+                                                {"serve", "--demo", "--db", db_, "--check"}}) {
+      SCOPED_TRACE(args[1] + " " + args[2] + " " + log);
+      std::vector<std::string> with_log = args;
+      with_log.insert(with_log.end(), {"--access-log", log});
+      std::string err;
+      EXPECT_EQ(sluice(with_log, nullptr, &err), 1);
+      EXPECT_NE(err.find("cannot open the access log " + log), std::string::npos) << err;
+    }
+  }
+  std::string out;
+  EXPECT_EQ(sluice({"serve", "--db", db_, "--check", "--access-log", dir_ + "/access.log"}, &out), 0);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/access.log"));
 }
 
 // An environment variable set (or unset: nullptr) for the children started while it lives.
