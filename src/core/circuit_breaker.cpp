@@ -233,6 +233,18 @@ BreakerStats CircuitBreaker::stats() const {
   s.calls = calls_;
   s.failures = failures_;
   s.slow_calls = slow_;
+  if (options_.window == BreakerWindow::kTime && !buckets_.empty()) {
+    // The window as of now: the slices that slid out since the last call are not counted (a call
+    // drops them; a breaker with no calls would show them for ever).
+    const std::int64_t slice = clock_->now().count() / (options_.window_duration.count() / kSlices);
+    s.calls = s.failures = s.slow_calls = 0;
+    for (const Bucket& b : buckets_) {
+      if (b.slice < 0 || b.slice <= slice - kSlices) continue;
+      s.calls += b.calls;
+      s.failures += b.failures;
+      s.slow_calls += b.slow;
+    }
+  }
   if (s.state == BreakerState::kOpen) s.open_remaining = std::max(Nanos{0}, open_until_ - clock_->now());
   return s;
 }

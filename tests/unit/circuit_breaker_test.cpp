@@ -104,6 +104,27 @@ TEST_F(BreakerTest, TimeWindowForgetsOldCalls) {
   EXPECT_EQ(b.state(), BreakerState::kOpen);
 }
 
+// What stats() reports of a time window is the window as of now: calls that slid out are gone
+// from it even when no call has come since to drop them.
+TEST_F(BreakerTest, TheStatsOfATimeWindowLeaveOutWhatSlidOutWithoutACall) {
+  CircuitBreakerOptions o = options();
+  o.window = BreakerWindow::kTime;
+  o.window_duration = 10s;
+  o.minimum_calls = 100;
+  CircuitBreaker b(o);
+  calls(b, 5, true);
+  EXPECT_EQ(b.stats().calls, 5);
+  EXPECT_EQ(b.stats().failures, 5);
+  clock_.advance(5s);
+  calls(b, 2, false);
+  EXPECT_EQ(b.stats().calls, 7);
+  clock_.advance(6s);  // the first five slid out, the last two not
+  EXPECT_EQ(b.stats().calls, 2);
+  EXPECT_EQ(b.stats().failures, 0);
+  clock_.advance(10s);
+  EXPECT_EQ(b.stats().calls, 0);
+}
+
 TEST_F(BreakerTest, SlowCallRateTrips) {
   CircuitBreakerOptions o = options();
   o.failure_rate = 0;
