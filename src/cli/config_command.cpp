@@ -33,6 +33,12 @@ void fail(const ConfigOptions&, const char* what, const std::string& message) {
   throw CLI::RuntimeError(1);
 }
 
+// A flag's value that is not one: a usage error (exit 2), as CLI11's own.
+void bad_flag(const char* what, const std::string& message) {
+  std::fprintf(stderr, "sluice config %s: %s\n", what, message.c_str());
+  throw CLI::RuntimeError(2);
+}
+
 // Whether a store whose password is the placeholder (REDACTED) may stand: only where a stored
 // password is there for it to keep, which a primary's PUT /admin/v1/config has (apply).
 enum class Placeholder : std::uint8_t { kRefused, kPrimaryDecides };
@@ -78,10 +84,10 @@ void import(const ConfigOptions& o) {
 }
 
 void export_config(const ConfigOptions& o) {
-  if (!o.format.empty() && o.format != "yaml" && o.format != "json") fail(o, "export", "--format must be yaml or json");
+  if (!o.format.empty() && o.format != "yaml" && o.format != "json") bad_flag("export", "--format must be yaml or json");
   // The rows as they are may hold what YAML would not read back (a value that is not JSON is kept
   // as a string, bytes that are not UTF-8 as they are): they are printed as JSON only.
-  if (o.as_stored && o.format == "yaml") fail(o, "export", "--as-stored prints JSON only: leave out --format yaml");
+  if (o.as_stored && o.format == "yaml") bad_flag("export", "--as-stored prints JSON only: leave out --format yaml");
   auto store = open_store_or_exit(o.db, "config export", config::StoreOptions::Access::kReadOnly);
   if (o.as_stored) {
     auto text = store->stored_text();
@@ -112,6 +118,7 @@ void apply(const ConfigOptions& o) {
   text << in.rdbuf();
   std::string admin = o.admin;
   while (!admin.empty() && admin.back() == '/') admin.pop_back();
+  if (!gateway::parse_http_url(admin)) bad_flag("apply", "--admin must be the primary's admin URL, http://host:port, got \"" + o.admin + "\"");
   gateway::FetchRequest req;
   req.method = "PUT";
   req.url = admin + "/admin/v1/config";
@@ -122,7 +129,7 @@ void apply(const ConfigOptions& o) {
     if (r.size() >= 2 && r.front() == '"' && r.back() == '"') r = r.substr(1, r.size() - 2);
     if (r.starts_with('r')) r.remove_prefix(1);
     if (r.empty() || !std::all_of(r.begin(), r.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
-      fail(o, "apply", "--if-match must be a revision like 42 (from the ETag \"r42\"), got \"" + o.if_match + "\"");
+      bad_flag("apply", "--if-match must be a revision like 42 (from the ETag \"r42\"), got \"" + o.if_match + "\"");
     }
     req.headers.emplace_back("If-Match", "\"r" + std::string(r) + "\"");
   }

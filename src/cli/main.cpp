@@ -3,6 +3,8 @@
 // non-zero exit status by throwing CLI::RuntimeError(status).
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
+
 #include "cli/bench_command.h"
 #include "cli/config_command.h"
 #include "cli/serve_command.h"
@@ -26,6 +28,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (e.get_name() == "RequiredError" && argc > 1 && argv[1][0] != '-' && app.get_subcommands().empty()) {
+      std::fprintf(stderr, "sluice: no command '%s': give serve, config, token or bench (sluice --help)\n", argv[1]);
+      return kUsageError;
+    }
     const int status = app.exit(e);  // prints help, the version, or what was wrong with the flags
     if (status == 0 || e.get_name() == "RuntimeError") return status;
     return kUsageError;

@@ -232,7 +232,15 @@ void add_serve_command(CLI::App& app) {
                     "host:port for the admin API, /metrics and /config, or off (default: the configuration's "
                     "admin_listen, 127.0.0.1:9090)")
       ->check(kNotEmpty);
-  serve->add_option("-t,--threads", o->threads, "Worker threads (default 1)")->check(CLI::Range(1, 256));
+  serve->add_option("-t,--threads", o->threads, "Worker threads (default 1)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            const bool whole = !v.empty() && v.size() <= 3 && v.find_first_not_of("0123456789") == std::string::npos;
+            return whole && std::stoi(v) >= 1 && std::stoi(v) <= 256
+                       ? std::string()
+                       : "must be a whole number from 1 to 256, got \"" + v + "\"";
+          },
+          "1-256"));
   serve->add_flag("--pin-workers", o->pin_workers,
                   "Run each worker thread on a CPU of its own (the i-th the process may use, in turn), as nginx's "
                   "worker_cpu_affinity auto: for a host that runs the gateway alone");

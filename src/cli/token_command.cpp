@@ -85,7 +85,7 @@ void add_token_command(CLI::App& app) {
   l->callback([o] { list(*o); });
 
   CLI::App* r = cmd->add_subcommand("revoke", "Delete a token by its id");
-  r->add_option("id", o->id, "The token's id (at_...)")->required();
+  r->add_option("id", o->id, "The token's id (at_...; sluice token list shows them)")->required()->check(kNotEmpty);
   r->add_option("--db", o->db, "The database (default ./sluice.db)")->check(kNotEmpty);
   r->callback([o] { revoke(*o); });
 }

@@ -529,6 +529,29 @@ TEST_F(ControlProcessTest, ACheckRefusesAnAccessLogAStartCannotOpen) {
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/access.log"));
 }
 
+// A command or a flag's value that is not one is a usage error (exit 2) that says what it wants,
+// whichever command it is given to.
+TEST_F(ControlProcessTest, ACommandOrAFlagValueThatIsNotOneIsAUsageErrorSaidAsSuch) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"bogus"}, "no command 'bogus': give serve, config, token or bench"},
+      {{"serve", "--threads", "abc"}, "--threads: must be a whole number from 1 to 256, got \"abc\""},
+      {{"config", "export", "--format", "xml", "--db", db_}, "--format must be yaml or json"},
+      {{"config", "apply", yaml_, "--admin", "notaurl", "--token", "t"},
+       "--admin must be the primary's admin URL, http://host:port, got \"notaurl\""},
+      {{"config", "apply", yaml_, "--admin", "http://127.0.0.1:1", "--token", "t", "--if-match", "x"},
+       "--if-match must be a revision like 42"},
+      {{"token", "revoke", "", "--db", db_}, "id: must not be empty"},
+      {{"token", "create", "--role", "boss", "--db", db_}, "--role must be admin or read"},
+  };
+  for (const auto& [args, said] : cases) {
+    SCOPED_TRACE(args[0] + " " + (args.size() > 1 ? args[1] : ""));
+    std::string err;
+    EXPECT_EQ(sluice(args, nullptr, &err), 2);
+    EXPECT_NE(err.find(said), std::string::npos) << err;
+  }
+}
+
 // An environment variable set (or unset: nullptr) for the children started while it lives.
 class EnvVar {
  public:
@@ -706,7 +729,7 @@ TEST_F(ControlProcessTest, AnExportAsStoredIsJsonAndRefusesToBeYaml) {
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
   std::string out;
   std::string err;
-  EXPECT_EQ(sluice({"config", "export", "--as-stored", "--format", "yaml", "--db", db_}, &out, &err), 1);
+  EXPECT_EQ(sluice({"config", "export", "--as-stored", "--format", "yaml", "--db", db_}, &out, &err), 2);
   EXPECT_EQ(out, "");
   EXPECT_EQ(err, "sluice config export: --as-stored prints JSON only: leave out --format yaml\n");
   for (const std::vector<std::string>& args :
@@ -841,7 +864,7 @@ TEST_F(ControlProcessTest, ConfigApplyReplacesAPrimarysConfigurationOrShowsItsPr
   EXPECT_NE(err.find("412: the configuration changed since revision 3"), std::string::npos) << err;
   EXPECT_EQ(sluice({"config", "apply", next, "--admin", url, "--token", t, "--if-match", "\"r3\""}, &out, &err), 1);
   EXPECT_NE(err.find("412: the configuration changed since revision 3"), std::string::npos) << err;
-  EXPECT_EQ(sluice({"config", "apply", next, "--admin", url, "--token", t, "--if-match", "latest"}, &out, &err), 1);
+  EXPECT_EQ(sluice({"config", "apply", next, "--admin", url, "--token", t, "--if-match", "latest"}, &out, &err), 2);
   EXPECT_NE(err.find("--if-match must be a revision"), std::string::npos) << err;
   EXPECT_EQ(sluice({"config", "apply", next, "--admin", url, "--token", "sluice_at_wrong"}, &out, &err), 1);
   EXPECT_NE(err.find("401"), std::string::npos) << err;
