@@ -67,7 +67,7 @@ Status seed_demo(config::ConfigStore& store, std::uint16_t upstream_port) {
   config::Config current = *stored->config;
   config::WriteResult written;
   if (current.systems.empty() && current.interfaces.empty() && current.upstreams.empty()) {
-    written = store.replace("demo", "import", *demo);
+    written = store.replace("demo", "config.import", *demo);
   } else {
     bool moved = false;
     for (config::Upstream& u : current.upstreams) {
@@ -76,7 +76,7 @@ Status seed_demo(config::ConfigStore& store, std::uint16_t upstream_port) {
         moved = true;
       }
     }
-    if (moved) written = store.replace("demo", "import", current);
+    if (moved) written = store.replace("demo", "config.import", current);
   }
   if (!written.ok()) return Error{ErrorCode::kInvalidArgument, written.refusal->message};
   return {};

@@ -517,6 +517,15 @@ test('when the gateway does not answer, the console says so in its language and 
   await page.locator('tr[data-name="crm"]').first().waitFor();
   await eventually('the figures live again', async () => /更新于/.test(await page.locator('.live').innerText()));
   assert.equal(await page.locator('.overview.stale').count(), 0);
+  // The breakers page says so too, dims its table, and takes both back at the next answer.
+  await page.getByRole('link', { name: '熔断器' }).click();
+  await page.locator('tr[data-key="app"]').waitFor();
+  await page.route('**/admin/v1/**', down);
+  await textMatches(alert, /网关没有响应/);
+  await page.locator('.stale').waitFor();
+  await page.unroute('**/admin/v1/**', down);
+  await eventually('the breakers live again', async () => (await page.locator('.stale').count()) === 0);
+  assert.equal(await page.getByRole('alert').count(), 0);
   // A save without an answer says the same.
   await page.goto(`${env.base}#/systems/crm`);
   await page.getByRole('button', { name: '保存' }).waitFor();
@@ -562,6 +571,10 @@ test('long ids are cut in tables and lists, whole in their title, and the other 
   assert.ok(await lastColumnInView('table[aria-label="Systems"]'), 'the list\'s last column is in view');
   assert.equal(await page.locator(`tr[data-id="${key}"] a`).getAttribute('title'), key);
   await shot(page, '17-long-id');
+  // Its page's heading wraps rather than widen the page.
+  await page.goto(`${env.base}#/systems/${key}`);
+  await page.getByRole('button', { name: 'Save' }).waitFor();
+  assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), 'the edit page fits');
   await closePage(page);
   assert.equal((await admin('DELETE', `systems/${key}`)).status, 204);
 });
@@ -663,6 +676,20 @@ test('Disable sets the state it names; a save keeps a method and a failure-statu
   await page.getByRole('button', { name: 'Save' }).click();
   await page.getByText('quiet was saved.').waitFor();
   assert.deepEqual((await admin('GET', 'upstreams/quiet')).data.failure_statuses, []);
+  // Its longest open period shown at its default (10m) stays the default: a longer open_for takes it.
+  await page.goto(`${env.base}#/upstreams/quiet`);
+  await page.getByLabel('Open for').fill('20m');
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.getByText('quiet was saved.').waitFor();
+  assert.equal((await admin('GET', 'upstreams/quiet')).data.breaker.max_open_for, '20m');
+  // A system's permissions listed in an order of their own are saved as they were: nothing to commit.
+  assert.equal((await admin('POST', 'systems', { key: 'ordered', interfaces: ['users', 'dav', 'orders'] })).status, 201);
+  const before = (await admin('GET', 'config')).etag;
+  await page.goto(`${env.base}#/systems/ordered`);
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.getByText('ordered was saved.').waitFor();
+  assert.deepEqual((await admin('GET', 'systems/ordered')).data.interfaces, ['users', 'dav', 'orders']);
+  assert.equal((await admin('GET', 'config')).etag, before, 'no new revision');
   await closePage(page);
 });
 

@@ -82,13 +82,24 @@ export function render(view, ctx) {
     }, t(`breakers.action.${a}`))));
     if (focused) actions.querySelector('button')?.focus();
   };
+  // An error of the polling (no answer) is said, and the table dimmed, until an answer comes.
+  let failing = false;
   async function refresh() {
     const asked = epoch;
     const items = (await api('GET', 'breakers')).data.items;
+    if (failing) {
+      failing = false;
+      msg.clear();
+      view.classList.remove('stale');
+    }
     if (asked !== epoch) return;
     empty.hidden = items.length > 0;
     tbl.el.hidden = !empty.hidden;
     syncRows(tbl.body, items, (b) => b.upstream, create, update);
   }
-  return poll(refresh, 2000, (error) => msg.say('error', error.message));
+  return poll(refresh, 2000, (error) => {
+    if (!failing) msg.say('error', error.message);
+    failing = true;
+    view.classList.add('stale');
+  });
 }

@@ -49,6 +49,12 @@ function breakerText(b) {
   return t('upstream.automatic');
 }
 
+// The values checked now, those checked before first in their order, then the new ones: a save that
+// changes nothing sends the list as it was (no new revision, no audit entry for a reordering).
+function keepOrder(before, now) {
+  return [...(before ?? []).filter((v) => now.includes(v)), ...now.filter((v) => !(before ?? []).includes(v))];
+}
+
 function lines(text) {
   return text.split(/[\n,]/).map((s) => s.trim()).filter(Boolean);
 }
@@ -89,7 +95,7 @@ const KINDS = {
         ],
         read: () => ({
           key: textOf(key), description: description.value, enabled: enabled.checked, auth: auth.value,
-          interfaces: perms.read(), limits: limits.read(),
+          interfaces: keepOrder(x.interfaces, perms.read()), limits: limits.read(),
         }),
       };
     },
@@ -132,7 +138,7 @@ const KINDS = {
           limits.el,
         ],
         read: () => ({
-          id: textOf(id), description: description.value, path: route.value.trim(), methods: methods.read(),
+          id: textOf(id), description: description.value, path: route.value.trim(), methods: keepOrder(x.methods, methods.read()),
           upstream: upstream.value, enabled: enabled.checked, public: isPublic.checked,
           concurrency: numberOf(concurrency) ?? null, concurrency_lease_timeout: textOf(lease) ?? null,
           timeout: textOf(timeout) ?? null, limits: limits.read(),
@@ -188,6 +194,9 @@ const KINDS = {
           out.breaker = { enabled: breakerEnabled.checked, force: b.force ?? 'none' };
           for (const [k, el] of Object.entries(breaker)) {
             const v = k === 'window' ? textOf(el) : numbers.includes(k) ? numberOf(el) : textOf(el);
+            // max_open_for as the API showed it, when that is its default (10m, or open_for when
+            // longer), stays the default: sent, it would be fixed, and a longer open_for refused.
+            if (k === 'max_open_for' && v === b.max_open_for && (v === '10m' || v === b.open_for)) continue;
             if (v !== undefined) out.breaker[k] = k === 'window' ? numberOrText(v) : v;
           }
           return out;
@@ -407,8 +416,9 @@ async function edit(view, ctx, spec) {
   // Problems at their fields, the first of which takes the focus (the rest listed above the form).
   function refused(problems) {
     const rest = showProblems(form, problems);
-    const say = rest.length < problems.length ? msg.say : msg.tell;
-    say('error', t('edit.refused'), rest.length
+    const marked = rest.length < problems.length;
+    const say = marked ? msg.say : msg.tell;
+    say('error', t(marked ? 'edit.refused' : 'edit.refusedElsewhere'), rest.length
       ? h('ul', {}, rest.map((p) => h('li', {}, `${p.path ?? p.field}: ${p.message}`)))
       : null);
   }
