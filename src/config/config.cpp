@@ -239,6 +239,9 @@ struct FieldReader {
     if (it == fields.end()) return fail(name, "is required");
     const std::string& v = it->second;
     auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+    if (ec == std::errc::result_out_of_range && ptr == v.data() + v.size()) {
+      return fail(name, "is out of range, got " + v);
+    }
     if (ec != std::errc() || ptr != v.data() + v.size()) {
       return fail(name, "must be a whole number, got \"" + v + "\"");
     }

@@ -290,6 +290,10 @@ class Reader {
     if (!scalar(map, at, key, s)) return false;
     Int v{};
     auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec == std::errc::result_out_of_range && ptr == s.data() + s.size()) {
+      fail(map[key], join(at, key), "is out of range, got " + s);
+      return false;
+    }
     if (ec != std::errc() || ptr != s.data() + s.size()) {
       fail(map[key], join(at, key), "must be a whole number, got \"" + s + "\"");
       return false;

@@ -325,6 +325,16 @@ TEST(ConfigYaml, ABadDurationAndABadNumberAreBothReported) {
   EXPECT_EQ(p[1], "test.yaml:13:14: interfaces[0].timeout: must be a duration like 500ms, 15s, 1m, 2h or 1d, got \"3 seconds\"");
 }
 
+// A whole number too large for any field is said to be out of range, not "not a whole number".
+TEST(ConfigYaml, AWholeNumberTooLargeIsOutOfRange) {
+  const std::string text = std::string(kMinimal) +
+                           "    limits:\n"
+                           "      - {algorithm: gcra, limit: 99999999999999999999, period: 1s}\n";
+  const auto p = problems_of(text);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0], "test.yaml:12:34: interfaces[0].limits[0].limit: is out of range, got 99999999999999999999");
+}
+
 TEST(ConfigYaml, AParameterThatDoesNotBelongToTheAlgorithmIsRefused) {
   const std::string text = std::string(kMinimal) +
                            "    limits:\n"
