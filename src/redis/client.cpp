@@ -52,7 +52,12 @@ class SingleClient final : public Client {
 };
 
 constexpr auto kRefreshInterval = std::chrono::milliseconds(100);
-constexpr int kMaxRedirects = 5;
+// Redirections a command follows. After the first two, each waits longer (1 ms, then doubling),
+// within the command's deadline: a slot being handed over between two masters is redirected back
+// and forth (the old owner, told first, points to the new one, which is still importing and points
+// back) until the new owner is told, a few milliseconds later.
+constexpr int kMaxRedirects = 12;
+constexpr int kRedirectsAtOnce = 2;
 
 // A Redis Cluster: the slot map from CLUSTER NODES, one connection per node (replicas too, so that
 // a promoted replica is ready at once; their failed reconnections do not count as Redis failing,
@@ -189,8 +194,27 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
                                 "redis cluster: slot " + std::to_string(slot) + " moved to " +
                                     std::string(target) + ", not connected yet"});
         }
-        return send_to(std::move(c), slot, command, std::move(callback), deadline, hops + 1, !moved);
+        if (hops < kRedirectsAtOnce) {
+          return send_to(std::move(c), slot, command, std::move(callback), deadline, hops + 1, !moved);
+        }
+        const auto pause = std::chrono::milliseconds(1) * (1 << (hops - kRedirectsAtOnce));
+        if (std::chrono::steady_clock::now() + pause < deadline) {
+          auto timer = std::make_shared<asio::steady_timer>(strand_, pause);
+          return timer->async_wait([self = shared_from_this(), timer, c = std::move(c), slot, command, deadline, hops,
+                                    moved, callback = std::move(callback)](const boost::system::error_code& ec) mutable {
+            if (ec || self->stopped_) {
+              return callback(Error{ErrorCode::kStoreUnavailable, "redis cluster: closed"});
+            }
+            self->send_to(std::move(c), slot, command, std::move(callback), deadline, hops + 1, !moved);
+          });
+        }
       }
+    }
+    if (moved || message.starts_with("ASK ")) {
+      // Redirected until no time or hops were left: the slot is moving, and it is Redis, not the
+      // call, that cannot answer now.
+      return callback(Error{ErrorCode::kStoreUnavailable, "redis cluster: slot " + std::to_string(slot) +
+                                                              " still being moved: " + std::string(message)});
     }
     if (message.starts_with("CLUSTERDOWN") || message.starts_with("TRYAGAIN") ||
         message.starts_with("MASTERDOWN")) {

@@ -152,6 +152,40 @@ TEST_F(ClusterTest, FollowsAskAndMovedWhileASlotMigrates) {
   EXPECT_EQ(store->acquire(key, fixed)->remaining, 7);
 }
 
+// How many times `node` answered MOVED (INFO errorstats).
+long long moved_answers(RedisServer& node) {
+  const std::string stats = node.cli({"INFO", "errorstats"});
+  const auto at = stats.find("errorstat_MOVED:count=");
+  return at == std::string::npos ? 0 : std::stoll(stats.substr(at + 22));
+}
+
+// A slot handed over with its old master told first: the old master redirects to the new one,
+// which, still importing, redirects back, until it is told too. A call in between follows the
+// redirections at growing intervals and is decided once the handover is done, rather than fail.
+TEST_F(ClusterTest, ACallRedirectedBackAndForthWhileASlotIsHandedOverIsDecidedOnceItIs) {
+  auto store = open_store(cluster_->address());
+  ASSERT_NE(store, nullptr);
+  const std::string key = "handover";
+  const int slot = key_slot("sluice:{handover}:fw");
+  const std::optional<SlotMove> move = slot_move(*cluster_, slot);
+  ASSERT_TRUE(move.has_value()) << "no other master to move slot " << slot << " to";
+  const Limit fixed = make(Limit::fixed_window({.limit = 10, .period = 1h}));
+  const std::string s = std::to_string(slot);
+  ASSERT_EQ(move->to->cli({"CLUSTER", "SETSLOT", s, "IMPORTING", move->from_id}), "OK");
+  ASSERT_EQ(move->from->cli({"CLUSTER", "SETSLOT", s, "MIGRATING", move->to_id}), "OK");
+  ASSERT_EQ(move->from->cli({"CLUSTER", "SETSLOT", s, "NODE", move->to_id}), "OK");  // the old owner first
+  const long long before = moved_answers(*move->to);
+  auto pending = std::async(std::launch::async, [&] { return store->acquire(key, fixed); });
+  // Being sent back and forth: the new owner has sent it back twice.
+  ASSERT_TRUE(eventually([&] { return moved_answers(*move->to) >= before + 2; }, 5s));
+  for (std::size_t i = 0; i < cluster_->size(); ++i) {
+    cluster_->node(i).cli({"CLUSTER", "SETSLOT", s, "NODE", move->to_id});
+  }
+  const Result<Decision> d = pending.get();
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ(d->remaining, 9);
+}
+
 // A concurrency limit's two keys split by a slot moving (one migrated, the other not yet): Redis
 // refuses the release with TRYAGAIN and runs nothing. The release is sent again until the slot has
 // moved, rather than left to the lease's timeout with its place taken.
