@@ -645,6 +645,7 @@ test('small things: statuses as classes, the breaker\'s setting, one line per pr
   const error = page.locator('[data-error-for="targets"]');
   await error.locator('span').nth(1).waitFor();
   assert.equal(await error.locator('span').count(), 2, 'one line per problem');
+  assert.match(await error.locator('span').nth(1).innerText(), /^#2: /, 'each saying which entry');
   await page.goto(`${env.base}#/systems/%`);
   await page.getByRole('heading', { name: 'Not found', level: 1 }).waitFor();
   await page.goto(`${env.base}#/systems/crm/credentials`);

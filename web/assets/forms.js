@@ -269,7 +269,10 @@ export function showProblems(form, problems) {
       continue;
     }
     found.slot.hidden = false;
-    found.slot.append(h('span', {}, p.message)); // one line each, when a field has several
+    // A problem with one entry of a list field (targets[1]) says which: "#2: ...".
+    const entry = p.field.slice(found.at.length).match(/^\[(\d+)\]/);
+    const text = entry ? `#${Number(entry[1]) + 1}: ${p.message}` : p.message;
+    found.slot.append(h('span', {}, text)); // one line each, when a field has several
     const control = form.querySelector(`[data-field="${CSS.escape(found.at)}"]`);
     control?.setAttribute('aria-invalid', 'true');
     first ??= control?.matches('input, select, textarea') ? control : control?.querySelector('input, select');
