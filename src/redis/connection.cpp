@@ -258,8 +258,7 @@ void Connection::on_timer(std::uint64_t generation) {
     ++dead_;
     callback(Error{ErrorCode::kTimeout,
                    "redis " + options_.endpoint.to_string() + " did not answer within " +
-                       std::to_string(options_.command_timeout.count()) +
-                       "ms; the command may have run"});
+                       std::to_string(options_.command_timeout.count()) + "ms" + std::string(kMayHaveRun)});
     if (generation != generation_) return;
   }
   arm_timer();
@@ -283,7 +282,7 @@ void Connection::disconnect(Error why) {
   const std::size_t dead = std::exchange(dead_, 0);
   state_ = State::kIdle;
   if (was_ready) {
-    why.message += why.code == ErrorCode::kStoreUnavailable ? "; the command may have run" : "";
+    if (why.code == ErrorCode::kStoreUnavailable) why.message += kMayHaveRun;
     if (!answered_) ++failures_;
   } else {
     ++failures_;

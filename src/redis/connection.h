@@ -23,6 +23,11 @@
 
 namespace sluice::redis::detail {
 
+// How a connection fails a command it sent and had no answer to (a timeout, a lost connection):
+// Redis may have run it.
+inline constexpr std::string_view kMayHaveRun = "; the command may have run";
+inline bool may_have_run(const Error& e) { return e.message.find(kMayHaveRun) != std::string::npos; }
+
 using Strand = boost::asio::strand<boost::asio::any_io_executor>;
 using SteadyTime = std::chrono::steady_clock::time_point;
 

@@ -278,7 +278,8 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   // The call's first two arguments: FCALL and the script's function while servers have the function
   // library, else EVALSHA and the script's SHA1.
   void call_head(Command& c, const Script& script) const {
-    if (script.function != nullptr && functions.load(std::memory_order_relaxed)) {
+    if (script.function != nullptr &&
+        std::chrono::steady_clock::now().time_since_epoch().count() >= functions_again_at.load(std::memory_order_relaxed)) {
       c.arg("FCALL").arg(script.function);
     } else {
       c.arg("EVALSHA").arg(script.sha1);
@@ -338,7 +339,8 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   // Sends an EVALSHA or FCALL (see call_head). On NOSCRIPT (a restarted or flushed server) sends it
   // once more as EVAL with the script's source, which loads the script into the cache of the node
   // that runs it (wherever MOVED or ASK lead) and runs it; so too when an FCALL finds no function
-  // (see no_function_reply), after which the store calls scripts by EVALSHA only. Never resends
+  // (see no_function_reply), after which the store calls scripts by EVALSHA for a minute (and loads
+  // the library again where it was not found), then tries FCALL again. Never resends
   // after a timeout or a lost connection: the script may have run. A template, so that the callback
   // is held by value in the one that is sent and both fit in its inline storage (no allocation per
   // call).
@@ -352,7 +354,12 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
         const std::string_view message = detail::text(*r);
         by_source = message.starts_with("NOSCRIPT");
         if (by_function(command) && no_function_reply(message)) {
-          self->functions.store(false, std::memory_order_relaxed);
+          const auto again = std::chrono::steady_clock::now() + kFunctionsAgainAfter;
+          self->functions_again_at.store(again.time_since_epoch().count(), std::memory_order_relaxed);
+          if (message.starts_with("ERR Function not found")) {  // flushed: load it again there
+            self->client->send(slot, detail::encode({"FUNCTION", "LOAD", detail::kLibrary}), [](Result<Reply>) {},
+                               deadline);
+          }
           by_source = true;
         }
       }
@@ -538,8 +545,12 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   std::shared_ptr<LocalStore> local;  // where kLocal decides
   std::uint64_t lease_seed = 0;
   std::atomic<std::uint64_t> lease_counter{0};
-  // Whether calls go by FCALL to the function library (see call_head): until a server cannot.
-  std::atomic<bool> functions{true};
+  // When calls go by FCALL to the function library again (steady clock; see call_head and eval).
+  std::atomic<std::int64_t> functions_again_at{0};
+  static constexpr auto kFunctionsAgainAfter = std::chrono::seconds(60);
+  // Give-backs under way (see Acquire::give_back_leases()), at most kMaxGiveBacks.
+  std::size_t give_backs = 0;
+  static constexpr std::size_t kMaxGiveBacks = 1024;
   std::unordered_map<int, Queue> queues;  // by slot on a cluster; one, 0, on a single node
   AvailabilityListener availability;       // see RedisStore::on_availability
   RefusalListener refusal;                 // see RedisStore::on_refusal
@@ -682,7 +693,11 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   // queue's bookkeeping, and, while Redis is down, fail and acquire again ever deeper.
   void deliver() {
     if (error && release_again()) return;
-    if (error && !give_back) give_back_leases();
+    if (give_back) {
+      --impl->give_backs;  // done, one way or the other
+    } else if (error) {
+      give_back_leases();
+    }
     if (error && error->code == ErrorCode::kProtocol && impl->refusal) {
       impl->refusal(error->message + " (key " + requests.front().state + ")");
     }
@@ -694,22 +709,30 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
     done(std::span<const Decision>(decisions), !started);
   }
 
-  // A call that failed may still hold places of concurrency limits in Redis: an acquire that had no
-  // answer (a timeout, a lost connection) may have run and taken its leases, and a release that
-  // failed did not give its lease back. Nobody else would give them back, and each would keep its
-  // place taken, for the whole fleet, until it timed out (10 minutes by default). So each goes back
-  // in a release of its own, a give-back, which goes whatever the breaker says and again until
-  // Redis answers or the lease has timed out by itself. A lease id is this store's own random
-  // number: releasing one that Redis does not hold changes nothing. An acquire the breaker kept
-  // from being sent took nothing.
+  // A call that failed may still hold places of concurrency limits in Redis: an acquire sent and
+  // not answered (a timeout, a lost connection: detail::may_have_run) may have run and taken leases
+  // its caller never got, and a release that could not be sent, or had no answer, may have left its
+  // lease there. Nobody else would give them back, and each would keep its place taken, for the
+  // whole fleet, until it timed out (10 minutes by default). So each goes back in a release of its
+  // own, a give-back, sent whatever the breaker says and again while Redis cannot answer, until it
+  // does or the lease has timed out by itself; at most kMaxGiveBacks at once (past that, a lease
+  // times out by itself, as it did before). A lease id is this store's own random number: releasing
+  // one Redis does not hold changes nothing. Not given back: an acquire that was never sent (the
+  // breaker open, no connection, its deadline past in the queue) and a release the breaker kept
+  // (while Redis is down, the leases of kLocal's fallback are released that way, request after
+  // request, and are not Redis's), or that Redis refused for what it is (kProtocol).
   void give_back_leases() {
-    const bool release = requests.front().release;
-    if (impl->closing || (!release && error->code == ErrorCode::kCircuitOpen)) return;
+    if (impl->closing) return;
+    const bool transient = error->code == ErrorCode::kTimeout || error->code == ErrorCode::kStoreUnavailable;
+    if (requests.front().release ? !transient : !detail::may_have_run(*error)) return;
     for (const Request& q : requests) {
       if (q.lease == 0) continue;
+      if (impl->give_backs >= Impl::kMaxGiveBacks) return;
+      ++impl->give_backs;
       Requests one{q};
       one.front().cost = 1;
       one.front().release = true;
+      one.front().policy = OnStoreFailure::kError;  // nothing to decide in its place
       auto op = std::make_shared<Acquire>(impl, std::move(one), [](Result<std::span<const Decision>>, bool) {});
       op->give_back = true;
       // Posted: this may run inside a queue's bookkeeping (see deliver()).
@@ -719,11 +742,14 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
 
   // A release that Redis refused with TRYAGAIN (its slot moving, the lease set and its meta key on
   // either side: the script did not run) goes again every kReleaseRetryEvery until the slot has
-  // moved, for up to kReleaseRetryFor: unsent, its place stays taken until the lease times out. A
-  // give-back goes again after any failure, at growing intervals, until its lease has timed out.
+  // moved, for up to kReleaseRetryFor, then as a give-back. A give-back goes again while Redis cannot
+  // answer (kTimeout, kStoreUnavailable), at growing intervals, until its lease has timed out.
   bool release_again() {
     if (!requests.front().release || impl->closing) return false;
-    if (!give_back && !detail::try_again(*error)) return false;
+    if (give_back ? error->code != ErrorCode::kTimeout && error->code != ErrorCode::kStoreUnavailable
+                  : !detail::try_again(*error)) {
+      return false;
+    }
     const auto now = std::chrono::steady_clock::now();
     if (retry_until == detail::SteadyTime{}) {
       retry_until = now + (give_back ? std::chrono::microseconds(requests.front().limit.params().period_us)
