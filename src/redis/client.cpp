@@ -82,6 +82,9 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     stopped_ = true;
     refresh_timer_.cancel();
     connect_timer_.cancel();
+    for (const auto& t : pauses_) {
+      if (auto timer = t.lock()) timer->cancel();
+    }
     std::fill(slots_.begin(), slots_.end(), nullptr);
     for (auto& [name, c] : std::exchange(nodes_, {})) c->stop();
     finish_connect(Error{ErrorCode::kStoreUnavailable, "redis cluster: closed"});
@@ -200,6 +203,8 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
         const auto pause = std::chrono::milliseconds(1) * (1 << (hops - kRedirectsAtOnce));
         if (std::chrono::steady_clock::now() + pause < deadline) {
           auto timer = std::make_shared<asio::steady_timer>(strand_, pause);
+          std::erase_if(pauses_, [](const std::weak_ptr<asio::steady_timer>& t) { return t.expired(); });
+          pauses_.push_back(timer);
           return timer->async_wait([self = shared_from_this(), timer, c = std::move(c), slot, command, deadline, hops,
                                     moved, callback = std::move(callback)](const boost::system::error_code& ec) mutable {
             if (ec || self->stopped_) {
@@ -214,7 +219,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
       // Redirected until no time or hops were left: the slot is moving, and it is Redis, not the
       // call, that cannot answer now.
       return callback(Error{ErrorCode::kStoreUnavailable, "redis cluster: slot " + std::to_string(slot) +
-                                                              " still being moved: " + std::string(message)});
+                                                              std::string(kSlotStillMoving) + std::string(message)});
     }
     if (message.starts_with("CLUSTERDOWN") || message.starts_with("TRYAGAIN") ||
         message.starts_with("MASTERDOWN")) {
@@ -368,6 +373,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   std::map<std::string, std::shared_ptr<Connection>> nodes_;  // by host:port
   std::vector<Connection*> slots_;  // the master of each slot (owned by nodes_), or nullptr
   std::vector<UniqueFunction<void(Status)>> connect_waiters_;
+  std::vector<std::weak_ptr<asio::steady_timer>> pauses_;  // of redirected calls (on_reply), cancelled by stop()
   SteadyTime last_refresh_{};
   std::string last_asked_;  // the node the last refresh asked
   std::string refused_map_;  // why the last refresh got no map, when it was refused

@@ -47,8 +47,16 @@ inline constexpr std::string_view kNoMasterForSlot = "redis cluster: no connecte
 // (TRYAGAIN: nothing ran).
 inline bool try_again(const Error& e) { return e.message.starts_with("redis cluster: TRYAGAIN"); }
 
-// Whether a call failed for its slot alone, at once, while the cluster's other slots may answer: no
-// master serves it, or it is moving (try_again).
-inline bool slot_failure(const Error& e) { return e.message.starts_with(kNoMasterForSlot) || try_again(e); }
+// How a cluster's call fails when it was redirected until no time or redirection was left: its slot
+// is being handed over between two masters.
+inline constexpr std::string_view kSlotStillMoving = " still being moved: ";
+
+// Whether a call failed for its slot alone, while the cluster's other slots may answer: no master
+// serves it, or it is moving (try_again, or redirected to the end).
+inline bool slot_failure(const Error& e) {
+  return e.message.starts_with(kNoMasterForSlot) || try_again(e) ||
+         (e.message.starts_with("redis cluster: slot ") && e.message.find(kSlotStillMoving) != std::string::npos);
+}
+
 
 }  // namespace sluice::redis::detail
