@@ -22,7 +22,7 @@ namespace sluice {
 struct LocalStoreOptions {
   const Clock* clock = nullptr;  // nullptr: FastClock (the wall clock, read cheaply)
   // Number of independently locked shards, rounded up to a power of two; 0 picks 16 per core.
-  // At most one per 64 of max_keys (halved until each shard's share is at least 64 keys).
+  // At most one per 1,024 of max_keys (halved until each shard's share is at least 1,024 keys).
   std::size_t shards = 0;
   // The most keys held at once; 0 is the default. A key whose state is back to full is dropped as
   // soon as it is seen to be (and a sweep looks at a few keys on every insert); when a shard holds

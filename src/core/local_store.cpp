@@ -216,8 +216,9 @@ struct MemoSet {
 };
 constexpr int kMemoSetBits = 5;
 
-// The fewest keys a shard's share of max_keys holds (see the constructor).
-constexpr std::size_t kMinKeysPerShard = 64;
+// The fewest keys a shard's share of max_keys holds (see the constructor): enough that keys spread by
+// their hash fill the shards nearly evenly.
+constexpr std::size_t kMinKeysPerShard = 1024;
 thread_local std::array<MemoSet, std::size_t{1} << kMemoSetBits> memo;
 
 }  // namespace

@@ -229,7 +229,7 @@ TEST(LocalStoreCap, EvictsTheStateSoonestFullWhenAShardIsAtItsCap) {
 // room. The store takes fewer shards instead; and max_keys 0 is the default cap, not none.
 TEST(LocalStoreCap, ASmallCapKeepsEveryStateItHasRoomFor) {
   const Limit hour = make(Limit::fixed_window({.limit = 2, .period = 1h}));
-  for (const std::size_t max_keys : {std::size_t{0}, std::size_t{1}, std::size_t{100}}) {
+  for (const std::size_t max_keys : {std::size_t{0}, std::size_t{1}, std::size_t{100}, std::size_t{2000}}) {
     ManualClock clock(kT0);
     LocalStore store(LocalStoreOptions{.clock = &clock, .shards = 64, .max_keys = max_keys});
     const int keys = max_keys == 0 ? 400 : static_cast<int>(max_keys);
