@@ -683,6 +683,16 @@ test('Disable sets the state it names; a save keeps a method and a failure-statu
   await page.getByRole('button', { name: 'Save' }).click();
   await page.getByText('quiet was saved.').waitFor();
   assert.equal((await admin('GET', 'upstreams/quiet')).data.breaker.max_open_for, '20m');
+  // One set equal to a shorter open_for (no growth) is kept so.
+  const quiet = await admin('GET', 'upstreams/quiet');
+  const fixed = { ...quiet.data, breaker: { ...quiet.data.breaker, open_for: '10s', max_open_for: '10s' } };
+  assert.equal((await admin('PUT', 'upstreams/quiet', fixed, { 'If-Match': quiet.etag })).status, 200);
+  await page.goto(`${env.base}#/upstreams`);
+  await page.goto(`${env.base}#/upstreams/quiet`);
+  await eventually('the form read again', async () => (await page.getByLabel('Open for').inputValue()) === '10s');
+  await page.getByRole('button', { name: 'Save' }).click();
+  await page.getByText('quiet was saved.').waitFor();
+  assert.equal((await admin('GET', 'upstreams/quiet')).data.breaker.max_open_for, '10s');
   // A system's permissions listed in an order of their own are saved as they were: nothing to commit.
   assert.equal((await admin('POST', 'systems', { key: 'ordered', interfaces: ['users', 'dav', 'orders'] })).status, 201);
   const before = (await admin('GET', 'config')).etag;

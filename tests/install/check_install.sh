@@ -18,6 +18,7 @@ cmake -S "$source/examples" -B "$scratch/examples" -DCMAKE_PREFIX_PATH="$scratch
 cmake --build "$scratch/examples" >/dev/null
 "$scratch/examples/quickstart"
 if [[ -x $scratch/examples/shared_limit ]]; then
+  command -v redis-server >/dev/null || { echo "redis-server is missing (scripts/bootstrap installs it)" >&2; exit 1; }
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$scratch" \
     --daemonize no >/dev/null & redis_pid=$!

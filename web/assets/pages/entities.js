@@ -55,6 +55,18 @@ function keepOrder(before, now) {
   return [...(before ?? []).filter((v) => now.includes(v)), ...now.filter((v) => !(before ?? []).includes(v))];
 }
 
+// A duration as the API writes it ("500ms", "10s", "10m", "2h", "1d") in milliseconds, or NaN.
+function ms(text) {
+  const m = /^(\d+)(ms|s|m|h|d)$/.exec(text ?? '');
+  return m ? Number(m[1]) * { ms: 1, s: 1e3, m: 6e4, h: 36e5, d: 864e5 }[m[2]] : NaN;
+}
+
+// Whether a breaker's max_open_for is what the API fills in when none is given: 10m, or open_for
+// when that is longer.
+function isDefaultMaxOpenFor(b) {
+  return ms(b.max_open_for) === Math.max(6e5, ms(b.open_for));
+}
+
 function lines(text) {
   return text.split(/[\n,]/).map((s) => s.trim()).filter(Boolean);
 }
@@ -196,7 +208,8 @@ const KINDS = {
             const v = k === 'window' ? textOf(el) : numbers.includes(k) ? numberOf(el) : textOf(el);
             // max_open_for as the API showed it, when that is its default (10m, or open_for when
             // longer), stays the default: sent, it would be fixed, and a longer open_for refused.
-            if (k === 'max_open_for' && v === b.max_open_for && (v === '10m' || v === b.open_for)) continue;
+            // (Equal to a shorter open_for it was set so: no growth.)
+            if (k === 'max_open_for' && v === b.max_open_for && isDefaultMaxOpenFor(b)) continue;
             if (v !== undefined) out.breaker[k] = k === 'window' ? numberOrText(v) : v;
           }
           return out;
