@@ -5,7 +5,6 @@
 #include <sqlite3.h>
 
 #include <pwd.h>
-#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -311,19 +310,10 @@ TEST_F(ControlProcessTest, AFollowerKnowsItsTokenByItsIdAndNameOnThePrimary) {
   EXPECT_EQ(boost::json::parse(here.body).at("name").as_string(), "edge-1");
 }
 
-// --print-config prints the configuration as it would be served: a follower whose read token is
-// not given the store's password would not start, and the print refuses it as the check does (it
-// printed REDACTED and exited 0).
 // --pin-workers pins each worker to a CPU whatever the configuration comes from (it did so only
 // for --config: a gateway serving its database ran its workers on every CPU, saying nothing).
 TEST_F(ControlProcessTest, PinWorkersPinsTheWorkersOfAGatewayServingADatabase) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
-  std::vector<int> allowed;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) allowed.push_back(cpu);
-  }
+  const std::vector<int> allowed = testing::allowed_cpus();
   ASSERT_FALSE(allowed.empty());
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
   const Server s = serve({"--db", db_, "--threads", "2", "--pin-workers"});
@@ -335,6 +325,9 @@ TEST_F(ControlProcessTest, PinWorkersPinsTheWorkersOfAGatewayServingADatabase) {
   })) << threads["sluice-w0"] << " " << threads["sluice-w1"];
 }
 
+// --print-config prints the configuration as it would be served: a follower whose read token is
+// not given the store's password would not start, and the print refuses it as the check does (it
+// printed REDACTED and exited 0).
 TEST_F(ControlProcessTest, APrintOfWhatWouldNotBeServedIsRefusedAsACheckIs) {
   testing::write_file(yaml_, "store: redis://:s3cret@127.0.0.1:1\n" + control_test::base_yaml(upstream_->port()));
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);

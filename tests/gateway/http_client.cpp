@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -201,6 +202,17 @@ std::map<std::string, std::string> cpus_of_threads(const std::string& pid) {
     for (std::string line; std::getline(status, line);) {
       if (line.starts_with("Cpus_allowed_list:")) out[name] = line.substr(line.find_first_not_of(" \t", 18));
     }
+  }
+  return out;
+}
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> out;
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return out;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) out.push_back(cpu);
   }
   return out;
 }

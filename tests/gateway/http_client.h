@@ -89,6 +89,9 @@ std::uint16_t free_port();
 // /proc/PID/task/TID/status lists them ("0-1", "1").
 std::map<std::string, std::string> cpus_of_threads(const std::string& pid = "self");
 
+// The CPUs this process may run on, in order.
+std::vector<int> allowed_cpus();
+
 // A fresh directory under the system's temporary directory, removed with what it holds when the
 // test process exits (unless SLUICE_TEST_KEEP_DIRS is set).
 std::string temp_dir();

@@ -15,7 +15,6 @@
 #include <thread>
 
 #include <arpa/inet.h>
-#include <sched.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <fcntl.h>
@@ -2221,13 +2220,7 @@ using testing::cpus_of_threads;
 // Workers are named; with pin_workers, worker i runs on the i-th CPU the process may use (in
 // turn), and without, on any of them; either way they serve.
 TEST_F(GatewayTest, PinnedWorkersEachRunOnTheirOwnCpu) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
-  std::vector<int> allowed;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) allowed.push_back(cpu);
-  }
+  const std::vector<int> allowed = testing::allowed_cpus();
   ASSERT_FALSE(allowed.empty());
   std::string all;  // the process's (its main thread's)
   std::ifstream status("/proc/self/status");
