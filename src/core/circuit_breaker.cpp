@@ -11,7 +11,7 @@ namespace {
 
 constexpr int kSlices = 10;  // a time window slides in tenths
 // A rejected call in half-open cannot know when the probes will finish; it is told to come back in
-// a second.
+// a second (or open_for, when shorter).
 constexpr Nanos kHalfOpenRetry = std::chrono::seconds(1);
 // The longest open period and time window: longer ones would overflow the times they are added to
 // (and no breaker needs to stay open for more than a year).

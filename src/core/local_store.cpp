@@ -60,6 +60,10 @@ bool valid_cost(std::int64_t cost) { return cost >= 1 && cost <= kMaxLimit; }
 
 std::size_t pow2_at_least(std::size_t n) { return std::bit_ceil(std::max<std::size_t>(n, 1)); }
 
+// The fewest keys a shard's share of max_keys holds (see the constructor): enough that keys spread by
+// their hash fill the shards nearly evenly.
+constexpr std::size_t kMinKeysPerShard = 1024;
+
 // The kind of state a limit keeps: limits of one kind on one key share its state (as RedisStore's
 // keys do, by their suffix).
 int state_kind(const Limit& limit) {
@@ -215,10 +219,6 @@ struct MemoSet {
   std::uint8_t newest = 0;  // the way hit or filled last; a miss replaces the other
 };
 constexpr int kMemoSetBits = 5;
-
-// The fewest keys a shard's share of max_keys holds (see the constructor): enough that keys spread by
-// their hash fill the shards nearly evenly.
-constexpr std::size_t kMinKeysPerShard = 1024;
 thread_local std::array<MemoSet, std::size_t{1} << kMemoSetBits> memo;
 
 }  // namespace
