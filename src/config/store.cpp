@@ -608,12 +608,20 @@ Result<StoredConfig> ConfigStore::parse_document(const json::object& doc, std::i
   // The rows as the JSON form of the file, read by the file's reader: the same checks and messages
   // for a hand edit of the tables as for a typo in a file, reported with the values that are not
   // JSON (read as strings).
-  LoadResult loaded = load_yaml(text_of(doc), "");
+  std::string text = text_of(doc);
+  std::unique_lock lock(parse_mu_);
+  if (problems.empty() && parsed_ != nullptr && text == parsed_text_) return StoredConfig{parsed_, revision};
+  LoadResult loaded = load_yaml(text, "");
   if (auto* config = std::get_if<std::shared_ptr<const Config>>(&loaded)) {
-    if (problems.empty()) return StoredConfig{std::move(*config), revision};
+    if (problems.empty()) {
+      parsed_text_ = std::move(text);
+      parsed_ = *config;
+      return StoredConfig{std::move(*config), revision};
+    }
   } else {
     for (Problem& p : std::get<std::vector<Problem>>(loaded)) problems.push_back(std::move(p));
   }
+  lock.unlock();
   std::string message = "the configuration in " + options_.path + " is not valid:";
   for (Problem& p : problems) {
     p.line = 0;

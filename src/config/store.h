@@ -183,7 +183,7 @@ class ConfigStore {
   // is wrong with it when it is not valid.
   Result<StoredConfig> read_config(boost::json::object* rows = nullptr, std::vector<Problem>* problems = nullptr);
   // The configuration a document of the rows read at revision makes; `problems` are those found
-  // reading the rows. Needs no lock.
+  // reading the rows. Needs no lock (takes parse_mu_).
   Result<StoredConfig> parse_document(const boost::json::object& doc, std::int64_t revision,
                                       std::vector<Problem> problems, std::vector<Problem>* problems_out) const;
   Result<std::vector<System>> read_credentials();
@@ -211,6 +211,13 @@ class ConfigStore {
   // writes are refused, as while it is missing, rather than go to the file left behind.
   std::string unusable_;  // guarded by mu_
   std::atomic<std::uint64_t> generation_{0};
+
+  // The configuration read last, by its document's text: one revision is read by the admin API, the
+  // database watcher and the next write, and parsed once (a large configuration takes a while). A
+  // reader of a new document waits for another's parse of it rather than make its own.
+  mutable std::mutex parse_mu_;
+  mutable std::string parsed_text_;                   // guarded by parse_mu_
+  mutable std::shared_ptr<const Config> parsed_{};  // guarded by parse_mu_
 };
 
 // A JSON text with the secrets of credentials (API key hashes, sealed secrets) taken out, and the
