@@ -833,8 +833,11 @@ struct Gateway::Impl {
   std::condition_variable stop_cv;
   bool threads_done = false;  // guarded by stop_mu
 
+  // What says the file changed: its modification time may be set back (cp -p, tar), the time its
+  // inode changed may not.
   struct FileStamp {
     std::int64_t mtime_ns = 0;
+    std::int64_t ctime_ns = 0;
     std::int64_t size = -1;
     std::uint64_t inode = 0;
     friend bool operator==(const FileStamp&, const FileStamp&) = default;
@@ -2277,8 +2280,9 @@ Status Gateway::Impl::install(std::shared_ptr<const config::Config> config) {
 Gateway::Impl::FileStamp Gateway::Impl::stat_config() const {
   struct stat st {};
   if (::stat(options.config_path.c_str(), &st) != 0) return {};
-  return FileStamp{static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
-                   static_cast<std::int64_t>(st.st_size), static_cast<std::uint64_t>(st.st_ino)};
+  auto ns = [](const timespec& t) { return static_cast<std::int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec; };
+  return FileStamp{ns(st.st_mtim), ns(st.st_ctim), static_cast<std::int64_t>(st.st_size),
+                   static_cast<std::uint64_t>(st.st_ino)};
 }
 
 Status Gateway::Impl::reload_from_file() {

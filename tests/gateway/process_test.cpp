@@ -2,9 +2,12 @@
 // carried over, an invalid file refused while the old configuration serves), SIGTERM drain.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <atomic>
+#include <fstream>
 #include <thread>
 
 #include "gateway/demo.h"
@@ -155,6 +158,29 @@ TEST_F(ProcessTest, AChangedFileIsReloadedWithoutASignal) {
   EXPECT_EQ(c.get("/echo/x", "crm").status, 200);
   EXPECT_EQ(c.get("/echo/x", "crm").status, 429);
   testing::write_file(config_path_, config_yaml(upstream_->port(), 3, "raised"));
+  ASSERT_TRUE(testing::eventually([&] { return generation() == 2; }));
+  EXPECT_EQ(c.get("/echo/x", "crm").status, 200);
+}
+
+// `cp -p`, `tar x` and tools that keep timestamps write a file and set its modification time back:
+// a change of the same size is still seen (by the inode's change time, which no one can set).
+TEST_F(ProcessTest, AChangeThatKeepsTheSizeAndModificationTimeIsReloadedToo) {
+  testing::write_file(config_path_, config_yaml(upstream_->port(), 1, "first"));
+  struct stat before {};
+  ASSERT_EQ(::stat(config_path_.c_str(), &before), 0);
+  auto child = serve();
+  ASSERT_TRUE(serving());
+  HttpClient c(port_);
+  EXPECT_EQ(c.get("/echo/x", "crm").status, 200);
+  EXPECT_EQ(c.get("/echo/x", "crm").status, 429);
+  const std::string raised = config_yaml(upstream_->port(), 3, "other");
+  ASSERT_EQ(raised.size(), static_cast<std::size_t>(before.st_size));
+  {
+    std::ofstream out(config_path_, std::ios::binary | std::ios::trunc);  // in place: the same inode
+    out << raised;
+  }
+  const timespec times[2] = {before.st_atim, before.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, config_path_.c_str(), times, 0), 0);
   ASSERT_TRUE(testing::eventually([&] { return generation() == 2; }));
   EXPECT_EQ(c.get("/echo/x", "crm").status, 200);
 }
