@@ -159,23 +159,12 @@ std::optional<Target> parse_target(std::string_view text) {
   return Target{std::string(host), static_cast<std::uint16_t>(value)};
 }
 
-namespace {
-
-std::string header_safe(std::string s) {
-  for (char& ch : s) {
-    if (ch == '"' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20) ch = '_';
-  }
-  return s;
-}
-
-}  // namespace
-
 std::string unnamed_limit_name(std::string_view owner, std::size_t unnamed, std::size_t place) {
-  return header_safe(unnamed == 1 ? std::string(owner) : std::string(owner) + "-" + std::to_string(place));
+  return unnamed == 1 ? std::string(owner) : std::string(owner) + "-" + std::to_string(place);
 }
 
 std::string in_flight_limit_name(std::string_view interface_id) {
-  return header_safe(std::string(interface_id) + "-in-flight");
+  return std::string(interface_id) + "-in-flight";
 }
 
 std::optional<Target> parse_listen_address(std::string_view text) {

@@ -196,7 +196,7 @@ std::vector<std::pair<std::string, std::string>> limit_fields(const Limit& limit
 
 // The name a limit given none goes by (in RateLimit fields and the admin API): its owner's (a
 // system's key, an interface's id, "system/interface" for a grant), with "-<place>" when the owner
-// has several unnamed limits; '"', '\\' and control characters become '_'.
+// has several unnamed limits.
 std::string unnamed_limit_name(std::string_view owner, std::size_t unnamed, std::size_t place);
 // The name of an interface's in-flight limit (its concurrency).
 std::string in_flight_limit_name(std::string_view interface_id);

@@ -423,19 +423,25 @@ TEST_F(PolicyTest, AnAdmittedRequestDescribesTheLimitClosestToExhaustion) {
 }
 
 // A RateLimit field holds printable ASCII only: a name from an id in another script has its bytes
-// (and '%') percent-encoded.
+// (and '%', '"' and '\') percent-encoded, so that two names stay two.
 TEST_F(PolicyTest, ALimitNameOutsidePrintableAsciiIsPercentEncodedInTheFields) {
   auto named = parse(R"(
 upstreams: [{name: app, targets: [127.0.0.1:1]}]
 interfaces:
   - {id: 限流, path: /cn, upstream: app, public: true, limits: [{algorithm: fixed_window, limit: 5, period: 1m}]}
   - {id: pct, path: /pct, upstream: app, public: true, limits: [{name: "a%b c", algorithm: fixed_window, limit: 5, period: 1m}]}
+  - {id: 'x"y', path: /quote, upstream: app, public: true, limits: [{algorithm: fixed_window, limit: 5, period: 1m}]}
+  - {id: 'x\y', path: /backslash, upstream: app, public: true, limits: [{algorithm: fixed_window, limit: 5, period: 1m}]}
 )");
   snapshot_ = std::make_shared<Snapshot>(named, breakers_, 2);
   EXPECT_EQ(call("GET", "/cn"), Reason::kOk);
   EXPECT_EQ(headers(), "RateLimit-Policy: \"%E9%99%90%E6%B5%81\";q=5;w=60\nRateLimit: \"%E9%99%90%E6%B5%81\";r=4;t=60\n");
   EXPECT_EQ(call("GET", "/pct"), Reason::kOk);
   EXPECT_EQ(headers(), "RateLimit-Policy: \"a%25b c\";q=5;w=60\nRateLimit: \"a%25b c\";r=4;t=60\n");
+  EXPECT_EQ(call("GET", "/quote"), Reason::kOk);
+  EXPECT_EQ(headers(), "RateLimit-Policy: \"x%22y\";q=5;w=60\nRateLimit: \"x%22y\";r=4;t=60\n");
+  EXPECT_EQ(call("GET", "/backslash"), Reason::kOk);
+  EXPECT_EQ(headers(), "RateLimit-Policy: \"x%5Cy\";q=5;w=60\nRateLimit: \"x%5Cy\";r=4;t=60\n");
 }
 
 TEST_F(PolicyTest, ACostNoWaitCanAdmitGetsNoRetryAfter) {
