@@ -94,13 +94,32 @@ void append_decoded(std::string& out, std::string_view raw) {
   for (std::size_t i = 0; i < raw.size();) out += form_char(raw, i);
 }
 
-// Whether a query parameter's name, as sent, is `name` once decoded ("%71" is "q").
+// A character of a parameter's name as PHP keys $_GET by it: ' ', '.' and '[' become '_'.
+char php_name_char(char c) { return c == ' ' || c == '.' || c == '[' ? '_' : c; }
+
+// Whether a query parameter's name, as sent, is `name` as an application may read it: decoded
+// ("%71" is "q"), without the spaces before it, and with PHP's '_' for ' ', '.' and '[' (which
+// reads "u.id" and "u_id" as one).
 bool is_named(std::string_view raw, std::string_view name) {
+  std::size_t i = 0;
+  for (std::size_t at = 0; at < raw.size(); i = at) {
+    if (form_char(raw, at) != ' ') break;
+  }
   std::size_t j = 0;
-  for (std::size_t i = 0; i < raw.size();) {
-    if (j == name.size() || form_char(raw, i) != name[j++]) return false;
+  while (i < raw.size()) {
+    if (j == name.size() || php_name_char(form_char(raw, i)) != php_name_char(name[j++])) return false;
   }
   return j == name.size();
+}
+
+// The next parameter of a query string, and the rest after it. Some applications split at ';' as
+// well as '&' (Rack 2, Perl's CGI.pm, Python before 3.9.2, Go before 1.17): both end one here, so
+// that a value counted is never one that hides another parameter from such an upstream.
+std::string_view next_param(std::string_view& query) {
+  const std::size_t end = query.find_first_of("&;");
+  const std::string_view param = query.substr(0, end);
+  query = end == std::string_view::npos ? std::string_view() : query.substr(end + 1);
+  return param;
 }
 
 // Appends the value a keyed-by limit counts this request under.
@@ -587,23 +606,17 @@ std::optional<std::string> routing_form(std::string_view path) {
 bool query_param_repeated(std::string_view query, std::string_view name) {
   int seen = 0;
   while (!query.empty()) {
-    const std::size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    if (is_named(pair.substr(0, pair.find('=')), name) && ++seen > 1) return true;
-    if (amp == std::string_view::npos) break;
-    query = query.substr(amp + 1);
+    const std::string_view param = next_param(query);
+    if (is_named(param.substr(0, param.find('=')), name) && ++seen > 1) return true;
   }
   return false;
 }
 
 std::string_view query_param(std::string_view query, std::string_view name) {
   while (!query.empty()) {
-    const std::size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    const std::size_t eq = pair.find('=');
-    if (is_named(pair.substr(0, eq), name)) return eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
-    if (amp == std::string_view::npos) break;
-    query = query.substr(amp + 1);
+    const std::string_view param = next_param(query);
+    const std::size_t eq = param.find('=');
+    if (is_named(param.substr(0, eq), name)) return eq == std::string_view::npos ? std::string_view() : param.substr(eq + 1);
   }
   return {};
 }

@@ -189,10 +189,11 @@ bool path_is_clean(std::string_view path);
 // dropped, and a trailing '/' too. nullopt when that is the path itself.
 std::optional<std::string> routing_form(std::string_view path);
 
-// The value of one query parameter (raw, not decoded), named as applications decode names ("%71"
-// is "q"); empty when absent.
+// The value of one query parameter (raw, not decoded), named as applications read names ("%71" is
+// "q", " q" too, and to PHP "u.id" is "u_id"); empty when absent. Parameters end at '&' and at ';',
+// as some applications read them.
 std::string_view query_param(std::string_view query, std::string_view name);
-// Whether the query string gives the parameter more than once (names decoded).
+// Whether the query string gives the parameter more than once (names read as query_param reads them).
 bool query_param_repeated(std::string_view query, std::string_view name);
 
 }  // namespace sluice::gateway
