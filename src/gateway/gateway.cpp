@@ -637,8 +637,8 @@ void append_client_head(std::string& out, const ResponseParser& p, const Verdict
   const bool unframed = status == 204;
   bool dated = false;
   for (const HeadField& f : p.fields()) {
-    dated = dated || f.name() == http::field::date;
     if (hop.drops(f) || (!client11 && f.name() == http::field::transfer_encoding)) continue;
+    dated = dated || f.name() == http::field::date;
     if (unframed && (f.name() == http::field::content_length || f.name() == http::field::transfer_encoding)) continue;
     const std::string_view name = f.name_string();
     const bool replaced = std::any_of(set.begin(), set.end(), [&](std::string_view n) { return beast::iequals(n, name); }) ||

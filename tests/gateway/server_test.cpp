@@ -1626,6 +1626,16 @@ TEST_F(GatewayTest, AnswersCarryADateAndAnUpstreamsOwnIsKept) {
   start(config_text("", dated.port()));
   EXPECT_EQ(dates(raw("GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nConnection: close\r\n\r\n")),
             (std::vector<std::string>{"Sun, 06 Nov 1994 08:49:37 GMT"}));
+  // An upstream that names its Date hop-by-hop has it dropped, and the gateway's goes instead.
+  ClosingUpstream hop_dated(
+      "HTTP/1.1 200 OK\r\nConnection: Date\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nContent-Length: 2\r\n\r\nok",
+      ClosingUpstream::After::kClose);
+  gw_.reset();
+  start(config_text("", hop_dated.port()));
+  const std::vector<std::string> found = dates(raw("GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nConnection: close\r\n\r\n"));
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_TRUE(std::regex_match(found[0], imf_fixdate)) << found[0];
+  EXPECT_NE(found[0], "Sun, 06 Nov 1994 08:49:37 GMT");
 }
 
 TEST_F(GatewayTest, HealthzAnswersOk) {
