@@ -2066,11 +2066,11 @@ Task<bool> Worker::proxy(Exchange& x) {
   // Why the upstream's side ended early, when it did.
   const Reason why = reason_of_upstream_error(sent.read);
   if (!upstream_ok && !sent.started) {
-    // The upstream broke off before the first piece of the body: nothing was sent yet.
-    const bool ok = co_await respond(x, why, nullptr, true);
+    // The upstream broke off before the first piece of the body: nothing was sent yet, and the
+    // client's connection carries on when its request was read whole (respond_json checks).
+    const bool keep = co_await respond(x, why, nullptr, false);
     finish(x, status_of(why), why, upstream_latency);
-    (void)ok;
-    co_return false;
+    co_return keep;
   }
   // The upstream connection goes back to the pool when the exchange ended cleanly.
   if (upstream_ok && !ec && rp->is_done() && upstream_keep_alive && up_buffer.size() == 0 &&

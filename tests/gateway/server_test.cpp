@@ -551,6 +551,24 @@ TEST_F(GatewayTest, AnUpstreamsMalformedHeadIs502) {
   }
 }
 
+// An answer that breaks before the first piece of its body went on (a malformed or overflowing
+// chunk size) is a 502 like a malformed head: nothing of it reached the client, whose request was
+// read whole, and whose connection carries on.
+TEST_F(GatewayTest, AnUpstreamsMalformedFirstChunkIs502AndTheClientsConnectionCarriesOn) {
+  for (const std::string response : {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nok\r\n0\r\n\r\n",
+                                     "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFFFFFF\r\nok\r\n"}) {
+    ClosingUpstream upstream(response, ClosingUpstream::After::kClose);
+    restart_in_front_of(upstream);
+    HttpClient c(gw_->port());
+    const HttpResponse r = c.get("/closing", "crm");
+    EXPECT_EQ(r.status, 502) << response;
+    EXPECT_EQ(str(json(r.body), "reason"), "upstream_bad_response") << response;
+    EXPECT_TRUE(r.keep_alive) << response;
+    EXPECT_EQ(c.get("/_sluice/healthz", "").status, 200) << response;
+    EXPECT_EQ(c.connections(), 1) << response;
+  }
+}
+
 TEST_F(GatewayTest, AClientsSluiceSystemHeaderNeverReachesTheUpstream) {
   HttpClient c(gw_->port());
   const HttpResponse r = c.request("GET", "/public", {{"X-Sluice-System", "crm"}});
