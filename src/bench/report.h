@@ -67,7 +67,7 @@ struct Report {
   bool stopped_early = false;
 
   std::vector<ExpectationResult> expectations;
-  bool passed() const;  // every expectation held, and the run was not stopped early
+  bool passed() const;  // every expectation held, the run was not stopped early, and something answered
   // The reason most requests without a response failed for ("" when none failed).
   std::string most_common_error() const;
 };

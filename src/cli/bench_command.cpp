@@ -95,8 +95,10 @@ class ReportFile {
     if (to_stdout() || other.to_stdout()) return false;
     std::error_code ec1;
     std::error_code ec2;
-    const auto a_path = std::filesystem::weakly_canonical(path_, ec1);
-    const auto b_path = std::filesystem::weakly_canonical(other.path_, ec2);
+    // Absolute first: a relative path of a file not there yet ("x") stays relative, where "./x"
+    // would not.
+    const auto a_path = std::filesystem::weakly_canonical(std::filesystem::absolute(path_, ec1), ec1);
+    const auto b_path = std::filesystem::weakly_canonical(std::filesystem::absolute(other.path_, ec2), ec2);
     if (path_ == other.path_ || (!ec1 && !ec2 && a_path == b_path)) return true;
     struct stat a {};
     struct stat b {};
@@ -232,6 +234,13 @@ int run_bench(const bench::Options& options, const Output& output) {
     std::cout << bench::format_report(report) << std::flush;
     if (!std::cout) std::cerr << "sluice bench: the report could not be written to stdout\n";
   }
+  // A run that failed writes no file: an older one stays as it was.
+  if (!report.stopped_early && report.requests == 0) {
+    return cannot_run("no request was sent: the run ended before its first (is --duration that short?)");
+  }
+  if (!report.stopped_early && report.responses == 0 && report.errors > 0) {
+    return cannot_run("no request got a response (" + report.most_common_error() + ")");
+  }
   if (json_file) {
     if (const std::string e = json_file->write(bench::to_json(report)); !e.empty()) {
       return cannot_run(e);
@@ -247,12 +256,6 @@ int run_bench(const bench::Options& options, const Output& output) {
   if (report.stopped_early) {
     std::cerr << "sluice bench: interrupted; the report is of what was seen until then\n";
     return kInterrupted;
-  }
-  if (report.requests == 0) {
-    return cannot_run("no request was sent: the run ended before its first (is --duration that short?)");
-  }
-  if (report.responses == 0 && report.errors > 0) {
-    return cannot_run("no request got a response (" + report.most_common_error() + ")");
   }
   for (const bench::ExpectationResult& e : report.expectations) {
     if (!e.passed) std::cerr << "sluice bench: FAILED " << e.check << ": " << e.detail << "\n";

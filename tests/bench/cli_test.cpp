@@ -273,6 +273,17 @@ TEST(Cli, AFailedRunLeavesTheJsonFileAsItWas) {
   EXPECT_EQ(slurp(old_json), "{\"old\": true}\n");
   EXPECT_EQ(sluice({"bench", "-n", "1", "--json", new_json, url}).status, 2);
   EXPECT_NE(access(new_json.c_str(), F_OK), 0) << "no file without a report";
+  // A target that takes connections and answers none: the run fails, and says so in no file (it
+  // said "passed": true where its assertions held of nothing).
+  const auto [silent, silent_addr] = bound_socket();
+  ASSERT_EQ(listen(silent, 16), 0);  // connections queue, never accepted: requests are not answered
+  const std::string silent_url = "http://127.0.0.1:" + std::to_string(ntohs(silent_addr.sin_port)) + "/";
+  const Outcome unanswered = sluice({"bench", "-q", "-n", "2", "-c", "2", "--timeout", "200ms",
+                                     "--expect-admitted-max", "10", "--json", old_json, silent_url});
+  close(silent);
+  EXPECT_EQ(unanswered.status, 2);
+  EXPECT_TRUE(contains(unanswered.err, "no request got a response")) << unanswered.err;
+  EXPECT_EQ(slurp(old_json), "{\"old\": true}\n");
   // A file that cannot be written is still found out before the run.
   const Outcome o = sluice({"bench", "-n", "1", "--json", "/nonexistent/out.json", url});
   EXPECT_EQ(o.status, 2);
@@ -375,6 +386,11 @@ TEST(Cli, JsonAndChartToOneFileAreRefused) {
   const Outcome o = sluice({"bench", "-n", "2", "--json", both, "--chart", other, server.url()});
   EXPECT_EQ(o.status, 2);
   EXPECT_EQ(o.err, "sluice bench: --json and --chart name one file ('" + both + "'): give each its own\n");
+  // A relative path and the same with "./" (here, in the working directory).
+  const Outcome relative = sluice({"bench", "-n", "2", "--json", "sluice_cli_rel.out", "--chart",
+                                   "./sluice_cli_rel.out", server.url()});
+  EXPECT_EQ(relative.status, 2);
+  EXPECT_TRUE(contains(relative.err, "name one file")) << relative.err;
   EXPECT_EQ(server.arrivals().size(), 0u) << "refused before the run";
 }
 

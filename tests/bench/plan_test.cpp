@@ -261,6 +261,11 @@ TEST(Plan, RejectsBadNumbersAndDurations) {
   Options timeout = with_url();
   timeout.timeout = "0s";
   EXPECT_NE(error_of(timeout).find("--timeout"), std::string::npos);
+  // The runner keeps to a timeout within a millisecond: a shorter one would not hold.
+  timeout.timeout = "999us";
+  EXPECT_EQ(error_of(timeout), "--timeout: '999us' is shorter than the 1ms the runner can keep to");
+  timeout.timeout = "1ms";
+  EXPECT_TRUE(make_plan(timeout, 2).ok());
 }
 
 TEST(Plan, RejectsBadUrls) {
