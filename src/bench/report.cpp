@@ -237,7 +237,10 @@ Report make_report(const Plan& plan, const RunResult& run) {
   }
   r.rate_limit = s.rate_limit;
   if (s.first_write) r.burst_spread = *s.last_write - *s.first_write;
-  if (plan.mode == Mode::kRate) r.max_send_lag = s.max_send_lag;
+  if (plan.mode == Mode::kRate) {
+    r.max_send_lag = s.max_send_lag;
+    r.connections_ran_out = s.connections_ran_out;
+  }
   r.stopped_early = run.stopped_early;
   r.expectations = check(plan.expect, r);
   return r;
@@ -266,9 +269,9 @@ std::string format_report(const Report& r) {
   if (r.max_send_lag) {
     out += format("  %-12s %s at worst behind schedule%s\n", "Schedule",
                   format_latency_us(us_of(*r.max_send_lag)).c_str(),
-                  *r.max_send_lag > std::chrono::milliseconds(10)
-                      ? " (every connection was busy: try more --connections)"
-                      : "");
+                  *r.max_send_lag <= std::chrono::milliseconds(10) ? ""
+                  : r.connections_ran_out ? " (every connection was busy: try more --connections)"
+                                          : " (the sender fell behind: a busy machine, or try more --threads)");
   }
   out += format("  %-12s %llu (2xx)\n", "Admitted", static_cast<unsigned long long>(r.admitted));
   out += format("  %-12s %llu (429)\n", "Rejected", static_cast<unsigned long long>(r.rejected));

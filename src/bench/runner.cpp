@@ -442,7 +442,10 @@ class Worker {
         }
         return;
       }
-      if (idle_.empty()) return;
+      if (idle_.empty()) {
+        stats_.connections_ran_out = true;
+        return;
+      }
       Conn& c = *idle_.back();
       idle_.pop_back();
       ++next_;

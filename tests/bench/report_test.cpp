@@ -192,6 +192,28 @@ TEST(Report, SaysHowManyRequestsWereSentAgain) {
             std::string::npos);
 }
 
+// An open-loop run behind its schedule says why: every connection busy (more --connections would
+// help), or a sender that could not keep to time with connections free (a busy machine).
+TEST(Report, LagBehindTheScheduleSaysWhetherConnectionsRanOut) {
+  Options o;
+  o.url = "http://127.0.0.1:8080/api";
+  o.rate = 20;
+  o.duration = "5s";
+  Result<Plan> plan = make_plan(o, 2);
+  ASSERT_TRUE(plan.ok());
+  RunResult run = fifty_fifty();
+  run.stats.max_send_lag = 500ms;
+  run.stats.connections_ran_out = false;
+  EXPECT_NE(format_report(make_report(*plan, run)).find("500ms at worst behind schedule (the sender fell behind"),
+            std::string::npos)
+      << format_report(make_report(*plan, run));
+  run.stats.connections_ran_out = true;
+  EXPECT_NE(format_report(make_report(*plan, run)).find("(every connection was busy: try more --connections)"),
+            std::string::npos);
+  run.stats.max_send_lag = 2ms;  // within what a timer may be late by: no word on it
+  EXPECT_EQ(format_report(make_report(*plan, run)).find("behind schedule ("), std::string::npos);
+}
+
 TEST(Report, ChartIsOneSvgWithBarsAndPercentiles) {
   const std::string svg = to_svg(make_report(burst_plan(), fifty_fifty()));
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
