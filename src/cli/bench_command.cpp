@@ -334,7 +334,7 @@ void add_bench_command(CLI::App& app) {
       ->group(load);
 
   const char* request = "Requests";
-  cmd->add_option("-m,--method", options->method, "HTTP method (default GET)")
+  cmd->add_option("-m,--method", options->method, "HTTP method, sent in upper case (default GET)")
       ->type_name("METHOD")
       ->group(request);
   cmd->add_option("-H,--header", options->headers, "A header to send; repeat for more")
