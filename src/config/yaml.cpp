@@ -718,11 +718,15 @@ std::string describe(const Breaker& b) {
 
 namespace {
 
-// The entity a problem's path is in: "upstreams[0]" of "upstreams[0].breaker.window", or a
-// setting of the file's top level ("listen").
-std::string entity_of(std::string_view path) {
+// The field of an entity a problem's path is in: "upstreams[0].breaker" of
+// "upstreams[0].breaker.window", "systems[0].limits" of "systems[0].limits[1].period" (a list that
+// lost an entry, whose later entries moved up), "systems[0]" itself, or a setting of the file's top
+// level ("listen").
+std::string field_of(std::string_view path) {
   const std::size_t close = path.find(']');
-  return std::string(close != std::string_view::npos ? path.substr(0, close + 1) : path.substr(0, path.find('.')));
+  if (close == std::string_view::npos) return std::string(path.substr(0, path.find('.')));
+  const std::size_t end = path.find_first_of(".[", close + 2);
+  return std::string(path.substr(0, end));
 }
 
 }  // namespace
@@ -739,13 +743,16 @@ LoadResult load_yaml(std::string_view text, std::string_view file) {
         Problem{"", e.msg, std::string(file), e.mark.line + 1, e.mark.column + 1}};
   }
   std::vector<Problem> problems = std::move(reader.problems());
-  // What the file's values break beyond their own fields (ranges, references), for every entity
-  // whose fields all read: an entity with a problem already is not judged on what was read of it
-  // (a limit that could not be made is missing from its list, which would move the others).
+  // What the file's values break beyond their own fields (ranges, references), but in a field that
+  // did not read whole: it is not judged on what was read of it (a limit that could not be made is
+  // missing from its list, which would move the others). The entity's other fields are, so that a
+  // limit out of range does not hide a reference to nothing beside it.
   std::set<std::string> unread;
-  for (const Problem& p : problems) unread.insert(entity_of(p.path));
+  for (const Problem& p : problems) unread.insert(field_of(p.path));
   for (Problem& p : validate(*config)) {
-    if (unread.count(entity_of(p.path)) != 0) continue;
+    const std::string field = field_of(p.path);
+    const std::string entity = field.substr(0, field.find('.'));  // an entity that was not a mapping
+    if (unread.count(field) != 0 || unread.count(entity) != 0) continue;
     reader.locate(p);
     problems.push_back(std::move(p));
   }

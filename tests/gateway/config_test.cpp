@@ -422,6 +422,31 @@ interfaces:
                 "test.yaml:12:51: interfaces[0].concurrency: must be between 1 and 2^40"}));
 }
 
+// A field that does not read is not judged further (a limit that could not be made is missing from
+// its list), but the entity's other fields are: a limit out of range does not hide, until it is
+// mended, a reference to nothing beside it.
+TEST(ConfigYaml, AValueOutOfRangeDoesNotHideAReferenceToNothingBesideIt) {
+  const std::string text = R"(upstreams:
+  - {name: app, targets: [127.0.0.1:1]}
+systems:
+  - key: s1
+    interfaces: [a, nosuch]
+    limits: [{algorithm: fixed_window, limit: 0, period: 1h}]
+interfaces:
+  - {id: a, path: /a, upstream: ap, limits: [{algorithm: fixed_window, limit: 5, period: 400d}]}
+grants:
+  - {system: s9, interface: a, limits: [{algorithm: gcra, limit: 5, period: 1m, burst: 0}]}
+)";
+  EXPECT_EQ(problems_of(text),
+            (std::vector<std::string>{
+                "test.yaml:6:47: systems[0].limits[0].limit: limit must be between 1 and 2^40 (1099511627776), got 0",
+                "test.yaml:8:90: interfaces[0].limits[0].period: period must be between 1ms and 365d, got 400d",
+                "test.yaml:10:88: grants[0].limits[0].burst: burst must be between 1 and 2^40 (1099511627776), got 0",
+                "test.yaml:8:33: interfaces[0].upstream: names no upstream: \"ap\"",
+                "test.yaml:5:21: systems[0].interfaces[1]: names no interface: \"nosuch\"",
+                "test.yaml:10:14: grants[0].system: names no system: \"s9\""}));
+}
+
 // A system key is sent as a header field's value: one with a control character, or a space at
 // either end, could never be matched, and is refused.
 TEST(ConfigYaml, ASystemKeyNoHeaderCanCarryIsRefused) {
