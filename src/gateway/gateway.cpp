@@ -177,11 +177,12 @@ class FieldsLookup final : public HeaderLookup {
 // the body pass as a second request that no check has seen.
 class HopFields {
  public:
-  explicit HopFields(std::span<const HeadField> f) {
+  // `kept`: a field that goes on even when Connection names it (a request's system key header).
+  explicit HopFields(std::span<const HeadField> f, std::string_view kept = {}) {
     for (const auto& field : f) {
       if (field.name() != http::field::connection) continue;
       for_each_token(field.value(), [&](std::string_view token) {
-        if (beast::iequals(token, "close")) return;
+        if (beast::iequals(token, "close") || (!kept.empty() && beast::iequals(token, kept))) return;
         const http::field known = http::string_to_field(token);
         if (known == http::field::content_length || known == http::field::transfer_encoding ||
             known == http::field::host || always_dropped(known)) {
@@ -550,7 +551,8 @@ void append_field(std::string& out, std::string_view name, std::string_view valu
 }
 
 // The request as the upstream gets it, written straight from the client's (which stays as it came):
-// its fields but the hop-by-hop ones, Expect (answered here), every Content-Length (one goes up, as
+// its fields but the hop-by-hop ones (not the system key header, which the caller was identified
+// by, even named in Connection), Expect (answered here), every Content-Length (one goes up, as
 // the parser read it: it accepts repeats of the same value), the caller's API key (a secret of its
 // own: X-Sluice-System says whose it was), and the X-Forwarded-*, X-Request-Id and X-Sluice-System
 // fields the gateway sets itself, also spelt with '_' (which a CGI-style upstream reads as the
@@ -560,8 +562,8 @@ void append_field(std::string& out, std::string_view name, std::string_view valu
 // has its authority as the Host, in place of the client's (RFC 9112 3.2.2).
 void append_upstream_head(std::string& out, const RequestParser& p, std::string_view origin, std::string_view authority,
                           std::string_view client_ip, std::string_view request_id, std::string_view system,
-                          const config::Target& target) {
-  const HopFields hop(p.fields());
+                          std::string_view key_header, const config::Target& target) {
+  const HopFields hop(p.fields(), key_header);
   out.append(p.method_string());
   out += ' ';
   out.append(origin);
@@ -1775,7 +1777,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
     wire.clear();
     append_upstream_head(wire, x.parser, x.origin, x.authority, x.client_ip, x.request_id,
                          x.ctx.system != nullptr ? std::string_view(x.ctx.system->system->key) : std::string_view(),
-                         target);
+                         x.snapshot->config().system_key_header, target);
     error_code ec;
     if (x.body_read) {
       // Read already (its signature covers it): the header and all of it in one write.

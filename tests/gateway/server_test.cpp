@@ -473,6 +473,20 @@ TEST_F(GatewayTest, ProxyingPassesTheRequestThroughAndAddsTheForwardingFields) {
   EXPECT_EQ(r.header("x-request-id"), "req-42");
 }
 
+// The header the caller was identified by goes up as it came, even named in Connection: the
+// upstream of a system counted as crm is not to see an anonymous caller.
+TEST_F(GatewayTest, TheSystemKeyHeaderGoesUpEvenWhenConnectionNamesIt) {
+  HttpClient c(gw_->port());
+  const HttpResponse r = c.request("GET", "/echo/a", {{"X-System-Key", "crm"}, {"Connection", "x-system-key, X-Secret"},
+                                                     {"X-Secret", "hop"}});
+  ASSERT_EQ(r.status, 200);
+  const auto echo = json(r.body);
+  const auto& h = echo.at("headers").as_object();
+  EXPECT_EQ(str(h, "X-System-Key"), "crm");
+  EXPECT_EQ(str(h, "X-Sluice-System"), "crm");
+  EXPECT_EQ(h.count("X-Secret"), 0u);
+}
+
 // Via lists the intermediaries in order: the client's own entries, then the gateway's, with the
 // protocol the request came in.
 TEST_F(GatewayTest, ViaGetsTheGatewayAfterWhatTheClientSaid) {
