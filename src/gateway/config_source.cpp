@@ -249,10 +249,11 @@ void Follower::run() {
       reachable = health_.ok;
     }
     // After a failure, a poll that does not wait: the primary being back shows at once (in the log
-    // and /stats), not only with its next change.
+    // and /stats), not only with its next change. Nor does it ask "changed since revision N?": a
+    // primary back on another database (a backup, edited since) may be at N with other content.
     FetchRequest req = config_request(options_);
     req.url += "?wait=" + std::to_string(reachable ? wait_seconds : 0) + "s";
-    req.headers.emplace_back("If-None-Match", "\"r" + std::to_string(revision_.load()) + "\"");
+    if (reachable) req.headers.emplace_back("If-None-Match", "\"r" + std::to_string(revision_.load()) + "\"");
     req.timeout = options_.wait + std::chrono::seconds(15);
     auto r = fetcher_.send(req);
     if (!r.ok()) {

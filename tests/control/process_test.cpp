@@ -374,6 +374,8 @@ TEST_F(ControlProcessTest, AFollowerPullsFromItsPrimaryAndKeepsServingWhenThePri
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
   const std::string t = token("admin");
   const std::string follower_token = token("read");
+  const std::string backup = dir_ + "/backup.db";
+  std::filesystem::copy_file(db_, backup);
   Server primary = serve({"--db", db_});
   Server follower = follow(primary, follower_token);
   EXPECT_EQ(status(follower, "/users/1", "erp"), 403);
@@ -402,15 +404,27 @@ TEST_F(ControlProcessTest, AFollowerPullsFromItsPrimaryAndKeepsServingWhenThePri
       << follower.child->stderr_text();
   EXPECT_EQ(status(follower, "/users/9", "erp"), 200);
 
-  // The primary back where it was: the follower says so before any change (its first poll after a
-  // failure does not wait for news), then takes the next change.
+  // The primary back where it was, on its backup changed offline to the revision the follower holds
+  // (other content, the same number): the follower says so before any change (its first poll after
+  // a failure does not wait for news) and takes the primary's configuration whole, not "unchanged
+  // since that revision"; then the next change.
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(db_ + suffix);
+  std::filesystem::copy_file(backup, db_);
+  std::stringstream text;
+  text << std::ifstream(yaml_).rdbuf();
+  std::string changed = text.str();
+  changed.replace(changed.find("{key: erp, "), 11, "{key: erp, enabled: false, ");
+  testing::write_file(yaml_, changed);
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
   Server back = serve({"--db", db_}, primary.port, primary.admin);
   EXPECT_TRUE(testing::eventually(
       [&] { return follower.child->stderr_text().find("reached it again") != std::string::npos; }, 10s))
       << follower.child->stderr_text();
   EXPECT_NE(admin(follower, follower_token, "GET", "/admin/v1/stats").body.find("\"ok\":true"), std::string::npos);
-  ASSERT_EQ(admin(back, t, "PUT", "/admin/v1/systems/erp", R"({"interfaces":["orders"]})").status, 200);
-  EXPECT_TRUE(testing::eventually([&] { return status(follower, "/users/1", "erp") == 403; }, 5s))
+  EXPECT_TRUE(testing::eventually([&] { return status(follower, "/orders/1", "erp") == 403; }, 5s))
+      << follower.child->stderr_text();
+  ASSERT_EQ(admin(back, t, "PUT", "/admin/v1/systems/erp", R"({"enabled":true,"interfaces":["orders","users"]})").status, 200);
+  EXPECT_TRUE(testing::eventually([&] { return status(follower, "/users/1", "erp") == 200; }, 5s))
       << follower.child->stderr_text();
 }
 
