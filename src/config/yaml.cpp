@@ -633,14 +633,18 @@ class Reader {
 // --- export -------------------------------------------------------------------------------------
 
 // A scalar as YAML: plain when it cannot be mistaken for anything else, double-quoted otherwise.
+// YAML reads null and the booleans in more than one case ("NULL", "Null", "True", "OFF").
 std::string quote(const std::string& s) {
+  std::string lower = s;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](char ch) { return static_cast<char>(std::tolower(static_cast<unsigned char>(ch))); });
   const bool plain =
       !s.empty() && std::all_of(s.begin(), s.end(), [](char ch) {
         return std::isalnum(static_cast<unsigned char>(ch)) != 0 ||
                std::string_view("_-./:").find(ch) != std::string_view::npos;
       }) && std::isalpha(static_cast<unsigned char>(s[0])) != 0 &&
-      s != "true" && s != "false" && s != "null" && s != "yes" && s != "no" && s != "on" && s != "off" &&
-      s != "y" && s != "n";
+      lower != "true" && lower != "false" && lower != "null" && lower != "yes" && lower != "no" && lower != "on" &&
+      lower != "off" && lower != "y" && lower != "n";
   if (plain || (s[0] == '/' && s.find_first_of("{}*#: ") == std::string::npos)) return s;
   std::string q = "\"";
   for (char ch : s) {

@@ -95,6 +95,27 @@ TEST(ConfigYaml, ExportReadsBackIntoTheSameConfiguration) {
   EXPECT_NE(once.find("{algorithm: gcra, limit: 5, period: 1m, burst: 5, key_by: client_ip"), std::string::npos) << once;
 }
 
+// Words YAML reads as something else in any of their cases (NULL, True, Off) are quoted: written
+// bare, "NULL" came back as no key at all, and a description "Null" as none.
+TEST(ConfigYaml, WordsYamlReadsAsNullOrBooleansInAnyCaseAreQuotedOnExport) {
+  Config c;
+  for (const std::string word : {"NULL", "Null", "null", "TRUE", "True", "Off", "YES", "N"}) {
+    System s;
+    s.key = word + "-key";
+    s.description = word;
+    c.systems.push_back(s);
+  }
+  c.systems[0].key = "NULL";
+  const std::string once = to_yaml(c);
+  auto again = load_ok(once);
+  ASSERT_NE(again, nullptr) << once;
+  ASSERT_EQ(again->systems.size(), c.systems.size());
+  for (std::size_t i = 0; i < c.systems.size(); ++i) {
+    EXPECT_EQ(again->systems[i].key, c.systems[i].key);
+    EXPECT_EQ(again->systems[i].description, c.systems[i].description);
+  }
+}
+
 // How long a dead gateway's place in an interface's concurrency is held: given, exported, and
 // refused without concurrency or out of range.
 TEST(ConfigYaml, AConcurrencyLeaseTimeoutIsReadExportedAndChecked) {
