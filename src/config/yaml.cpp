@@ -1,5 +1,6 @@
 #include "config/yaml.h"
 
+#include <boost/json/parse.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "config/crypto.h"
 #include "config/json.h"
 #include "core/duration.h"
 
@@ -96,10 +98,55 @@ std::optional<YAML::Mark> quoted_over_lines(std::string_view text, const YAML::N
   return std::nullopt;
 }
 
+// The value of the four hex digits at s[at], or -1.
+int hex4_at(std::string_view s, std::size_t at) {
+  if (at + 4 > s.size()) return -1;
+  int v = 0;
+  for (std::size_t i = at; i < at + 4; ++i) {
+    const int d = hex_digit(s[i]);
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+// JSON writes a character beyond U+FFFF as the \u escapes of its two UTF-16 surrogates
+// ("\uD83D\uDE80", as Python's json.dumps does by default), which YAML's reader refuses. In a text
+// that is JSON, where every backslash is in a string, each such pair becomes the one escape YAML
+// has for the character ("\U0001F680"); a surrogate on its own stays, and is refused.
+std::string surrogate_pairs_joined(std::string_view text) {
+  if (text.find("\\u") == std::string_view::npos) return std::string(text);
+  boost::system::error_code ec;
+  boost::json::parse(text, ec);
+  if (ec) return std::string(text);
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\' || i + 1 >= text.size()) {
+      out += text[i];
+      continue;
+    }
+    const int high = text[i + 1] == 'u' ? hex4_at(text, i + 2) : -1;
+    const int low = i + 7 < text.size() && text[i + 6] == '\\' && text[i + 7] == 'u' ? hex4_at(text, i + 8) : -1;
+    if (high >= 0xD800 && high <= 0xDBFF && low >= 0xDC00 && low <= 0xDFFF) {
+      char escape[16];
+      std::snprintf(escape, sizeof escape, "\\U%08X", 0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00));
+      out += escape;
+      i += 11;
+    } else {
+      out.append(text.substr(i, 2));  // an escape of its own: its second character is not a start
+      ++i;
+    }
+  }
+  return out;
+}
+
 // Reads text as one YAML document into root; the problem when it is not one. Names and descriptions
 // go to JSON answers, the audit log and exports, which must read back: the text must be UTF-8. A
 // second document (after a "---") would be dropped without a word.
-std::optional<Problem> read_one_document(std::string_view text, const std::string& file, YAML::Node& root) {
+std::optional<Problem> read_one_document(std::string_view original, const std::string& file, YAML::Node& root) {
+  const std::string joined = surrogate_pairs_joined(original);
+  const std::string_view text = joined;
   if (const std::size_t bad = invalid_utf8_at(text); bad != std::string_view::npos) {
     const std::string_view before = text.substr(0, bad);
     const std::size_t line_start = before.rfind('\n') + 1;  // npos + 1: 0

@@ -95,6 +95,21 @@ TEST(ConfigYaml, ExportReadsBackIntoTheSameConfiguration) {
   EXPECT_NE(once.find("{algorithm: gcra, limit: 5, period: 1m, burst: 5, key_by: client_ip"), std::string::npos) << once;
 }
 
+// JSON writes a character beyond U+FFFF as two \u escapes of UTF-16 surrogates (Python's json.dumps
+// does by default): read as the character. An escaped backslash before "u" is no escape, and a
+// surrogate on its own is no character.
+TEST(ConfigYaml, JsonSurrogatePairEscapesAreReadAsTheirCharacter) {
+  auto rocket = parse_system(R"({"interfaces": ["a"], "description": "rocket \ud83d\ude80!"})");
+  ASSERT_TRUE(std::holds_alternative<System>(rocket));
+  EXPECT_EQ(std::get<System>(rocket).description, "rocket \xF0\x9F\x9A\x80!");
+  auto literal = parse_system(R"({"description": "\\ud83d\\ude80"})");
+  ASSERT_TRUE(std::holds_alternative<System>(literal));
+  EXPECT_EQ(std::get<System>(literal).description, R"(\ud83d\ude80)");
+  auto lone = parse_system(R"({"description": "\ud83d alone"})");
+  ASSERT_TRUE(std::holds_alternative<std::vector<Problem>>(lone));
+  EXPECT_EQ(std::get<std::vector<Problem>>(lone).at(0).message, "invalid unicode: 55357");
+}
+
 // Words YAML reads as something else in any of their cases (NULL, True, Off) are quoted: written
 // bare, "NULL" came back as no key at all, and a description "Null" as none.
 TEST(ConfigYaml, WordsYamlReadsAsNullOrBooleansInAnyCaseAreQuotedOnExport) {
