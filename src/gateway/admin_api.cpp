@@ -618,6 +618,10 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
   const std::size_t q = target.find('?');
   const std::string_view path = target.substr(0, q);
   if (!path.starts_with(kPrefix)) return not_found("No such admin API route.");
+  // A name is one segment: a '/' at the end would otherwise be dropped, and /systems/a/ reach "a".
+  if (path.size() > kPrefix.size() && path.ends_with('/')) {
+    return not_found("No such admin API route: it ends in '/' (a name's own '/' is written %2F).");
+  }
   Call call{request, request.method, {}, {}, {}, {}};
   bool bad_escape = false;
   for (std::string_view rest = path.substr(kPrefix.size()); !rest.empty();) {

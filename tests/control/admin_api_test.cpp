@@ -262,6 +262,13 @@ TEST_F(AdminApiTest, NamesWithSlashesAndSpacesArePercentEncodedInTheUrl) {
   EXPECT_EQ(call("GET", "/admin/v1/systems/100%2").status, 400);
   EXPECT_EQ(call("GET", "/admin/v1/limits?key=system:10%zz").status, 400);
   EXPECT_EQ(call("GET", "/admin/v1/systems/100%25").str("key"), "100%");
+  // A name's own '/' is %2F: a raw one at the end does not reach the name without it.
+  EXPECT_EQ(call("POST", "/admin/v1/systems", R"({"key":"num"})").status, 201);
+  EXPECT_EQ(call("POST", "/admin/v1/systems", R"({"key":"num/"})").status, 201);
+  EXPECT_EQ(call("DELETE", "/admin/v1/systems/num/").status, 404);
+  EXPECT_EQ(call("GET", "/admin/v1/systems/num").status, 200);
+  EXPECT_EQ(call("GET", "/admin/v1/systems/").status, 404);
+  EXPECT_EQ(call("GET", "/admin/v1/systems/num%2F").str("key"), "num/");
 }
 
 TEST_F(AdminApiTest, CreatingWhatExistsIsAConflict) {
