@@ -118,7 +118,9 @@ void apply(const ConfigOptions& o) {
   text << in.rdbuf();
   std::string admin = o.admin;
   while (!admin.empty() && admin.back() == '/') admin.pop_back();
-  if (!gateway::parse_http_url(admin)) bad_flag("apply", "--admin must be the primary's admin URL, http://host:port, got \"" + o.admin + "\"");
+  if (const auto url = gateway::parse_http_url(admin); !url || !url->path.empty()) {
+    bad_flag("apply", "--admin must be the primary's admin URL, http://host:port (no path), got \"" + o.admin + "\"");
+  }
   gateway::FetchRequest req;
   req.method = "PUT";
   req.url = admin + "/admin/v1/config";

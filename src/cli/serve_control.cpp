@@ -370,8 +370,10 @@ int serve_follower(const ServeSettings& s) {
     std::fprintf(stderr, "sluice serve: --config-from needs --token (an admin token of the primary; read suffices)\n");
     return 2;
   }
-  if (!gateway::parse_http_url(s.primary)) {
-    std::fprintf(stderr, "sluice serve: --config-from must be http://host:port, got \"%s\"\n", s.primary.c_str());
+  // The admin API's routes go after it: a path would only end in 404s once running.
+  if (const auto url = gateway::parse_http_url(s.primary); !url || !url->path.empty()) {
+    std::fprintf(stderr, "sluice serve: --config-from must be the primary's admin listener, http://host:port (no path), got \"%s\"\n",
+                 s.primary.c_str());
     return 2;
   }
   std::string primary = s.primary;

@@ -161,7 +161,7 @@ std::optional<Problem> read_one_document(std::string_view original, const std::s
       const YAML::Mark at = documents[i].Mark();
       return Problem{"",
                      after_separator(text, at)
-                         ? "a second YAML document (after a \"---\" line) begins here: a configuration is one"
+                         ? "a second YAML document (after a \"---\" line) begins here: a configuration is one document"
                          : "text goes on here after the configuration ended: a configuration is one JSON value or "
                            "YAML document",
                      file, at.line + 1, at.column + 1};

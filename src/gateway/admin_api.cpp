@@ -1361,14 +1361,24 @@ AdminResponse AdminApi::tokens_route(Call& call) const {
     return json_response(200, json::object{{"items", std::move(items)}});
   }
   auto body = json_object_body(call.request.body);
-  const auto role = body ? config::role_from_string(str_field(*body, "role")) : std::nullopt;
-  const std::string name = body ? str_field(*body, "name") : "";
+  if (!body) {
+    return error(400, "bad_request", "The body must be a JSON object, each field once: {\"name\": \"...\", \"role\": \"admin\" or \"read\"}.");
+  }
+  std::vector<Problem> problems;
+  const auto role = config::role_from_string(str_field(*body, "role"));
+  const std::string name = str_field(*body, "name");
+  if (name.empty()) problems.push_back(Problem{"name", "is required: a name that says who or what uses the token"});
+  if (!role) problems.push_back(Problem{"role", "must be admin or read"});
   // Nothing else: a field this route does not know (an expiry, say) would be dropped unsaid.
-  const bool only_known = body && std::all_of(body->begin(), body->end(), [](const auto& kv) {
-                            return kv.key() == "name" || kv.key() == "role";
-                          });
-  if (!role || name.empty() || !only_known) {
-    return error(400, "bad_request", "The body must be {\"name\": \"...\", \"role\": \"admin\" or \"read\"}.");
+  for (const auto& kv : *body) {
+    if (kv.key() != "name" && kv.key() != "role") {
+      problems.push_back(Problem{std::string(kv.key()), "unknown field (known: name, role)"});
+    }
+  }
+  if (!problems.empty()) {
+    json::object o{{"code", 400}, {"reason", "bad_request"}, {"msg", "The token request was refused."}};
+    o["problems"] = problems_json(problems, "");
+    return json_response(400, o);
   }
   auto created = options_.store->create_token(call.actor, *role, name);
   if (!created.ok() && created.error().code == ErrorCode::kInvalidArgument) {

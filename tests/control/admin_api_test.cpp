@@ -1249,6 +1249,12 @@ TEST_F(AdminApiTest, AdminsCreateListAndRevokeTokens) {
   EXPECT_EQ(call("POST", "/admin/v1/tokens", R"({"name":"x","role":"read","role":"admin"})").status, 400);
   EXPECT_EQ(call("POST", "/admin/v1/tokens", R"({"name":"x","role":"read","expires":"2030-01-01T00:00:00Z"})").status,
             400);
+  // Each problem names its field.
+  const Reply refused = call("POST", "/admin/v1/tokens", R"({"name":"","role":"root","ttl":"1d"})");
+  EXPECT_EQ(refused.status, 400);
+  std::vector<std::string> fields;
+  for (const auto& p : refused.obj().at("problems").as_array()) fields.emplace_back(p.at("field").as_string());
+  EXPECT_EQ(fields, (std::vector<std::string>{"name", "role", "ttl"})) << json::serialize(refused.body);
   EXPECT_EQ(call("GET", "/admin/v1/tokens").obj().at("items").as_array().size(), 2u);
 }
 

@@ -147,9 +147,9 @@ TEST(ConfigIoTest, TextAfterTheConfigurationIsRefusedForWhatItIs) {
   EXPECT_EQ(problem("{\"listen\": \"127.0.0.1:1\"} trailing\n"),
             "b:1:27: text goes on here after the configuration ended: a configuration is one JSON value or YAML document");
   EXPECT_EQ(problem("listen: 127.0.0.1:1\n---\n# the next\nlisten: 127.0.0.1:2\n"),
-            "b:4:1: a second YAML document (after a \"---\" line) begins here: a configuration is one");
+            "b:4:1: a second YAML document (after a \"---\" line) begins here: a configuration is one document");
   EXPECT_EQ(problem("listen: 127.0.0.1:1\n--- {listen: 127.0.0.1:2}\n"),
-            "b:2:5: a second YAML document (after a \"---\" line) begins here: a configuration is one");
+            "b:2:5: a second YAML document (after a \"---\" line) begins here: a configuration is one document");
 }
 
 TEST(ConfigIoTest, BadCredentialAndForceFieldsInAFileAreReportedWithLines) {
