@@ -748,6 +748,18 @@ test('on an instance that follows a primary, the pages offer no change it would 
   }
 });
 
+// Ids may hold '/': a grant's system and interface are told apart by an arrow ("a/b" → "c" is not
+// "a" → "b/c").
+test('a grant is listed as its system → its interface', async () => {
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.goto(`${env.base}#/grants`);
+  const row = page.locator('tr[data-id="crm → orders"]');
+  await row.waitFor();
+  assert.equal(await row.locator('th').innerText(), 'crm → orders');
+  assert.equal(await row.locator('th a').getAttribute('href'), '#/grants/crm/orders');
+});
+
 // Every page once: the lists, a form of each kind, the inspector, breakers and the audit log.
 const EVERY_PAGE = ['overview', 'systems', 'systems/shop', 'interfaces', 'interfaces/orders', 'upstreams', 'upstreams/app',
   'grants', 'grants/crm/orders', 'limits?key=grant:crm/orders', 'breakers', 'audit'];

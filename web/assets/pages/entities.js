@@ -219,7 +219,8 @@ const KINDS = {
   },
   grants: {
     kind: 'grant',
-    id: (x) => `${x.system}/${x.interface}`,
+    // Shown with an arrow: ids may hold '/', and "a/b" → "c" is not "a" → "b/c".
+    id: (x) => `${x.system} → ${x.interface}`,
     parts: 2, // the address names a grant by its system and its interface
     route: (x) => path(x.system, x.interface),
     needs: ['systems', 'interfaces'],
