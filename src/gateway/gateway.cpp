@@ -177,12 +177,13 @@ class FieldsLookup final : public HeaderLookup {
 // the body pass as a second request that no check has seen.
 class HopFields {
  public:
-  // `kept`: a field that goes on even when Connection names it (a request's system key header).
+  // `kept`: a field that goes on even when Connection names it, in either spelling (a request's
+  // system key header, which the caller was identified by as X-System-Key or X_System_Key).
   explicit HopFields(std::span<const HeadField> f, std::string_view kept = {}) {
     for (const auto& field : f) {
       if (field.name() != http::field::connection) continue;
       for_each_token(field.value(), [&](std::string_view token) {
-        if (beast::iequals(token, "close") || (!kept.empty() && beast::iequals(token, kept))) return;
+        if (beast::iequals(token, "close") || (!kept.empty() && cgi_alias_of(token, kept))) return;
         const http::field known = http::string_to_field(token);
         if (known == http::field::content_length || known == http::field::transfer_encoding ||
             known == http::field::host || always_dropped(known)) {

@@ -485,6 +485,11 @@ TEST_F(GatewayTest, TheSystemKeyHeaderGoesUpEvenWhenConnectionNamesIt) {
   EXPECT_EQ(str(h, "X-System-Key"), "crm");
   EXPECT_EQ(str(h, "X-Sluice-System"), "crm");
   EXPECT_EQ(h.count("X-Secret"), 0u);
+  // Spelt with '_' (which identifies the caller too), in the field and in Connection.
+  const HttpResponse cgi = c.request("GET", "/echo/a", {{"X_System_Key", "crm"}, {"Connection", "X_System_Key"}});
+  ASSERT_EQ(cgi.status, 200);
+  const auto cgi_echo = json(cgi.body);
+  EXPECT_EQ(str(cgi_echo.at("headers").as_object(), "X_System_Key"), "crm");
 }
 
 // Via lists the intermediaries in order: the client's own entries, then the gateway's, with the
