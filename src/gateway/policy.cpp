@@ -94,32 +94,46 @@ void append_decoded(std::string& out, std::string_view raw) {
   for (std::size_t i = 0; i < raw.size();) out += form_char(raw, i);
 }
 
-// A character of a parameter's name as PHP keys $_GET by it: ' ', '.' and '[' become '_'.
-char php_name_char(char c) { return c == ' ' || c == '.' || c == '[' ? '_' : c; }
+// How a server may read a query string. kStandard: parameters end at '&', names decoded ("%71" is
+// "q"). kSemicolons: ';' ends one too (Rack 2, Perl's CGI.pm, Python before 3.9.2, Go before
+// 1.17). kPhp: '&' only; a name without the spaces before it and cut at a NUL, with '_' for ' ',
+// '.' and '[' ("u.id" is "u_id"), and "u[...]" is u (an array).
+enum class Reading { kStandard, kSemicolons, kPhp };
 
-// Whether a query parameter's name, as sent, is `name` as an application may read it: decoded
-// ("%71" is "q"), without the spaces before it, and with PHP's '_' for ' ', '.' and '[' (which
-// reads "u.id" and "u_id" as one).
-bool is_named(std::string_view raw, std::string_view name) {
-  std::size_t i = 0;
-  for (std::size_t at = 0; at < raw.size(); i = at) {
-    if (form_char(raw, at) != ' ') break;
+// The name as PHP keys $_GET by it.
+std::string php_key(std::string_view name) {
+  std::string key(name.substr(0, name.find('\0')));
+  key.erase(0, key.find_first_not_of(' '));
+  const std::size_t open = key.find('[');
+  if (open != std::string::npos && key.find(']', open) != std::string::npos) key.resize(open);
+  for (char& c : key) {
+    if (c == ' ' || c == '.' || c == '[') c = '_';
   }
-  std::size_t j = 0;
-  while (i < raw.size()) {
-    if (j == name.size() || php_name_char(form_char(raw, i)) != php_name_char(name[j++])) return false;
-  }
-  return j == name.size();
+  return key;
 }
 
-// The next parameter of a query string, and the rest after it. Some applications split at ';' as
-// well as '&' (Rack 2, Perl's CGI.pm, Python before 3.9.2, Go before 1.17): both end one here, so
-// that a value counted is never one that hides another parameter from such an upstream.
-std::string_view next_param(std::string_view& query) {
-  const std::size_t end = query.find_first_of("&;");
-  const std::string_view param = query.substr(0, end);
-  query = end == std::string_view::npos ? std::string_view() : query.substr(end + 1);
-  return param;
+// The raw value of the parameter `name` in one reading (empty when it has no '='; the first when
+// given twice, and `twice` is set); nullopt when it is absent.
+std::optional<std::string_view> param_in(std::string_view query, std::string_view name, Reading reading,
+                                         bool& twice) {
+  const std::string wanted = reading == Reading::kPhp ? php_key(name) : std::string(name);
+  std::optional<std::string_view> found;
+  std::string decoded;
+  while (!query.empty()) {
+    const std::size_t end = query.find_first_of(reading == Reading::kSemicolons ? "&;" : "&");
+    const std::string_view param = query.substr(0, end);
+    query = end == std::string_view::npos ? std::string_view() : query.substr(end + 1);
+    const std::size_t eq = param.find('=');
+    decoded.clear();
+    append_decoded(decoded, param.substr(0, eq));
+    if ((reading == Reading::kPhp ? php_key(decoded) : decoded) != wanted) continue;
+    if (found) {
+      twice = true;
+    } else {
+      found = eq == std::string_view::npos ? std::string_view() : param.substr(eq + 1);
+    }
+  }
+  return found;
 }
 
 // Appends the value a keyed-by limit counts this request under.
@@ -145,7 +159,7 @@ bool keys_given_once(const std::vector<CompiledLimit>& limits, const Request& re
         request.headers->repeated(l.rule->key_name)) {
       return false;
     }
-    if (l.rule->key_by == config::KeyBy::kQuery && query_param_repeated(request.query, l.rule->key_name)) return false;
+    if (l.rule->key_by == config::KeyBy::kQuery && query_param_ambiguous(request.query, l.rule->key_name)) return false;
   }
   return true;
 }
@@ -603,22 +617,17 @@ std::optional<std::string> routing_form(std::string_view path) {
   return out;
 }
 
-bool query_param_repeated(std::string_view query, std::string_view name) {
-  int seen = 0;
-  while (!query.empty()) {
-    const std::string_view param = next_param(query);
-    if (is_named(param.substr(0, param.find('=')), name) && ++seen > 1) return true;
-  }
-  return false;
+bool query_param_ambiguous(std::string_view query, std::string_view name) {
+  bool twice = false;
+  const auto standard = param_in(query, name, Reading::kStandard, twice);
+  const auto semicolons = param_in(query, name, Reading::kSemicolons, twice);
+  const auto php = param_in(query, name, Reading::kPhp, twice);
+  return twice || semicolons != standard || php != standard;
 }
 
 std::string_view query_param(std::string_view query, std::string_view name) {
-  while (!query.empty()) {
-    const std::string_view param = next_param(query);
-    const std::size_t eq = param.find('=');
-    if (is_named(param.substr(0, eq), name)) return eq == std::string_view::npos ? std::string_view() : param.substr(eq + 1);
-  }
-  return {};
+  bool twice = false;
+  return param_in(query, name, Reading::kStandard, twice).value_or(std::string_view());
 }
 
 }  // namespace sluice::gateway

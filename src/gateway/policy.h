@@ -189,11 +189,12 @@ bool path_is_clean(std::string_view path);
 // dropped, and a trailing '/' too. nullopt when that is the path itself.
 std::optional<std::string> routing_form(std::string_view path);
 
-// The value of one query parameter (raw, not decoded), named as applications read names ("%71" is
-// "q", " q" too, and to PHP "u.id" is "u_id"); empty when absent. Parameters end at '&' and at ';',
-// as some applications read them.
+// The value of one query parameter (raw, not decoded), its name decoded ("%71" is "q"); the first
+// when given twice, empty when absent.
 std::string_view query_param(std::string_view query, std::string_view name);
-// Whether the query string gives the parameter more than once (names read as query_param reads them).
-bool query_param_repeated(std::string_view query, std::string_view name);
+// Whether servers may read the parameter differently: given twice, or with another value (or none)
+// where ';' ends a parameter too (Rack 2, CGI.pm, older Python and Go) or as PHP reads names (" u",
+// "u%00x" and "u[0]" are u; "u.id" is "u_id").
+bool query_param_ambiguous(std::string_view query, std::string_view name);
 
 }  // namespace sluice::gateway
