@@ -769,6 +769,13 @@ std::string describe(const Breaker& b) {
 
 namespace {
 
+// The entity a problem's path is in: "upstreams[0]" of "upstreams[0].breaker.window", or a
+// setting of the file's top level ("listen").
+std::string entity_of(std::string_view path) {
+  const std::size_t close = path.find(']');
+  return std::string(close != std::string_view::npos ? path.substr(0, close + 1) : path.substr(0, path.find('.')));
+}
+
 // The field of an entity a problem's path is in: "upstreams[0].breaker" of
 // "upstreams[0].breaker.window", "systems[0].limits" of "systems[0].limits[1].period" (a list that
 // lost an entry, whose later entries moved up), "systems[0]" itself, or a setting of the file's top
@@ -794,16 +801,27 @@ LoadResult load_yaml(std::string_view text, std::string_view file) {
         Problem{"", e.msg, std::string(file), e.mark.line + 1, e.mark.column + 1}};
   }
   std::vector<Problem> problems = std::move(reader.problems());
-  // What the file's values break beyond their own fields (ranges, references), but in a field that
-  // did not read whole: it is not judged on what was read of it (a limit that could not be made is
-  // missing from its list, which would move the others). The entity's other fields are, so that a
-  // limit out of range does not hide a reference to nothing beside it.
-  std::set<std::string> unread;
-  for (const Problem& p : problems) unread.insert(field_of(p.path));
+  // What the file's values break beyond their own fields (ranges, references), for every entity
+  // whose fields all read: an entity with a problem already is not judged on what was read of it
+  // (a limit that could not be made is missing from its list, which would move the others; a
+  // default stands in for a field that did not read, which a check across fields would judge). But
+  // for its references, which depend on nothing else: a limit out of range does not hide a
+  // reference to nothing beside it.
+  std::set<std::string> unread_entities;
+  std::set<std::string> unread_fields;
+  for (const Problem& p : problems) {
+    unread_entities.insert(entity_of(p.path));
+    unread_fields.insert(field_of(p.path));
+  }
   for (Problem& p : validate(*config)) {
+    const std::string entity = entity_of(p.path);
     const std::string field = field_of(p.path);
-    const std::string entity = field.substr(0, field.find('.'));  // an entity that was not a mapping
-    if (unread.count(field) != 0 || unread.count(entity) != 0) continue;
+    static const std::set<std::string> kReferences{"upstream", "interfaces", "system", "interface"};
+    const bool reference = field.size() > entity.size() && kReferences.count(field.substr(entity.size() + 1)) != 0;
+    if (unread_entities.count(entity) != 0 &&
+        (!reference || unread_fields.count(field) != 0 || unread_fields.count(entity) != 0)) {
+      continue;
+    }
     reader.locate(p);
     problems.push_back(std::move(p));
   }

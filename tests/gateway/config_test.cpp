@@ -481,6 +481,14 @@ grants:
                 "test.yaml:8:33: interfaces[0].upstream: names no upstream: \"ap\"",
                 "test.yaml:5:21: systems[0].interfaces[1]: names no interface: \"nosuch\"",
                 "test.yaml:10:14: grants[0].system: names no system: \"s9\""}));
+  // A check across an entity's fields does not judge the default standing in for one that did not
+  // read: a lease timeout beside a concurrency that did not read is not "without concurrency".
+  EXPECT_EQ(problems_of(R"(upstreams:
+  - {name: app, targets: [127.0.0.1:1]}
+interfaces:
+  - {id: a, path: /a, upstream: app, concurrency: lots, concurrency_lease_timeout: 30s}
+)"),
+            (std::vector<std::string>{"test.yaml:4:51: interfaces[0].concurrency: must be a whole number, got \"lots\""}));
 }
 
 // A system key is sent as a header field's value: one with a control character, or a space at
