@@ -215,8 +215,10 @@ std::string to_json(const Report& r) {
   o["rate_limit"] = rate_limit_of(r.rate_limit);
   if (r.burst_spread)
     o["burst_spread_us"] = rounded(static_cast<double>(r.burst_spread->count()) / 1000, 3);
-  if (r.max_send_lag)
+  if (r.max_send_lag) {
     o["max_send_lag_us"] = rounded(static_cast<double>(r.max_send_lag->count()) / 1000, 3);
+    o["max_connection_wait_us"] = rounded(static_cast<double>(r.max_connection_wait.count()) / 1000, 3);
+  }
   o["stopped_early"] = r.stopped_early;
 
   json::array expectations;

@@ -239,7 +239,7 @@ Report make_report(const Plan& plan, const RunResult& run) {
   if (s.first_write) r.burst_spread = *s.last_write - *s.first_write;
   if (plan.mode == Mode::kRate) {
     r.max_send_lag = s.max_send_lag;
-    r.connections_ran_out = s.connections_ran_out;
+    r.max_connection_wait = s.max_connection_wait;
   }
   r.stopped_early = run.stopped_early;
   r.expectations = check(plan.expect, r);
@@ -270,8 +270,10 @@ std::string format_report(const Report& r) {
     out += format("  %-12s %s at worst behind schedule%s\n", "Schedule",
                   format_latency_us(us_of(*r.max_send_lag)).c_str(),
                   *r.max_send_lag <= std::chrono::milliseconds(10) ? ""
-                  : r.connections_ran_out ? " (every connection was busy: try more --connections)"
-                                          : " (the sender fell behind: a busy machine, or try more --threads)");
+                  // Mostly waiting for a connection, or the sender's own lag (it woke late).
+                  : r.max_connection_wait * 2 >= *r.max_send_lag
+                      ? " (every connection was busy: try more --connections)"
+                      : " (the sender fell behind: a busy machine, or try more --threads)");
   }
   out += format("  %-12s %llu (2xx)\n", "Admitted", static_cast<unsigned long long>(r.admitted));
   out += format("  %-12s %llu (429)\n", "Rejected", static_cast<unsigned long long>(r.rejected));

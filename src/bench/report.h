@@ -64,7 +64,7 @@ struct Report {
   RateLimitSummary rate_limit;
   std::optional<Nanos> burst_spread;  // from the first request written to the last
   std::optional<Nanos> max_send_lag;  // open loop: the most a request left after its time
-  bool connections_ran_out = false;   // open loop: a request due found every connection busy
+  Nanos max_connection_wait{0};       // open loop: the most of such a wait with every connection busy
   bool stopped_early = false;
 
   std::vector<ExpectationResult> expectations;

@@ -440,16 +440,18 @@ class Worker {
             if (!ec) dispatch();
           });
         }
+        busy_since_.reset();  // nothing due waits
         return;
       }
       if (idle_.empty()) {
-        stats_.connections_ran_out = true;
+        if (!busy_since_) busy_since_ = now;
         return;
       }
       Conn& c = *idle_.back();
       idle_.pop_back();
       ++next_;
       stats_.max_send_lag = std::max(stats_.max_send_lag, now - due);
+      if (busy_since_) stats_.max_connection_wait = std::max(stats_.max_connection_wait, now - std::max(due, *busy_since_));
       c.variant = variant_of(i);
       c.intended = due;
       ++busy_;
@@ -745,6 +747,8 @@ class Worker {
   asio::steady_timer sweep_;  // connect timeout during setup, then the request timeouts
   asio::steady_timer pacer_;  // open loop: wakes up when the next request is due
   bool pacer_armed_ = false;
+  // Open loop: since when a request due has found every connection busy; unset while none has.
+  std::optional<Nanos> busy_since_;
   bool setup_ = false;
   bool starting_ = false;
   std::size_t pending_connects_ = 0;

@@ -34,7 +34,7 @@ void Stats::merge(const Stats& other) {
   last_completion = std::max(last_completion, other.last_completion);
   retries += other.retries;
   max_send_lag = std::max(max_send_lag, other.max_send_lag);
-  connections_ran_out = connections_ran_out || other.connections_ran_out;
+  max_connection_wait = std::max(max_connection_wait, other.max_connection_wait);
   if (other.first_write) {
     first_write = first_write ? std::min(*first_write, *other.first_write) : *other.first_write;
     last_write = last_write ? std::max(*last_write, *other.last_write) : *other.last_write;

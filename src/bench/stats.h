@@ -50,10 +50,10 @@ struct Stats {
   // Requests sent again on a fresh connection: the server had closed the reused one they were
   // written on, and not a byte came back.
   std::uint64_t retries = 0;
-  // Open loop: the most a request left after its scheduled time, and whether one that was due found
-  // every connection busy (else the lag is the sender's own: a machine too busy to keep to time).
+  // Open loop: the most a request left after its scheduled time, and the most of such a wait spent
+  // with every connection busy (the rest is the sender's own: a machine too busy to keep to time).
   Nanos max_send_lag{0};
-  bool connections_ran_out = false;
+  Nanos max_connection_wait{0};
   // Burst: when the first and the last request were written, since the start of the run.
   std::optional<Nanos> first_write;
   std::optional<Nanos> last_write;

@@ -142,7 +142,7 @@ TEST(Load, LatencyOfAStalledServerCountsFromTheScheduledTime) {
   EXPECT_GE(r.latency.p90_us, 200'000);
   ASSERT_TRUE(r.max_send_lag);
   EXPECT_GE(*r.max_send_lag, 250ms);
-  EXPECT_TRUE(r.connections_ran_out);
+  EXPECT_GE(r.max_connection_wait, 250ms);  // waiting for the one connection
 }
 
 TEST(Load, AVariedHeaderSpreadsRequestsOverCallers) {
