@@ -280,10 +280,15 @@ TEST(Cli, AFailedRunLeavesTheJsonFileAsItWas) {
   const std::string silent_url = "http://127.0.0.1:" + std::to_string(ntohs(silent_addr.sin_port)) + "/";
   const Outcome unanswered = sluice({"bench", "-q", "-n", "2", "-c", "2", "--timeout", "200ms",
                                      "--expect-admitted-max", "10", "--json", old_json, silent_url});
-  close(silent);
   EXPECT_EQ(unanswered.status, 2);
   EXPECT_TRUE(contains(unanswered.err, "no request got a response")) << unanswered.err;
   EXPECT_EQ(slurp(old_json), "{\"old\": true}\n");
+  // On stdout the JSON is the report, as the text is without it: it says the run did not pass.
+  const Outcome to_stdout = sluice({"bench", "-n", "1", "--timeout", "200ms", "--expect-admitted-max", "10",
+                                    "--json", "-", silent_url});
+  close(silent);
+  EXPECT_EQ(to_stdout.status, 2);
+  EXPECT_FALSE(boost::json::parse(to_stdout.out).at("passed").as_bool()) << to_stdout.out;
   // A file that cannot be written is still found out before the run.
   const Outcome o = sluice({"bench", "-n", "1", "--json", "/nonexistent/out.json", url});
   EXPECT_EQ(o.status, 2);
