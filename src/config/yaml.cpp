@@ -113,8 +113,11 @@ int hex4_at(std::string_view s, std::size_t at) {
 // JSON writes a character beyond U+FFFF as the \u escapes of its two UTF-16 surrogates
 // ("\uD83D\uDE80", as Python's json.dumps does by default), which YAML's reader refuses. In a text
 // that is JSON, where every backslash is in a string, each such pair becomes the one escape YAML
-// has for the character ("\U0001F680"); a surrogate on its own stays, and is refused.
-std::string surrogate_pairs_joined(std::string_view text) {
+// has for the character ("\U0001F680"); a surrogate on its own stays, and is refused. `joins` gets
+// where each pair was joined, (line, column) from 0 in the text returned, which is 2 bytes shorter
+// there: see as_sent().
+using Joins = std::vector<std::pair<int, int>>;
+std::string surrogate_pairs_joined(std::string_view text, Joins& joins) {
   if (text.find("\\u") == std::string_view::npos) return std::string(text);
   boost::system::error_code ec;
   boost::json::parse(text, ec);
@@ -129,6 +132,9 @@ std::string surrogate_pairs_joined(std::string_view text) {
     const int high = text[i + 1] == 'u' ? hex4_at(text, i + 2) : -1;
     const int low = i + 7 < text.size() && text[i + 6] == '\\' && text[i + 7] == 'u' ? hex4_at(text, i + 8) : -1;
     if (high >= 0xD800 && high <= 0xDBFF && low >= 0xDC00 && low <= 0xDFFF) {
+      const std::size_t line_start = out.rfind('\n') + 1;  // npos + 1: 0
+      joins.emplace_back(static_cast<int>(std::count(out.begin(), out.end(), '\n')),
+                         static_cast<int>(out.size() - line_start));
       char escape[16];
       std::snprintf(escape, sizeof escape, "\\U%08X", 0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00));
       out += escape;
@@ -141,11 +147,21 @@ std::string surrogate_pairs_joined(std::string_view text) {
   return out;
 }
 
+// Problems placed in the joined text put back where they are in the text as sent.
+void as_sent(std::vector<Problem>& problems, const Joins& joins) {
+  for (Problem& p : problems) {
+    for (const auto& [line, column] : joins) {
+      if (line == p.line - 1 && column < p.column - 1) p.column += 2;
+    }
+  }
+}
+
 // Reads text as one YAML document into root; the problem when it is not one. Names and descriptions
 // go to JSON answers, the audit log and exports, which must read back: the text must be UTF-8. A
 // second document (after a "---") would be dropped without a word.
-std::optional<Problem> read_one_document(std::string_view original, const std::string& file, YAML::Node& root) {
-  const std::string joined = surrogate_pairs_joined(original);
+std::optional<Problem> read_one_document(std::string_view original, const std::string& file, YAML::Node& root,
+                                         Joins& joins) {
+  const std::string joined = surrogate_pairs_joined(original, joins);
   const std::string_view text = joined;
   if (const std::size_t bad = invalid_utf8_at(text); bad != std::string_view::npos) {
     const std::string_view before = text.substr(0, bad);
@@ -787,11 +803,10 @@ std::string field_of(std::string_view path) {
   return std::string(path.substr(0, end));
 }
 
-}  // namespace
-
-LoadResult load_yaml(std::string_view text, std::string_view file) {
+// load_yaml, in the text with its surrogate pairs joined.
+LoadResult load_joined(std::string_view text, std::string_view file, Joins& joins) {
   YAML::Node root;
-  if (std::optional<Problem> p = read_one_document(text, std::string(file), root)) return std::vector<Problem>{*p};
+  if (std::optional<Problem> p = read_one_document(text, std::string(file), root, joins)) return std::vector<Problem>{*p};
   Reader reader{std::string(file)};
   auto config = std::make_shared<Config>();
   try {
@@ -829,14 +844,24 @@ LoadResult load_yaml(std::string_view text, std::string_view file) {
   return std::shared_ptr<const Config>(std::move(config));
 }
 
+}  // namespace
+
+LoadResult load_yaml(std::string_view text, std::string_view file) {
+  Joins joins;
+  LoadResult loaded = load_joined(text, file, joins);
+  if (auto* problems = std::get_if<std::vector<Problem>>(&loaded)) as_sent(*problems, joins);
+  return loaded;
+}
+
 namespace {
 
+// parse_entity, in the text with its surrogate pairs joined.
 template <class T, class F>
-EntityResult<T> parse_entity(std::string_view text, F read) {
+EntityResult<T> parse_joined(std::string_view text, F read, Joins& joins) {
   Reader reader{""};
   T value;
   YAML::Node root;
-  if (std::optional<Problem> p = read_one_document(text, "", root)) return std::vector<Problem>{*p};
+  if (std::optional<Problem> p = read_one_document(text, "", root, joins)) return std::vector<Problem>{*p};
   if (!root.IsDefined() || root.IsNull()) {
     return std::vector<Problem>{Problem{"", "is empty: expected a mapping of fields"}};
   }
@@ -847,6 +872,14 @@ EntityResult<T> parse_entity(std::string_view text, F read) {
   }
   if (!reader.problems().empty()) return std::move(reader.problems());
   return value;
+}
+
+template <class T, class F>
+EntityResult<T> parse_entity(std::string_view text, F read) {
+  Joins joins;
+  EntityResult<T> parsed = parse_joined<T>(text, read, joins);
+  if (auto* problems = std::get_if<std::vector<Problem>>(&parsed)) as_sent(*problems, joins);
+  return parsed;
 }
 
 }  // namespace

@@ -108,6 +108,18 @@ TEST(ConfigYaml, JsonSurrogatePairEscapesAreReadAsTheirCharacter) {
   auto lone = parse_system(R"({"description": "\ud83d alone"})");
   ASSERT_TRUE(std::holds_alternative<std::vector<Problem>>(lone));
   EXPECT_EQ(std::get<std::vector<Problem>>(lone).at(0).message, "invalid unicode: 55357");
+  // A problem after a pair on its line is placed where it is in the text as sent.
+  auto after = parse_system(R"({"description": "\ud83d\ude80\ud83d\ude80", "bogus": 1})");
+  ASSERT_TRUE(std::holds_alternative<std::vector<Problem>>(after));
+  EXPECT_EQ(std::get<std::vector<Problem>>(after).at(0).column, 45);
+  EXPECT_EQ(problems_of("{\"upstreams\": [],\n \"x\": \"\\ud83d\\ude80\", \"y\": 1}"),
+            (std::vector<std::string>{
+                "test.yaml:2:2: x: unknown field \"x\" (known here: listen, admin_listen, store, fleet_size, store_timeout, "
+                "system_key_header, language, rate_limit_headers, max_body_bytes, header_timeout, send_timeout, "
+                "drain_timeout, access_log, upstreams, systems, interfaces, grants)",
+                "test.yaml:2:23: y: unknown field \"y\" (known here: listen, admin_listen, store, fleet_size, store_timeout, "
+                "system_key_header, language, rate_limit_headers, max_body_bytes, header_timeout, send_timeout, "
+                "drain_timeout, access_log, upstreams, systems, interfaces, grants)"}));
 }
 
 // Words YAML reads as something else in any of their cases (NULL, True, Off) are quoted: written
