@@ -687,8 +687,9 @@ Result<StoredConfig> ConfigStore::load(std::vector<Problem>* problems) {
     if (!read.ok()) return read.error();
     doc = std::move(*read);
   }
-  // Read without the lock: a large configuration takes a while, and revision() (each long poll's
-  // look) and the writers need not wait for it.
+  // Parsed without the lock: a large configuration takes a while, and revision() (each long poll's
+  // look) need not wait for it. A writer may, holding the lock: it parses the configuration it
+  // changes, and waits for a parse in progress (mostly of the same rows) rather than make its own.
   return parse_document(doc, revision, std::move(found), problems);
 }
 

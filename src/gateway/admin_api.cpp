@@ -618,10 +618,6 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
   const std::size_t q = target.find('?');
   const std::string_view path = target.substr(0, q);
   if (!path.starts_with(kPrefix)) return not_found("No such admin API route.");
-  // A name is one segment: a '/' at the end would otherwise be dropped, and /systems/a/ reach "a".
-  if (path.size() > kPrefix.size() && path.ends_with('/')) {
-    return not_found("No such admin API route: it ends in '/' (a name's own '/' is written %2F).");
-  }
   Call call{request, request.method, {}, {}, {}, {}};
   bool bad_escape = false;
   for (std::string_view rest = path.substr(kPrefix.size()); !rest.empty();) {
@@ -629,6 +625,8 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
     call.segments.push_back(percent_decode(rest.substr(0, slash), false, bad_escape));
     if (slash == std::string_view::npos) break;
     rest.remove_prefix(slash + 1);
+    // A '/' at the end makes an empty segment, which no route has: /systems/a/ is not "a".
+    if (rest.empty()) call.segments.emplace_back();
   }
   std::string repeated;  // a query parameter given twice: which value was meant is not known
   if (q != std::string_view::npos) {
@@ -1367,7 +1365,11 @@ AdminResponse AdminApi::tokens_route(Call& call) const {
   std::vector<Problem> problems;
   const auto role = config::role_from_string(str_field(*body, "role"));
   const std::string name = str_field(*body, "name");
-  if (name.empty()) problems.push_back(Problem{"name", "is required: a name that says who or what uses the token"});
+  if (const auto* given = body->if_contains("name"); given != nullptr && !given->is_string()) {
+    problems.push_back(Problem{"name", "must be a string"});
+  } else if (name.empty()) {
+    problems.push_back(Problem{"name", "is required: a name that says who or what uses the token"});
+  }
   if (!role) problems.push_back(Problem{"role", "must be admin or read"});
   // Nothing else: a field this route does not know (an expiry, say) would be dropped unsaid.
   for (const auto& kv : *body) {
@@ -1375,14 +1377,16 @@ AdminResponse AdminApi::tokens_route(Call& call) const {
       problems.push_back(Problem{std::string(kv.key()), "unknown field (known: name, role)"});
     }
   }
-  if (!problems.empty()) {
+  auto refused = [&] {
     json::object o{{"code", 400}, {"reason", "bad_request"}, {"msg", "The token request was refused."}};
     o["problems"] = problems_json(problems, "");
     return json_response(400, o);
-  }
+  };
+  if (!problems.empty()) return refused();
   auto created = options_.store->create_token(call.actor, *role, name);
   if (!created.ok() && created.error().code == ErrorCode::kInvalidArgument) {
-    return error(400, "bad_request", "The token was refused: " + created.error().message + ".");
+    problems.push_back(Problem{"name", created.error().message});  // what the store refuses is the name
+    return refused();
   }
   if (!created.ok()) return error(503, "store_unavailable", created.error().message);
   refresh();

@@ -1255,6 +1255,11 @@ TEST_F(AdminApiTest, AdminsCreateListAndRevokeTokens) {
   std::vector<std::string> fields;
   for (const auto& p : refused.obj().at("problems").as_array()) fields.emplace_back(p.at("field").as_string());
   EXPECT_EQ(fields, (std::vector<std::string>{"name", "role", "ttl"})) << json::serialize(refused.body);
+  for (const char* body : {R"({"name":5,"role":"read"})", R"({"name":"a\u0001b","role":"read"})"}) {
+    const Reply r = call("POST", "/admin/v1/tokens", body);
+    EXPECT_EQ(r.status, 400) << body;
+    EXPECT_EQ(r.obj().at("problems").as_array().at(0).at("field").as_string(), "name") << body;
+  }
   EXPECT_EQ(call("GET", "/admin/v1/tokens").obj().at("items").as_array().size(), 2u);
 }
 
