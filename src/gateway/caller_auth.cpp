@@ -63,10 +63,16 @@ bool NonceCache::insert(std::string_view system, std::string_view nonce, std::in
   Shard& s = shards_[std::hash<std::string>{}(key) % kShards];
   std::lock_guard lock(s.mu);
   while (!s.expiry.empty() && s.expiry.top().first < now_seconds) {
-    s.seen.erase(s.expiry.top().second);
+    const std::string& gone = s.expiry.top().second;
+    const auto held = s.held.find(gone.substr(0, gone.find('\n')));
+    if (held != s.held.end() && --held->second == 0) s.held.erase(held);
+    s.seen.erase(gone);
     s.expiry.pop();
   }
   if (s.seen.count(key) != 0 || s.seen.size() >= per_shard_) return false;
+  std::size_t& held = s.held[std::string(system)];
+  if (held >= std::max<std::size_t>(1, per_shard_ / 2)) return false;
+  ++held;
   s.seen.insert(key);
   s.expiry.emplace(until_seconds, std::move(key));
   return true;

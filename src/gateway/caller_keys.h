@@ -51,7 +51,9 @@ class NonceCache {
   explicit NonceCache(std::size_t max_entries = std::size_t{1} << 21);
 
   // Remembers (system, nonce) until `until`. False when it is already remembered (a replay), or
-  // when the cache is full of nonces that have not expired (refusing is the safe answer then).
+  // when the cache is full of nonces that have not expired (refusing is the safe answer then), or
+  // when the system holds half of it already: one system that signs more requests than that within
+  // the window (even ones its limits then refuse) has its own refused, not every other's.
   bool insert(std::string_view system, std::string_view nonce, std::int64_t until_seconds,
               std::int64_t now_seconds);
   std::size_t size() const;
@@ -60,6 +62,7 @@ class NonceCache {
   struct Shard {
     mutable std::mutex mu;
     std::unordered_set<std::string> seen;  // guarded by mu
+    std::unordered_map<std::string, std::size_t> held;  // how many of seen each system has; guarded by mu
     // Expiry order: (until, key); guarded by mu.
     std::priority_queue<std::pair<std::int64_t, std::string>, std::vector<std::pair<std::int64_t, std::string>>,
                         std::greater<>>

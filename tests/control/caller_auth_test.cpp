@@ -248,5 +248,21 @@ TEST(NonceCacheTest, AFullCacheRefusesRatherThanForget) {
   EXPECT_TRUE(cache.insert("erp", "later", kNow + 700, kNow + 301));  // expired ones made room
 }
 
+// One system that signs more requests than the cache holds within the window (even ones its limits
+// then refuse) fills at most half of it: its own are refused, another system's still go.
+TEST(NonceCacheTest, OneSystemHoldsAtMostHalfOfTheCache) {
+  NonceCache cache(16 * 64);  // 64 per shard
+  int accepted = 0;
+  for (int i = 0; i < 4096; ++i) accepted += cache.insert("flood", "n" + std::to_string(i), kNow + 300, kNow) ? 1 : 0;
+  EXPECT_EQ(accepted, 16 * 32);
+  int others = 0;
+  for (int i = 0; i < 256; ++i) others += cache.insert("crm", "n" + std::to_string(i), kNow + 300, kNow) ? 1 : 0;
+  EXPECT_EQ(others, 256);
+  // Once its nonces expire, the flooding system's count is back to none.
+  int later = 0;
+  for (int i = 0; i < 4096; ++i) later += cache.insert("flood", "m" + std::to_string(i), kNow + 700, kNow + 301) ? 1 : 0;
+  EXPECT_EQ(later, 16 * 32);
+}
+
 }  // namespace
 }  // namespace sluice::gateway
