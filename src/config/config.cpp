@@ -431,6 +431,12 @@ class Validator {
     }
   }
 
+  // Refuses an id the admin API's URLs could not name: browsers and HTTP clients take "." and ".."
+  // (and %2E%2E) for steps in the path, so /admin/v1/systems/.. would be the API's root.
+  void addressable(const std::string& path, const std::string& value) {
+    if (value == "." || value == "..") add(path, "cannot be \"" + value + "\": a URL cannot name it");
+  }
+
   // The limits of `owner` (a system's key, an interface's id, "system/interface" for a grant), whose
   // unnamed ones are called after it (see the gateway's Snapshot): a name given may be none of
   // theirs either, or two limits would answer to it (in RateLimit fields, the admin API's peeks
@@ -473,6 +479,7 @@ class Validator {
     if (u.name.empty()) add(at + ".name", "is required");
     if (has_control_characters(u.name)) add(at + ".name", "must not hold control characters");
     length(at + ".name", u.name);
+    addressable(at + ".name", u.name);
     if (!u.name.empty() && !names.insert(u.name).second) {
       add(at + ".name", "\"" + u.name + "\" is the name of another upstream too");
     }
@@ -511,6 +518,7 @@ class Validator {
     if (f.id == "*") add(at + ".id", "\"*\" stands for every interface and cannot be an id");
     if (has_control_characters(f.id)) add(at + ".id", "must not hold control characters");
     length(at + ".id", f.id);
+    addressable(at + ".id", f.id);
     if (!f.id.empty() && !ids.insert(f.id).second) {
       add(at + ".id", "\"" + f.id + "\" is the id of another interface too");
     }
@@ -576,6 +584,7 @@ class Validator {
       add(at + ".key", "must not hold control characters, nor begin or end with a space");
     }
     length(at + ".key", s.key);
+    addressable(at + ".key", s.key);
     if (!s.key.empty() && !keys.insert(s.key).second) {
       add(at + ".key", "\"" + s.key + "\" is the key of another system too");
     }

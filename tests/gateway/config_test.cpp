@@ -352,6 +352,22 @@ TEST(ConfigYaml, IdsKeysAndNamesAreAtMost256Bytes) {
   }
 }
 
+// The admin API names a system, an interface or an upstream in its URLs, where "." and ".." are
+// steps in the path to a browser or an HTTP client: such an id is refused.
+TEST(ConfigYaml, AnIdAUrlCannotNameIsRefused) {
+  for (const std::string dots : {".", ".."}) {
+    const std::string text = "upstreams: [{name: '" + dots + "', targets: [127.0.0.1:1]}]\n"
+                             "systems: [{key: '" + dots + "', interfaces: ['" + dots + "']}]\n"
+                             "interfaces: [{id: '" + dots + "', path: /x, upstream: '" + dots + "'}]\n";
+    const auto p = problems_of(text);
+    ASSERT_EQ(p.size(), 3u) << dots;
+    for (const std::string& problem : p) {
+      EXPECT_NE(problem.find(": cannot be \"" + dots + "\": a URL cannot name it"), std::string::npos) << problem;
+    }
+  }
+  EXPECT_TRUE(problems_of("upstreams: [{name: '...', targets: [127.0.0.1:1]}]\n").empty());
+}
+
 TEST(ConfigYaml, ALimitOutOfRangeNamesTheFieldInsideTheList) {
   const std::string text = std::string(kMinimal) +
                            "    limits:\n"
