@@ -748,6 +748,25 @@ test('on an instance that follows a primary, the pages offer no change it would 
   }
 });
 
+// "Older entries" clicked twice while its page loads loads that page once.
+test('the audit log loads each older page once', async () => {
+  for (let i = 0; i < 60; i++) {
+    assert.equal((await admin('POST', 'systems', { key: `audit-${i}`, interfaces: [] })).status, 201);
+  }
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.goto(`${env.base}#/audit`);
+  const older = page.getByRole('button', { name: 'Older entries' });
+  await older.waitFor();
+  await older.dblclick();
+  await eventually('the older page', async () => (await page.locator('tbody tr[data-id]').count()) > 50);
+  await page.waitForLoadState('networkidle');
+  const ids = await page.locator('tbody tr[data-id]').evaluateAll((rows) => rows.map((r) => r.dataset.id));
+  assert.equal(new Set(ids).size, ids.length, 'no entry twice');
+  for (let i = 0; i < 60; i++) assert.equal((await admin('DELETE', `systems/audit-${i}`)).status, 204);
+  await closePage(page);
+});
+
 // Ids may hold '/': a grant's system and interface are told apart by an arrow ("a/b" → "c" is not
 // "a" → "b/c").
 test('a grant is listed as its system → its interface', async () => {

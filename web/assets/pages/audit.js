@@ -47,7 +47,11 @@ export async function render(view) {
   }
 
   let before;
+  let loading = false; // a second click while a page loads would load that page twice
   async function more() {
+    if (loading) return;
+    loading = true;
+    older.disabled = true;
     try {
       const answer = (await api('GET', 'audit', { query: { limit: 50, before } })).data;
       for (const entry of answer.items) tbl.body.append(row(entry));
@@ -57,6 +61,9 @@ export async function render(view) {
       tbl.el.hidden = !empty.hidden;
     } catch (error) {
       msg.say('error', error.message);
+    } finally {
+      loading = false;
+      older.disabled = false;
     }
   }
   older.addEventListener('click', more);
