@@ -132,6 +132,10 @@ std::string sign_request(std::string_view secret, std::string_view method, std::
 Reason verify_signature(const Request& request, std::string_view target, std::string_view body_sha256_hex,
                         const Snapshot& snapshot, NonceCache& nonces, std::int64_t now_seconds) {
   if (request.headers == nullptr) return Reason::kSignatureInvalid;
+  // Each once: an upstream or a log reading the other would see values never checked.
+  for (const std::string_view name : {kTimestampHeader, kNonceHeader, kSignatureHeader}) {
+    if (request.headers->repeated(name)) return Reason::kBadRequest;
+  }
   const std::string_view timestamp = request.headers->get(kTimestampHeader);
   const std::string_view nonce = request.headers->get(kNonceHeader);
   const std::string_view signature = request.headers->get(kSignatureHeader);
@@ -146,7 +150,8 @@ Reason verify_signature(const Request& request, std::string_view target, std::st
   }
   const auto presented = config::from_base64(signature);
   const std::vector<CallerKeys::Secret>* secrets = snapshot.callers().secrets(request.system_key);
-  if (!presented || secrets == nullptr) return Reason::kSignatureInvalid;
+  // In its one canonical form (padded, no stray bits): one request, one signature.
+  if (!presented || secrets == nullptr || config::base64(*presented) != signature) return Reason::kSignatureInvalid;
   const std::string message = string_to_sign(request.method, target, timestamp, nonce, body_sha256_hex);
   bool match = false;
   for (const CallerKeys::Secret& s : *secrets) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 #include "config/crypto.h"
 #include "control_test.h"
@@ -27,7 +28,8 @@ class Headers final : public HeaderLookup {
     }
     return {};
   }
-  bool repeated(std::string_view) const override { return false; }  // a map holds each once
+  bool repeated(std::string_view name) const override { return twice.count(std::string(name)) != 0; }
+  std::set<std::string> twice;  // the names given (as if) more than once
 };
 
 class CallerAuthTest : public ::testing::Test {
@@ -196,6 +198,36 @@ TEST_F(CallerAuthTest, ANonceSeenWithinTheWindowIsAReplay) {
   EXPECT_EQ(verify("/orders/1", "body"), Reason::kOk);
   EXPECT_EQ(verify("/orders/1", "body", kNow + 200), Reason::kSignatureReplayed);
   EXPECT_EQ(status_of(Reason::kSignatureReplayed), 401);
+}
+
+// A signature field given twice: an upstream or a log reading the other would see a value never
+// checked.
+TEST_F(CallerAuthTest, ASignatureFieldGivenTwiceIsABadRequest) {
+  for (const std::string_view name : {kTimestampHeader, kNonceHeader, kSignatureHeader}) {
+    sign("/orders/1", "", kNow, "n-" + std::string(name));
+    headers_.twice = {std::string(name)};
+    EXPECT_EQ(verify("/orders/1", ""), Reason::kBadRequest) << name;
+  }
+  headers_.twice.clear();
+  EXPECT_EQ(verify("/orders/1", ""), Reason::kOk);  // its nonce was not taken by the refusals
+}
+
+// One request has one signature: base64 without its padding, or with other bits where the last
+// character's are not used, decodes to the same bytes and is refused all the same.
+TEST_F(CallerAuthTest, OnlyTheCanonicalBase64OfASignatureIsAccepted) {
+  static constexpr std::string_view kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  sign("/orders/1", "", kNow, "n-1");
+  const std::string canonical = headers_.values[std::string(kSignatureHeader)];
+  ASSERT_EQ(canonical.size(), 44u);
+  ASSERT_EQ(canonical.back(), '=');
+  std::string stray_bits = canonical;
+  stray_bits[42] = kAlphabet[kAlphabet.find(canonical[42]) ^ 1];  // its lowest 2 bits are not used
+  for (const std::string& other : {canonical.substr(0, 43), stray_bits}) {
+    headers_.values[std::string(kSignatureHeader)] = other;
+    EXPECT_EQ(verify("/orders/1", ""), Reason::kSignatureInvalid) << other;
+  }
+  headers_.values[std::string(kSignatureHeader)] = canonical;
+  EXPECT_EQ(verify("/orders/1", ""), Reason::kOk);
 }
 
 TEST_F(CallerAuthTest, MissingOrMalformedSignatureFieldsAreInvalid) {
