@@ -2172,6 +2172,10 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
       config::Config shown = in_effect(snapshot()->config());
       shown.store = config::redact_store_password(shown.store);
       out = {200, "application/yaml", config::to_yaml(shown)};
+    } else if (builtin) {
+      out = {405, "application/json",
+             R"({"code":405,"reason":"method_not_allowed","msg":"Method not allowed: GET or HEAD."})",
+             {{"Allow", "GET, HEAD"}}};
     } else {
       AdminHandler handler;
       {

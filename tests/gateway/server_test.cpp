@@ -1761,6 +1761,17 @@ TEST_F(GatewayTest, TheAdminListenerAnswersHeadAsGetWithoutTheBody) {
   EXPECT_TRUE(out.ends_with(R"({"status":"ok"})")) << out;
 }
 
+// The admin listener's own routes take GET and HEAD; another method is told so, as the data plane's
+// /_sluice/healthz and the admin API's routes are.
+TEST_F(GatewayTest, TheAdminListenersOwnRoutesRefuseAnotherMethodWith405) {
+  for (const char* route : {"/healthz", "/metrics", "/config"}) {
+    const std::string out = testing::raw_exchange(
+        gw_->admin_port(), std::string("POST ") + route + " HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", 5s);
+    EXPECT_EQ(testing::raw_status(out), 405) << route << "\n" << out;
+    EXPECT_NE(out.find("\r\nAllow: GET, HEAD\r\n"), std::string::npos) << out;
+  }
+}
+
 TEST_F(GatewayTest, EachRequestWritesOneJsonAccessLogLine) {
   HttpClient c(gw_->port());
   c.request("GET", "/limited?q=1", {{"X-System-Key", "crm"}, {"X-Request-Id", "log-me"}});
