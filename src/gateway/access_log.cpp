@@ -129,6 +129,7 @@ void AccessLog::format(const AccessRecord& r, std::string& out) {
   field("method", r.method);
   field("path", r.path);
   if (r.path_cut) out += ",\"path_cut\":true";
+  if (r.method_cut) out += ",\"method_cut\":true";
   field("client_ip", r.client_ip);
   out += ",\"status\":" + std::to_string(r.status);
   field("reason", to_string(r.reason));
@@ -147,8 +148,13 @@ void AccessLog::format(const AccessRecord& r, std::string& out) {
   out += '}';
 }
 
-void AccessLog::write(const AccessRecord& record, std::string& line) {
+void AccessLog::write(const AccessRecord& given, std::string& line) {
   if (file_ == nullptr) return;
+  AccessRecord record = given;
+  if (record.method.size() > kMaxMethod) {
+    record.method = record.method.substr(0, kMaxMethod);
+    record.method_cut = true;
+  }
   line.clear();
   format(record, line);
   // A line of up to PIPE_BUF bytes goes into a pipe whole, whatever else writes to it: a longer

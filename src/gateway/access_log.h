@@ -26,8 +26,13 @@ struct AccessRecord {
   std::optional<Nanos> upstream_latency;
   std::string_view client_ip;
   const std::vector<const CompiledLimit*>* shadow_rejected = nullptr;
-  bool path_cut = false;  // the path was cut so that the line fits in kMaxLine
+  bool path_cut = false;    // the path was cut so that the line fits in kMaxLine
+  bool method_cut = false;  // the method was longer than kMaxMethod, and cut to it
 };
+
+// The longest method the log writes whole: real ones are short, and a request line of 8 KiB could
+// be all method.
+inline constexpr std::size_t kMaxMethod = 64;
 
 // The longest line the log writes, newline included: PIPE_BUF, so that a pipe takes each whole.
 inline constexpr std::size_t kMaxLine = 4096;

@@ -1965,6 +1965,30 @@ TEST(AccessLogTest, ALongPathIsCutSoThatTheLineFits) {
   EXPECT_EQ(long_path.substr(0, logged.size()), logged);
 }
 
+// A request line of 8 KiB may be all method: it is cut to 64 bytes, and the path still fits.
+TEST(AccessLogTest, ALongMethodIsCutAndThePathKept) {
+  const std::string path = testing::temp_dir() + "/access.log";
+  auto log = AccessLog::open(path);
+  ASSERT_TRUE(log.ok()) << log.error().message;
+  const std::string method(7000, 'M');
+  AccessRecord r;
+  r.request_id = "long";
+  r.method = method;
+  r.path = "/api/orders";
+  std::string line;
+  (*log)->write(r, line);
+  (*log)->flush();
+  std::ifstream in(path);
+  std::string written;
+  ASSERT_TRUE(std::getline(in, written));
+  EXPECT_LE(written.size() + 1, kMaxLine);
+  const auto o = json(written);
+  EXPECT_TRUE(o.at("method_cut").as_bool());
+  EXPECT_EQ(o.at("method").as_string(), std::string(64, 'M'));
+  EXPECT_EQ(o.at("path").as_string(), "/api/orders");
+  EXPECT_EQ(o.count("path_cut"), 0u);
+}
+
 TEST(AccessLogTest, ValuesStayJsonInUtf8) {
   const std::pair<std::string, std::string> cases[] = {
       {"plain \"q\" \\", "plain \\\"q\\\" \\\\"},
