@@ -97,37 +97,74 @@ void append_decoded(std::string& out, std::string_view raw) {
 // How a server may read a query string. kStandard: parameters end at '&', names decoded ("%71" is
 // "q"). kSemicolons: ';' ends one too (Rack 2, Perl's CGI.pm, Python before 3.9.2, Go before
 // 1.17). kPhp: '&' only; a name without the spaces before it and cut at a NUL, with '_' for ' ',
-// '.' and '[' ("u.id" is "u_id"), and "u[...]" is u (an array).
-enum class Reading { kStandard, kSemicolons, kPhp };
+// '.' and '[' before its brackets ("u.id" is "u_id"), and "u[0]" an entry of u. kLoose: '&' and
+// ';', names in any case (ASP.NET) and without brackets at their ends (Rack 2 reads "[u]" as u).
+enum class Reading { kStandard, kSemicolons, kPhp, kLoose };
 
-// The name as PHP keys $_GET by it.
-std::string php_key(std::string_view name) {
+// The name as PHP keys $_GET by it, and where its brackets begin (npos: none).
+std::pair<std::string, std::size_t> php_key(std::string_view name) {
   std::string key(name.substr(0, name.find('\0')));
   key.erase(0, key.find_first_not_of(' '));
-  const std::size_t open = key.find('[');
-  if (open != std::string::npos && key.find(']', open) != std::string::npos) key.resize(open);
-  for (char& c : key) {
-    if (c == ' ' || c == '.' || c == '[') c = '_';
+  std::size_t open = key.find('[');
+  if (open != std::string::npos && key.find(']', open) == std::string::npos) open = std::string::npos;
+  for (std::size_t i = 0; i < std::min(open, key.size()); ++i) {
+    if (key[i] == ' ' || key[i] == '.' || key[i] == '[') key[i] = '_';
   }
+  return {key, open};
+}
+
+// A name as kLoose reads it.
+std::string loose_key(std::string_view name) {
+  std::string key(name);
+  key.erase(0, key.find_first_not_of("[] "));
+  key.erase(key.find_last_not_of("[]") + 1);
+  for (char& c : key) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return key;
 }
 
+// Whether `raw` (a decoded name) is the parameter `name` in a reading.
+bool names(std::string_view raw, std::string_view name, Reading reading) {
+  switch (reading) {
+    case Reading::kStandard:
+    case Reading::kSemicolons: return raw == name;
+    case Reading::kLoose: return loose_key(raw) == loose_key(name);
+    case Reading::kPhp: {
+      const auto [key, brackets] = php_key(raw);
+      const auto [wanted, wanted_brackets] = php_key(name);
+      // "u[0]" makes u an array: it is u as far as a limit counting by u is concerned.
+      return key == wanted ||
+             (wanted_brackets == std::string::npos && brackets != std::string::npos && key.substr(0, brackets) == wanted);
+    }
+  }
+  return false;
+}
+
+// Whether `raw` holds a '%' that is no escape: Go and Tomcat drop such a parameter, whose value
+// another server reads.
+bool bad_escape(std::string_view raw) {
+  for (std::size_t at = raw.find('%'); at != std::string_view::npos; at = raw.find('%', at + 1)) {
+    if (at + 2 >= raw.size() || config::hex_digit(raw[at + 1]) < 0 || config::hex_digit(raw[at + 2]) < 0) return true;
+  }
+  return false;
+}
+
 // The raw value of the parameter `name` in one reading (empty when it has no '='; the first when
-// given twice, and `twice` is set); nullopt when it is absent.
+// given twice, and `twice` is set); nullopt when it is absent. `twice` is set too when one of its
+// pairs holds a '%' that is no escape.
 std::optional<std::string_view> param_in(std::string_view query, std::string_view name, Reading reading,
                                          bool& twice) {
-  const std::string wanted = reading == Reading::kPhp ? php_key(name) : std::string(name);
+  const bool semicolons = reading == Reading::kSemicolons || reading == Reading::kLoose;
   std::optional<std::string_view> found;
   std::string decoded;
   while (!query.empty()) {
-    const std::size_t end = query.find_first_of(reading == Reading::kSemicolons ? "&;" : "&");
+    const std::size_t end = query.find_first_of(semicolons ? "&;" : "&");
     const std::string_view param = query.substr(0, end);
     query = end == std::string_view::npos ? std::string_view() : query.substr(end + 1);
     const std::size_t eq = param.find('=');
     decoded.clear();
     append_decoded(decoded, param.substr(0, eq));
-    if ((reading == Reading::kPhp ? php_key(decoded) : decoded) != wanted) continue;
-    if (found) {
+    if (!names(decoded, name, reading)) continue;
+    if (found || bad_escape(param)) {
       twice = true;
     } else {
       found = eq == std::string_view::npos ? std::string_view() : param.substr(eq + 1);
@@ -408,8 +445,9 @@ std::string_view bad_request_message(BadRequest why, config::Language language) 
                 : "Servers that tidy paths read this path as another interface's (an encoded character, //, ; "
                   "or a trailing /): write that interface's path as it is.";
     case BadRequest::kKeyRepeated:
-      return zh ? "限流所依据的请求头或查询参数出现了多次：请只给一次"
-                : "A header or query parameter a limit counts by is given more than once: give it once.";
+      return zh ? "限流所依据的请求头或查询参数出现了多次，或以不同服务器会读出不同值的形式给出：请只给一次，并按常规写法"
+                : "A header or query parameter a limit counts by is given more than once, or in a form servers "
+                  "read differently: give it once, plainly.";
     case BadRequest::kCallerRepeated:
       return zh ? "系统标识或 API 密钥请求头出现了多次（或以 - 和 _ 两种写法出现）：请只给一次"
                 : "The system key or API key header is given more than once (or spelt with both - and _): give "
@@ -622,7 +660,8 @@ bool query_param_ambiguous(std::string_view query, std::string_view name) {
   const auto standard = param_in(query, name, Reading::kStandard, twice);
   const auto semicolons = param_in(query, name, Reading::kSemicolons, twice);
   const auto php = param_in(query, name, Reading::kPhp, twice);
-  return twice || semicolons != standard || php != standard;
+  const auto loose = param_in(query, name, Reading::kLoose, twice);
+  return twice || semicolons != standard || php != standard || loose != standard;
 }
 
 std::string_view query_param(std::string_view query, std::string_view name) {

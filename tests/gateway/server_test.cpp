@@ -625,7 +625,8 @@ TEST_F(GatewayTest, ABadRequestSaysWhatIsWrong) {
             "Servers that tidy paths read this path as another interface's (an encoded character, //, ; or a "
             "trailing /): write that interface's path as it is.");
   EXPECT_EQ(msg("GET /per-user HTTP/1.1\r\nX-User: a\r\nX-User: b\r\n" + end),
-            "A header or query parameter a limit counts by is given more than once: give it once.");
+            "A header or query parameter a limit counts by is given more than once, or in a form servers read "
+            "differently: give it once, plainly.");
   EXPECT_EQ(msg("GET /echo/x HTTP/1.1\r\nX-System-Key: crm\r\nX_System_Key: crm\r\n" + end),
             "The system key or API key header is given more than once (or spelt with both - and _): give it once.");
   EXPECT_EQ(msg("GET /echo/x HTTP/1.1\r\nX-System-Key: crm\r\nContent-Length: 1\r\nContent-Length: 2\r\n" + end),
@@ -635,7 +636,7 @@ TEST_F(GatewayTest, ABadRequestSaysWhatIsWrong) {
   gw_.reset();
   start(config_text("language: zh-CN\n"));
   EXPECT_EQ(msg("GET /per-user HTTP/1.1\r\nX-User: a\r\nX-User: b\r\n" + end),
-            "限流所依据的请求头或查询参数出现了多次：请只给一次");
+            "限流所依据的请求头或查询参数出现了多次，或以不同服务器会读出不同值的形式给出：请只给一次，并按常规写法");
 }
 
 // The system key header spelt with '_' is the same field to a CGI-style upstream: next to the key
