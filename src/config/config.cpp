@@ -603,6 +603,9 @@ class Validator {
       const Credential& c = s.credentials[j];
       const std::string path = at + ".credentials[" + std::to_string(j) + "]";
       if (c.id.empty()) add(path + ".id", "is required");
+      if (has_control_characters(c.id)) add(path + ".id", "must not hold control characters");
+      length(path + ".id", c.id);
+      addressable(path + ".id", c.id);  // DELETE /admin/v1/systems/{key}/credentials/{id} names it
       if (!c.id.empty() && !ids.insert(c.id).second) {
         add(path + ".id", "\"" + c.id + "\" is the id of another credential of this system too");
       }

@@ -124,17 +124,21 @@ std::string surrogate_pairs_joined(std::string_view text, Joins& joins) {
   if (ec) return std::string(text);
   std::string out;
   out.reserve(text.size());
+  int line = 0;                // of `out`'s end, from 0
+  std::size_t line_start = 0;  // where that line starts in `out`
   for (std::size_t i = 0; i < text.size(); ++i) {
     if (text[i] != '\\' || i + 1 >= text.size()) {
+      if (text[i] == '\n') {
+        ++line;
+        line_start = out.size() + 1;
+      }
       out += text[i];
       continue;
     }
     const int high = text[i + 1] == 'u' ? hex4_at(text, i + 2) : -1;
     const int low = i + 7 < text.size() && text[i + 6] == '\\' && text[i + 7] == 'u' ? hex4_at(text, i + 8) : -1;
     if (high >= 0xD800 && high <= 0xDBFF && low >= 0xDC00 && low <= 0xDFFF) {
-      const std::size_t line_start = out.rfind('\n') + 1;  // npos + 1: 0
-      joins.emplace_back(static_cast<int>(std::count(out.begin(), out.end(), '\n')),
-                         static_cast<int>(out.size() - line_start));
+      joins.emplace_back(line, static_cast<int>(out.size() - line_start));
       char escape[16];
       std::snprintf(escape, sizeof escape, "\\U%08X", 0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00));
       out += escape;

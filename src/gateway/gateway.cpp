@@ -2159,7 +2159,7 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
     for (const auto& f : req) request.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
     AdminResponse out{404, "application/json", R"({"code":404,"reason":"not_found","msg":"Not found."})"};
     const bool builtin = path == "/metrics" || path == "/healthz" || path == "/config";
-    if (builtin && method == http::verb::get && options.admin_guard && !options.admin_guard(request)) {
+    if (builtin && options.admin_guard && !options.admin_guard(request)) {
       out = {401, "application/json",
              R"({"code":401,"reason":"unauthorized","msg":"From off loopback, this needs an admin token: Authorization: Bearer <token>."})"};
     } else if (method == http::verb::get && path == "/metrics") {

@@ -366,6 +366,12 @@ TEST(ConfigYaml, AnIdAUrlCannotNameIsRefused) {
     }
   }
   EXPECT_TRUE(problems_of("upstreams: [{name: '...', targets: [127.0.0.1:1]}]\n").empty());
+  // A credential's id is in a URL too (to revoke it).
+  const auto credential = problems_of(
+      "systems: [{key: crm, auth: api_key, credentials: [{id: '..', kind: api_key, "
+      "api_key_sha256: " + std::string(64, 'a') + ", created: '2026-11-30T10:00:00Z'}]}]\n");
+  ASSERT_EQ(credential.size(), 1u);
+  EXPECT_NE(credential[0].find("systems[0].credentials[0].id: cannot be \"..\""), std::string::npos) << credential[0];
 }
 
 TEST(ConfigYaml, ALimitOutOfRangeNamesTheFieldInsideTheList) {
