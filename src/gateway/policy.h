@@ -193,8 +193,9 @@ std::optional<std::string> routing_form(std::string_view path);
 // when given twice, empty when absent.
 std::string_view query_param(std::string_view query, std::string_view name);
 // Whether servers may read the parameter differently: given twice, or with another value (or none)
-// where ';' ends a parameter too (Rack 2, CGI.pm, older Python and Go) or as PHP reads names (" u",
-// "u%00x" and "u[0]" are u; "u.id" is "u_id").
+// where ';' ends a parameter too (Rack 2, CGI.pm, older Python and Go), as PHP reads names (" u",
+// "u%00x" and "u[0]" are u; "u.id" is "u_id"), in any case (ASP.NET), without brackets at its ends
+// (Rack 2: "[u]"), or in a pair with a '%' that is no escape (which Go and Tomcat drop).
 bool query_param_ambiguous(std::string_view query, std::string_view name);
 
 }  // namespace sluice::gateway
