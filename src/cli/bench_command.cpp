@@ -234,11 +234,12 @@ int run_bench(const bench::Options& options, const Output& output) {
     std::cout << bench::format_report(report) << std::flush;
     if (!std::cout) std::cerr << "sluice bench: the report could not be written to stdout\n";
   }
-  // A run that failed writes no file: an older one stays as it was. The JSON on stdout is the
-  // report there, as the text is without it ("passed": false).
+  // A run that failed writes no file: an older one stays as it was. The JSON or the chart on stdout
+  // is the report there, as the text is without them (the JSON says "passed": false).
   const bool nothing_sent = report.requests == 0;
   if (!report.stopped_early && (nothing_sent || (report.responses == 0 && report.errors > 0))) {
     if (json_to_stdout) (void)json_file->write(bench::to_json(report));
+    if (chart_to_stdout) (void)chart_file->write(bench::to_svg(report));
     return cannot_run(nothing_sent ? "no request was sent: the run ended before its first (is --duration that short?)"
                                    : "no request got a response (" + report.most_common_error() + ")");
   }

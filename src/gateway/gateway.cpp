@@ -117,9 +117,10 @@ bool cgi_alias_of(std::string_view field, std::string_view name) {
   return true;
 }
 
-// The fields that name the caller, in one pass: the system key header's value, and whether it or
-// the API key's header comes more than once. Spelt with '_' it is the same field (a CGI-style
-// upstream reads both as one): the gateway sees the caller the upstream would.
+// The fields that name the caller, in one pass: the system key header's value, and whether it, the
+// API key's header or a signature field comes more than once (found before a signed request's body
+// is read). Spelt with '_' it is the same field (a CGI-style upstream reads both as one): the
+// gateway sees the caller the upstream would.
 struct CallerFields {
   bool has_system_key = false;
   std::string_view system_key;
@@ -127,16 +128,21 @@ struct CallerFields {
 };
 CallerFields caller_fields(std::span<const HeadField> fields, std::string_view key_header) {
   CallerFields out;
-  bool api_key = false;
+  static constexpr std::array<std::string_view, 4> kOnce{kApiKeyHeader, kTimestampHeader, kNonceHeader,
+                                                         kSignatureHeader};
+  std::array<bool, kOnce.size()> seen{};
   for (const auto& f : fields) {
     const std::string_view name = f.name_string();
     if (cgi_alias_of(name, key_header)) {
       out.repeated = out.repeated || out.has_system_key;
       if (!out.has_system_key) out.system_key = f.value();
       out.has_system_key = true;
-    } else if (cgi_alias_of(name, kApiKeyHeader)) {
-      out.repeated = out.repeated || api_key;
-      api_key = true;
+      continue;
+    }
+    for (std::size_t i = 0; i < kOnce.size(); ++i) {
+      if (!cgi_alias_of(name, kOnce[i])) continue;
+      out.repeated = out.repeated || seen[i];
+      seen[i] = true;
     }
   }
   return out;

@@ -449,9 +449,9 @@ std::string_view bad_request_message(BadRequest why, config::Language language) 
                 : "A header or query parameter a limit counts by is given more than once, or in a form servers "
                   "read differently: give it once, plainly.";
     case BadRequest::kCallerRepeated:
-      return zh ? "系统标识或 API 密钥请求头出现了多次（或以 - 和 _ 两种写法出现）：请只给一次"
-                : "The system key or API key header is given more than once (or spelt with both - and _): give "
-                  "it once.";
+      return zh ? "系统标识、API 密钥或签名请求头出现了多次（或以 - 和 _ 两种写法出现）：请只给一次"
+                : "The system key, API key or a signature header is given more than once (or spelt with both - "
+                  "and _): give it once.";
   }
   return message(Reason::kBadRequest, language);
 }

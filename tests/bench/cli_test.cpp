@@ -286,9 +286,12 @@ TEST(Cli, AFailedRunLeavesTheJsonFileAsItWas) {
   // On stdout the JSON is the report, as the text is without it: it says the run did not pass.
   const Outcome to_stdout = sluice({"bench", "-n", "1", "--timeout", "200ms", "--expect-admitted-max", "10",
                                     "--json", "-", silent_url});
-  close(silent);
   EXPECT_EQ(to_stdout.status, 2);
   EXPECT_FALSE(boost::json::parse(to_stdout.out).at("passed").as_bool()) << to_stdout.out;
+  const Outcome chart = sluice({"bench", "-n", "1", "--timeout", "200ms", "--chart", "-", silent_url});
+  close(silent);
+  EXPECT_EQ(chart.status, 2);
+  EXPECT_TRUE(chart.out.starts_with("<svg")) << chart.out.substr(0, 80);
   // A file that cannot be written is still found out before the run.
   const Outcome o = sluice({"bench", "-n", "1", "--json", "/nonexistent/out.json", url});
   EXPECT_EQ(o.status, 2);

@@ -628,7 +628,13 @@ TEST_F(GatewayTest, ABadRequestSaysWhatIsWrong) {
             "A header or query parameter a limit counts by is given more than once, or in a form servers read "
             "differently: give it once, plainly.");
   EXPECT_EQ(msg("GET /echo/x HTTP/1.1\r\nX-System-Key: crm\r\nX_System_Key: crm\r\n" + end),
-            "The system key or API key header is given more than once (or spelt with both - and _): give it once.");
+            "The system key, API key or a signature header is given more than once (or spelt with both - and "
+            "_): give it once.");
+  // A signature field too, found before a body is read.
+  EXPECT_EQ(msg("POST /echo/x HTTP/1.1\r\nX-System-Key: crm\r\nX-Sluice-Nonce: a\r\nX_Sluice_Nonce: b\r\n"
+                "Content-Length: 5\r\n" + end + "hello"),
+            "The system key, API key or a signature header is given more than once (or spelt with both - and "
+            "_): give it once.");
   EXPECT_EQ(msg("GET /echo/x HTTP/1.1\r\nX-System-Key: crm\r\nContent-Length: 1\r\nContent-Length: 2\r\n" + end),
             "The request is malformed or ambiguous.");
   // A target that is no path at all is no path with a dot segment either.
