@@ -1,6 +1,7 @@
 #include "gateway/caller_auth.h"
 
 #include <charconv>
+#include <cstring>
 
 #include "config/crypto.h"
 #include "gateway/snapshot.h"
@@ -55,27 +56,34 @@ const std::vector<CallerKeys::Secret>* CallerKeys::secrets(std::string_view syst
 NonceCache::NonceCache(std::size_t max_entries)
     : per_shard_(std::max<std::size_t>(1, max_entries / kShards)), shards_(std::make_unique<Shard[]>(kShards)) {}
 
-bool NonceCache::insert(std::string_view system, std::string_view nonce, std::int64_t until_seconds,
-                        std::int64_t now_seconds) {
-  std::string key;
-  key.reserve(system.size() + 1 + nonce.size());
-  key.append(system).append(1, '\n').append(nonce);
-  Shard& s = shards_[std::hash<std::string>{}(key) % kShards];
+NonceCache::Answer NonceCache::insert(std::string_view system, std::string_view nonce, std::int64_t until_seconds,
+                                      std::int64_t now_seconds) {
+  std::string named = std::to_string(system.size());  // the length first: no two pairs alike
+  named.append(1, ':').append(system).append(nonce);
+  const std::string sha = config::sha256(named);
+  Digest digest{};
+  std::memcpy(digest.data(), sha.data(), sizeof digest);
+  Shard& s = shards_[digest[1] % kShards];
   std::lock_guard lock(s.mu);
-  while (!s.expiry.empty() && s.expiry.top().first < now_seconds) {
-    const std::string& gone = s.expiry.top().second;
-    const auto held = s.held.find(gone.substr(0, gone.find('\n')));
-    if (held != s.held.end() && --held->second == 0) s.held.erase(held);
-    s.seen.erase(gone);
+  while (!s.expiry.empty() && s.expiry.top().until < now_seconds) {
+    const Entry& gone = s.expiry.top();
+    if (--gone.holder->second == 0) s.held.erase(gone.holder->first);
+    s.seen.erase(gone.digest);
     s.expiry.pop();
   }
-  if (s.seen.count(key) != 0 || s.seen.size() >= per_shard_) return false;
-  std::size_t& held = s.held[std::string(system)];
-  if (held >= std::max<std::size_t>(1, per_shard_ / 2)) return false;
-  ++held;
-  s.seen.insert(key);
-  s.expiry.emplace(until_seconds, std::move(key));
-  return true;
+  if (s.seen.count(digest) != 0) return {Outcome::kReplayed};
+  const auto holder = s.held.try_emplace(std::string(system), 0).first;
+  // Half of what the other systems leave: one system can take half the shard, a second a quarter,
+  // and so on, with room left for the next.
+  const std::size_t left = per_shard_ - std::min(per_shard_, s.seen.size() - holder->second);
+  if (s.seen.size() >= per_shard_ || holder->second >= std::max<std::size_t>(1, left / 2)) {
+    if (holder->second == 0) s.held.erase(holder);
+    return {Outcome::kNoRoom, s.expiry.empty() ? now_seconds + 1 : s.expiry.top().until + 1};
+  }
+  ++holder->second;
+  s.seen.insert(digest);
+  s.expiry.push(Entry{until_seconds, digest, &*holder});
+  return {Outcome::kRemembered};
 }
 
 std::size_t NonceCache::size() const {
@@ -129,12 +137,12 @@ std::string sign_request(std::string_view secret, std::string_view method, std::
       config::hmac_sha256(secret, string_to_sign(method, target, timestamp, nonce, config::sha256_hex(body))));
 }
 
-Reason verify_signature(const Request& request, std::string_view target, std::string_view body_sha256_hex,
-                        const Snapshot& snapshot, NonceCache& nonces, std::int64_t now_seconds) {
-  if (request.headers == nullptr) return Reason::kSignatureInvalid;
+SignatureCheck verify_signature(const Request& request, std::string_view target, std::string_view body_sha256_hex,
+                                const Snapshot& snapshot, NonceCache& nonces, std::int64_t now_seconds) {
+  if (request.headers == nullptr) return {Reason::kSignatureInvalid};
   // Each once: an upstream or a log reading the other would see values never checked.
   for (const std::string_view name : {kTimestampHeader, kNonceHeader, kSignatureHeader}) {
-    if (request.headers->repeated(name)) return Reason::kBadRequest;
+    if (request.headers->repeated(name)) return {Reason::kBadRequest};
   }
   const std::string_view timestamp = request.headers->get(kTimestampHeader);
   const std::string_view nonce = request.headers->get(kNonceHeader);
@@ -143,15 +151,15 @@ Reason verify_signature(const Request& request, std::string_view target, std::st
   auto [ptr, ec] = std::from_chars(timestamp.data(), timestamp.data() + timestamp.size(), at);
   if (timestamp.empty() || ec != std::errc() || ptr != timestamp.data() + timestamp.size() || nonce.empty() ||
       nonce.size() > 128 || signature.empty()) {
-    return Reason::kSignatureInvalid;
+    return {Reason::kSignatureInvalid};
   }
   if (at < now_seconds - kSignatureSkewSeconds || at > now_seconds + kSignatureSkewSeconds) {
-    return Reason::kSignatureExpired;
+    return {Reason::kSignatureExpired};
   }
   const auto presented = config::from_base64(signature);
   const std::vector<CallerKeys::Secret>* secrets = snapshot.callers().secrets(request.system_key);
   // In its one canonical form (padded, no stray bits): one request, one signature.
-  if (!presented || secrets == nullptr || config::base64(*presented) != signature) return Reason::kSignatureInvalid;
+  if (!presented || secrets == nullptr || config::base64(*presented) != signature) return {Reason::kSignatureInvalid};
   const std::string message = string_to_sign(request.method, target, timestamp, nonce, body_sha256_hex);
   bool match = false;
   for (const CallerKeys::Secret& s : *secrets) {
@@ -159,12 +167,15 @@ Reason verify_signature(const Request& request, std::string_view target, std::st
     const bool same = config::constant_time_equal(config::hmac_sha256(s.secret, message), *presented);
     match = (same && !expired(s.expires, now_seconds)) || match;
   }
-  if (!match) return Reason::kSignatureInvalid;
+  if (!match) return {Reason::kSignatureInvalid};
   // Only a valid signature's nonce is remembered: forged requests cannot fill the cache.
-  if (!nonces.insert(request.system_key, nonce, at + kSignatureSkewSeconds, now_seconds)) {
-    return Reason::kSignatureReplayed;
+  const NonceCache::Answer remembered = nonces.insert(request.system_key, nonce, at + kSignatureSkewSeconds, now_seconds);
+  switch (remembered.outcome) {
+    case NonceCache::Outcome::kRemembered: return {};
+    case NonceCache::Outcome::kReplayed: return {Reason::kSignatureReplayed};
+    case NonceCache::Outcome::kNoRoom: return {Reason::kSignatureRateLimited, remembered.room_at - now_seconds};
   }
-  return Reason::kOk;
+  return {};
 }
 
 }  // namespace sluice::gateway

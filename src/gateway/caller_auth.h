@@ -31,11 +31,17 @@ struct CallerCheck {
 // Unix time.
 CallerCheck identify_caller(Request& request, const Snapshot& snapshot, std::int64_t now_seconds);
 
+struct SignatureCheck {
+  Reason reason = Reason::kOk;
+  std::int64_t retry_after_seconds = 0;  // kSignatureRateLimited: when the nonce cache may have room
+};
+
 // For a system whose auth is hmac: the signature over the method, the target as sent (path and
 // query), the timestamp, the nonce and the body's SHA-256 (hex) must match one of its unexpired
-// secrets; the timestamp must be within kSignatureSkewSeconds of now; the nonce must be new.
-Reason verify_signature(const Request& request, std::string_view target, std::string_view body_sha256_hex,
-                        const Snapshot& snapshot, NonceCache& nonces, std::int64_t now_seconds);
+// secrets; the timestamp must be within kSignatureSkewSeconds of now; the nonce must be new, and
+// the cache must have room to remember it (NonceCache::Outcome::kNoRoom: kSignatureRateLimited).
+SignatureCheck verify_signature(const Request& request, std::string_view target, std::string_view body_sha256_hex,
+                                const Snapshot& snapshot, NonceCache& nonces, std::int64_t now_seconds);
 
 // What a caller signs: method "\n" target "\n" timestamp "\n" nonce "\n" hex(SHA-256(body)).
 std::string string_to_sign(std::string_view method, std::string_view target, std::string_view timestamp,

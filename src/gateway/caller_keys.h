@@ -3,6 +3,7 @@
 // remembers signature nonces across snapshots to refuse replays (thread-safe, sharded locks).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -45,28 +46,48 @@ class CallerKeys {
   std::unordered_map<std::string, std::vector<Secret>> secrets_;  // by system key
 };
 
-// Nonces of accepted signatures, each kept until its timestamp leaves the accepted window.
+// Nonces of accepted signatures, each kept until its timestamp leaves the accepted window. An
+// entry is a 128-bit digest of (system, nonce), not the strings: about 76 bytes, whatever the nonce.
 class NonceCache {
  public:
-  explicit NonceCache(std::size_t max_entries = std::size_t{1} << 21);
+  static constexpr std::size_t kDefaultCapacity = std::size_t{1} << 22;  // at most ~300 MB
+  explicit NonceCache(std::size_t max_entries = kDefaultCapacity);
 
-  // Remembers (system, nonce) until `until`. False when it is already remembered (a replay), or
-  // when the cache is full of nonces that have not expired (refusing is the safe answer then), or
-  // when the system holds half of it already: one system that signs more requests than that within
-  // the window (even ones its limits then refuse) has its own refused, not every other's.
-  bool insert(std::string_view system, std::string_view nonce, std::int64_t until_seconds,
-              std::int64_t now_seconds);
+  enum class Outcome : std::uint8_t {
+    kRemembered,
+    kReplayed,  // remembered already
+    // No room for the system (refusing is the safe answer: forgetting would let a replay through).
+    // A system may take at most half of the room the others leave, so one or a few systems signing
+    // more requests within the window than the cache holds (even ones their limits then refuse)
+    // have their own refused, not every other system's.
+    kNoRoom,
+  };
+  struct Answer {
+    Outcome outcome = Outcome::kRemembered;
+    std::int64_t room_at = 0;  // kNoRoom: when the next remembered nonce is forgotten (Unix seconds)
+  };
+  // Remembers (system, nonce) until `until_seconds` unless it is already remembered or there is
+  // no room for the system.
+  Answer insert(std::string_view system, std::string_view nonce, std::int64_t until_seconds, std::int64_t now_seconds);
   std::size_t size() const;
 
  private:
+  using Digest = std::array<std::uint64_t, 2>;
+  struct DigestHash {
+    std::size_t operator()(const Digest& d) const noexcept { return d[0]; }  // already uniform
+  };
+  using Holders = std::unordered_map<std::string, std::size_t>;  // system -> how many it holds
+  struct Entry {
+    std::int64_t until;
+    Digest digest;
+    Holders::value_type* holder;  // stable: a system's count is erased only when it holds none
+    bool operator>(const Entry& o) const { return until > o.until; }
+  };
   struct Shard {
     mutable std::mutex mu;
-    std::unordered_set<std::string> seen;  // guarded by mu
-    std::unordered_map<std::string, std::size_t> held;  // how many of seen each system has; guarded by mu
-    // Expiry order: (until, key); guarded by mu.
-    std::priority_queue<std::pair<std::int64_t, std::string>, std::vector<std::pair<std::int64_t, std::string>>,
-                        std::greater<>>
-        expiry;
+    std::unordered_set<Digest, DigestHash> seen;                                // guarded by mu
+    Holders held;                                                               // guarded by mu
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> expiry;  // guarded by mu
   };
   static constexpr std::size_t kShards = 16;
   std::size_t per_shard_;

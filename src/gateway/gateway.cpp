@@ -1449,9 +1449,12 @@ CallerCheck Worker::identify(Exchange& x, Request& r) {
 }
 
 Reason Worker::verify(Exchange& x, const Request& r, std::string_view target, std::string_view body_sha256_hex) {
-  const Reason reason = verify_signature(r, target, body_sha256_hex, *x.snapshot, *gw.nonces, gw.now_seconds());
-  if (reason != Reason::kOk) x.ctx.interface = x.snapshot->route(r.method, r.path);
-  return reason;
+  const SignatureCheck check = verify_signature(r, target, body_sha256_hex, *x.snapshot, *gw.nonces, gw.now_seconds());
+  if (check.reason != Reason::kOk) x.ctx.interface = x.snapshot->route(r.method, r.path);
+  if (check.reason == Reason::kSignatureRateLimited) {
+    x.ctx.verdict.retry_after = std::chrono::seconds(std::max<std::int64_t>(1, check.retry_after_seconds));
+  }
+  return check.reason;
 }
 
 Task<Reason> Worker::verify_body(Exchange& x, const Request& r, std::string_view target) {
@@ -2548,7 +2551,7 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
   g.metrics = std::make_unique<Metrics>(static_cast<std::size_t>(g.options.threads));
   g.stats = std::make_unique<Stats>(static_cast<std::size_t>(g.options.threads),
                                     g.options.clock != nullptr ? *g.options.clock : SystemClock::instance());
-  g.nonces = std::make_unique<NonceCache>();
+  g.nonces = std::make_unique<NonceCache>(g.options.nonce_capacity);
   Impl* self = &g;
   g.breakers = std::make_unique<BreakerRegistry>(BreakerRegistry::Options{
       .clock = g.options.clock,

@@ -88,6 +88,8 @@ struct GatewayOptions {
   std::function<void(std::string_view)> log;
   // Opens the signing secrets of systems whose auth is hmac (SLUICE_SECRET_KEY).
   std::optional<config::SecretKey> secret_key;
+  // How many signed requests' nonces the gateway remembers at once (see NonceCache).
+  std::size_t nonce_capacity = NonceCache::kDefaultCapacity;
   // Whether a request from off loopback may read /metrics, /healthz and /config (e.g. it carries a
   // valid admin token). nullptr: any may.
   std::function<bool(const AdminRequest&)> admin_guard;

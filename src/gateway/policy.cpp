@@ -25,6 +25,8 @@ constexpr std::array<ReasonInfo, kReasonCount> kReasons{{
     {"signature_invalid", 401, "The request signature is missing or does not match.", "请求签名缺失或不匹配"},
     {"signature_expired", 401, "The request timestamp is more than 300 seconds off.", "请求时间戳偏差超过 300 秒"},
     {"signature_replayed", 401, "The request nonce was already used.", "请求随机数已被使用(重放)"},
+    {"signature_rate_limited", 429, "Too many signed requests from this system within 300 seconds; retry later.",
+     "该系统 300 秒内的签名请求过多,请稍后重试"},
     {"system_disabled", 403, "The system is disabled.", "系统已禁用,不可以调用"},
     {"system_no_permissions", 403, "The system has no interface permissions.",
      "系统未配置接口权限,请联系管理员"},

@@ -25,6 +25,7 @@ enum class Reason : std::uint8_t {
   kSignatureInvalid,
   kSignatureExpired,
   kSignatureReplayed,
+  kSignatureRateLimited,  // 429: no room to remember the nonce (NonceCache)
   kSystemDisabled,
   kSystemNoPermissions,
   kInterfaceUnknown,

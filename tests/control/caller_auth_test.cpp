@@ -96,7 +96,7 @@ class CallerAuthTest : public ::testing::Test {
 
   Reason verify(const std::string& target, const std::string& body, std::int64_t now = kNow) {
     Request r = request("erp");
-    return verify_signature(r, target, config::sha256_hex(body), *snapshot_, nonces_, now);
+    return verify_signature(r, target, config::sha256_hex(body), *snapshot_, nonces_, now).reason;
   }
 
   static constexpr const char* kOldKey = "sluice_ak_old";
@@ -251,7 +251,7 @@ TEST_F(CallerAuthTest, ASecretThatDoesNotOpenIsReportedAndItsSignaturesRefused) 
   EXPECT_NE(no_key.caller_problems()[0].find("SLUICE_SECRET_KEY is not set"), std::string::npos);
   sign("/orders/1", "", kNow, "n-1");
   Request r = request("erp");
-  EXPECT_EQ(verify_signature(r, "/orders/1", config::sha256_hex(""), wrong_key, nonces_, kNow),
+  EXPECT_EQ(verify_signature(r, "/orders/1", config::sha256_hex(""), wrong_key, nonces_, kNow).reason,
             Reason::kSignatureInvalid);
 }
 
@@ -263,37 +263,65 @@ TEST_F(CallerAuthTest, ForgedSignaturesLeaveNoNonceBehind) {
   EXPECT_EQ(nonces_.size(), 0u);
 }
 
-TEST(NonceCacheTest, ANonceIsForgottenOnceItsWindowHasPassed) {
-  NonceCache cache;
-  EXPECT_TRUE(cache.insert("erp", "n", kNow + 300, kNow));
-  EXPECT_FALSE(cache.insert("erp", "n", kNow + 300, kNow + 300));
-  EXPECT_TRUE(cache.insert("crm", "n", kNow + 300, kNow));  // nonces are per system
-  EXPECT_TRUE(cache.insert("erp", "n", kNow + 700, kNow + 301));
+using Outcome = NonceCache::Outcome;
+
+// How many of `count` nonces (prefix0, prefix1, ...) of a system the cache takes.
+int remembered(NonceCache& cache, const std::string& system, const std::string& prefix, int count,
+               std::int64_t now = kNow) {
+  int n = 0;
+  for (int i = 0; i < count; ++i) {
+    n += cache.insert(system, prefix + std::to_string(i), now + 300, now).outcome == Outcome::kRemembered ? 1 : 0;
+  }
+  return n;
 }
 
-TEST(NonceCacheTest, AFullCacheRefusesRatherThanForget) {
+TEST(NonceCacheTest, ANonceIsForgottenOnceItsWindowHasPassed) {
+  NonceCache cache;
+  EXPECT_EQ(cache.insert("erp", "n", kNow + 300, kNow).outcome, Outcome::kRemembered);
+  EXPECT_EQ(cache.insert("erp", "n", kNow + 300, kNow + 300).outcome, Outcome::kReplayed);
+  EXPECT_EQ(cache.insert("crm", "n", kNow + 300, kNow).outcome, Outcome::kRemembered);  // nonces are per system
+  EXPECT_EQ(cache.insert("erp", "n", kNow + 700, kNow + 301).outcome, Outcome::kRemembered);
+  EXPECT_EQ(cache.size(), 2u);
+}
+
+// (system, nonce) is one name: "a" + "b\nc" is not "a\nb" + "c" (whatever a system key may hold).
+TEST(NonceCacheTest, NoncesOfDifferentSystemsNeverMeet) {
+  NonceCache cache;
+  EXPECT_EQ(cache.insert("a", "b\nc", kNow + 300, kNow).outcome, Outcome::kRemembered);
+  EXPECT_EQ(cache.insert("a\nb", "c", kNow + 300, kNow).outcome, Outcome::kRemembered);
+  EXPECT_EQ(cache.insert("ab", "c", kNow + 300, kNow).outcome, Outcome::kRemembered);
+  EXPECT_EQ(cache.insert("a", "bc", kNow + 300, kNow).outcome, Outcome::kRemembered);
+  EXPECT_EQ(cache.insert("a", "b\nc", kNow + 300, kNow).outcome, Outcome::kReplayed);
+}
+
+TEST(NonceCacheTest, AFullCacheRefusesRatherThanForgetAndSaysWhenRoomComes) {
   NonceCache cache(16);  // one per shard
-  int accepted = 0;
-  for (int i = 0; i < 64; ++i) accepted += cache.insert("erp", "n" + std::to_string(i), kNow + 300, kNow) ? 1 : 0;
-  EXPECT_LE(accepted, 16);
-  EXPECT_GT(accepted, 0);
-  EXPECT_TRUE(cache.insert("erp", "later", kNow + 700, kNow + 301));  // expired ones made room
+  EXPECT_EQ(remembered(cache, "erp", "n", 4096), 16);
+  const NonceCache::Answer full = cache.insert("erp", "one-more", kNow + 300, kNow);
+  EXPECT_EQ(full.outcome, Outcome::kNoRoom);
+  EXPECT_EQ(full.room_at, kNow + 301);  // the first moment a remembered nonce's window has passed
+  EXPECT_EQ(cache.insert("erp", "later", kNow + 700, kNow + 301).outcome, Outcome::kRemembered);
 }
 
 // One system that signs more requests than the cache holds within the window (even ones its limits
 // then refuse) fills at most half of it: its own are refused, another system's still go.
 TEST(NonceCacheTest, OneSystemHoldsAtMostHalfOfTheCache) {
   NonceCache cache(16 * 64);  // 64 per shard
-  int accepted = 0;
-  for (int i = 0; i < 4096; ++i) accepted += cache.insert("flood", "n" + std::to_string(i), kNow + 300, kNow) ? 1 : 0;
-  EXPECT_EQ(accepted, 16 * 32);
-  int others = 0;
-  for (int i = 0; i < 256; ++i) others += cache.insert("crm", "n" + std::to_string(i), kNow + 300, kNow) ? 1 : 0;
-  EXPECT_EQ(others, 256);
+  EXPECT_EQ(remembered(cache, "flood", "n", 4096), 16 * 32);
+  EXPECT_EQ(remembered(cache, "crm", "n", 4096), 16 * 16);  // half of what the flood left
   // Once its nonces expire, the flooding system's count is back to none.
-  int later = 0;
-  for (int i = 0; i < 4096; ++i) later += cache.insert("flood", "m" + std::to_string(i), kNow + 700, kNow + 301) ? 1 : 0;
-  EXPECT_EQ(later, 16 * 32);
+  EXPECT_EQ(remembered(cache, "flood", "m", 4096, kNow + 301), 16 * 32);
+}
+
+// Each system takes at most half of what the others leave: several flooding at once still leave
+// room for the next (with two at half each, the cache was full for every other system).
+TEST(NonceCacheTest, SeveralFloodingSystemsStillLeaveRoomForAnother) {
+  NonceCache cache(16 * 64);
+  EXPECT_EQ(remembered(cache, "flood-1", "n", 4096), 16 * 32);
+  EXPECT_EQ(remembered(cache, "flood-2", "n", 4096), 16 * 16);
+  EXPECT_EQ(remembered(cache, "flood-3", "n", 4096), 16 * 8);
+  EXPECT_EQ(remembered(cache, "crm", "n", 4096), 16 * 4);  // half of the 8 each shard has left
+  EXPECT_EQ(cache.size(), 16u * 60);
 }
 
 }  // namespace

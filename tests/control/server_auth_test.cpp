@@ -69,6 +69,7 @@ class ServerAuthTest : public ::testing::Test {
     o.log = [](std::string_view) {};
     o.limiter = std::make_shared<StoreLimiter>(store_);
     o.secret_key = key_;
+    o.nonce_capacity = nonce_capacity_;
     o.admin_guard = [](const AdminRequest& r) { return r.from_loopback || r.header("Authorization") == "Bearer t"; };
     auto g = Gateway::start(o, control_test::parse(yaml));
     ASSERT_TRUE(g.ok()) << g.error().message;
@@ -97,6 +98,7 @@ class ServerAuthTest : public ::testing::Test {
   LocalStore store_{{.clock = &clock_}};
   std::unique_ptr<DemoUpstream> upstream_;
   std::unique_ptr<Gateway> gw_;
+  std::size_t nonce_capacity_ = NonceCache::kDefaultCapacity;
 };
 
 TEST_F(ServerAuthTest, AnApiKeyIdentifiesItsSystemAndAWrongOneIs401WithItsReason) {
@@ -123,6 +125,35 @@ TEST_F(ServerAuthTest, ASignedRequestReachesTheUpstreamWithItsBodyIntactOnce) {
   const HttpResponse replay = post("/echo/pay?order=7", body, headers);
   EXPECT_EQ(replay.status, 401);
   EXPECT_EQ(reason_of(replay), "signature_replayed");
+}
+
+class SmallNonceCacheTest : public ServerAuthTest {
+ protected:
+  SmallNonceCacheTest() { nonce_capacity_ = 16; }  // one nonce per shard
+};
+
+// A system that signs more requests within the window than the cache has room for is told to slow
+// down (429, with when room comes), not that its requests were replayed; nothing reaches upstream.
+TEST_F(SmallNonceCacheTest, ASignedRequestTheCacheHasNoRoomForIs429WithRetryAfter) {
+  int passed = 0;
+  HttpResponse refused;
+  for (int i = 0; i < 4096 && refused.status == 0; ++i) {
+    const std::string nonce = "n-" + std::to_string(i);
+    const HttpResponse r = post("/echo/pay", "{}", signed_headers("POST", "/echo/pay", "{}", nonce));
+    if (r.status == 200) {
+      ++passed;
+    } else {
+      refused = r;
+    }
+  }
+  EXPECT_GT(passed, 0);
+  EXPECT_LE(passed, 16);
+  ASSERT_EQ(refused.status, 429) << refused.body;
+  EXPECT_EQ(reason_of(refused), "signature_rate_limited");
+  EXPECT_EQ(refused.header("retry-after"), "301");  // when the first nonce's window has passed
+  EXPECT_EQ(upstream_->requests(), passed);
+  clock_.advance(std::chrono::seconds(301));
+  EXPECT_EQ(post("/echo/pay", "{}", signed_headers("POST", "/echo/pay", "{}", "after")).status, 200);
 }
 
 TEST_F(ServerAuthTest, TamperedExpiredAndUnsignedRequestsAreRefusedWithTheirReasons) {
