@@ -240,6 +240,7 @@ Report make_report(const Plan& plan, const RunResult& run) {
   if (plan.mode == Mode::kRate) {
     r.max_send_lag = s.max_send_lag;
     r.max_connection_wait = s.max_connection_wait;
+    r.connection_wait_at_max_lag = s.connection_wait_at_max_lag;
   }
   r.stopped_early = run.stopped_early;
   r.expectations = check(plan.expect, r);
@@ -270,8 +271,9 @@ std::string format_report(const Report& r) {
     out += format("  %-12s %s at worst behind schedule%s\n", "Schedule",
                   format_latency_us(us_of(*r.max_send_lag)).c_str(),
                   *r.max_send_lag <= std::chrono::milliseconds(10) ? ""
-                  // Mostly waiting for a connection, or the sender's own lag (it woke late).
-                  : r.max_connection_wait * 2 >= *r.max_send_lag
+                  // The request most behind: mostly waiting for a connection, or for the
+                  // sender itself (it woke late).
+                  : r.connection_wait_at_max_lag * 2 >= *r.max_send_lag
                       ? " (every connection was busy: try more --connections)"
                       : " (the sender fell behind: a busy machine, or try more --threads)");
   }

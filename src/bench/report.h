@@ -65,6 +65,7 @@ struct Report {
   std::optional<Nanos> burst_spread;  // from the first request written to the last
   std::optional<Nanos> max_send_lag;  // open loop: the most a request left after its time
   Nanos max_connection_wait{0};       // open loop: the most of such a wait with every connection busy
+  Nanos connection_wait_at_max_lag{0};  // open loop: that wait for the request most behind
   bool stopped_early = false;
 
   std::vector<ExpectationResult> expectations;

@@ -450,8 +450,12 @@ class Worker {
       Conn& c = *idle_.back();
       idle_.pop_back();
       ++next_;
-      stats_.max_send_lag = std::max(stats_.max_send_lag, now - due);
-      if (busy_since_) stats_.max_connection_wait = std::max(stats_.max_connection_wait, now - std::max(due, *busy_since_));
+      const Nanos waited = busy_since_ ? now - std::max(due, *busy_since_) : Nanos{0};
+      if (now - due > stats_.max_send_lag) {
+        stats_.max_send_lag = now - due;
+        stats_.connection_wait_at_max_lag = waited;
+      }
+      stats_.max_connection_wait = std::max(stats_.max_connection_wait, waited);
       c.variant = variant_of(i);
       c.intended = due;
       ++busy_;

@@ -33,7 +33,10 @@ void Stats::merge(const Stats& other) {
   rate_limit.merge(other.rate_limit);
   last_completion = std::max(last_completion, other.last_completion);
   retries += other.retries;
-  max_send_lag = std::max(max_send_lag, other.max_send_lag);
+  if (other.max_send_lag > max_send_lag) {
+    max_send_lag = other.max_send_lag;
+    connection_wait_at_max_lag = other.connection_wait_at_max_lag;
+  }
   max_connection_wait = std::max(max_connection_wait, other.max_connection_wait);
   if (other.first_write) {
     first_write = first_write ? std::min(*first_write, *other.first_write) : *other.first_write;

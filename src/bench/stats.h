@@ -54,6 +54,7 @@ struct Stats {
   // with every connection busy (the rest is the sender's own: a machine too busy to keep to time).
   Nanos max_send_lag{0};
   Nanos max_connection_wait{0};
+  Nanos connection_wait_at_max_lag{0};  // of the request that was most behind
   // Burst: when the first and the last request were written, since the start of the run.
   std::optional<Nanos> first_write;
   std::optional<Nanos> last_write;

@@ -143,6 +143,7 @@ TEST(Load, LatencyOfAStalledServerCountsFromTheScheduledTime) {
   ASSERT_TRUE(r.max_send_lag);
   EXPECT_GE(*r.max_send_lag, 250ms);
   EXPECT_GE(r.max_connection_wait, 250ms);  // waiting for the one connection
+  EXPECT_GE(r.connection_wait_at_max_lag, 250ms);
 }
 
 TEST(Load, AVariedHeaderSpreadsRequestsOverCallers) {

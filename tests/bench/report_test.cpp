@@ -203,15 +203,36 @@ TEST(Report, LagBehindTheScheduleSaysWhetherConnectionsRanOut) {
   ASSERT_TRUE(plan.ok());
   RunResult run = fifty_fifty();
   run.stats.max_send_lag = 500ms;
-  run.stats.max_connection_wait = 2ms;  // woken late, then a few waited for a connection
+  run.stats.connection_wait_at_max_lag = 2ms;  // woken late, then it waited a little for a connection
+  // Another request waited long for a connection, but was not as far behind.
+  run.stats.max_connection_wait = 400ms;
   EXPECT_NE(format_report(make_report(*plan, run)).find("500ms at worst behind schedule (the sender fell behind"),
             std::string::npos)
       << format_report(make_report(*plan, run));
-  run.stats.max_connection_wait = 400ms;
+  run.stats.connection_wait_at_max_lag = 400ms;
   EXPECT_NE(format_report(make_report(*plan, run)).find("(every connection was busy: try more --connections)"),
             std::string::npos);
   run.stats.max_send_lag = 2ms;  // within what a timer may be late by: no word on it
   EXPECT_EQ(format_report(make_report(*plan, run)).find("behind schedule ("), std::string::npos);
+}
+
+// Threads' stats merged keep the wait of the request most behind, not another thread's.
+TEST(Report, MergedStatsKeepTheConnectionWaitOfTheRequestMostBehind) {
+  Stats a;
+  a.max_send_lag = 500ms;
+  a.connection_wait_at_max_lag = 2ms;
+  a.max_connection_wait = 2ms;
+  Stats b;
+  b.max_send_lag = 300ms;
+  b.connection_wait_at_max_lag = 300ms;
+  b.max_connection_wait = 300ms;
+  Stats merged = b;
+  merged.merge(a);
+  EXPECT_EQ(merged.max_send_lag, 500ms);
+  EXPECT_EQ(merged.connection_wait_at_max_lag, 2ms);
+  EXPECT_EQ(merged.max_connection_wait, 300ms);
+  a.merge(b);
+  EXPECT_EQ(a.connection_wait_at_max_lag, 2ms);
 }
 
 TEST(Report, ChartIsOneSvgWithBarsAndPercentiles) {
