@@ -767,6 +767,46 @@ test('the audit log loads each older page once', async () => {
   await closePage(page);
 });
 
+// A long list is searched by its rows' text (not their buttons); the search stays in the address,
+// through a reload and the list shown again after a change.
+test('a list is filtered by what its rows say, and stays filtered', async () => {
+  for (const id of ['filter-a', 'filter-b']) {
+    assert.equal((await admin('POST', 'interfaces', { id, methods: ['GET'], path: `/${id}/*`, upstream: 'app' })).status, 201);
+  }
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.goto(`${env.base}#/interfaces`);
+  const filter = page.getByLabel('Filter Interfaces');
+  const visible = () => page.locator('tbody tr[data-id]:visible').evaluateAll((rows) => rows.map((r) => r.dataset.id));
+  await page.locator('tr[data-id="filter-b"]').waitFor();
+  const total = await page.locator('tbody tr[data-id]').count();
+  await filter.fill('FILTER-B');
+  assert.deepEqual(await visible(), ['filter-b']);
+  assert.equal(await page.locator('.filter-count').innerText(), `1 of ${total} shown`);
+  assert.equal(new URL(page.url()).hash, '#/interfaces?q=FILTER-B');
+  await page.reload();
+  await page.locator('tr[data-id="filter-b"]').waitFor();
+  assert.equal(await filter.inputValue(), 'FILTER-B');
+  assert.deepEqual(await visible(), ['filter-b']);
+  await page.getByRole('button', { name: 'Disable filter-b' }).click();
+  await page.getByText('filter-b is disabled.').waitFor();
+  await page.locator('tr[data-id="filter-b"] .badge.off').waitFor();
+  assert.equal(await filter.inputValue(), 'FILTER-B');
+  assert.deepEqual(await visible(), ['filter-b']);
+  await filter.fill('disable');  // the state a row shows, not its button's word
+  const disabled = (await admin('GET', 'interfaces')).data.items.filter((i) => !i.enabled).map((i) => i.id);
+  assert.ok(disabled.includes('filter-b') && disabled.length < total);
+  assert.deepEqual(await visible(), disabled);
+  await filter.fill('zzz');
+  assert.deepEqual(await visible(), []);
+  assert.equal(await page.locator('.filter-count').innerText(), 'Nothing matches “zzz”.');
+  await filter.fill('');
+  assert.equal((await visible()).length, total);
+  assert.equal(new URL(page.url()).hash, '#/interfaces');
+  for (const id of ['filter-a', 'filter-b']) assert.equal((await admin('DELETE', `interfaces/${id}`)).status, 204);
+  await closePage(page);
+});
+
 // Ids may hold '/': a grant's system and interface are told apart by an arrow ("a/b" → "c" is not
 // "a" → "b/c").
 test('a grant is listed as its system → its interface', async () => {

@@ -70,6 +70,10 @@ const en = {
   'overview.sparkLabel': '{name}: admitted and rejected per second over the last minute',
 
   'list.actions': 'Actions',
+  'list.filter': 'Filter',
+  'list.filterLabel': 'Filter {list}',
+  'list.shown': '{shown} of {total} shown',
+  'list.noMatch': 'Nothing matches “{q}”.',
   'list.enable': 'Enable',
   'list.disable': 'Disable',
   'list.enabledOne': '{name} is enabled.',
@@ -388,6 +392,10 @@ const zh = {
   'overview.sparkLabel': '{name}：最近一分钟每秒放行和拒绝的请求',
 
   'list.actions': '操作',
+  'list.filter': '筛选',
+  'list.filterLabel': '筛选{list}',
+  'list.shown': '显示 {shown} / {total} 项',
+  'list.noMatch': '没有与“{q}”匹配的项。',
   'list.enable': '启用',
   'list.disable': '停用',
   'list.enabledOne': '{name} 已启用。',

@@ -7,7 +7,7 @@ import {
   badNumbers, checkbox, checkGroup, clearProblems, field, input, limitsEditor, numberInput, numberOf, select, showProblems,
   textOf,
 } from '../forms.js';
-import { limitSummary, t } from '../i18n.js';
+import { limitSummary, number, t } from '../i18n.js';
 import { credentials } from './credentials.js';
 import {
   flash, ident, loading, messages, pageHead, table, takeFlash,
@@ -283,11 +283,13 @@ async function list(view, ctx, spec) {
   const columns = [...spec.columns()];
   if (edits(ctx) && spec.toggles) columns.push(t('list.actions'));
   const tbl = table(columns, { 'aria-label': title });
+  const texts = new Map();  // row → what the filter searches: its name and cells, not its buttons
   for (const x of items) {
     const name = spec.id(x);
     const row = h('tr', { dataset: { id: name } },
       h('th', { scope: 'row' }, ident(name, `#/${ctx.page}/${routeOf(spec, x)}`)),
       spec.cells(x).map((c) => h('td', {}, c)));
+    texts.set(row, row.textContent.toLowerCase());
     if (edits(ctx) && spec.toggles) {
       const verb = x.enabled ? 'disable' : 'enable';
       row.append(h('td', { class: 'actions-cell' }, h('button', {
@@ -299,7 +301,33 @@ async function list(view, ctx, spec) {
     }
     tbl.body.append(row);
   }
-  replace(box, tbl.el);
+  replace(box, filterBox(ctx, title, texts), tbl.el);
+}
+
+// A search box over a list's rows (its text kept in the address, #/systems?q=crm, so that a reload,
+// a link or the list shown again after a change keeps it), and how many rows it leaves.
+function filterBox(ctx, title, texts) {
+  const input = h('input', {
+    type: 'search', class: 'filter', value: ctx.query.get('q') ?? '',
+    placeholder: t('list.filter'), 'aria-label': t('list.filterLabel', { list: title }),
+  });
+  const count = h('p', { class: 'muted filter-count', role: 'status' });
+  const apply = () => {
+    const q = input.value.trim();
+    const wanted = q.toLowerCase();
+    let shown = 0;
+    for (const [row, text] of texts) {
+      row.hidden = !text.includes(wanted);
+      if (!row.hidden) shown += 1;
+    }
+    if (!q) count.textContent = '';
+    else if (!shown) count.textContent = t('list.noMatch', { q });
+    else count.textContent = t('list.shown', { shown: number(shown), total: number(texts.size) });
+    history.replaceState(null, '', `#/${ctx.page}${q ? `?q=${encodeURIComponent(q)}` : ''}`);
+  };
+  input.addEventListener('input', apply);
+  if (input.value) apply();
+  return h('div', { class: 'filter-bar' }, input, count);
 }
 
 // Enables or disables one entity, as its button says (the list's state flipped): read it with its
@@ -313,7 +341,7 @@ async function toggle(ctx, spec, x, msg) {
       await api('PUT', `${ctx.page}/${routeOf(spec, x)}`, { body: { ...current.data, enabled }, ifMatch: current.etag });
     }
     flash(t(enabled ? 'list.enabledOne' : 'list.disabledOne', { name }));
-    ctx.navigate(`#/${ctx.page}`);
+    ctx.navigate(location.hash);  // the list again, filtered as it was
   } catch (error) {
     msg.say('error', error.message);
   }
