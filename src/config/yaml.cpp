@@ -807,6 +807,32 @@ std::string field_of(std::string_view path) {
   return std::string(path.substr(0, end));
 }
 
+}  // namespace
+
+std::vector<Problem> problems_beside(const Config& config, const std::vector<Problem>& unread) {
+  std::set<std::string> unread_entities;
+  std::set<std::string> unread_fields;
+  for (const Problem& p : unread) {
+    unread_entities.insert(entity_of(p.path));
+    unread_fields.insert(field_of(p.path));
+  }
+  std::vector<Problem> beside;
+  for (Problem& p : validate(config)) {
+    const std::string entity = entity_of(p.path);
+    const std::string field = field_of(p.path);
+    static const std::set<std::string> kReferences{"upstream", "interfaces", "system", "interface"};
+    const bool reference = field.size() > entity.size() && kReferences.count(field.substr(entity.size() + 1)) != 0;
+    if (unread_entities.count(entity) != 0 &&
+        (!reference || unread_fields.count(field) != 0 || unread_fields.count(entity) != 0)) {
+      continue;
+    }
+    beside.push_back(std::move(p));
+  }
+  return beside;
+}
+
+namespace {
+
 // load_yaml, in the text with its surrogate pairs joined.
 LoadResult load_joined(std::string_view text, std::string_view file, Joins& joins) {
   YAML::Node root;
@@ -820,27 +846,8 @@ LoadResult load_joined(std::string_view text, std::string_view file, Joins& join
         Problem{"", e.msg, std::string(file), e.mark.line + 1, e.mark.column + 1}};
   }
   std::vector<Problem> problems = std::move(reader.problems());
-  // What the file's values break beyond their own fields (ranges, references), for every entity
-  // whose fields all read: an entity with a problem already is not judged on what was read of it
-  // (a limit that could not be made is missing from its list, which would move the others; a
-  // default stands in for a field that did not read, which a check across fields would judge). But
-  // for its references, which depend on nothing else: a limit out of range does not hide a
-  // reference to nothing beside it.
-  std::set<std::string> unread_entities;
-  std::set<std::string> unread_fields;
-  for (const Problem& p : problems) {
-    unread_entities.insert(entity_of(p.path));
-    unread_fields.insert(field_of(p.path));
-  }
-  for (Problem& p : validate(*config)) {
-    const std::string entity = entity_of(p.path);
-    const std::string field = field_of(p.path);
-    static const std::set<std::string> kReferences{"upstream", "interfaces", "system", "interface"};
-    const bool reference = field.size() > entity.size() && kReferences.count(field.substr(entity.size() + 1)) != 0;
-    if (unread_entities.count(entity) != 0 &&
-        (!reference || unread_fields.count(field) != 0 || unread_fields.count(entity) != 0)) {
-      continue;
-    }
+  // What the file's values break beyond their own fields (ranges, references).
+  for (Problem& p : problems_beside(*config, problems)) {
     reader.locate(p);
     problems.push_back(std::move(p));
   }
@@ -861,7 +868,7 @@ namespace {
 
 // parse_entity, in the text with its surrogate pairs joined.
 template <class T, class F>
-EntityResult<T> parse_joined(std::string_view text, F read, Joins& joins) {
+EntityResult<T> parse_joined(std::string_view text, F read, Joins& joins, T* partial) {
   Reader reader{""};
   T value;
   YAML::Node root;
@@ -874,31 +881,34 @@ EntityResult<T> parse_joined(std::string_view text, F read, Joins& joins) {
   } catch (const YAML::Exception& e) {
     return std::vector<Problem>{Problem{"", e.msg, "", e.mark.line + 1, e.mark.column + 1}};
   }
-  if (!reader.problems().empty()) return std::move(reader.problems());
+  if (!reader.problems().empty()) {
+    if (partial != nullptr) *partial = std::move(value);
+    return std::move(reader.problems());
+  }
   return value;
 }
 
 template <class T, class F>
-EntityResult<T> parse_entity(std::string_view text, F read) {
+EntityResult<T> parse_entity(std::string_view text, F read, T* partial) {
   Joins joins;
-  EntityResult<T> parsed = parse_joined<T>(text, read, joins);
+  EntityResult<T> parsed = parse_joined<T>(text, read, joins, partial);
   if (auto* problems = std::get_if<std::vector<Problem>>(&parsed)) as_sent(*problems, joins);
   return parsed;
 }
 
 }  // namespace
 
-EntityResult<System> parse_system(std::string_view text) {
-  return parse_entity<System>(text, [](Reader& r, const YAML::Node& n) { return r.one_system(n); });
+EntityResult<System> parse_system(std::string_view text, System* read) {
+  return parse_entity<System>(text, [](Reader& r, const YAML::Node& n) { return r.one_system(n); }, read);
 }
-EntityResult<Interface> parse_interface(std::string_view text) {
-  return parse_entity<Interface>(text, [](Reader& r, const YAML::Node& n) { return r.one_interface(n); });
+EntityResult<Interface> parse_interface(std::string_view text, Interface* read) {
+  return parse_entity<Interface>(text, [](Reader& r, const YAML::Node& n) { return r.one_interface(n); }, read);
 }
-EntityResult<Upstream> parse_upstream(std::string_view text) {
-  return parse_entity<Upstream>(text, [](Reader& r, const YAML::Node& n) { return r.one_upstream(n); });
+EntityResult<Upstream> parse_upstream(std::string_view text, Upstream* read) {
+  return parse_entity<Upstream>(text, [](Reader& r, const YAML::Node& n) { return r.one_upstream(n); }, read);
 }
-EntityResult<Grant> parse_grant(std::string_view text) {
-  return parse_entity<Grant>(text, [](Reader& r, const YAML::Node& n) { return r.one_grant(n); });
+EntityResult<Grant> parse_grant(std::string_view text, Grant* read) {
+  return parse_entity<Grant>(text, [](Reader& r, const YAML::Node& n) { return r.one_grant(n); }, read);
 }
 
 LoadResult load_yaml_file(const std::string& path) {

@@ -22,13 +22,22 @@ LoadResult load_yaml_file(const std::string& path);
 
 // One entity as YAML or JSON text (JSON is YAML), e.g. an admin API request body, read on its own:
 // the problems' paths start at its fields ("limits[0].period"). References to other entities are
-// checked later, by validate() on the whole configuration.
+// checked later, by validate() on the whole configuration. With problems, *read (when given) gets
+// what did read of it, defaults standing in for the rest: for problems_beside.
 template <class T>
 using EntityResult = std::variant<T, std::vector<Problem>>;
-EntityResult<System> parse_system(std::string_view text);
-EntityResult<Interface> parse_interface(std::string_view text);
-EntityResult<Upstream> parse_upstream(std::string_view text);
-EntityResult<Grant> parse_grant(std::string_view text);
+EntityResult<System> parse_system(std::string_view text, System* read = nullptr);
+EntityResult<Interface> parse_interface(std::string_view text, Interface* read = nullptr);
+EntityResult<Upstream> parse_upstream(std::string_view text, Upstream* read = nullptr);
+EntityResult<Grant> parse_grant(std::string_view text, Grant* read = nullptr);
+
+// Of what validate() finds in a configuration some fields of which did not read (`unread`: the
+// problems that said so, paths from the configuration's top), what to report beside them: every
+// problem of an entity that read whole; of one that did not, only its references to others (which
+// depend on nothing else), when the reference itself read. An entity with a problem already is not
+// judged on what was read of it: a limit that could not be made is missing from its list, which
+// moves the others, and a check across fields would judge a default standing in for a field.
+std::vector<Problem> problems_beside(const Config& config, const std::vector<Problem>& unread);
 
 // The configuration as YAML that load_yaml reads back into an equal configuration.
 std::string to_yaml(const Config& config);

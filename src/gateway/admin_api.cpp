@@ -372,7 +372,7 @@ struct Entity<config::System> {
   static std::vector<config::System>& list(config::Config& c) { return c.systems; }
   static std::vector<std::string> id(const config::System& s) { return {s.key}; }
   static void set_id(config::System& s, const std::vector<std::string>& id) { s.key = id[0]; }
-  static auto parse(std::string_view text) { return config::parse_system(text); }
+  static auto parse(std::string_view text, config::System* read) { return config::parse_system(text, read); }
   // Credentials have routes of their own: a write of the system keeps those it had.
   static void carry_over(const config::System* before, config::System& next) {
     next.credentials = before != nullptr ? before->credentials : std::vector<config::Credential>{};
@@ -390,7 +390,7 @@ struct Entity<config::Interface> {
   static std::vector<config::Interface>& list(config::Config& c) { return c.interfaces; }
   static std::vector<std::string> id(const config::Interface& f) { return {f.id}; }
   static void set_id(config::Interface& f, const std::vector<std::string>& id) { f.id = id[0]; }
-  static auto parse(std::string_view text) { return config::parse_interface(text); }
+  static auto parse(std::string_view text, config::Interface* read) { return config::parse_interface(text, read); }
   static void carry_over(const config::Interface*, config::Interface&) {}
   static void on_delete(config::Config& c, const config::Interface& f, config::ChangeRecord& record) {
     delete_grants(c, record, [&](const config::Grant& g) { return g.interface == f.id; });
@@ -405,7 +405,7 @@ struct Entity<config::Upstream> {
   static std::vector<config::Upstream>& list(config::Config& c) { return c.upstreams; }
   static std::vector<std::string> id(const config::Upstream& u) { return {u.name}; }
   static void set_id(config::Upstream& u, const std::vector<std::string>& id) { u.name = id[0]; }
-  static auto parse(std::string_view text) { return config::parse_upstream(text); }
+  static auto parse(std::string_view text, config::Upstream* read) { return config::parse_upstream(text, read); }
   static void carry_over(const config::Upstream*, config::Upstream&) {}
   static void on_delete(config::Config&, const config::Upstream&, config::ChangeRecord&) {}
 };
@@ -421,7 +421,7 @@ struct Entity<config::Grant> {
     g.system = id[0];
     g.interface = id[1];
   }
-  static auto parse(std::string_view text) { return config::parse_grant(text); }
+  static auto parse(std::string_view text, config::Grant* read) { return config::parse_grant(text, read); }
   static void carry_over(const config::Grant*, config::Grant&) {}
   static void on_delete(config::Config&, const config::Grant&, config::ChangeRecord&) {}
 };
@@ -846,20 +846,38 @@ AdminResponse AdminApi::entity_route(Call& call) const {
   }
 
   // POST (create) and PUT (create or replace): the body is the entity.
-  auto parsed = E::parse(req.body);
+  T read;
+  auto parsed = E::parse(req.body, &read);
   std::vector<std::string> id;
   if (!collection) id.assign(seg.begin() + 1, seg.end());
   if (auto* problems = std::get_if<std::vector<Problem>>(&parsed)) {
-    // Placed where the entity is, or would go, in the configuration.
+    // Placed where the entity is, or would go, in the configuration; with what the configuration
+    // says of its fields that did read (a reference to nothing beside a limit out of range).
     const auto stored = current();
-    std::size_t index = 0;
-    if (stored.ok()) {
-      config::Config c = *stored->config;
-      const auto at = collection ? -1 : find(E::list(c), id);
-      index = at >= 0 ? static_cast<std::size_t>(at) : E::list(c).size();
-    }
+    config::Config c = stored.ok() ? *stored->config : config::Config{};
+    auto& list = E::list(c);
+    const auto at = collection ? -1 : find(list, id);
+    const std::size_t index = at >= 0 ? static_cast<std::size_t>(at) : list.size();
     const std::string where = prefix_of<T>(index);
-    return invalid(placed(*problems, where), where, "The " + std::string(E::kName) + " was refused: nothing was changed.");
+    std::vector<Problem> all = placed(*problems, where);
+    const std::vector<std::string> given = E::id(read);
+    if (!collection && std::all_of(given.begin(), given.end(), [](const std::string& s) { return s.empty(); })) {
+      E::set_id(read, id);
+    }
+    if (stored.ok() && (collection || E::id(read) == id)) {
+      E::carry_over(at >= 0 ? &list[index] : nullptr, read);
+      if (at >= 0) {
+        list[index] = std::move(read);
+      } else {
+        list.push_back(std::move(read));
+      }
+      // Its own: another entity's problem with it (a grant it may no longer call) would judge the
+      // defaults standing in for what did not read.
+      for (Problem& p : config::problems_beside(c, all)) {
+        if (p.path.starts_with(where + ".")) all.push_back(std::move(p));
+      }
+    }
+    return invalid(all, where, "The " + std::string(E::kName) + " was refused: nothing was changed.");
   }
   T entity = std::get<T>(std::move(parsed));
   if (collection) {

@@ -468,6 +468,27 @@ TEST_F(AdminApiTest, ProblemsInsideTheBodyCarryTheFieldRelativeToIt) {
   EXPECT_EQ(p.at("field").as_string(), "interfaces[1]");
 }
 
+// A field that does not read does not hide a reference to nothing beside it (as `config check`
+// reports both), nor is the rest judged on the defaults standing in for it.
+TEST_F(AdminApiTest, AFieldOutOfRangeIsReportedWithTheBodysReferencesToNothing) {
+  const std::string bad_limit = R"("limits":[{"algorithm":"fixed_window","limit":-5,"period":"1s"}])";
+  const std::int64_t before = revision();
+  Reply r = call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["orders","gone"],)" + bad_limit + "}");
+  ASSERT_EQ(r.status, 400) << r.raw.body;
+  EXPECT_EQ(r.problems(), (std::vector<std::string>{
+                              "systems[1].limits[0].limit: limit must be between 1 and 2^40 (1099511627776), got -5",
+                              "systems[1].interfaces[1]: names no interface: \"gone\""}));
+  r = call("POST", "/admin/v1/grants", R"({"system":"nobody","interface":"orders",)" + bad_limit + "}");
+  ASSERT_EQ(r.status, 400) << r.raw.body;
+  EXPECT_EQ(r.problems().size(), 2u) << ::testing::PrintToString(r.problems());
+  EXPECT_EQ(r.problems().at(1), "grants[1].system: names no system: \"nobody\"");
+  // A reference that does not read is not judged by the empty list standing in for it.
+  r = call("PUT", "/admin/v1/systems/erp", R"({"interfaces":5,)" + bad_limit + "}");
+  ASSERT_EQ(r.status, 400) << r.raw.body;
+  EXPECT_EQ(r.problems().size(), 2u) << ::testing::PrintToString(r.problems());
+  EXPECT_EQ(revision(), before);
+}
+
 // --- ETag / If-Match ------------------------------------------------------------------------------
 
 TEST_F(AdminApiTest, AStaleIfMatchIs412AndChangesNothing) {
