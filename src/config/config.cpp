@@ -159,6 +159,63 @@ std::optional<Target> parse_target(std::string_view text) {
   return Target{std::string(host), static_cast<std::uint16_t>(value)};
 }
 
+namespace {
+
+// An address's bytes (IPv4 in the first 4, an IPv4-mapped IPv6 address as IPv4); nullopt when text
+// is not an address.
+std::optional<std::pair<std::array<unsigned char, 16>, bool>> address_bytes(std::string_view text) {
+  const std::string s(text);
+  std::array<unsigned char, 16> b{};
+  if (inet_pton(AF_INET, s.c_str(), b.data()) == 1) return std::pair{b, true};
+  if (inet_pton(AF_INET6, s.c_str(), b.data()) != 1) return std::nullopt;
+  static constexpr unsigned char kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::equal(std::begin(kMapped), std::end(kMapped), b.begin())) {
+    std::array<unsigned char, 16> v4{};
+    std::copy(b.begin() + 12, b.end(), v4.begin());
+    return std::pair{v4, true};
+  }
+  return std::pair{b, false};
+}
+
+// Whether a and b agree in their first `bits` bits.
+bool same_prefix(const std::array<unsigned char, 16>& a, const std::array<unsigned char, 16>& b, int bits) {
+  for (int i = 0; bits > 0; ++i, bits -= 8) {
+    const unsigned mask = bits >= 8 ? 0xffU : (0xffU << (8 - bits)) & 0xffU;
+    if (((a[static_cast<std::size_t>(i)] ^ b[static_cast<std::size_t>(i)]) & mask) != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<Network> parse_network(std::string_view text) {
+  const std::size_t slash = text.find('/');
+  const auto address = address_bytes(text.substr(0, slash));
+  if (!address) return std::nullopt;
+  Network n;
+  n.bytes = address->first;
+  n.v4 = address->second;
+  const int bits = n.v4 ? 32 : 128;
+  n.prefix = bits;
+  if (slash != std::string_view::npos) {
+    const std::string_view p = text.substr(slash + 1);
+    auto [ptr, ec] = std::from_chars(p.data(), p.data() + p.size(), n.prefix);
+    if (p.empty() || ec != std::errc() || ptr != p.data() + p.size() || n.prefix < 0 || n.prefix > bits) {
+      return std::nullopt;
+    }
+  }
+  // 10.0.0.1/8 is most likely a mistake for 10.0.0.0/8 or 10.0.0.1/32.
+  for (int i = n.prefix; i < bits; ++i) {
+    if ((n.bytes[static_cast<std::size_t>(i / 8)] & (0x80U >> (i % 8))) != 0) return std::nullopt;
+  }
+  return n;
+}
+
+bool Network::contains(std::string_view address) const {
+  const auto a = address_bytes(address);
+  return a && a->second == v4 && same_prefix(a->first, bytes, prefix);
+}
+
 std::string unnamed_limit_name(std::string_view owner, std::size_t unnamed, std::size_t place) {
   return unnamed == 1 ? std::string(owner) : std::string(owner) + "-" + std::to_string(place);
 }
@@ -398,6 +455,12 @@ class Validator {
     if (c_.send_timeout < std::chrono::milliseconds(1)) add("send_timeout", "must be at least 1ms");
     if (c_.drain_timeout < Nanos{0}) add("drain_timeout", "must not be negative");
     if (c_.access_log.empty()) add("access_log", "must be stdout, off or a file path");
+    for (std::size_t i = 0; i < c_.decide_client_ip_from.size(); ++i) {
+      if (!parse_network(c_.decide_client_ip_from[i])) {
+        add("decide_client_ip_from[" + std::to_string(i) + "]",
+            "must be an IP address or a range such as 10.0.0.0/8, got \"" + c_.decide_client_ip_from[i] + "\"");
+      }
+    }
 
     std::set<std::string> upstreams;
     for (std::size_t i = 0; i < c_.upstreams.size(); ++i) upstream(i, upstreams);

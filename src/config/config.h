@@ -3,6 +3,7 @@
 // snapshot (std::shared_ptr<const Config>) between threads and swaps it whole on reload.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -151,6 +152,10 @@ struct Config {
   Nanos send_timeout = std::chrono::seconds(60);
   Nanos drain_timeout = std::chrono::seconds(30);
   std::string access_log = "stdout";  // stdout, off, or a file path
+  // Peers (IP addresses or ranges, parse_network) whose /_sluice/v1/decide requests may name the
+  // address of the client they ask for (client_ip): from others, a client_ip is refused, since it
+  // would spend another address's counters.
+  std::vector<std::string> decide_client_ip_from = {"127.0.0.0/8", "::1"};
   std::vector<Upstream> upstreams;
   std::vector<System> systems;
   std::vector<Interface> interfaces;
@@ -203,6 +208,17 @@ std::string in_flight_limit_name(std::string_view interface_id);
 
 // "host:port" -> Target; nullopt when it is not one.
 std::optional<Target> parse_target(std::string_view text);
+
+// IP addresses sharing a prefix: "10.0.0.0/8", "2001:db8::/32", or an address alone (all its bits).
+struct Network {
+  std::array<unsigned char, 16> bytes{};  // an IPv4 address in the first 4
+  bool v4 = false;
+  int prefix = 0;  // bits
+  // An address in its text form; an IPv4-mapped IPv6 one (::ffff:10.0.0.1) is its IPv4 address.
+  bool contains(std::string_view address) const;
+};
+// nullopt when text is not such a range (an address with bits set past the prefix is one).
+std::optional<Network> parse_network(std::string_view text);
 // An address to listen on: host:port whose host is an IP address or localhost (a name would be
 // resolved once, at start, to whatever it named then). nullopt when it is not one.
 std::optional<Target> parse_listen_address(std::string_view text);

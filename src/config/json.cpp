@@ -195,6 +195,11 @@ json::object settings_json(const Config& c) {
   if (c.send_timeout != Config{}.send_timeout) out["send_timeout"] = format_duration(c.send_timeout);
   out["drain_timeout"] = format_duration(c.drain_timeout);
   out["access_log"] = c.access_log;
+  if (c.decide_client_ip_from != Config{}.decide_client_ip_from) {  // as send_timeout
+    json::array from;
+    for (const std::string& s : c.decide_client_ip_from) from.push_back(json::string(s));
+    out["decide_client_ip_from"] = std::move(from);
+  }
   return out;
 }
 

@@ -854,7 +854,8 @@ AdminResponse AdminApi::entity_route(Call& call) const {
     // Placed where the entity is, or would go, in the configuration; with what the configuration
     // says of its fields that did read (a reference to nothing beside a limit out of range).
     const auto stored = current();
-    config::Config c = stored.ok() ? *stored->config : config::Config{};
+    config::Config c;
+    if (stored.ok()) c = *stored->config;
     auto& list = E::list(c);
     const auto at = collection ? -1 : find(list, id);
     const std::size_t index = at >= 0 ? static_cast<std::size_t>(at) : list.size();

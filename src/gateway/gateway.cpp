@@ -1476,8 +1476,11 @@ Task<Reason> Worker::verify_body(Exchange& x, const Request& r, std::string_view
 // of the wrong type not being taken as absent (a numeric "system" is not a request without a key),
 // and so is what a proxied request could not carry, read as the request line and fields are read:
 // the answer is the proxy's. A field given twice would mean one thing here and perhaps another to
-// whatever read the body before (Boost.JSON keeps the last).
-std::string decide_refusal(std::string_view body, const boost::json::object* o, bool zh) {
+// whatever read the body before (Boost.JSON keeps the last). A client_ip other than the peer's
+// own (`peer`) is taken only from a peer in `client_ip_from`: from anyone else it would spend
+// another address's counters (a login limit keyed by client_ip, say).
+std::string decide_refusal(std::string_view body, const boost::json::object* o, bool zh, std::string_view peer,
+                           const std::vector<std::string>& client_ip_from) {
   static constexpr std::string_view kShape = R"({"system":"...","method":"GET","path":"/...","cost":1})";
   const auto say = [zh](std::string en, std::string chinese) { return zh ? std::move(chinese) : std::move(en); };
   if (o == nullptr) {
@@ -1513,8 +1516,21 @@ std::string decide_refusal(std::string_view body, const boost::json::object* o, 
   }
   if (const auto ip = text("client_ip")) {
     boost::system::error_code ec;
-    (void)asio::ip::make_address(*ip, ec);
+    const asio::ip::address address = asio::ip::make_address(*ip, ec);
     if (ec) return say("client_ip must be an IP address", "client_ip 应为 IP 地址");
+    const bool trusted = std::any_of(client_ip_from.begin(), client_ip_from.end(), [&](const std::string& n) {
+      const auto network = config::parse_network(n);  // validated with the configuration
+      return network && network->contains(peer);
+    });
+    if (client_address(address) != peer && !trusted) {
+      std::string from;
+      for (const std::string& n : client_ip_from) from += (from.empty() ? "" : ", ") + n;
+      if (from.empty()) from = zh ? "空" : "none";
+      return say("client_ip may name another address than the caller's only from a peer in decide_client_ip_from (" +
+                     from + "); this request came from " + std::string(peer),
+                 "只有来自 decide_client_ip_from（" + from + "）的请求才可以指定其他地址的 client_ip；本请求来自 " +
+                     std::string(peer));
+    }
   }
   if (const auto hash = text("body_sha256")) {
     const bool hex = std::all_of(hash->begin(), hash->end(),
@@ -1562,7 +1578,9 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
   boost::system::error_code jec;
   const boost::json::value doc = boost::json::parse(body, jec);
   const boost::json::object* o = !jec && doc.is_object() ? &doc.as_object() : nullptr;
-  if (const std::string why = decide_refusal(body, o, cfg.language == config::Language::kChinese); !why.empty()) {
+  if (const std::string why = decide_refusal(body, o, cfg.language == config::Language::kChinese, x.client_ip,
+                                             cfg.decide_client_ip_from);
+      !why.empty()) {
     const bool ok = co_await respond_json(x, 400, R"({"code":400,"reason":"bad_request","msg":)" + json_string(why) + "}", {},
                                           true);
     finish(x, 400, Reason::kBadRequest, std::nullopt);

@@ -116,10 +116,10 @@ TEST(ConfigYaml, JsonSurrogatePairEscapesAreReadAsTheirCharacter) {
             (std::vector<std::string>{
                 "test.yaml:2:2: x: unknown field \"x\" (known here: listen, admin_listen, store, fleet_size, store_timeout, "
                 "system_key_header, language, rate_limit_headers, max_body_bytes, header_timeout, send_timeout, "
-                "drain_timeout, access_log, upstreams, systems, interfaces, grants)",
+                "drain_timeout, access_log, decide_client_ip_from, upstreams, systems, interfaces, grants)",
                 "test.yaml:2:23: y: unknown field \"y\" (known here: listen, admin_listen, store, fleet_size, store_timeout, "
                 "system_key_header, language, rate_limit_headers, max_body_bytes, header_timeout, send_timeout, "
-                "drain_timeout, access_log, upstreams, systems, interfaces, grants)"}));
+                "drain_timeout, access_log, decide_client_ip_from, upstreams, systems, interfaces, grants)"}));
 }
 
 // Words YAML reads as something else in any of their cases (NULL, True, Off) are quoted: written
@@ -581,6 +581,52 @@ TEST(ConfigJson, RepeatedKeysAreFoundWithTheirPath) {
   EXPECT_EQ(repeated_key(many + "\"k19999\":1}"), "k19999");
   EXPECT_EQ(repeated_key("not json"), std::nullopt);
   EXPECT_EQ(repeated_key(""), std::nullopt);
+}
+
+// decide_client_ip_from: read, written back, stored only when not the default, checked.
+TEST(ConfigYaml, DecideClientIpFromIsReadExportedAndChecked) {
+  auto c = load_ok("decide_client_ip_from: [10.0.0.0/8, \"2001:db8::/32\", 192.0.2.7]\n" + std::string(kMinimal));
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->decide_client_ip_from, (std::vector<std::string>{"10.0.0.0/8", "2001:db8::/32", "192.0.2.7"}));
+  const auto again = load_ok(config::to_yaml(*c));
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->decide_client_ip_from, c->decide_client_ip_from);
+  EXPECT_EQ(config::to_json(*c).at("decide_client_ip_from").as_array().size(), 3u);
+  EXPECT_EQ(load_ok(kMinimal)->decide_client_ip_from, (std::vector<std::string>{"127.0.0.0/8", "::1"}));
+  EXPECT_FALSE(config::to_json(*load_ok(kMinimal)).contains("decide_client_ip_from"));
+  EXPECT_TRUE(load_ok("decide_client_ip_from: []\n" + std::string(kMinimal))->decide_client_ip_from.empty());
+  EXPECT_EQ(problems_of("decide_client_ip_from: [10.0.0.1/8, 10.0.0.0/33, host, 10.0.0.0/]\n" + std::string(kMinimal)),
+            (std::vector<std::string>{
+                "test.yaml:1:25: decide_client_ip_from[0]: must be an IP address or a range such as 10.0.0.0/8, got \"10.0.0.1/8\"",
+                "test.yaml:1:37: decide_client_ip_from[1]: must be an IP address or a range such as 10.0.0.0/8, got \"10.0.0.0/33\"",
+                "test.yaml:1:50: decide_client_ip_from[2]: must be an IP address or a range such as 10.0.0.0/8, got \"host\"",
+                "test.yaml:1:56: decide_client_ip_from[3]: must be an IP address or a range such as 10.0.0.0/8, got \"10.0.0.0/\""}));
+}
+
+// A range holds the addresses that share its prefix; an IPv4-mapped IPv6 address is its IPv4 one.
+TEST(ConfigNetworks, ARangeHoldsTheAddressesSharingItsPrefix) {
+  const auto ten = parse_network("10.0.0.0/8");
+  ASSERT_TRUE(ten.has_value());
+  EXPECT_TRUE(ten->contains("10.255.1.2"));
+  EXPECT_TRUE(ten->contains("::ffff:10.0.0.1"));
+  EXPECT_FALSE(ten->contains("11.0.0.1"));
+  EXPECT_FALSE(ten->contains("::a00:1"));  // IPv6, though its last bits are 10.0.0.1's
+  EXPECT_FALSE(ten->contains("not an address"));
+  const auto odd = parse_network("192.168.1.128/25");
+  ASSERT_TRUE(odd.has_value());
+  EXPECT_TRUE(odd->contains("192.168.1.200"));
+  EXPECT_FALSE(odd->contains("192.168.1.127"));
+  const auto one = parse_network("::1");
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ(one->prefix, 128);
+  EXPECT_TRUE(one->contains("::1"));
+  EXPECT_FALSE(one->contains("::2"));
+  EXPECT_TRUE(parse_network("0.0.0.0/0")->contains("203.0.113.9"));
+  EXPECT_FALSE(parse_network("0.0.0.0/0")->contains("2001:db8::1"));
+  EXPECT_TRUE(parse_network("2001:db8::/32")->contains("2001:db8:ffff::1"));
+  for (const char* bad : {"10.0.0.1/8", "10.0.0.0/33", "::/129", "10.0.0.0/-1", "10.0.0.0/8x", "", "/8", "10.0.0.0/ 8"}) {
+    EXPECT_FALSE(parse_network(bad).has_value()) << bad;
+  }
 }
 
 // A target reads back from what to_string writes; as a Host field's authority, an IPv6 zone's "%"

@@ -1542,6 +1542,27 @@ TEST_F(GatewayTest, AnIpv4ClientOfADualStackListenerIsItsIpv4Address) {
   EXPECT_EQ(c.request("POST", "/_sluice/v1/decide", {}, decide + R"(10.0.0.1"})").status, 429);
 }
 
+// A client_ip other than its own is taken only from a peer decide_client_ip_from names: from anyone
+// else it would spend another address's counters (lock a victim out of a login limit).
+TEST_F(GatewayTest, DecideTakesAnotherClientsAddressOnlyFromATrustedPeer) {
+  gw_.reset();
+  start(config_text("decide_client_ip_from: [10.0.0.0/8]\n"));
+  HttpClient c(gw_->port());
+  const std::string decide = R"({"path":"/per-ip","client_ip":")";
+  const HttpResponse refused = c.request("POST", "/_sluice/v1/decide", {}, decide + R"(203.0.113.9"})");
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_NE(refused.body.find("only from a peer in decide_client_ip_from (10.0.0.0/8); this request came from 127.0.0.1"),
+            std::string::npos)
+      << refused.body;
+  EXPECT_EQ(c.request("POST", "/_sluice/v1/decide", {}, decide + R"(127.0.0.1"})").status, 200);  // its own
+  EXPECT_EQ(c.request("POST", "/_sluice/v1/decide", {}, R"({"path":"/per-ip"})").status, 429);
+  gw_.reset();
+  start(config_text("decide_client_ip_from: [127.0.0.1]\n"));
+  HttpClient trusted(gw_->port());
+  EXPECT_EQ(trusted.request("POST", "/_sluice/v1/decide", {}, decide + R"(203.0.113.9"})").status, 200);
+  EXPECT_EQ(trusted.request("POST", "/_sluice/v1/decide", {}, decide + R"(203.0.113.9"})").status, 429);
+}
+
 // With language: zh-CN, /decide's refusals are in Chinese too, whatever was wrong.
 TEST_F(GatewayTest, DecideRefusesInTheGatewaysLanguage) {
   gw_.reset();
