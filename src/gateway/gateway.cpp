@@ -2120,6 +2120,28 @@ Task<bool> Worker::proxy(Exchange& x) {
 
 // --- the admin listener ------------------------------------------------------------------------
 
+// Whether a request from a loopback peer asks for itself, as a caller on this host: it names the
+// listener by an address or "localhost" (a page whose name an attacker's DNS now points at 127.0.0.1
+// names it by that name: DNS rebinding), and carries no field saying it forwards another's request
+// (the clients of a reverse proxy on this host are not on it).
+bool asks_for_itself(const http::request<http::string_body>& req) {
+  for (const std::string_view forwarded : {"Forwarded", "X-Forwarded-For", "X-Real-IP"}) {
+    if (req.find(forwarded) != req.end()) return false;
+  }
+  if (req.find(http::field::host) == req.end()) return true;  // HTTP/1.0
+  std::string_view host = req[http::field::host];
+  if (host.starts_with('[')) {
+    const std::size_t close = host.find(']');
+    if (close == std::string_view::npos) return false;
+    host = host.substr(1, close - 1);
+  } else if (const std::size_t colon = host.find(':'); colon != std::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  boost::system::error_code ec;
+  (void)asio::ip::make_address(host, ec);
+  return !ec || beast::iequals(host, "localhost");
+}
+
 // The largest body the admin listener reads (PUT /admin/v1/config carries a whole configuration).
 constexpr std::uint64_t kAdminBodyLimit = std::uint64_t{16} << 20;
 
@@ -2182,13 +2204,14 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
     const std::string_view method_string = head ? "GET" : req.method_string();
     const std::string_view target = req.target();
     const std::string_view path = target.substr(0, target.find('?'));
-    AdminRequest request{std::string(method_string), std::string(target), req.body(), {}, loopback};
+    AdminRequest request{std::string(method_string), std::string(target), req.body(), {},
+                         loopback && asks_for_itself(req)};
     for (const auto& f : req) request.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
     AdminResponse out{404, "application/json", R"({"code":404,"reason":"not_found","msg":"Not found."})"};
     const bool builtin = path == "/metrics" || path == "/healthz" || path == "/config";
     if (builtin && options.admin_guard && !options.admin_guard(request)) {
       out = {401, "application/json",
-             R"({"code":401,"reason":"unauthorized","msg":"From off loopback, this needs an admin token: Authorization: Bearer <token>."})"};
+             R"({"code":401,"reason":"unauthorized","msg":"From off loopback (or through a proxy, or by a name other than localhost), this needs an admin token: Authorization: Bearer <token>."})"};
     } else if (method == http::verb::get && path == "/metrics") {
       out = {200, "text/plain; version=0.0.4; charset=utf-8", metrics->render(*snapshot(), store_breakers())};
     } else if (method == http::verb::get && path == "/healthz") {

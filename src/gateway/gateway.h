@@ -31,7 +31,9 @@ struct AdminRequest {
   std::string target;  // path and query
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers{};
-  bool from_loopback = false;  // the peer's address is 127.0.0.0/8 or ::1
+  // The peer's address is 127.0.0.0/8 or ::1, and the request asks for itself: it names the listener
+  // by an address or localhost, and carries no Forwarded, X-Forwarded-For or X-Real-IP.
+  bool from_loopback = false;
 
   // A header field's value by name (case-insensitive); empty when absent.
   std::string_view header(std::string_view name) const;

@@ -291,11 +291,34 @@ int status_from(const std::string& address, std::uint16_t port, const std::strin
 TEST_F(ServerAuthTest, MetricsAndHealthNeedATokenOffLoopbackOnly) {
   const std::string address = non_loopback_address();
   ASSERT_FALSE(address.empty()) << "this test needs a network interface with an IPv4 address besides loopback";
-  const std::string plain = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-  const std::string with_token = "GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\nConnection: close\r\n\r\n";
+  const std::string plain = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  const std::string with_token =
+      "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer t\r\nConnection: close\r\n\r\n";
   EXPECT_EQ(status_from("127.0.0.1", gw_->admin_port(), plain), 200);
   EXPECT_EQ(status_from(address, gw_->admin_port(), plain), 401);
   EXPECT_EQ(status_from(address, gw_->admin_port(), with_token), 200);
+}
+
+// From loopback, only a request that asks for itself goes without a token: one a reverse proxy on
+// the host forwards (its clients are anywhere), or one naming the listener by a name an attacker's
+// DNS may point at 127.0.0.1 (a page in the operator's browser: DNS rebinding), needs one.
+TEST_F(ServerAuthTest, FromLoopbackAForwardedOrRenamedRequestNeedsAToken) {
+  const auto status = [&](const std::string& fields) {
+    return status_from("127.0.0.1", gw_->admin_port(),
+                       "GET /config HTTP/1.1\r\n" + fields + "Connection: close\r\n\r\n");
+  };
+  const std::string port = std::to_string(gw_->admin_port());
+  for (const std::string& host : std::vector<std::string>{"127.0.0.1", "127.0.0.1:" + port, "localhost:" + port, "LocalHost", "[::1]:" + port,
+                                 "[::1]"}) {
+    EXPECT_EQ(status("Host: " + host + "\r\n"), 200) << host;
+  }
+  for (const std::string& fields : std::vector<std::string>{"Host: evil.example:" + port + "\r\n", "Host: localhost.evil.example\r\n",
+                                   "Host: [::1\r\n", "Host: 127.0.0.1\r\nX-Forwarded-For: 203.0.113.9\r\n",
+                                   "Host: 127.0.0.1\r\nForwarded: for=203.0.113.9\r\n",
+                                   "Host: 127.0.0.1\r\nX-Real-IP: 203.0.113.9\r\n"}) {
+    EXPECT_EQ(status(fields), 401) << fields;
+  }
+  EXPECT_EQ(status("Host: evil.example\r\nAuthorization: Bearer t\r\n"), 200);
 }
 
 TEST_F(ServerAuthTest, TheAdminListenerTakesAWholeConfigurationsBodyAndAnswers413PastItsLimit) {
