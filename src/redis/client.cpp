@@ -98,6 +98,15 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   }
 
   void send(int slot, std::string_view command, Callback callback, SteadyTime deadline) override {
+    if (!connected_once_ && !first_wait_over_ && !stopped_) {
+      // Just started: the command waits for the slot map (as a Connection waits for its first
+      // attempt), instead of failing for want of a master.
+      return when_connected([self = shared_from_this(), slot, command = std::string(command),
+                             callback = std::move(callback), deadline](Status s) mutable {
+        if (!s.ok()) return callback(s.error());
+        self->send(slot, command, std::move(callback), deadline);
+      });
+    }
     Connection* c = slots_[static_cast<std::size_t>(slot)];
     if (c == nullptr || !c->ready()) {
       refresh_soon();
@@ -363,6 +372,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   }
 
   void finish_connect(Status status) {
+    first_wait_over_ = true;
     for (auto& f : std::exchange(connect_waiters_, {})) f(status);
   }
 
@@ -380,6 +390,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   bool connect_timer_armed_ = false;
   bool loaded_ = false;
   bool connected_once_ = false;
+  bool first_wait_over_ = false;  // the first wait for a slot map has ended: commands no longer wait
   bool refreshing_ = false;
   bool refresh_scheduled_ = false;
   bool again_ = false;

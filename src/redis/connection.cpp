@@ -135,6 +135,7 @@ void Connection::handshake() {
 void Connection::set_ready() {
   state_ = State::kReady;
   answered_ = false;
+  first_attempt_ = false;
   connect_timer_.cancel();
   // Queued ahead of every caller's command; a failure here only means NOSCRIPT later.
   const SteadyTime deadline = std::chrono::steady_clock::now() + options_.command_timeout;
@@ -148,6 +149,16 @@ void Connection::send(std::string_view command, Callback callback) {
 }
 
 void Connection::send(std::string_view command, Callback callback, SteadyTime deadline) {
+  if (first_attempt_ && state_ != State::kReady && state_ != State::kStopped) {
+    // Just started: the command waits for the first attempt to end (at most connect_timeout), as
+    // one sent by a caller that opened the store and asked at once must; it is not "not connected".
+    attempt_waiters_.push_back([this, self = shared_from_this(), command = std::string(command),
+                                callback = std::move(callback), deadline](Status s) mutable {
+      if (!s.ok()) return callback(s.error());
+      send(command, std::move(callback), deadline);
+    });
+    return;
+  }
   if (state_ != State::kReady) {
     callback(unavailable(state_ == State::kStopped ? "connection closed" : "not connected"));
     return;
@@ -287,6 +298,7 @@ void Connection::disconnect(Error why) {
   } else {
     ++failures_;
     last_error_ = why.message;
+    first_attempt_ = false;
     for (auto& f : std::exchange(attempt_waiters_, {})) f(why);
     if (options_.on_attempt_failed) options_.on_attempt_failed(why);
   }

@@ -69,7 +69,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Sends one encoded command. The callback gets the reply (an error reply too), or kTimeout at the
   // deadline (by default the command timeout from now), or kStoreUnavailable at once when not
-  // connected or when the connection is lost first.
+  // connected or when the connection is lost first. Until the first connection attempt has ended,
+  // the command waits for it (sent when it connects, failed when it fails).
   void send(std::string_view command, Callback callback, SteadyTime deadline);
   void send(std::string_view command, Callback callback);
 
@@ -111,6 +112,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::uint64_t generation_ = 0;  // one per socket; completions of an older socket are ignored
   int failures_ = 0;              // consecutive failed attempts, for the backoff
   bool answered_ = false;         // the server has answered since the connection became ready
+  bool first_attempt_ = true;     // no attempt has ended yet: commands wait for it
   std::vector<UniqueFunction<void(Status)>> attempt_waiters_;
   std::string last_error_;
 

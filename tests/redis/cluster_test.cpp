@@ -20,6 +20,11 @@ TEST_F(ClusterTest, FourInstancesAdmitExactlyTheLimitForEveryAlgorithm) {
   expect_exactly_500_admitted(cluster_->address());
 }
 
+// Calls made before the slot map is known wait for it, as a single Redis's wait for its connection.
+TEST_F(ClusterTest, CallsMadeRightAfterOpenWaitForTheSlotMap) {
+  expect_calls_right_after_open_to_wait(cluster_->address());
+}
+
 // A cluster's node given as redis:// answers MOVED for the keys of other nodes: that is said, with
 // what to write instead, and counts as Redis not answering (the breaker, the logs).
 TEST_F(ClusterTest, ANodeGivenAsASingleRedisSaysToAddressTheCluster) {

@@ -54,6 +54,12 @@ TEST_F(RedisStoreTest, AdmitsUpToTheLimitThenTellsWhenToRetry) {
   EXPECT_TRUE(store->acquire("user:2", limit)->allowed);
 }
 
+// connect() is optional: calls made at once after open(), from many threads, wait for the first
+// connection instead of failing as "not connected" (and opening the store's breaker).
+TEST_F(RedisStoreTest, CallsMadeRightAfterOpenWaitForTheFirstConnection) {
+  expect_calls_right_after_open_to_wait(server_->address());
+}
+
 TEST_F(RedisStoreTest, OneScriptCallPerDecision) {
   auto store = open_store(server_->address());
   ASSERT_NE(store, nullptr);

@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "redis_server.h"
 #include "sluice/redis/redis_store.h"
@@ -66,5 +69,36 @@ class RedisTest : public ::testing::Test {
 
 inline std::unique_ptr<RedisServer> RedisTest::server_;
 inline std::string RedisTest::start_error_;
+
+// Opens a store on `address` and, at once, without connect(), makes 160 calls from 8 threads
+// against a limit of 100: none fails (as "not connected"), exactly 100 are admitted, and the store's
+// breaker stays closed.
+inline void expect_calls_right_after_open_to_wait(const std::string& address) {
+  auto opened = redis::RedisStore::open({.address = address,
+                                         .connect_timeout = std::chrono::seconds(5),
+                                         .command_timeout = std::chrono::seconds(5)});
+  ASSERT_TRUE(opened.ok()) << opened.error().message;
+  redis::RedisStore& store = **opened;
+  const Limit limit = make(Limit::fixed_window({.limit = 100, .period = std::chrono::hours(1)}));
+  std::atomic<int> admitted{0};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) {
+        auto d = store.acquire("right-after-open", limit);
+        if (!d.ok()) {
+          ++failed;
+        } else if (d->allowed) {
+          ++admitted;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(admitted.load(), 100);
+  EXPECT_EQ(store.breaker().state(), BreakerState::kClosed);
+}
 
 }  // namespace sluice::testing
