@@ -212,7 +212,9 @@ Decision decide(SlidingWindowState& state, const Limit& limit, Nanos now, std::i
 
   Decision d = start(limit);
   if (cost <= quota - used) {
-    state.set(window, previous, current + cost);
+    // A peek leaves the state as it was, as the Redis script does: moved into the peek's window, a
+    // later call with an earlier time (a clock gone back) would be judged in that window instead.
+    if (cost > 0) state.set(window, previous, current + cost);
     d.allowed = true;
     d.remaining = quota - used - cost;
     d.reset_after = reset_for(current + cost, previous);

@@ -132,6 +132,25 @@ TEST_F(DifferentialTest, SlidingWindow) {
   compare(make(Limit::sliding_window({.limit = 3, .period = 1ms})), 300, 18);
 }
 
+// Found by a longer random run: a peek, then a call at an earlier time (Redis's clock gone back).
+TEST_F(DifferentialTest, SlidingWindowPeekThenAnEarlierTime) {
+  const Limit limit = make(Limit::sliding_window({.limit = 10, .period = 10s}));
+  ManualClock clock{Nanos{kT0us * 1000}};
+  LocalStore local({.clock = &clock});
+  auto remote = open_store(server_->address(), {.pinned_clock = &clock});
+  ASSERT_NE(remote, nullptr);
+  server_->cli({"FLUSHALL"});
+  const std::vector<std::pair<std::int64_t, std::int64_t>> steps = {  // (ms after a window's start, cost)
+      {9000, 8}, {12000, 0}, {9500, 2}, {15000, 1}, {15000, 4}};
+  const std::int64_t start_us = (kT0us / 10'000'000 + 1) * 10'000'000;
+  for (const auto& [ms, cost] : steps) {
+    clock.set(Nanos{(start_us + ms * 1000) * 1000});
+    const Decision a = *(cost == 0 ? local.peek("k", limit) : local.acquire("k", limit, cost));
+    const Decision b = *(cost == 0 ? remote->peek("k", limit) : remote->acquire("k", limit, cost));
+    EXPECT_EQ(a, b) << ms << " ms, cost " << cost << "\n local: " << show(a) << "\n redis: " << show(b);
+  }
+}
+
 TEST_F(DifferentialTest, SlidingLog) {
   compare(make(Limit::sliding_log({.limit = 5, .period = 1s})), 400, 19);
   compare(make(Limit::sliding_log({.limit = k2e40, .period = kYear})), 300, 20);

@@ -312,6 +312,19 @@ TEST(SlidingWindow, EarlierTimeWeighsThePreviousWindowFully) {
   EXPECT_EQ(d.remaining, 0);
 }
 
+// A peek consumes nothing and moves nothing, as in Redis: a later call with an earlier time (a
+// clock gone back) is judged in the window the last acquire was in, not the peek's.
+TEST(SlidingWindow, APeekLeavesTheStateInItsWindow) {
+  const Limit limit = make(Limit::sliding_window({.limit = 10, .period = 10s}));
+  SlidingWindowState s;
+  ASSERT_TRUE(decide(s, limit, at_ms(9000), 8).allowed);
+  EXPECT_EQ(decide(s, limit, at_ms(12000), 0).remaining, 3);  // 8 weighted by 8 s of 10: 7 (rounded up)
+  const Decision d = decide(s, limit, at_ms(9500), 2);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.remaining, 0);
+  EXPECT_EQ(d.reset_after, 10500ms);  // full again 20 s after its window (0 s) began
+}
+
 TEST(SlidingWindow, PacksLargeCountsAndLateWindows) {
   const Limit limit = make(Limit::sliding_window({.limit = kMaxLimit, .period = 1ms}));
   SlidingWindowState s;
