@@ -114,8 +114,9 @@ class CircuitBreaker {
   void release(const BreakerPermit& permit);
 
   // Runs fn if the breaker admits it, times it and records its outcome: an exception (rethrown), or
-  // a Status / Result that is not ok, is a failure. Returns fn's Status or Result as it is, or
-  // wraps any other return value in a Result (Status for void); a rejected call returns
+  // a Status / Result that is not ok (const too), is a failure. Returns fn's Status or Result as it
+  // is, or wraps any other return value (a reference: a copy) in a Result (Status for void); a
+  // rejected call returns
   // ErrorCode::kCircuitOpen without running fn.
   template <class F>
   auto call(F&& fn);
@@ -188,7 +189,7 @@ class CircuitBreaker {
 
 template <class F>
 auto CircuitBreaker::call(F&& fn) {
-  using R = std::invoke_result_t<F&>;
+  using R = std::remove_cvref_t<std::invoke_result_t<F&>>;  // a const Result or a reference, as its value
   using Out = std::conditional_t<std::is_void_v<R> || std::is_same_v<R, Status>, Status,
                                  std::conditional_t<detail::kIsResult<R>, R, Result<R>>>;
   const BreakerPermit permit = try_acquire();

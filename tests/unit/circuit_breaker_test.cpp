@@ -293,6 +293,22 @@ TEST_F(BreakerTest, CallTimesRecordsAndRethrows) {
   EXPECT_EQ(rejected.error().code, ErrorCode::kCircuitOpen);
 }
 
+// A function that returns its Status or Result const, or a reference, is judged the same.
+TEST_F(BreakerTest, CallJudgesConstResultsAndCopiesReferences) {
+  CircuitBreaker b(options());
+  const Status s = b.call([]() -> const Status { return Status(Error{ErrorCode::kTimeout, "x"}); });
+  EXPECT_FALSE(s.ok());
+  const Result<int> r = b.call([]() -> const Result<int> { return Error{ErrorCode::kTimeout, "y"}; });
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(b.stats().failures, 2);
+  int kept = 7;
+  const Result<int> copied = b.call([&]() -> int& { return kept; });
+  ASSERT_TRUE(copied.ok());
+  EXPECT_EQ(*copied, 7);
+  EXPECT_EQ(b.stats().failures, 2);
+  EXPECT_EQ(b.stats().calls, 3);
+}
+
 TEST(BreakerOptions, ValidationNamesTheField) {
   CircuitBreakerOptions o;
   o.failure_rate = 120;
