@@ -46,6 +46,7 @@ class SingleClient final : public Client {
     connection_->send(command, std::move(callback), deadline);
   }
   bool cluster() const override { return false; }
+  bool slot_ready(int) const override { return connection_->ready(); }
 
  private:
   std::shared_ptr<Connection> connection_;
@@ -116,6 +117,10 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   }
 
   bool cluster() const override { return true; }
+  bool slot_ready(int slot) const override {
+    const Connection* c = slots_[static_cast<std::size_t>(slot)];
+    return c != nullptr && c->ready();
+  }
 
  private:
   // Gives the waiters for a complete slot map 5 connect timeouts.
@@ -148,12 +153,14 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     ConnectionOptions co = connection_options(options_, endpoint);
     // A node that serves no slot (a replica, kept connected to be ready when it is promoted; a
     // failed master whose slots a replica has taken) failing to connect is not Redis failing to
-    // decide: only a master's failed attempts count (and any before the map is known).
+    // decide, nor is one master while another is connected (its slots fail alone, as
+    // slot_failure says): only a master's failed attempts with no master connected count (and any
+    // before the map is known).
     if (co.on_attempt_failed) {
       co.on_attempt_failed = [weak = weak_from_this(), name, counted = std::move(co.on_attempt_failed)](
                                  const Error& e) {
         const auto self = weak.lock();
-        if (self && self->loaded_ && !self->serves_a_slot(name)) return;
+        if (self && self->loaded_ && (!self->serves_a_slot(name) || self->a_master_ready())) return;
         counted(e);
       };
     }
@@ -349,6 +356,10 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   }
 
   // Whether the node named `name` is the master of a slot in the map.
+  bool a_master_ready() const {
+    return std::any_of(slots_.begin(), slots_.end(), [](const Connection* c) { return c != nullptr && c->ready(); });
+  }
+
   bool serves_a_slot(const std::string& name) const {
     const auto it = nodes_.find(name);
     return it != nodes_.end() && std::find(slots_.begin(), slots_.end(), it->second.get()) != slots_.end();

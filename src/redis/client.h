@@ -25,6 +25,8 @@ class Client {
   virtual void send(int slot, std::string_view command, Callback callback, SteadyTime deadline) = 0;
   // Whether every command of a call must stay within one slot.
   virtual bool cluster() const = 0;
+  // Whether a command for `slot` would go to a connected node now.
+  virtual bool slot_ready(int slot) const = 0;
 };
 
 struct ClientOptions {

@@ -479,10 +479,10 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   // call that failed at once for its slot alone (its master lost, until a replica is promoted) is
   // not counted either way: as a failure it would open the one breaker, and every limit on the
   // other masters would follow its on_store_failure too; as a success it would hide an outage of
-  // every master. Only as a probe (half-open) does it count, as a failure: it did not show the
-  // store deciding.
+  // every master (which opens the breaker through attempt_failed). As a probe (half-open), it
+  // frees its place for another call, which may show the store deciding.
   void record(const BreakerPermit& permit, const std::optional<Error>& error) {
-    if (error && detail::slot_failure(*error) && breaker.state() != BreakerState::kHalfOpen) {
+    if (error && detail::slot_failure(*error)) {
       breaker.release(permit);
       return;
     }
@@ -795,11 +795,16 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
 
 // The probe is an acquire as a caller's is, on a key of its own that it leaves for at most a second:
 // what fails a caller's call fails it too (a Redis out of memory or read-only refuses its write,
-// which a PING, or a peek that writes nothing, would not show).
+// which a PING, or a peek that writes nothing, would not show). On a cluster, its key is one on a
+// connected master when there is one: a master lost with its replicas fails its own slots' calls,
+// not the store (see record()), and a probe bound to its slot would keep the breaker open for all.
 void RedisStore::Impl::probe() {
   static const Limit kProbeLimit = *Limit::fixed_window({.limit = kMaxLimit, .period = std::chrono::seconds(1)});
   Requests requests;
   requests.push_back(make_request(LimitRequest{"sluice-probe", &kProbeLimit, 1, OnStoreFailure::kError}));
+  for (int i = 1; i < 64 && client->cluster() && !client->slot_ready(requests.back().slot); ++i) {
+    requests.back() = make_request(LimitRequest{"sluice-probe-" + std::to_string(i), &kProbeLimit, 1, OnStoreFailure::kError});
+  }
   auto op = std::make_shared<Acquire>(shared_from_this(), std::move(requests),
                                       [](Result<std::span<const Decision>>, bool) {});
   op->start();

@@ -20,6 +20,40 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
+// Takes a lost node's port: each connection to it (the store reconnecting) is accepted and closed
+// at once, and counted.
+class ClosingListener {
+ public:
+  explicit ClosingListener(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    const int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    listening_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && ::listen(fd_, 64) == 0;
+    closer_ = std::thread([this] {
+      for (int c; (c = ::accept(fd_, nullptr, nullptr)) >= 0;) {
+        ++accepted_;
+        ::close(c);
+      }
+    });
+  }
+  ~ClosingListener() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    closer_.join();
+  }
+  bool listening() const { return listening_; }
+  int accepted() const { return accepted_; }
+
+ private:
+  int fd_;
+  bool listening_ = false;
+  std::atomic<int> accepted_{0};
+  std::thread closer_;
+};
+
 TEST_F(ClusterTest, DecisionsResumeAfterAMasterDiesAndItsReplicaTakesOver) {
   auto store = open_store(cluster_->address(), {}, Timeouts::kProduction);
   ASSERT_NE(store, nullptr);
@@ -108,32 +142,74 @@ TEST_F(LostReplicaTest, AReplicaThatCannotBeReachedDoesNotCountAsRedisFailing) {
   }
   ASSERT_NE(replica, nullptr);
   replica->kill();
-  // Its port, taken by a listener that closes each connection at once: each of the store's
-  // reconnections to the replica is accepted here, and fails.
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  const int one = 1;
-  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<std::uint16_t>(replica->port()));
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(listener, 64), 0);
-  std::atomic<int> accepted{0};
-  std::thread closer([&] {
-    for (int c; (c = ::accept(listener, nullptr, nullptr)) >= 0;) {
-      ++accepted;
-      ::close(c);
-    }
-  });
-  const bool reconnected = eventually([&] { return accepted >= 20; }, 10s);
-  ::shutdown(listener, SHUT_RDWR);
-  ::close(listener);
-  closer.join();
-  ASSERT_TRUE(reconnected) << accepted << " reconnections to the lost replica";
+  {
+    // Each of the store's reconnections to the replica is accepted here, and fails.
+    ClosingListener listener(replica->port());
+    ASSERT_TRUE(listener.listening());
+    ASSERT_TRUE(eventually([&] { return listener.accepted() >= 20; }, 10s))
+        << listener.accepted() << " reconnections to the lost replica";
+  }
   EXPECT_EQ(store->breaker().stats().failures, 0);
   EXPECT_EQ(store->breaker().state(), BreakerState::kClosed);
   EXPECT_TRUE(store->acquire("k", make(Limit::fixed_window({.limit = 10, .period = 1h})))->allowed);
+}
+
+// A cluster of its own: this one loses a master with its replica, the one the store's probe key's
+// slot is on.
+class LostShardTest : public ClusterTest {};
+
+// A master lost with its replicas fails its own slots' calls, not the store: its failed
+// reconnections open no breaker while other masters answer, and a breaker opened otherwise (every
+// other master stopped for a moment) is closed by a probe on a master that answers, not held open
+// by the lost one's slot.
+TEST_F(LostShardTest, AMasterLostWithItsReplicasFailsOnlyItsOwnSlots) {
+  for (std::size_t i = 0; i < cluster_->size(); ++i) {
+    ASSERT_EQ(cluster_->node(i).cli({"CONFIG", "SET", "cluster-require-full-coverage", "no"}), "OK");
+  }
+  auto store = open_store(cluster_->address(), {.reconnect_min = 1ms, .reconnect_max = 5ms},
+                          Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
+  RedisServer* lost = cluster_->master_of(redis::detail::key_slot("sluice:{sluice-probe}:fw"));
+  ASSERT_NE(lost, nullptr);
+  std::vector<RedisServer*> others;  // the masters that stay
+  for (std::size_t i = 0; i < cluster_->size(); ++i) {
+    RedisServer& node = cluster_->node(i);
+    if (&node == lost) continue;
+    const std::string role = node.cli({"ROLE"});
+    if (role.starts_with("master")) {
+      others.push_back(&node);
+    } else if (role.find("\n" + std::to_string(lost->port()) + "\n") != std::string::npos) {
+      node.kill();  // the lost master's replica: no failover
+    }
+  }
+  ASSERT_EQ(others.size(), 2u);
+  std::string kept;  // a key another master serves
+  for (int i = 0; kept.empty(); ++i) {
+    const std::string k = "kept" + std::to_string(i);
+    if (cluster_->master_of(redis::detail::key_slot(k)) != lost) kept = k;
+  }
+  ASSERT_TRUE(store->acquire(kept, limit).ok());
+  lost->kill();
+  {
+    ClosingListener listener(lost->port());
+    ASSERT_TRUE(listener.listening());
+    ASSERT_TRUE(eventually([&] { return listener.accepted() >= 20; }, 10s))
+        << listener.accepted() << " reconnections to the lost master";
+  }
+  EXPECT_EQ(store->breaker().state(), BreakerState::kClosed);
+  EXPECT_TRUE(store->acquire(kept, limit).ok());
+
+  for (RedisServer* m : others) ASSERT_EQ(m->cli({"CLIENT", "PAUSE", "500", "ALL"}), "OK");
+  ASSERT_TRUE(eventually(
+      [&] {
+        (void)store->acquire(kept, limit);
+        return store->breaker().state() == BreakerState::kOpen;
+      },
+      5s));
+  EXPECT_TRUE(eventually([&] { return store->breaker().state() == BreakerState::kClosed; }, 10s))
+      << "the breaker stayed " << to_string(store->breaker().state());
+  EXPECT_TRUE(store->acquire(kept, limit).ok());
 }
 
 }  // namespace
