@@ -46,6 +46,9 @@ class LocalStore final : public Store {
   Result<Decision> peek(std::string_view key, const Limit& limit) override;
   Status reset(std::string_view key, const Limit& limit) override;
   Status release(std::string_view key, const Limit& limit, std::uint64_t lease) override;
+  // As release, saying whether the lease was held here (false: released already, timed out, or
+  // never this store's).
+  Result<bool> release_held(std::string_view key, const Limit& limit, std::uint64_t lease);
 
   // The same, at a time the caller passes in (which a ManualClock would otherwise give).
   Result<Decision> acquire_at(Nanos now, std::string_view key, const Limit& limit,

@@ -414,6 +414,12 @@ Status LocalStore::reset(std::string_view key, const Limit& limit) {
 }
 
 Status LocalStore::release(std::string_view key, const Limit& limit, std::uint64_t lease) {
+  const Result<bool> held = release_held(key, limit, lease);
+  if (!held.ok()) return held.error();
+  return {};
+}
+
+Result<bool> LocalStore::release_held(std::string_view key, const Limit& limit, std::uint64_t lease) {
   if (limit.algorithm() != Algorithm::kConcurrency) {
     return invalid_argument("release applies to concurrency limits only, not " +
                             std::string(to_string(limit.algorithm())));
@@ -425,9 +431,10 @@ Status LocalStore::release(std::string_view key, const Limit& limit, std::uint64
   if (auto* slot = shard.leases.find(h)) {
     if (sluice::release(*slot->payload, lease)) {
       Shard::settle(shard.leases, *slot, to_us(now), run(slot->payload, limit, now, 0, 0));
+      return true;
     }
   }
-  return {};
+  return false;
 }
 
 std::size_t LocalStore::size() const {

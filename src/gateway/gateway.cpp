@@ -50,6 +50,7 @@
 #include "gateway/message_parser.h"
 #include "gateway/write_now.h"
 #include "gateway/policy.h"
+#include "gateway/store_news.h"
 #include "sluice/local_store.h"
 
 namespace sluice::gateway {
@@ -792,34 +793,39 @@ struct Gateway::Impl {
   std::atomic<bool> draining{false};
   std::atomic<bool> stopped{false};
   std::atomic<int> stores_down{0};  // workers whose limit store's breaker is open
-  // A store that fails some calls and answers others (a cluster's node given as redis://) goes down
-  // and up again and again: after the first of each message, the next comes after kStoreLogEvery at
-  // the earliest, with how many times it happened meanwhile.
-  enum StoreNews { kStoreDown, kStoreUp, kStoreRefused };
   std::mutex store_log_mu;
-  std::array<Clock::time_point, 3> store_logged{};  // guarded by store_log_mu; by StoreNews
-  std::array<int, 3> store_unsaid{};                 // guarded by store_log_mu
+  StoreNews store_news{kStoreLogEvery};              // guarded by store_log_mu
+  std::unique_ptr<asio::steady_timer> store_log_timer;  // on worker 0: says a change held back
+  bool store_log_timer_armed = false;                // guarded by store_log_mu
 
-  void log_store(StoreNews news, const std::string& why) {
-    std::string again;
+  void log_store(StoreNews::Kind kind, const std::string& why) {
+    std::optional<std::string> line;
     {
       std::lock_guard lock(store_log_mu);
-      const auto now = Clock::now();
-      if (store_logged[news] != Clock::time_point{} && now - store_logged[news] < kStoreLogEvery) {
-        ++store_unsaid[news];
-        return;
-      }
-      store_logged[news] = now;
-      if (store_unsaid[news] > 0) again = " (" + std::to_string(store_unsaid[news]) + " more times since last said)";
-      store_unsaid[news] = 0;
+      line = store_news.say(kind, why, Clock::now());
+      arm_store_log_timer();
     }
-    switch (news) {
-      case kStoreDown:
-        return log("limit store not answering (" + why + "): limits follow their on_store_failure until it does" + again);
-      case kStoreUp: return log("limit store answering again: limits are decided on it again" + again);
-      case kStoreRefused:
-        return log("limit store refused a call (" + why + "): its limits followed their on_store_failure" + again);
-    }
+    if (line) log(*line);
+  }
+  // Under store_log_mu.
+  void arm_store_log_timer() {
+    const std::optional<Clock::time_point> due = store_news.next_due();
+    if (!due || store_log_timer_armed || !store_log_timer) return;
+    store_log_timer_armed = true;
+    asio::post(store_log_timer->get_executor(), [this, at = *due] {
+      store_log_timer->expires_at(at);
+      store_log_timer->async_wait([this](const boost::system::error_code& ec) {
+        std::optional<std::string> line;
+        {
+          std::lock_guard lock(store_log_mu);
+          store_log_timer_armed = false;
+          if (ec) return;
+          line = store_news.due(stores_down.load() > 0, Clock::now());
+          arm_store_log_timer();
+        }
+        if (line) log(*line);
+      });
+    });
   }
   // The settings that take effect at start only, as they are in effect (flags over the first
   // configuration): what /config shows, whatever a reload has brought since.
@@ -2617,13 +2623,14 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
     // when the last answers again.
     w.limiter->watch_store([self](bool available, const std::string& why) {
       if (!available) {
-        if (self->stores_down.fetch_add(1) == 0) self->log_store(Impl::kStoreDown, why);
+        if (self->stores_down.fetch_add(1) == 0) self->log_store(StoreNews::kDown, why);
       } else if (self->stores_down.fetch_sub(1) == 1) {
-        self->log_store(Impl::kStoreUp, why);
+        self->log_store(StoreNews::kUp, why);
       }
     });
-    w.limiter->watch_refusals([self](const std::string& why) { self->log_store(Impl::kStoreRefused, why); });
+    w.limiter->watch_refusals([self](const std::string& why) { self->log_store(StoreNews::kRefused, why); });
   }
+  g.store_log_timer = std::make_unique<asio::steady_timer>(g.workers[0]->ioc);
   auto acceptor = listen_on(g.workers[0]->ioc, listen, "listen");
   if (!acceptor.ok()) return acceptor.error();
   g.acceptor = std::move(*acceptor);

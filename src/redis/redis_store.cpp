@@ -717,13 +717,15 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   // own, a give-back, sent whatever the breaker says and again while Redis cannot answer, until it
   // does or the lease has timed out by itself; at most kMaxGiveBacks at once (past that, a lease
   // times out by itself, as it did before). A lease id is this store's own random number: releasing
-  // one Redis does not hold changes nothing. Not given back: an acquire that was never sent (the
-  // breaker open, no connection, its deadline past in the queue) and a release the breaker kept
-  // (while Redis is down, the leases of kLocal's fallback are released that way, request after
-  // request, and are not Redis's), or that Redis refused for what it is (kProtocol).
+  // one Redis does not hold changes nothing. So does a release the open breaker kept (a lease taken
+  // on Redis, given back while it blinked: the leases of kLocal's fallback never come here, see
+  // start_release()). Not given back: an acquire that was never sent (the breaker open, no
+  // connection, its deadline past in the queue), or a release Redis refused for what it is
+  // (kProtocol).
   void give_back_leases() {
     if (impl->closing) return;
-    const bool transient = error->code == ErrorCode::kTimeout || error->code == ErrorCode::kStoreUnavailable;
+    const bool transient = error->code == ErrorCode::kTimeout || error->code == ErrorCode::kStoreUnavailable ||
+                           error->code == ErrorCode::kCircuitOpen;
     if (requests.front().release ? !transient : !detail::may_have_run(*error)) return;
     for (const Request& q : requests) {
       if (q.lease == 0) continue;
@@ -1303,9 +1305,12 @@ void RedisStore::start_release(std::string_view key, const Limit& limit, std::ui
                         "release applies to concurrency limits only, not " +
                         std::string(to_string(limit.algorithm())))));
   }
-  // A lease that OnStoreFailure::kLocal gave is held in the local store: it goes back there. Redis's
-  // lease ids are random 64-bit numbers, so releasing one there frees nothing, nor the other way.
-  (void)impl_->local->release(key, divided(limit, options_.fleet_size), lease);
+  // A lease that OnStoreFailure::kLocal gave is held in the local store: it goes back there, and
+  // that is all (Redis's lease ids are random 64-bit numbers: none is both).
+  if (const Result<bool> local = impl_->local->release_held(key, divided(limit, options_.fleet_size), lease);
+      local.ok() && *local) {
+    return complete(std::move(handler), impl_->executor, Result<bool>(true));
+  }
   // Queued and sent as acquires are, so that under load it goes in a batch with them. Its cost is
   // an acquire's usual 1, so that in a batch it shares their limit and entry.
   Requests requests;
