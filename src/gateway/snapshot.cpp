@@ -16,6 +16,24 @@ char scope_char(Scope s) {
   return '?';
 }
 
+// A name as part of a store key: its '|' (which parts the key) and '%' escaped, so that no two
+// keys meet whatever ids, limit names and header or parameter names hold (a caller's value comes
+// last, and may hold anything). A name without either is as it is: its counters carry over.
+std::string key_part(std::string_view name) {
+  std::string out;
+  out.reserve(name.size());
+  for (const char c : name) {
+    if (c == '|') {
+      out += "%7C";
+    } else if (c == '%') {
+      out += "%25";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 // owner names the limits (RateLimit-Policy); key_owner goes into their store keys, and must tell
 // owners apart where owner cannot (a grant's system and interface may both hold a '/').
 std::vector<CompiledLimit> compile(Scope scope, const std::string& owner, const std::string& key_owner,
@@ -36,10 +54,10 @@ std::vector<CompiledLimit> compile(Scope scope, const std::string& owner, const 
       c.name = config::unnamed_limit_name(owner, unnamed, i);
     }
     std::string by = config::to_string(r.key_by);
-    if (r.key_by == config::KeyBy::kHeader || r.key_by == config::KeyBy::kQuery) by += ":" + r.key_name;
+    if (r.key_by == config::KeyBy::kHeader || r.key_by == config::KeyBy::kQuery) by += ":" + key_part(r.key_name);
     const std::string description = r.limit.to_string() + "|" + by;
-    const std::string tag = r.name.empty() ? "#" + std::to_string(seen[description]++) : "=" + r.name;
-    c.key = std::string(1, scope_char(scope)) + "|" + key_owner + "|" + description + "|" + tag + "|";
+    const std::string tag = r.name.empty() ? "#" + std::to_string(seen[description]++) : "=" + key_part(r.name);
+    c.key = std::string(1, scope_char(scope)) + "|" + key_part(key_owner) + "|" + description + "|" + tag + "|";
     out.push_back(std::move(c));
   }
   return out;
@@ -144,7 +162,7 @@ Snapshot::Snapshot(std::shared_ptr<const config::Config> config, BreakerRegistry
       e.in_flight.scope = Scope::kInFlight;
       e.in_flight.name = config::in_flight_limit_name(f.id);
       e.in_flight.owner = f.id;
-      e.in_flight.key = "f|" + f.id + "|" + e.in_flight_limit->to_string() + "|";
+      e.in_flight.key = "f|" + key_part(f.id) + "|" + e.in_flight_limit->to_string() + "|";
     }
     interface_index[f.id] = i;
     if (e.pattern.is_exact()) {

@@ -28,8 +28,9 @@ struct CompiledLimit {
   const config::LimitRule* rule = nullptr;
   std::string name;
   // The store key: scope, owner, the limit's canonical description, what it is keyed by and its
-  // name (or its rank among identical unnamed limits). A limit that did not change across a reload
-  // keeps its key, and so its counters. Keyed-by limits append the value.
+  // name (or its rank among identical unnamed limits), each name's '|' and '%' escaped. A limit that
+  // did not change across a reload keeps its key, and so its counters. Keyed-by limits append the
+  // value.
   std::string key;
   std::string owner;  // for metrics
 };

@@ -473,6 +473,30 @@ TEST_F(PolicyTest, AnUnchangedLimitKeepsItsStateAcrossAReload) {
   EXPECT_EQ(call("GET", "/api/orders", "crm"), Reason::kSystemRateLimited);  // 5 in all, reload or not
 }
 
+// A caller's value comes last in a store key: one holding '|' cannot reach the counter of another
+// limit whose name holds one ("p" with "q|v" is not "p|q" with "v"), nor of another system.
+TEST_F(PolicyTest, AValueHoldingABarReachesNoOtherLimitsCounter) {
+  snapshot_ = std::make_shared<Snapshot>(parse(R"(
+upstreams: [{name: app, targets: ["127.0.0.1:1"]}]
+interfaces:
+  - {id: c, path: /c, upstream: app}
+systems:
+  - key: coll
+    interfaces: [c]
+    limits:
+      - {name: p, algorithm: fixed_window, limit: 3, period: 1h, key_by: "header:X-User"}
+      - {name: "p|q", algorithm: fixed_window, limit: 3, period: 1h, key_by: "header:X-User"}
+)"),
+                                         breakers_, 2);
+  headers_.values["X-User"] = "q|v";
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(call("GET", "/c", "coll"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/c", "coll"), Reason::kSystemRateLimited);
+  headers_.values["X-User"] = "v";
+  EXPECT_EQ(call("GET", "/c", "coll"), Reason::kOk);
+  const SystemEntry* coll = snapshot_->system("coll");
+  EXPECT_EQ(coll->limits[1].key, "s|coll|" + coll->limits[1].rule->limit.to_string() + "|header:X-User|=p%7Cq|");
+}
+
 // Ids may hold a '/': the grants (a/b, c) and (a, b/c) are two grants with two counters.
 TEST(PolicyKeys, GrantsWhoseNamesJoinAlikeKeepTheirOwnCounters) {
   auto config = parse(R"(
