@@ -295,7 +295,13 @@ std::optional<Nanos> wait_of(std::string_view text) {
   if (text.empty()) return Nanos{0};
   std::int64_t seconds = 0;
   auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), seconds);
-  if (ec == std::errc() && p == text.data() + text.size() && seconds >= 0) return std::chrono::seconds(seconds);
+  // Any longer than a day is a day (the hold is capped far below): as nanoseconds, 9223372037 s
+  // and more would wrap around to no wait at all.
+  constexpr std::int64_t kDay = 86400;
+  if (ec == std::errc() && p == text.data() + text.size() && seconds >= 0) return std::chrono::seconds(std::min(seconds, kDay));
+  if (ec == std::errc::result_out_of_range && p == text.data() + text.size() && text.front() != '-') {
+    return std::chrono::seconds(kDay);
+  }
   return parse_duration(text);
 }
 

@@ -883,6 +883,13 @@ TEST_F(AdminApiTest, ALongPollHoldsWhileNothingChangesAndAnswersOnceSomethingDoe
   EXPECT_EQ(waiting.status, 304);
   EXPECT_EQ(waiting.raw.hold, std::chrono::seconds(30));
   EXPECT_EQ(call("GET", "/admin/v1/config?wait=600", "", {{"If-None-Match", etag}}).raw.hold, std::chrono::seconds(60));
+  // However long: seconds that would wrap around as nanoseconds, or past 64 bits.
+  for (const char* huge : {"9223372037", "18446744074", "99999999999999999999999"}) {
+    EXPECT_EQ(call("GET", std::string("/admin/v1/config?wait=") + huge, "", {{"If-None-Match", etag}}).raw.hold,
+              std::chrono::seconds(60))
+        << huge;
+  }
+  EXPECT_EQ(call("GET", "/admin/v1/config?wait=-99999999999999999999999", "", {{"If-None-Match", etag}}).status, 400);
   EXPECT_EQ(call("GET", "/admin/v1/config", "", {{"If-None-Match", etag}}).raw.hold, Nanos{0});
   EXPECT_EQ(call("GET", "/admin/v1/config", "", {{"If-None-Match", "W/" + etag}}).status, 304);  // compared weakly
   EXPECT_EQ(call("PUT", "/admin/v1/systems/erp", R"({"interfaces":["users"]})").status, 200);
