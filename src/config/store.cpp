@@ -1,5 +1,6 @@
 #include "config/store.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -261,6 +262,12 @@ Result<std::unique_ptr<ConfigStore>> ConfigStore::open(StoreOptions options) {
   }
   const int flags = SQLITE_OPEN_NOMUTEX | (mode == Access::kReadOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) |
                     (mode == Access::kCreate ? SQLITE_OPEN_CREATE : 0);
+  // A new database is its owner's alone (0600), whatever the umask: it holds the Redis password, the
+  // sealed signing secrets and the hashes of the tokens. SQLite gives its -wal and -shm files the
+  // database's mode.
+  if (mode == Access::kCreate) {
+    if (const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600); fd >= 0) ::close(fd);
+  }
   if (sqlite3_open_v2(path.c_str(), &store->db_, flags, nullptr) != SQLITE_OK) {
     return Error{ErrorCode::kStoreUnavailable,
                  "cannot open " + path + ": " + (store->db_ != nullptr ? sqlite3_errmsg(store->db_) : "out of memory")};

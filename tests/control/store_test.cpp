@@ -2,6 +2,7 @@
 // revision, hand edits of the tables, the audit log, tokens, and several stores on one file.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <fstream>
@@ -64,6 +65,22 @@ TEST_F(StoreTest, AFreshDatabaseHoldsTheDefaultConfigurationAtRevisionOne) {
   EXPECT_EQ(yaml_of(*loaded->config), yaml_of(Config{}));
   EXPECT_EQ(query_one(path_, "PRAGMA journal_mode"), "wal");
   EXPECT_EQ(query_one(path_, "PRAGMA user_version"), std::to_string(ConfigStore::schema_version()));
+}
+
+// It holds the Redis password, sealed secrets and token hashes: its owner's alone, as are its -wal
+// and -shm files, whatever the umask (022 would leave them readable by every user).
+TEST_F(StoreTest, ANewDatabaseAndItsLogAreItsOwnersAlone) {
+  const std::string path = testing::temp_dir() + "/private.db";
+  const mode_t before = ::umask(022);
+  auto store = open_store(path);
+  ::umask(before);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->replace("test", "config.import", *parse(base_yaml())).ok());
+  for (const std::string& file : {path, path + "-wal", path + "-shm"}) {
+    struct stat st {};
+    ASSERT_EQ(::stat(file.c_str(), &st), 0) << file;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << file;
+  }
 }
 
 TEST_F(StoreTest, ReopeningMigratesNothingAndKeepsWhatWasCommitted) {
