@@ -182,8 +182,12 @@ struct Precondition {
   std::vector<std::int64_t> revisions;
   std::vector<std::string> tags;
 
-  explicit Precondition(std::string_view header, bool weak = false) {
-    present = !header.empty();
+  // The request's field of that name. Given empty, it is present and lists nothing (which nothing
+  // matches), not absent.
+  Precondition(const AdminRequest& req, std::string_view field, bool weak = false) {
+    present = req.has(field);
+    const std::string joined = req.list(field);
+    const std::string_view header = joined;
     std::size_t start = 0;
     while (start < header.size()) {
       std::size_t end = header.find(',', start);
@@ -226,7 +230,7 @@ struct Conditions {
   std::optional<std::int64_t> revision_held;  // resolve(): a listed revision, the configuration's
 
   explicit Conditions(const AdminRequest& req)
-      : match(req.list("If-Match")), none_match(req.list("If-None-Match"), true) {}
+      : match(req, "If-Match"), none_match(req, "If-None-Match", true) {}
 
   // For a replacement: looks whether the configuration is at a revision If-Match lists; then the
   // store checks, as it commits, that it still is (a move in between is refused, not overlooked).
@@ -283,8 +287,8 @@ struct Conditions {
 // A write to what has no ETag (tokens, counters, a breaker's state on this instance) can hold no
 // precondition but If-Match: * (it exists): any other is refused rather than ignored.
 std::optional<AdminResponse> no_preconditions(const AdminRequest& req, std::string_view what) {
-  const Precondition match(req.list("If-Match"));
-  if ((match.present && !match.any) || !req.list("If-None-Match").empty()) {
+  const Precondition match(req, "If-Match");
+  if ((match.present && !match.any) || req.has("If-None-Match")) {
     return error(412, "precondition_failed",
                  std::string(what) + " has no ETag: a write to it takes no If-None-Match, and no If-Match but *.");
   }
@@ -719,7 +723,7 @@ AdminResponse AdminApi::config_route(Call& call) const {
       revision = options_.pulled().revision;
     }
     const std::string tag = revision_tag(revision);
-    const Precondition none_match(req.list("If-None-Match"), true);  // compared weakly
+    const Precondition none_match(req, "If-None-Match", true);  // compared weakly
     // A long poll is answered 304 while it may still wait: unchanged, or (a database's) changed but
     // not read yet by the watcher, which reads each revision to serve it. This thread then reads
     // nothing: the configuration of thousands of systems takes a while to read, and every poll

@@ -2174,6 +2174,7 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
       http::response<http::string_body> res{status, 11};
       res.set(http::field::date, http_date_now());
       res.set(http::field::content_type, "application/json");
+      res.set("X-Content-Type-Options", "nosniff");
       res.body() = std::move(body);
       res.keep_alive(false);
       res.prepare_payload();
@@ -2261,6 +2262,7 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
     http::response<http::string_body> res{static_cast<http::status>(out.status), 11};
     res.set(http::field::date, http_date_now());
     res.set(http::field::content_type, out.content_type);
+    res.set("X-Content-Type-Options", "nosniff");  // every answer is what its type says
     for (const auto& [name, value] : out.headers) res.set(name, value);
     res.body() = std::move(out.body);
     res.keep_alive(req.keep_alive());
@@ -2739,6 +2741,10 @@ std::string AdminRequest::list(std::string_view name) const {
     joined += v;
   }
   return joined;
+}
+
+bool AdminRequest::has(std::string_view name) const {
+  return std::any_of(headers.begin(), headers.end(), [&](const auto& h) { return beast::iequals(h.first, name); });
 }
 
 std::string_view AdminRequest::single(std::string_view name) const {

@@ -43,6 +43,8 @@ struct AdminRequest {
   // A list field's values, each field line of that name in turn joined by ", " (RFC 9110 5.3: the
   // same as one line); empty when absent.
   std::string list(std::string_view name) const;
+  // Whether the request has a field of that name, even an empty one.
+  bool has(std::string_view name) const;
 };
 struct AdminResponse {
   int status = 200;

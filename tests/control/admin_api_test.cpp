@@ -501,6 +501,13 @@ TEST_F(AdminApiTest, AStaleIfMatchIs412AndChangesNothing) {
   EXPECT_EQ(stale.status, 412);
   EXPECT_EQ(stale.str("reason"), "precondition_failed");
   EXPECT_EQ(call("DELETE", "/admin/v1/systems/crm", "", {{"If-Match", etag}}).status, 412);
+  // An empty If-Match lists no tag: nothing matches it (it is not taken for no condition).
+  EXPECT_EQ(call("PUT", "/admin/v1/systems/crm", R"({"description":"third","interfaces":["orders"]})", {{"If-Match", ""}})
+                .status,
+            412);
+  EXPECT_EQ(call("PUT", "/admin/v1/config", json::serialize(config::to_json(*store_->load()->config)), {{"If-Match", ""}})
+                .status,
+            412);
   EXPECT_EQ(revision(), before);
   EXPECT_EQ(store_->load()->config->systems[0].description, "first");
 }

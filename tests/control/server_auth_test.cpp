@@ -321,6 +321,20 @@ TEST_F(ServerAuthTest, FromLoopbackAForwardedOrRenamedRequestNeedsAToken) {
   EXPECT_EQ(status("Host: evil.example\r\nAuthorization: Bearer t\r\n"), 200);
 }
 
+// Every answer of the admin listener is what its Content-Type says (no browser sniffs JSON for HTML).
+TEST_F(ServerAuthTest, TheAdminListenerAnswersNoSniff) {
+  gw_->add_admin_route("GET", "/admin/v1/", [](const AdminRequest&) {
+    return AdminResponse{200, "application/json", "{\"x\":\"<script>\"}"};
+  });
+  HttpClient c(gw_->admin_port());
+  for (const char* path : {"/healthz", "/metrics", "/admin/v1/x", "/nothing"}) {
+    EXPECT_EQ(c.get(path).header("x-content-type-options"), "nosniff") << path;
+  }
+  const std::string answer = testing::raw_exchange(
+      gw_->admin_port(), "PUT /admin/v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n");
+  EXPECT_NE(answer.find("X-Content-Type-Options: nosniff"), std::string::npos) << answer;
+}
+
 TEST_F(ServerAuthTest, TheAdminListenerTakesAWholeConfigurationsBodyAndAnswers413PastItsLimit) {
   gw_->add_admin_route("PUT", "/admin/v1/", [](const AdminRequest& r) {
     return AdminResponse{200, "application/json", "{\"bytes\":" + std::to_string(r.body.size()) + "}"};
