@@ -981,6 +981,17 @@ Result<bool> ConfigStore::delete_token(std::string_view actor, std::string_view 
   return true;
 }
 
+Status ConfigStore::note(std::string_view actor, const ChangeRecord& record) {
+  std::lock_guard lock(mu_);
+  if (auto gone = missing_file()) return *gone;
+  Transaction tx(db_, true);
+  if (!tx.ok()) return cannot_write();
+  const Result<std::int64_t> revision = read_revision();
+  if (!revision.ok()) return revision.error();
+  if (Status s = add_audit(actor, record, *revision); !s) return s;
+  return tx.commit();
+}
+
 Result<std::vector<AuditEntry>> ConfigStore::audit(std::size_t limit, std::optional<std::int64_t> before_id) {
   std::lock_guard lock(mu_);
   Stmt s(db_, "SELECT id, at, actor, action, target, revision, before, after FROM audit "

@@ -147,6 +147,10 @@ class ConfigStore {
   // false when there is no such token.
   Result<bool> delete_token(std::string_view actor, std::string_view id);
 
+  // An action that changes no configuration (a limit's count reset, a breaker reset) into the audit
+  // log, at the revision in effect.
+  Status note(std::string_view actor, const ChangeRecord& record);
+
   // Audit rows, newest first: at most limit of them, older than before_id when given.
   Result<std::vector<AuditEntry>> audit(std::size_t limit, std::optional<std::int64_t> before_id = std::nullopt);
 

@@ -1281,7 +1281,21 @@ AdminResponse AdminApi::limits_route(Call& call) const {
   if (!only.empty() && items.empty()) {
     return not_found("\"" + key + "\" has no limit named \"" + only + "\"" + (reset ? ": nothing was reset." : "."));
   }
+  if (reset) {
+    const json::object what{{"key", key}, {"value", value}, {"limit", only}};
+    if (auto unsaid = note(call, "limits.reset", "limits", what)) return *unsaid;
+  }
   return json_response(200, json::object{{"key", key}, {"value", value}, {"items", std::move(items)}});
+}
+
+// An action that changes state but no configuration (a reset), into the audit log with what it
+// was; the answer to give when that could not be written (the action was done).
+std::optional<AdminResponse> AdminApi::note(const Call& call, std::string action, std::string target,
+                                            const json::object& what) const {
+  if (options_.store == nullptr) return std::nullopt;  // no database, no audit log
+  const Status s = options_.store->note(call.actor, {std::move(action), std::move(target), "null", json::serialize(what)});
+  if (s.ok()) return std::nullopt;
+  return error(503, "store_unavailable", "Done, but the audit log could not be written: " + s.error().message);
 }
 
 AdminResponse AdminApi::breakers_route(Call& call) const {
@@ -1314,6 +1328,7 @@ AdminResponse AdminApi::breakers_route(Call& call) const {
                        ": POST {\"force\": \"none\"} to .../force first.");
     }
     entry->breaker->reset();  // this instance's breaker only
+    if (auto unsaid = note(call, "breaker.reset", "breakers/" + name, json::object{{"upstream", name}})) return *unsaid;
     return json_response(200, breaker_json(*entry));
   }
   if (seg[2] != "force") return not_found("No such admin API route.");

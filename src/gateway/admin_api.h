@@ -94,6 +94,8 @@ class AdminApi {
   AdminResponse stats_route(Call& call) const;
   AdminResponse limits_route(Call& call) const;
   AdminResponse breakers_route(Call& call) const;
+  std::optional<AdminResponse> note(const Call& call, std::string action, std::string target,
+                                    const boost::json::object& what) const;
   AdminResponse tokens_route(Call& call) const;
   AdminResponse credentials_route(Call& call) const;
   template <class T>

@@ -283,6 +283,31 @@ TEST_F(AdminApiTest, ABodyNamingAnotherEntityThanItsUrlIsRefused) {
   EXPECT_EQ(r.str("reason"), "bad_request");
 }
 
+// A reset changes no configuration but what the gateway enforces: it is audited, with who did it
+// and what was reset, at the revision in effect.
+TEST_F(AdminApiTest, ResetsOfALimitAndOfABreakerAreAudited) {
+  const std::int64_t before = revision();
+  ASSERT_EQ(call("POST", "/admin/v1/limits/reset?key=system:crm&value=7").status, 200);
+  ASSERT_EQ(call("POST", "/admin/v1/breakers/app/reset").status, 200);
+  EXPECT_EQ(revision(), before);
+  const Reply audit = call("GET", "/admin/v1/audit?limit=2");
+  const auto& items = audit.obj().at("items").as_array();
+  ASSERT_EQ(items.size(), 2u) << audit.raw.body;
+  const auto& breaker = items[0].as_object();
+  const auto& limits = items[1].as_object();
+  EXPECT_EQ(limits.at("action").as_string(), "limits.reset");
+  EXPECT_EQ(limits.at("after").as_object().at("key").as_string(), "system:crm");
+  EXPECT_EQ(limits.at("after").as_object().at("value").as_string(), "7");
+  EXPECT_EQ(limits.at("revision").as_int64(), before);
+  EXPECT_NE(limits.at("actor").as_string().find("token:"), std::string::npos);
+  EXPECT_EQ(breaker.at("action").as_string(), "breaker.reset");
+  EXPECT_EQ(breaker.at("target").as_string(), "breakers/app");
+  // A reset that found nothing to reset is not.
+  EXPECT_EQ(call("POST", "/admin/v1/limits/reset?key=system:crm&limit=nope").status, 404);
+  EXPECT_EQ(call("GET", "/admin/v1/audit?limit=1").obj().at("items").as_array()[0].as_object().at("action").as_string(),
+            "breaker.reset");
+}
+
 TEST_F(AdminApiTest, DeletingASystemTakesItsGrantsWithItAndAuditsEach) {
   EXPECT_EQ(call("DELETE", "/admin/v1/systems/crm").status, 204);
   EXPECT_TRUE(store_->load()->config->grants.empty());
