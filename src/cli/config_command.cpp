@@ -10,6 +10,7 @@
 
 #include "cli/not_empty.h"
 #include "cli/serve_control.h"
+#include "cli/token_file.h"
 #include "config/json.h"
 #include "config/store.h"
 #include "config/yaml.h"
@@ -24,6 +25,7 @@ struct ConfigOptions {
   std::string format;  // empty: yaml (given or not, --as-stored needs to know)
   std::string admin;
   std::string token;
+  std::string token_file;
   std::string if_match;
   bool as_stored = false;
 };
@@ -113,6 +115,13 @@ void apply(const ConfigOptions& o) {
   // The same checks the primary makes, with the file's line numbers. A password placeholder is the
   // primary's to judge: it keeps the stored password when the address is the stored one.
   load_or_exit(o.file, "apply", Placeholder::kPrimaryDecides);
+  std::string token = o.token;
+  if (!o.token_file.empty()) {
+    auto read = read_token_file(o.token_file);
+    if (!read.ok()) bad_flag("apply", "--token-file: " + read.error().message);
+    token = std::move(*read);
+  }
+  if (token.empty()) bad_flag("apply", "give --token or --token-file (an admin token of the primary)");
   std::ifstream in(o.file, std::ios::binary);
   std::ostringstream text;
   text << in.rdbuf();
@@ -124,7 +133,7 @@ void apply(const ConfigOptions& o) {
   gateway::FetchRequest req;
   req.method = "PUT";
   req.url = admin + "/admin/v1/config";
-  req.headers = {{"Authorization", "Bearer " + o.token}, {"Content-Type", "application/yaml"}};
+  req.headers = {{"Authorization", "Bearer " + token}, {"Content-Type", "application/yaml"}};
   if (!o.if_match.empty()) {
     // 42, r42 or "r42" (the ETag as shown).
     std::string_view r = o.if_match;
@@ -206,7 +215,12 @@ void add_config_command(CLI::App& app) {
                                                 "through its admin API");
   app_->add_option("file", o->file, "The YAML file")->required()->check(kNotEmpty);
   app_->add_option("--admin", o->admin, "The primary's admin listener, http://host:port")->required()->check(kNotEmpty);
-  app_->add_option("--token", o->token, "An admin token (admin role)")->required()->check(kNotEmpty);
+  CLI::Option* token = app_->add_option("--token", o->token, "An admin token (admin role)")->check(kNotEmpty);
+  app_->add_option("--token-file", o->token_file,
+                   "A file whose first line is that token (kept out of the command line, which other users of "
+                   "the host can read)")
+      ->check(kNotEmpty)
+      ->excludes(token);
   app_->add_option("--if-match", o->if_match,
                    "Only if the configuration is still at this revision (a number: the ETag \"r42\" is 42); "
                    "412 otherwise");

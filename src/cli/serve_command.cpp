@@ -6,6 +6,7 @@
 
 #include "cli/not_empty.h"
 #include "cli/serve_control.h"
+#include "cli/token_file.h"
 #include "config/store.h"
 #include "config/yaml.h"
 #include "gateway/admin_api.h"
@@ -30,6 +31,7 @@ struct ServeOptions {
   std::string db;
   std::string config_from;
   std::string token;
+  std::string token_file;
 };
 
 void print_demo_help(std::uint16_t port, std::uint16_t admin_port, const std::string& token) {
@@ -120,7 +122,15 @@ int serve_demo(const ServeSettings& settings) {
   });
 }
 
-int run(const ServeOptions& o) {
+int run(ServeOptions o) {
+  if (!o.token_file.empty()) {
+    auto token = read_token_file(o.token_file);
+    if (!token.ok()) {
+      std::fprintf(stderr, "sluice serve: --token-file: %s\n", token.error().message.c_str());
+      return 2;
+    }
+    o.token = std::move(*token);
+  }
   const int sources = int{!o.config_path.empty()} + int{o.demo || !o.db.empty()} + int{!o.config_from.empty()};
   if (sources > 1) {
     std::fprintf(stderr, "sluice serve: give one of --db FILE (with --demo or not), --config FILE or --config-from URL\n");
@@ -219,9 +229,16 @@ void add_serve_command(CLI::App& app) {
   CLI::Option* config_from = serve->add_option("--config-from", o->config_from,
                                                "Follow a primary: http://host:port of its admin listener (needs --token)")
                                  ->check(kNotEmpty);
-  serve->add_option("--token", o->token, "With --config-from: an admin token of the primary (read role suffices)")
+  CLI::Option* token = serve->add_option("--token", o->token,
+                                         "With --config-from: an admin token of the primary (read role suffices)")
+                            ->check(kNotEmpty)
+                            ->needs(config_from);
+  serve->add_option("--token-file", o->token_file,
+                    "With --config-from: a file whose first line is that token (kept out of the command line, "
+                    "which other users of the host can read)")
       ->check(kNotEmpty)
-      ->needs(config_from);
+      ->needs(config_from)
+      ->excludes(token);
   serve->add_flag("--demo", o->demo,
                   "Run the built-in demo configuration, kept in the database (--db; written there on the first "
                   "run), in front of a built-in echo upstream, with an admin token for the web console");

@@ -367,7 +367,7 @@ int serve_database(const ServeSettings& s,
 
 int serve_follower(const ServeSettings& s) {
   if (s.token.empty()) {
-    std::fprintf(stderr, "sluice serve: --config-from needs --token (an admin token of the primary; read suffices)\n");
+    std::fprintf(stderr, "sluice serve: --config-from needs --token or --token-file (an admin token of the primary; read suffices)\n");
     return 2;
   }
   // The admin API's routes go after it: a path would only end in 404s once running.

@@ -881,6 +881,32 @@ TEST_F(ControlProcessTest, ConfigApplyReplacesAPrimarysConfigurationOrShowsItsPr
   EXPECT_NE(err.find("--if-match must be a revision"), std::string::npos) << err;
   EXPECT_EQ(sluice({"config", "apply", next, "--admin", url, "--token", "sluice_at_wrong"}, &out, &err), 1);
   EXPECT_NE(err.find("401"), std::string::npos) << err;
+  // The token from a file, kept out of the command line.
+  const std::string file = dir_ + "/token";
+  testing::write_file(file, "  " + t + "\n");
+  EXPECT_EQ(sluice({"config", "apply", next, "--admin", url, "--token-file", file}, &out, &err), 0) << err;
+  EXPECT_EQ(sluice({"config", "apply", next, "--admin", url}, &out, &err), 2);
+  EXPECT_NE(err.find("give --token or --token-file"), std::string::npos) << err;
+  EXPECT_EQ(sluice({"config", "apply", next, "--admin", url, "--token-file", file + ".missing"}, &out, &err), 2);
+  EXPECT_NE(err.find("cannot read a token from"), std::string::npos) << err;
+  EXPECT_EQ(sluice({"config", "apply", next, "--admin", url, "--token", t, "--token-file", file}, &out, &err), 2);
+}
+
+// A follower may read its token from a file: not in its command line (/proc/PID/cmdline) for as long
+// as it runs.
+TEST_F(ControlProcessTest, AFollowerTakesItsTokenFromAFile) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  Server primary = serve({"--db", db_});
+  const std::string file = dir_ + "/read-token";
+  const std::string read = token("read");
+  testing::write_file(file, read + "\n");
+  Server follower = serve({"--config-from", admin_url(primary), "--token-file", file});
+  EXPECT_EQ(status(follower, "/orders/1", "crm"), 200);
+  std::ifstream cmdline("/proc/" + std::to_string(follower.child->pid()) + "/cmdline");
+  const std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(args.find(read), std::string::npos);
+  std::string err;
+  EXPECT_EQ(sluice({"serve", "--token-file", file}, nullptr, &err), 2);  // only with --config-from
 }
 
 // A check of a database that is not there fails and makes none: a mistyped --db must not pass as
