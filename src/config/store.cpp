@@ -901,11 +901,48 @@ WriteResult ConfigStore::replace(std::string_view actor, std::string_view action
       if_revision, false);
 }
 
+namespace {
+
+// Whether text holds a character that shows nothing or moves what follows: a space other than
+// ' ' (U+00A0, U+2000-U+200A, U+3000), a zero-width or joining one (U+200B-U+200D, U+2060-U+2064,
+// U+FEFF), a direction mark or override (U+200E-U+200F, U+202A-U+202E, U+2066-U+2069), a soft
+// hyphen (U+00AD) or a line or paragraph separator (U+2028-U+2029).
+bool has_invisible_characters(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    std::uint32_t cp = c;
+    std::size_t n = 1;
+    if (c >= 0xF0 && i + 3 < text.size()) {
+      cp = ((c & 0x07U) << 18) | ((static_cast<unsigned char>(text[i + 1]) & 0x3FU) << 12) |
+           ((static_cast<unsigned char>(text[i + 2]) & 0x3FU) << 6) | (static_cast<unsigned char>(text[i + 3]) & 0x3FU);
+      n = 4;
+    } else if (c >= 0xE0 && i + 2 < text.size()) {
+      cp = ((c & 0x0FU) << 12) | ((static_cast<unsigned char>(text[i + 1]) & 0x3FU) << 6) |
+           (static_cast<unsigned char>(text[i + 2]) & 0x3FU);
+      n = 3;
+    } else if (c >= 0xC0 && i + 1 < text.size()) {
+      cp = ((c & 0x1FU) << 6) | (static_cast<unsigned char>(text[i + 1]) & 0x3FU);
+      n = 2;
+    }
+    if (cp == 0xA0 || cp == 0xAD || (cp >= 0x2000 && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202E) ||
+        (cp >= 0x2060 && cp <= 0x2069) || cp == 0x3000 || cp == 0xFEFF) {
+      return true;
+    }
+    i += n;
+  }
+  return false;
+}
+
+}  // namespace
+
 Result<std::pair<TokenInfo, std::string>> ConfigStore::create_token(std::string_view actor, Role role,
                                                                      std::string_view name) {
-  // It is shown in the audit log's actors and the console: no control characters.
-  if (has_control_characters(name)) {
-    return Error{ErrorCode::kInvalidArgument, "a token's name must not hold control characters"};
+  // It is shown in the audit log's actors, "token:<name> (<id>)", and in the console: it cannot
+  // pass for another token (no parentheses, nothing invisible or reordering), nor fill a screen.
+  if (has_control_characters(name) || has_invisible_characters(name) ||
+      name.find_first_of("()") != std::string_view::npos || name.size() > 128) {
+    return Error{ErrorCode::kInvalidArgument,
+                 "a token's name must be at most 128 bytes, without control or invisible characters or parentheses"};
   }
   TokenInfo info;
   info.id = random_id("at_");

@@ -1305,6 +1305,17 @@ TEST_F(AdminApiTest, AdminsCreateListAndRevokeTokens) {
   EXPECT_EQ(call("GET", "/admin/v1/whoami", "", {}, &token).status, 401);
   EXPECT_EQ(call("POST", "/admin/v1/tokens", R"({"name":"x","role":"root"})").status, 400);
   EXPECT_EQ(call("POST", "/admin/v1/tokens", R"({"name":"a\u0001b","role":"read"})").status, 400);
+  // A name that could pass for another token in the audit log's "token:<name> (<id>)": another id
+  // in parentheses, pushed off screen by invisible spaces, or text reordered by a direction override.
+  for (const std::string& name : std::vector<std::string>{"ops (at_c888723c4f50)", "ops\u00a0\u00a0\u00a0", "ops\u202egnp.exe", "zero\u200bwidth",
+                                 "\ufeffops", std::string(129, 'x')}) {
+    const Reply r = call("POST", "/admin/v1/tokens", R"({"name":")" + name + R"(","role":"read"})");
+    EXPECT_EQ(r.status, 400) << name;
+    EXPECT_NE(r.raw.body.find("without control or invisible characters or parentheses"), std::string::npos) << r.raw.body;
+  }
+  const Reply named = call("POST", "/admin/v1/tokens", R"({"name":"运维 ops-2","role":"read"})");
+  ASSERT_EQ(named.status, 201) << named.raw.body;
+  EXPECT_EQ(call("DELETE", "/admin/v1/tokens/" + named.str("id")).status, 204);
   // A field given twice is refused, not read as its last value; so is one the route does not know.
   EXPECT_EQ(call("POST", "/admin/v1/tokens", R"({"name":"x","role":"read","role":"admin"})").status, 400);
   EXPECT_EQ(call("POST", "/admin/v1/tokens", R"({"name":"x","role":"read","expires":"2030-01-01T00:00:00Z"})").status,
