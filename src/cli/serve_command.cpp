@@ -117,9 +117,19 @@ int serve_demo(const ServeSettings& settings) {
     return 1;
   }
   // Once serving, with the ports listened on (which --listen 127.0.0.1:0 leaves to the system).
-  return serve_database(settings, [&token](std::uint16_t port, std::uint16_t admin_port) {
+  const int rc = serve_database(settings, [&token](std::uint16_t port, std::uint16_t admin_port) {
     print_demo_help(port, admin_port, token);
   });
+  // The token was printed for this run: it goes with it, so that it does not outlive the demo on a
+  // database served for real later (one left by a run killed outright goes at the next --demo).
+  if (auto store = config::ConfigStore::open({.path = settings.db}); store.ok()) {
+    if (auto tokens = (*store)->tokens(); tokens.ok()) {
+      for (const config::TokenInfo& t : *tokens) {
+        if (t.name == "demo" && t.token_sha256 == config::sha256_hex(token)) (void)(*store)->delete_token("demo", t.id);
+      }
+    }
+  }
+  return rc;
 }
 
 int run(ServeOptions o) {

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "config/store.h"
 #include "gateway/demo.h"
 #include "http_client.h"
 
@@ -235,6 +236,14 @@ TEST_F(ProcessTest, TheDemoKeepsItsConfigurationInTheDatabaseWithATokenForTheCon
             200);
   first->signal(SIGTERM);
   ASSERT_EQ(first->wait_exit(10s), 0);
+  // Its token went with it: not left to work on a database served for real later.
+  {
+    auto store = config::ConfigStore::open({.path = db, .access = config::StoreOptions::Access::kExisting});
+    ASSERT_TRUE(store.ok()) << store.error().message;
+    auto tokens = (*store)->tokens();
+    ASSERT_TRUE(tokens.ok());
+    EXPECT_TRUE(tokens->empty()) << tokens->size() << " tokens left, the first named " << tokens->front().name;
+  }
 
   auto second = demo(port_, admin_port_);
   ASSERT_TRUE(serving()) << second->stderr_text();
