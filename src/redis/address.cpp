@@ -1,5 +1,6 @@
 #include "sluice/redis/address.h"
 
+#include <algorithm>
 #include <charconv>
 
 namespace sluice::redis {
@@ -41,6 +42,9 @@ Result<Endpoint> parse_endpoint(std::string_view s) {
     }
   }
   if (e.host.empty()) return invalid_argument("redis address: missing host");
+  if (std::any_of(e.host.begin(), e.host.end(), [](char c) { return c <= ' ' || c == 0x7f; })) {
+    return invalid_argument("redis address: a space or control character in the host '" + e.host + "'");
+  }
   if (!port.empty()) {
     auto p = parse_int(port, 1, 65535, "port");
     if (!p) return p.error();
@@ -75,6 +79,11 @@ Result<Address> parse_address(std::string_view text) {
   }
   if (const auto at = text.rfind('@'); at != std::string_view::npos) {
     const std::string_view credentials = text.substr(0, at);
+    // "redis-cluster://:pw@a:1,:pw@b:2" would take "pw@a:1,:pw" for the password, and drop a.
+    if (a.cluster && credentials.find(',') != std::string_view::npos) {
+      return invalid_argument("redis address: the credentials go once, before the first host "
+                              "(redis-cluster://:password@host:port,host:port)");
+    }
     const auto colon = credentials.find(':');
     if (colon == std::string_view::npos) {
       a.password = std::string(credentials);

@@ -1107,6 +1107,10 @@ Result<std::unique_ptr<RedisStore>> RedisStore::open(asio::any_io_executor execu
   }
   if (Status s = options.breaker.validate(); !s) return s.error();
   if (options.max_batch < 1) return invalid_argument("max_batch must be at least 1");
+  if (options.reconnect_min.count() < 0 || options.reconnect_min > options.reconnect_max) {
+    return invalid_argument("reconnect_min must be from 0 to reconnect_max");
+  }
+  if (options.deny_retry_after.count() < 0) return invalid_argument("deny_retry_after must not be negative");
   detail::ClientOptions co;
   co.address = std::move(*address);
   co.connect_timeout = options.connect_timeout;

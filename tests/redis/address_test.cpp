@@ -63,6 +63,11 @@ TEST(Address, SaysWhatIsWrongWithoutShowingThePassword) {
   EXPECT_EQ(message("redis-cluster://,a:1"), "redis address: an empty host in the list");
   EXPECT_EQ(message("redis-cluster://a:1,,b:2"), "redis address: an empty host in the list");
   EXPECT_EQ(message("redis://:@host:1"), "redis address: an empty password before '@'");
+  // Credentials per node would be read as one password holding the first host: said, not dropped.
+  EXPECT_EQ(message("redis-cluster://:pw@h1:7301,:pw@h2:7302"),
+            "redis address: the credentials go once, before the first host "
+            "(redis-cluster://:password@host:port,host:port)");
+  EXPECT_EQ(message("redis://h :1"), "redis address: a space or control character in the host 'h '");
 }
 
 }  // namespace
