@@ -211,10 +211,6 @@ int run_bench(const bench::Options& options, const Output& output) {
   if (json_file && chart_file && json_file->same_file(*chart_file)) {
     return cannot_run("--json and --chart name one file ('" + json_file->path() + "'): give each its own");
   }
-  // A reader of stdout that goes away (`| head`) costs the text report, not the files and the exit
-  // status: writes to it fail rather than kill the run.
-  std::signal(SIGPIPE, SIG_IGN);
-
   catch_interrupt();
   bench::RunHooks hooks;
   hooks.stop = &g_interrupted;

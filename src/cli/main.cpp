@@ -3,6 +3,7 @@
 // non-zero exit status by throwing CLI::RuntimeError(status).
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <cstdio>
 
 #include "cli/bench_command.h"
@@ -17,6 +18,9 @@ constexpr int kUsageError = 2;
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A reader of stdout or stderr that goes away (a log shipper restarted, `| head`) fails the
+  // writes to it, and costs what they carried; it does not kill the gateway, or a bench run.
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"sluice: rate limiting and circuit breaking for HTTP APIs", "sluice"};
   app.set_version_flag("--version", "sluice " SLUICE_VERSION);
   app.require_subcommand(1);

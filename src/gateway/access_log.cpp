@@ -1,14 +1,17 @@
 #include "gateway/access_log.h"
 
+#include <fcntl.h>
 #include <limits.h>
-#include <stdio_ext.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <mutex>
 
 #include "config/json.h"
 
@@ -43,46 +46,119 @@ void append_json_escaped(std::string& out, std::string_view s) {
   }
 }
 
-AccessLog::AccessLog(std::FILE* file, bool owned, std::string path)
-    : file_(file), owned_(owned), path_(std::move(path)) {}
+struct AccessLog::Shared {
+  int fd = -1;
+  bool owned = false;  // a file the log opened (closed with it); not stdout
+  bool pipe = false;   // written PIPE_BUF at most at a time: never split by another writer's write
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string queued;          // guarded by mu
+  std::uint64_t appended = 0;  // lines queued, guarded by mu
+  std::uint64_t done = 0;      // of those, lines written or lost, guarded by mu
+  bool stop = false;           // guarded by mu
+  bool finished = false;       // the writer has returned, guarded by mu
+  std::uint64_t lost = 0;      // since take_lost(), guarded by mu
+  std::string why_lost;        // guarded by mu
+
+  std::mutex write_mu;  // held while writing, and by reopen() to swap the file under it
+
+  ~Shared() {
+    if (owned && fd >= 0) ::close(fd);
+  }
+
+  // Writes whole lines; returns how many were lost, and why, when a write failed. A regular file
+  // that took part of a line is cut back to the lines before it, so that what follows starts a
+  // line of its own (a full disk leaves no half line for the next one to run into).
+  std::pair<std::uint64_t, std::string> write_out(std::string_view text) {
+    std::lock_guard lock(write_mu);
+    struct stat st {};
+    const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    std::size_t at = 0;
+    while (at < text.size()) {
+      std::size_t end = text.size();
+      if (pipe && end - at > PIPE_BUF) end = text.rfind('\n', at + PIPE_BUF - 1) + 1;
+      const off_t before = regular ? ::lseek(fd, 0, SEEK_END) : 0;
+      std::size_t put = 0;
+      while (at + put < end) {
+        const ssize_t n = ::write(fd, text.data() + at + put, end - at - put);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          const std::string why = n < 0 ? std::strerror(errno) : "nothing written";
+          const std::size_t whole = put == 0 ? 0 : text.rfind('\n', at + put - 1) + 1;
+          const std::size_t kept = whole > at ? whole - at : 0;
+          if (regular && put > kept && before >= 0) (void)::ftruncate(fd, before + static_cast<off_t>(kept));
+          const std::string_view rest = text.substr(at + kept);
+          return {static_cast<std::uint64_t>(std::count(rest.begin(), rest.end(), '\n')), why};
+        }
+        put += static_cast<std::size_t>(n);
+      }
+      at = end;
+    }
+    return {0, ""};
+  }
+
+  void run() {
+    std::unique_lock lock(mu);
+    for (;;) {
+      if (queued.empty()) {
+        if (stop) break;
+        cv.wait_for(lock, std::chrono::milliseconds(100));
+        continue;
+      }
+      std::string batch;
+      batch.swap(queued);
+      const std::uint64_t upto = appended;
+      lock.unlock();
+      auto [lines_lost, why] = write_out(batch);
+      lock.lock();
+      done = upto;
+      if (lines_lost > 0) {
+        lost += lines_lost;
+        why_lost = std::move(why);
+      }
+      cv.notify_all();
+    }
+    finished = true;
+    cv.notify_all();
+  }
+};
+
+AccessLog::AccessLog(std::shared_ptr<Shared> shared, std::string path)
+    : shared_(std::move(shared)), path_(std::move(path)) {
+  if (shared_) writer_ = std::thread([s = shared_] { s->run(); });
+}
 
 AccessLog::~AccessLog() {
-  if (file_ != nullptr) std::fflush(file_);
-  if (owned_) std::fclose(file_);
+  if (!shared_) return;
+  flush(std::chrono::milliseconds(500));
+  {
+    std::lock_guard lock(shared_->mu);
+    shared_->stop = true;
+  }
+  shared_->cv.notify_all();
+  std::unique_lock lock(shared_->mu);
+  // A writer stuck in a write (a reader that never reads) is left to the process's exit.
+  if (shared_->cv.wait_for(lock, std::chrono::milliseconds(500), [&] { return shared_->finished; })) {
+    lock.unlock();
+    writer_.join();
+  } else {
+    writer_.detach();
+  }
 }
-
-namespace {
-
-// The buffer of the log's stream: 64 KiB, or PIPE_BUF for a pipe, where a write of up to PIPE_BUF
-// is never split by another writer's (the gateway's messages on stderr, when both go to one pipe).
-std::size_t buffer_size(std::FILE* f) {
-  struct stat st{};
-  if (::fstat(::fileno(f), &st) == 0 && S_ISFIFO(st.st_mode)) return PIPE_BUF;
-  return std::size_t{1} << 16;
-}
-
-}  // namespace
 
 Result<std::unique_ptr<AccessLog>> AccessLog::open(const std::string& where) {
-  if (where == "off") return std::unique_ptr<AccessLog>(new AccessLog(nullptr, false, ""));
-  std::FILE* f = stdout;
+  if (where == "off") return std::unique_ptr<AccessLog>(new AccessLog(nullptr, ""));
+  auto shared = std::make_shared<Shared>();
+  shared->fd = STDOUT_FILENO;
   if (where != "stdout") {
-    f = std::fopen(where.c_str(), "a");
-    if (f == nullptr) {
-      return invalid_argument("cannot open the access log " + where + ": " + std::strerror(errno));
-    }
+    shared->fd = ::open(where.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+    if (shared->fd < 0) return invalid_argument("cannot open the access log " + where + ": " + std::strerror(errno));
+    shared->owned = true;
   }
-  auto log = std::unique_ptr<AccessLog>(new AccessLog(f, where != "stdout", where != "stdout" ? where : ""));
-  log->buffer_size_ = buffer_size(f);
-  // stdout's buffer outlives the log (the stream is not closed with it).
-  static char stdout_buffer[std::size_t{1} << 16];
-  char* buffer = stdout_buffer;
-  if (f != stdout) {
-    log->buffer_ = std::make_unique<char[]>(log->buffer_size_);
-    buffer = log->buffer_.get();
-  }
-  std::setvbuf(f, buffer, _IOFBF, log->buffer_size_);
-  return log;
+  struct stat st {};
+  shared->pipe = ::fstat(shared->fd, &st) == 0 && S_ISFIFO(st.st_mode);
+  return std::unique_ptr<AccessLog>(new AccessLog(std::move(shared), where != "stdout" ? where : ""));
 }
 
 Status AccessLog::check(const std::string& where) {
@@ -149,7 +225,7 @@ void AccessLog::format(const AccessRecord& r, std::string& out) {
 }
 
 void AccessLog::write(const AccessRecord& given, std::string& line) {
-  if (file_ == nullptr) return;
+  if (!shared_) return;
   AccessRecord record = given;
   if (record.method.size() > kMaxMethod) {
     record.method = record.method.substr(0, kMaxMethod);
@@ -177,34 +253,48 @@ void AccessLog::write(const AccessRecord& given, std::string& line) {
     format(cut, line);
   }
   line += '\n';
-  // Whole lines go out together: the buffer is written before a line that would not fit in it,
-  // rather than filled and written with the line cut, which put the gateway's messages on stderr
-  // inside a line when both go to one place (2>&1).
-  ::flockfile(file_);
-  if (__fpending(file_) + line.size() > buffer_size_) std::fflush(file_);
-  std::fwrite(line.data(), 1, line.size(), file_);
-  ::funlockfile(file_);
+  std::lock_guard lock(shared_->mu);
+  if (shared_->queued.size() + line.size() > kMaxQueued) {
+    ++shared_->lost;
+    shared_->why_lost = "more than " + std::to_string(kMaxQueued >> 20) + " MiB waited to be written";
+    return;
+  }
+  shared_->queued += line;
+  ++shared_->appended;
+  if (shared_->queued.size() >= (std::size_t{1} << 16)) shared_->cv.notify_all();
 }
 
-void AccessLog::flush() {
-  if (file_ != nullptr) std::fflush(file_);
+bool AccessLog::flush(std::chrono::milliseconds wait) {
+  if (!shared_) return true;
+  std::unique_lock lock(shared_->mu);
+  const std::uint64_t target = shared_->appended;
+  shared_->cv.notify_all();
+  return shared_->cv.wait_for(lock, wait, [&] { return shared_->done >= target || shared_->finished; });
 }
 
 bool AccessLog::reopen() {
-  if (!owned_) return true;
+  if (!shared_ || !shared_->owned) return true;
   // Opened first, so that a path that cannot be opened leaves the log where it was.
-  std::FILE* fresh = std::fopen(path_.c_str(), "a");
-  if (fresh == nullptr) return false;
-  ::flockfile(file_);
-  std::fflush(file_);
-  // The same stream on the new file (writers hold their FILE*): its descriptor is put in place of
-  // the old one's, which closes it.
-  const bool moved = ::dup2(::fileno(fresh), ::fileno(file_)) >= 0;
-  ::funlockfile(file_);
+  const int fresh = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+  if (fresh < 0) return false;
+  (void)flush();  // what came before goes to the old file
+  bool moved = false;
+  {
+    // Put in place of the old descriptor, which closes it, between two writes.
+    std::lock_guard lock(shared_->write_mu);
+    moved = ::dup3(fresh, shared_->fd, O_CLOEXEC) >= 0;
+  }
   const int saved = errno;
-  std::fclose(fresh);
+  ::close(fresh);
   errno = saved;
   return moved;
+}
+
+std::optional<std::pair<std::uint64_t, std::string>> AccessLog::take_lost() {
+  if (!shared_) return std::nullopt;
+  std::lock_guard lock(shared_->mu);
+  if (shared_->lost == 0) return std::nullopt;
+  return std::pair{std::exchange(shared_->lost, 0), shared_->why_lost};
 }
 
 }  // namespace sluice::gateway

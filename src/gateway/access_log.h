@@ -1,12 +1,17 @@
-// AccessLog: one JSON line per request, to stdout or a file, buffered and flushed by the server's
-// timer. Thread-safe (each line is one stdio write, which stdio serialises).
+// AccessLog: one JSON line per request, to stdout or a file. Lines are queued in memory and written
+// by a thread of the log's own, so that a reader that stops reading (a stuck log shipper on a pipe)
+// or a full disk never holds a request up: past kMaxQueued bytes waiting, lines are dropped and
+// counted. Thread-safe.
 #pragma once
 
-#include <cstdio>
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <utility>
 
 #include "gateway/policy.h"
 #include "sluice/result.h"
@@ -37,6 +42,9 @@ inline constexpr std::size_t kMaxMethod = 64;
 // The longest line the log writes, newline included: PIPE_BUF, so that a pipe takes each whole.
 inline constexpr std::size_t kMaxLine = 4096;
 
+// How much may wait to be written before lines are dropped.
+inline constexpr std::size_t kMaxQueued = std::size_t{8} << 20;
+
 class AccessLog {
  public:
   // "stdout", "off", or a file path (appended to).
@@ -47,26 +55,29 @@ class AccessLog {
   AccessLog(const AccessLog&) = delete;
   AccessLog& operator=(const AccessLog&) = delete;
 
-  bool enabled() const { return file_ != nullptr; }
-  // Formats into line (reused between calls) and writes it.
+  bool enabled() const { return shared_ != nullptr; }
+  // Formats into line (reused between calls) and queues it (or drops it, when kMaxQueued wait).
   void write(const AccessRecord& record, std::string& line);
-  void flush();
-  // A log written to a file opens its path again (after logrotate moved the file away, say), what is
-  // buffered going to the old file first; false, with errno, when the path cannot be opened (the
-  // old file is then kept). Writes on other threads wait meanwhile.
+  // Waits until what was queued before is written (or lost), at most `wait`; false if it is not.
+  bool flush(std::chrono::milliseconds wait = std::chrono::seconds(2));
+  // A log written to a file opens its path again (after logrotate moved the file away, say), what was
+  // queued before going to the old file; false, with errno, when the path cannot be opened (the old
+  // file is then kept).
   bool reopen();
   const std::string& path() const { return path_; }  // of a file; empty for stdout or off
+  // Lines lost since the last call (dropped while too much waited, or a write that failed: a full
+  // disk, a reader gone), and why the last was; nullopt when none.
+  std::optional<std::pair<std::uint64_t, std::string>> take_lost();
 
   // The JSON line for a record, without the newline.
   static void format(const AccessRecord& record, std::string& out);
 
  private:
-  AccessLog(std::FILE* file, bool owned, std::string path);
-  std::FILE* file_;
-  bool owned_;
-  std::string path_;  // of a file
-  std::size_t buffer_size_ = 0;
-  std::unique_ptr<char[]> buffer_;  // a file's stream buffer (closed before it goes)
+  struct Shared;  // what the writer thread shares: it may outlive the log, stuck in a write
+  AccessLog(std::shared_ptr<Shared> shared, std::string path);
+  std::shared_ptr<Shared> shared_;  // null: off
+  std::string path_;                // of a file
+  std::thread writer_;
 };
 
 // Appends s as the inside of a JSON string in UTF-8: a byte that is part of no well-formed UTF-8

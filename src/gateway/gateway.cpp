@@ -2376,11 +2376,18 @@ Status Gateway::Impl::reload_from_file() {
 Task<void> Gateway::Impl::housekeeping() {
   Timer timer(workers[0]->ioc);
   auto next_watch = Clock::now() + options.watch_interval;
+  auto next_log_loss = Clock::now();
   while (!stopped.load()) {
     timer.expires_after(std::chrono::milliseconds(100));
     auto [ec] = co_await timer.async_wait(kTok);
     if (ec) co_return;
-    access_log->flush();
+    // (The log's own thread writes it.) What it lost is said, at most every kStoreLogEvery.
+    if (Clock::now() >= next_log_loss) {
+      if (auto lost = access_log->take_lost()) {
+        next_log_loss = Clock::now() + kStoreLogEvery;
+        log("access log: " + std::to_string(lost->first) + " lines lost (" + lost->second + ")");
+      }
+    }
     if (!options.config_path.empty() && Clock::now() >= next_watch) {
       next_watch = Clock::now() + options.watch_interval;
       const FileStamp now = stat_config();

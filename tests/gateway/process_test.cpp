@@ -282,5 +282,30 @@ TEST_F(ProcessTest, TheDemoKeepsItsConfigurationInTheDatabaseWithATokenForTheCon
   EXPECT_EQ(fourth.stdout_text().find("web console"), std::string::npos) << fourth.stdout_text();
 }
 
+// The access log on stdout, read through a pipe whose reader goes away (a log shipper restarted):
+// the gateway goes on serving (no SIGPIPE), loses those lines, says so, and drains on SIGTERM.
+TEST_F(ProcessTest, AReaderOfItsLogThatGoesAwayDoesNotStopIt) {
+  testing::write_file(config_path_, config_yaml(upstream_->port(), 1000, "pipe"));
+  const std::string fifo = dir_ + "/access.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // the child's is not one
+  ASSERT_GE(reader, 0);
+  Child child({"/bin/sh", "-c",
+               std::string("exec ") + SLUICE_BINARY + " serve --config " + config_path_ + " --listen 127.0.0.1:" +
+                   std::to_string(port_) + " --admin-listen 127.0.0.1:" + std::to_string(admin_port_) + " >" + fifo},
+              dir_);
+  ASSERT_TRUE(serving()) << child.stderr_text();
+  ::close(reader);
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(HttpClient(port_).request("GET", "/echo/" + std::to_string(i), {{"X-System-Key", "crm"}}).status, 200)
+        << i << ": " << child.stderr_text();
+  }
+  EXPECT_TRUE(testing::eventually([&] { return child.stderr_text().find("access log: ") != std::string::npos; }))
+      << child.stderr_text();
+  EXPECT_NE(child.stderr_text().find("lines lost (Broken pipe)"), std::string::npos) << child.stderr_text();
+  child.signal(SIGTERM);
+  EXPECT_EQ(child.wait_exit(10s), 0) << child.stderr_text();
+}
+
 }  // namespace
 }  // namespace sluice::gateway

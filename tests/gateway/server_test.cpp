@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <csignal>
 #include <condition_variable>
 #include <boost/json.hpp>
 #include <filesystem>
@@ -16,7 +17,9 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -1945,6 +1948,71 @@ TEST(AccessLogTest, LinesGoOutWholeBetweenOtherWriters) {
 
 // After logrotate moves the file away, reopen() writes to a new file at the path; what was
 // buffered goes to the old one.
+// A reader that never reads (a stuck log shipper on a pipe) holds no writer up: past kMaxQueued
+// bytes waiting, lines are dropped, counted, and said why.
+TEST(AccessLogTest, AReaderThatNeverReadsHoldsNoWriterUp) {
+  ::signal(SIGPIPE, SIG_IGN);  // as main() does: the writer left stuck meets the reader's close
+  const std::string fifo = testing::temp_dir() + "/access.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  {
+    auto log = AccessLog::open(fifo);
+    ASSERT_TRUE(log.ok()) << log.error().message;
+    std::string line;
+    AccessRecord r;
+    const std::string path(200, 'p');
+    r.path = path;
+    const std::size_t lines = 2 * kMaxQueued / 200;
+    for (std::size_t i = 0; i < lines; ++i) (*log)->write(r, line);
+    EXPECT_FALSE((*log)->flush(std::chrono::milliseconds(100)));
+    const auto lost = (*log)->take_lost();
+    ASSERT_TRUE(lost.has_value());
+    EXPECT_GT(lost->first, lines / 4);
+    EXPECT_EQ(lost->second, "more than 8 MiB waited to be written");
+    EXPECT_FALSE((*log)->take_lost().has_value());  // said once
+  }
+  ::close(reader);
+}
+
+// A write that fails part way (a full disk; here the file size limit) leaves the file in whole
+// lines: what follows, once there is room, starts a line of its own.
+TEST(AccessLogTest, AFailedWriteLeavesOnlyWholeLines) {
+  const std::string path = testing::temp_dir() + "/full.log";
+  ::signal(SIGXFSZ, SIG_IGN);
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before), 0);
+  rlimit small = before;
+  small.rlim_cur = 1000;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  auto log = AccessLog::open(path);
+  ASSERT_TRUE(log.ok()) << log.error().message;
+  std::string line;
+  AccessRecord r;
+  for (int i = 0; i < 20; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    r.request_id = id;
+    (*log)->write(r, line);
+    ASSERT_TRUE((*log)->flush());
+  }
+  const auto lost = (*log)->take_lost();
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &before), 0);
+  ASSERT_TRUE(lost.has_value());
+  EXPECT_NE(lost->second.find("too large"), std::string::npos) << lost->second;
+  r.request_id = "after";
+  (*log)->write(r, line);
+  ASSERT_TRUE((*log)->flush());
+  std::ifstream in(path);
+  int whole = 0;
+  for (std::string l; std::getline(in, l);) {
+    boost::system::error_code ec;
+    (void)boost::json::parse(l, ec);
+    EXPECT_FALSE(ec) << "not a whole line: " << l;
+    ++whole;
+  }
+  EXPECT_EQ(whole + static_cast<int>(lost->first), 21);
+}
+
 TEST(AccessLogTest, ReopenWritesToANewFileAtThePath) {
   const std::string path = testing::temp_dir() + "/access.log";
   auto log = AccessLog::open(path);
