@@ -960,8 +960,23 @@ struct Worker {
     if (g != cached_generation) {
       cached = gw.snapshot();
       cached_generation = g;
+      close_idle_of_gone_targets();
     }
     return cached;
+  }
+
+  // The idle connections to targets no upstream names any more are closed: they would otherwise
+  // stay (their upstream long gone, CLOSE-WAIT) for as long as the process runs. The pools stay,
+  // emptied: a request in flight may hold one.
+  void close_idle_of_gone_targets() {
+    for (auto& [target, pool] : idle) {
+      if (pool.empty()) continue;
+      bool named = false;
+      for (const config::Upstream& u : cached->config().upstreams) {
+        named = named || std::find(u.targets.begin(), u.targets.end(), target) != u.targets.end();
+      }
+      if (!named) pool.clear();
+    }
   }
 
   // The index of the next target in turn that this request has not tried, passing over resting

@@ -17,6 +17,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -1845,6 +1846,44 @@ TEST_F(GatewayTest, HotReloadUnderLoadFailsNoRequest) {
   EXPECT_EQ(ok.load(), 900);
   EXPECT_EQ(failed.load(), 0);
   EXPECT_GT(gw_->snapshot()->generation(), 2u);
+}
+
+// An idle pooled connection to a target a reload removed is closed (not left, its upstream gone,
+// for as long as the gateway runs: one per request in flight, per worker, per reload).
+TEST_F(GatewayTest, IdleConnectionsToATargetAReloadRemovedAreClosed) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const auto port = ntohs(addr.sin_port);
+  std::atomic<bool> closed{false};
+  std::thread upstream([&] {  // answers one request, keeps the connection, and sees when it closes
+    const int c = ::accept(listener, nullptr, nullptr);
+    std::string head;
+    char buf[4096];
+    while (head.find("\r\n\r\n") == std::string::npos) {
+      const ssize_t n = ::recv(c, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      head.append(buf, static_cast<std::size_t>(n));
+    }
+    const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    (void)::send(c, answer.data(), answer.size(), MSG_NOSIGNAL);
+    pollfd p{c, POLLIN, 0};
+    if (::poll(&p, 1, 10'000) == 1 && ::recv(c, buf, sizeof buf, 0) == 0) closed = true;
+    ::close(c);
+  });
+  gw_.reset();
+  start(config_text("", port));
+  EXPECT_EQ(HttpClient(gw_->port()).get("/closing", "crm").status, 200);
+  ASSERT_TRUE(gw_->reload(parse(config_text("", testing::free_port()))).ok());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(HttpClient(gw_->port()).get("/echo/x", "crm").status, 200);  // each worker
+  EXPECT_TRUE(testing::eventually([&] { return closed.load(); }, std::chrono::seconds(5)));
+  upstream.join();
+  ::close(listener);
 }
 
 TEST_F(GatewayTest, AReloadKeepsTheCountersOfUnchangedLimits) {
