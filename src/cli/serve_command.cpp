@@ -1,5 +1,6 @@
 #include "cli/serve_command.h"
 
+#include <boost/asio/ip/tcp.hpp>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -84,6 +85,25 @@ Status seed_demo(config::ConfigStore& store, std::uint16_t upstream_port) {
   return {};
 }
 
+// Whether this run could listen where it will: a second `make run` beside a first must fail before
+// it moves the demo upstream to its own echo server or replaces the first's token. "off" and port 0
+// always can.
+Status can_listen(const std::string& address, const char* what) {
+  const auto target = config::parse_listen_address(address);
+  if (address == "off" || !target || target->port == 0) return {};
+  boost::system::error_code ec;
+  const auto ip = boost::asio::ip::make_address(target->host == "localhost" ? "127.0.0.1" : target->host, ec);
+  if (ec) return {};
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor acceptor(io);
+  const boost::asio::ip::tcp::endpoint endpoint(ip, target->port);
+  if (!acceptor.open(endpoint.protocol(), ec) && !acceptor.set_option(boost::asio::socket_base::reuse_address(true), ec)) {
+    (void)acceptor.bind(endpoint, ec);
+  }
+  if (ec) return invalid_argument("cannot listen on " + address + " (" + what + "): " + ec.message());
+  return {};
+}
+
 // A fresh admin token for this run's console, in place of the previous run's.
 Result<std::string> demo_token(config::ConfigStore& store) {
   auto tokens = store.tokens();
@@ -105,6 +125,16 @@ int serve_demo(const ServeSettings& settings) {
   if (ready.ok()) {
     auto store = config::ConfigStore::open({.path = settings.db});
     if (!store.ok()) ready = store.error();
+    if (ready.ok()) {
+      auto stored = (*store)->load();
+      const bool fresh = stored.ok() && stored->config->upstreams.empty() && stored->config->systems.empty();
+      const std::shared_ptr<const config::Config> config =
+          !stored.ok() || fresh ? gateway::demo_config(0) : stored->config;
+      ready = can_listen(settings.listen.empty() ? config->listen : settings.listen, "listen");
+      if (ready.ok()) {
+        ready = can_listen(settings.admin_listen.empty() ? config->admin_listen : settings.admin_listen, "admin_listen");
+      }
+    }
     if (ready.ok()) ready = seed_demo(**store, (*upstream)->port());
     if (ready.ok()) {
       auto made = demo_token(**store);

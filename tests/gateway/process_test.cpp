@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -305,6 +306,41 @@ TEST_F(ProcessTest, AReaderOfItsLogThatGoesAwayDoesNotStopIt) {
   EXPECT_NE(child.stderr_text().find("lines lost (Broken pipe)"), std::string::npos) << child.stderr_text();
   child.signal(SIGTERM);
   EXPECT_EQ(child.wait_exit(10s), 0) << child.stderr_text();
+}
+
+// `make run` typed twice: the second run cannot listen, and says so before it touches the database,
+// so the first keeps its echo upstream and its console token.
+TEST_F(ProcessTest, ASecondDemoThatCannotListenLeavesTheFirstAsItWas) {
+  const std::string db = dir_ + "/demo.db";
+  const std::vector<std::string> argv{SLUICE_BINARY, "serve", "--demo", "--db", db, "--listen",
+                                      "127.0.0.1:" + std::to_string(port_), "--admin-listen",
+                                      "127.0.0.1:" + std::to_string(admin_port_), "--access-log", "off"};
+  Child first(argv, dir_);
+  ASSERT_TRUE(serving()) << first.stderr_text();
+  std::string token;
+  ASSERT_TRUE(testing::eventually([&] {
+    const std::string out = first.stdout_text();
+    const std::size_t at = out.find("sign in with the admin token ");
+    if (at != std::string::npos) token = out.substr(at + 29, out.find(' ', at + 29) - at - 29);
+    return !token.empty();
+  }));
+  auto revision = [&] {
+    auto store = config::ConfigStore::open({.path = db, .access = config::StoreOptions::Access::kExisting});
+    return store.ok() ? (*store)->revision().value() : -1;
+  };
+  const std::int64_t before = revision();
+  const std::string second_dir = dir_ + "/second";
+  std::filesystem::create_directories(second_dir);
+  Child second(argv, second_dir);
+  EXPECT_EQ(second.wait_exit(10s), 1);
+  EXPECT_NE(second.stderr_text().find("cannot listen on 127.0.0.1:" + std::to_string(port_)), std::string::npos)
+      << second.stderr_text();
+  EXPECT_EQ(revision(), before);  // neither the demo upstream moved nor the token replaced
+  EXPECT_EQ(HttpClient(port_).request("GET", "/api/orders/7", {{"X-System-Key", "crm"}}).status, 200);
+  EXPECT_EQ(HttpClient(admin_port_).request("GET", "/admin/v1/whoami", {{"Authorization", "Bearer " + token}}).status,
+            200);
+  first.signal(SIGTERM);
+  EXPECT_EQ(first.wait_exit(10s), 0);
 }
 
 }  // namespace
