@@ -35,8 +35,19 @@ struct ServeOptions {
   std::string token_file;
 };
 
-void print_demo_help(std::uint16_t port, std::uint16_t admin_port, const std::string& token) {
-  const std::string base = "http://127.0.0.1:" + std::to_string(port);
+// The host of a listen address as a URL a client on this host can use: a wildcard as loopback, an
+// IPv6 address in brackets.
+std::string url_host(const std::string& address) {
+  const auto target = config::parse_listen_address(address);
+  if (!target || target->host == "0.0.0.0") return "127.0.0.1";
+  if (target->host == "::") return "[::1]";
+  return target->host.find(':') != std::string::npos ? "[" + target->host + "]" : target->host;
+}
+
+void print_demo_help(const std::string& host, std::uint16_t port, const std::string& admin_host,
+                     std::uint16_t admin_port, const std::string& token) {
+  const std::string base = "http://" + host + ":" + std::to_string(port);
+  const std::string admin = "http://" + admin_host + ":" + std::to_string(admin_port);
   std::printf(
       "sluice serve --demo: the demo configuration in front of a built-in echo upstream.\n"
       "  systems: crm (orders and users; 50 requests per 15 s), erp (disabled)\n"
@@ -52,11 +63,10 @@ void print_demo_help(std::uint16_t port, std::uint16_t admin_port, const std::st
       base.c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str());
   if (admin_port != 0) {  // else --admin-listen off
     std::printf(
-        "  curl -s http://127.0.0.1:%u/metrics | grep sluice_requests_total\n"
-        "  curl -s http://127.0.0.1:%u/config                # the configuration as YAML\n"
-        "The web console: http://127.0.0.1:%u/ — sign in with the admin token %s (made for this run)\n",
-        static_cast<unsigned>(admin_port), static_cast<unsigned>(admin_port), static_cast<unsigned>(admin_port),
-        token.c_str());
+        "  curl -s %s/metrics | grep sluice_requests_total\n"
+        "  curl -s %s/config                # the configuration as YAML\n"
+        "The web console: %s/ — sign in with the admin token %s (made for this run)\n",
+        admin.c_str(), admin.c_str(), admin.c_str(), token.c_str());
   }
   std::fflush(stdout);
 }
@@ -121,6 +131,8 @@ Result<std::string> demo_token(config::ConfigStore& store) {
 int serve_demo(const ServeSettings& settings) {
   auto upstream = gateway::DemoUpstream::start(0);
   std::string token;
+  std::string listen;
+  std::string admin_listen;
   Status ready = upstream.ok() ? Status{} : Status(upstream.error());
   if (ready.ok()) {
     auto store = config::ConfigStore::open({.path = settings.db});
@@ -130,10 +142,10 @@ int serve_demo(const ServeSettings& settings) {
       const bool fresh = stored.ok() && stored->config->upstreams.empty() && stored->config->systems.empty();
       const std::shared_ptr<const config::Config> config =
           !stored.ok() || fresh ? gateway::demo_config(0) : stored->config;
-      ready = can_listen(settings.listen.empty() ? config->listen : settings.listen, "listen");
-      if (ready.ok()) {
-        ready = can_listen(settings.admin_listen.empty() ? config->admin_listen : settings.admin_listen, "admin_listen");
-      }
+      listen = settings.listen.empty() ? config->listen : settings.listen;
+      admin_listen = settings.admin_listen.empty() ? config->admin_listen : settings.admin_listen;
+      ready = can_listen(listen, "listen");
+      if (ready.ok()) ready = can_listen(admin_listen, "admin_listen");
     }
     if (ready.ok()) ready = seed_demo(**store, (*upstream)->port());
     if (ready.ok()) {
@@ -147,8 +159,8 @@ int serve_demo(const ServeSettings& settings) {
     return 1;
   }
   // Once serving, with the ports listened on (which --listen 127.0.0.1:0 leaves to the system).
-  const int rc = serve_database(settings, [&token](std::uint16_t port, std::uint16_t admin_port) {
-    print_demo_help(port, admin_port, token);
+  const int rc = serve_database(settings, [&](std::uint16_t port, std::uint16_t admin_port) {
+    print_demo_help(url_host(listen), port, url_host(admin_listen), admin_port, token);
   });
   // The token was printed for this run: it goes with it, so that it does not outlive the demo on a
   // database served for real later (one left by a run killed outright goes at the next --demo).

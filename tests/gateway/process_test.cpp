@@ -206,11 +206,11 @@ TEST_F(ProcessTest, SigtermDrainsRequestsInFlightAndExitsZero) {
 // and replaces the token.
 TEST_F(ProcessTest, TheDemoKeepsItsConfigurationInTheDatabaseWithATokenForTheConsole) {
   const std::string db = dir_ + "/demo.db";
-  auto demo = [&](int port, int admin_port) {
+  auto demo = [&](int port, int admin_port, const std::string& host = "127.0.0.1") {
     return std::make_unique<Child>(
         std::vector<std::string>{SLUICE_BINARY, "serve", "--demo", "--db", db, "--listen",
-                                 "127.0.0.1:" + std::to_string(port), "--admin-listen",
-                                 "127.0.0.1:" + std::to_string(admin_port), "--access-log", "off"},
+                                 host + ":" + std::to_string(port), "--admin-listen",
+                                 host + ":" + std::to_string(admin_port), "--access-log", "off"},
         dir_);
   };
   // The word after `marker` in `text`; empty when the marker is not there (yet).
@@ -259,16 +259,17 @@ TEST_F(ProcessTest, TheDemoKeepsItsConfigurationInTheDatabaseWithATokenForTheCon
   second->signal(SIGTERM);
   ASSERT_EQ(second->wait_exit(10s), 0);
 
-  // On ports the system picks (port 0), the lines to try name the ports it picked.
-  auto third = demo(0, 0);
+  // On ports the system picks (port 0), the lines to try name the ports it picked, on the host given.
+  auto third = demo(0, 0, "[::1]");
   ASSERT_TRUE(testing::eventually([&] { return !word_after(third->stderr_text(), "serving on port ").empty(); }))
       << third->stderr_text();
   const std::string picked = word_after(third->stderr_text(), "serving on port ");
   ASSERT_NE(picked, "0");
   ASSERT_TRUE(testing::eventually([&] {
-    return third->stdout_text().find("http://127.0.0.1:" + picked + "/api/orders/7") != std::string::npos;
+    return third->stdout_text().find("http://[::1]:" + picked + "/api/orders/7") != std::string::npos;
   })) << third->stdout_text();
-  EXPECT_EQ(third->stdout_text().find("127.0.0.1:0/"), std::string::npos);
+  EXPECT_EQ(third->stdout_text().find(":0/"), std::string::npos);
+  EXPECT_EQ(third->stdout_text().find("127.0.0.1"), std::string::npos);
   third->signal(SIGTERM);
   ASSERT_EQ(third->wait_exit(10s), 0);
 
