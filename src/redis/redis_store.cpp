@@ -139,10 +139,17 @@ Limit divided(const Limit& limit, int fleet) {
   const Nanos period = from_us(p.period_us);
   Result<Limit> r = limit;
   switch (p.algorithm) {
+    // A rate is divided exactly, its period made fleet times longer ("at least 1" of 1 token per 2 s
+    // would give each of 3 gateways the whole rate); failing that (a period past the longest), as
+    // the counts are.
     case Algorithm::kTokenBucket:
-      r = Limit::token_bucket({div(p.quota), div(p.rate), period, p.refill});
+      r = Limit::token_bucket({div(p.quota), p.rate, period * fleet, p.refill});
+      if (!r.ok()) r = Limit::token_bucket({div(p.quota), div(p.rate), period, p.refill});
       break;
-    case Algorithm::kGcra: r = Limit::gcra({div(p.rate), period, div(p.quota)}); break;
+    case Algorithm::kGcra:
+      r = Limit::gcra({p.rate, period * fleet, div(p.quota)});
+      if (!r.ok()) r = Limit::gcra({div(p.rate), period, div(p.quota)});
+      break;
     case Algorithm::kSlidingLog: r = Limit::sliding_log({div(p.quota), period}); break;
     case Algorithm::kSlidingWindow: r = Limit::sliding_window({div(p.quota), period}); break;
     case Algorithm::kFixedWindow: r = Limit::fixed_window({div(p.quota), period}); break;

@@ -278,6 +278,32 @@ TEST(RedisFaults, ARedisLeaseReleasedWhileTheBreakerIsOpenIsGivenBack) {
       5s));
 }
 
+// While Redis is away, kLocal counts a limit in the process divided by the fleet: a rate too, its
+// period made fleet times longer (1 token per 2 s, "at least 1" each, gave each of 3 gateways the
+// whole rate).
+TEST(RedisFaults, TheLocalFallbackDividesARateByTheFleet) {
+  redis::RedisStoreOptions o;
+  o.address = "redis://127.0.0.1:1";  // nothing listens there
+  o.on_store_failure = OnStoreFailure::kLocal;
+  o.fleet_size = 3;
+  auto store = RedisStore::open(o);
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  for (const Limit& limit : {make(Limit::token_bucket({.capacity = 9, .refill_tokens = 1, .refill_period = 2s})),
+                             make(Limit::gcra({.limit = 1, .period = 2s, .burst = 9}))}) {
+    SCOPED_TRACE(limit.to_string());
+    for (int i = 0; i < 3; ++i) {
+      const Result<Decision> d = (*store)->acquire(limit.to_string(), limit);
+      ASSERT_TRUE(d.ok()) << d.error().message;
+      EXPECT_TRUE(d->fallback && d->allowed);
+    }
+    const Result<Decision> refused = (*store)->acquire(limit.to_string(), limit);
+    ASSERT_TRUE(refused.ok());
+    EXPECT_FALSE(refused->allowed);
+    EXPECT_GT(refused->retry_after, 5s);  // a token every 6 s in this process
+    EXPECT_LE(refused->retry_after, 6s);
+  }
+}
+
 TEST(RedisFaults, BackOnRedisWithinASecondOfItAnsweringAgain) {
   auto server = RedisServer::start();
   ASSERT_TRUE(server.ok()) << server.error().message;
