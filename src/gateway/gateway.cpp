@@ -798,6 +798,23 @@ struct Gateway::Impl {
   std::unique_ptr<asio::steady_timer> store_log_timer;  // on worker 0: says a change held back
   bool store_log_timer_armed = false;                // guarded by store_log_mu
 
+  // The gateway could not open a socket to an upstream (out of descriptors or memory): said at most
+  // every kStoreLogEvery, with how many times.
+  std::atomic<std::int64_t> overload_said{0};  // steady time, ns
+  std::atomic<int> overload_unsaid{0};
+  void log_overload() {
+    const std::int64_t now = Clock::now().time_since_epoch().count();
+    std::int64_t said = overload_said.load();
+    const auto every = std::chrono::duration_cast<Clock::duration>(kStoreLogEvery).count();
+    if ((said != 0 && now - said < every) || !overload_said.compare_exchange_strong(said, now)) {
+      ++overload_unsaid;
+      return;
+    }
+    const int more = overload_unsaid.exchange(0);
+    log("cannot open a connection to an upstream: out of file descriptors or memory (ulimit -n?); answered 503 "
+        "gateway_overloaded" + (more > 0 ? " (" + std::to_string(more) + " more times since last said)" : std::string()));
+  }
+
   void log_store(StoreNews::Kind kind, const std::string& why) {
     std::optional<std::string> line;
     {
@@ -1054,6 +1071,7 @@ struct Worker {
     UpConn conn;              // null when it failed
     bool timed_out = false;
     bool client_gone = false;
+    bool local = false;  // this process could not open a socket (descriptors, memory): no target's fault
   };
   Task<Connected> connect(const config::Target& target, Nanos timeout, TimedSocket& client);
   // A target's addresses, when its host is a name: its last ones (looked up again once kResolveEvery
@@ -1078,6 +1096,7 @@ struct Worker {
     Nanos upload{0};  // spent streaming the client's body up: the client's time, not the upstream's
     bool left_connecting = false;  // the client left while a connection was being opened
     bool answered_early = false;  // before it had the whole body: its connection is not pooled
+    bool local_failure = false;   // no connection, for want of this process's resources (Connected::local)
   };
   Task<Sent> send_upstream(Exchange& x, const InterfaceEntry& itf, const config::Target& target,
                            std::vector<UpConn>& pool, bool has_body, bool expects_continue);
@@ -1754,6 +1773,10 @@ Task<Worker::Connected> Worker::connect(const config::Target& target, Nanos time
   c->unwatch();
   // A range connect moves on to the next address when cancelled: one may succeed for a client gone.
   if (c->client_gone()) co_return Connected{UpConn(), false, true};
+  if (ec == asio::error::no_descriptors || ec == boost::system::errc::too_many_files_open_in_system ||
+      ec == asio::error::no_buffer_space || ec == asio::error::no_memory) {
+    co_return Connected{UpConn(), false, false, true};
+  }
   if (ec) co_return Connected{UpConn(), ec == beast::error::timeout};
   c->socket().set_option(tcp::no_delay(true), ec);
   c->socket().non_blocking(true, ec);  // for write_now
@@ -1776,6 +1799,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
   Reason failure = Reason::kOk;
   bool body_failed = false;
   bool connect_failed = false;
+  bool local_failure = false;
   bool client_gone = false;
   bool left_connecting = false;
   bool interim_sent = false;
@@ -1806,6 +1830,11 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
       if (made.client_gone) {
         failure = Reason::kClientClosedRequest;  // not the target's failure: no other is tried
         left_connecting = true;
+        break;
+      }
+      if (made.local) {
+        failure = Reason::kGatewayOverloaded;
+        local_failure = true;
         break;
       }
       if (!made.conn) {
@@ -1943,7 +1972,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
     const bool again = idle_408 || (reused && nothing_back && (written ? replayable : resendable));
     if (!again) break;
   }
-  if (!rp) co_return Sent{UpConn(), failure, body_failed, connect_failed, upload, left_connecting};
+  if (!rp) co_return Sent{UpConn(), failure, body_failed, connect_failed, upload, left_connecting, false, local_failure};
   co_return Sent{std::move(conn), Reason::kOk, false, false, upload, false, answered_early};
 }
 
@@ -2027,6 +2056,7 @@ Task<bool> Worker::proxy(Exchange& x) {
     const config::Target& target = targets[at];
     pool = &idle[target];
     sent_up = co_await send_upstream(x, itf, target, *pool, has_body, expects_continue);
+    if (sent_up.local_failure) break;  // no target's fault, nor would another do better
     if (!sent_up.connect_failed) {
       // Connected (a client that left while it connected says nothing of the target).
       if (!resting.empty() && !sent_up.left_connecting) resting.erase(target);
@@ -2060,13 +2090,18 @@ Task<bool> Worker::proxy(Exchange& x) {
       finish(x, status_of(sent_up.failure), sent_up.failure, upstream_latency);  // nobody to answer
       co_return false;
     }
-    if (sent_up.body_failed) {
+    if (sent_up.body_failed || sent_up.local_failure) {
       release_permit();
     } else {
       record(true, upstream_latency);
     }
+    Verdict overloaded;
+    if (sent_up.local_failure) {
+      overloaded.retry_after = std::chrono::seconds(1);
+      gw.log_overload();
+    }
     // The client's connection carries on when its request was read whole (respond_json checks).
-    const bool keep = co_await respond(x, sent_up.failure, nullptr, false);
+    const bool keep = co_await respond(x, sent_up.failure, sent_up.local_failure ? &overloaded : nullptr, false);
     finish(x, status_of(sent_up.failure), sent_up.failure, upstream_latency);
     co_return keep;
   }

@@ -59,6 +59,7 @@ constexpr std::array<ReasonInfo, kReasonCount> kReasons{{
     {"not_found", 404, "Not found.", "未找到"},
     {"method_not_allowed", 405, "Method not allowed.", "不允许的请求方法"},
     {"draining", 503, "The gateway is shutting down; retry.", "网关正在关闭,请重试"},
+    {"gateway_overloaded", 503, "The gateway is out of resources for now; retry later.", "网关资源不足,请稍后重试"},
 }};
 
 const ReasonInfo& info(Reason r) { return kReasons[static_cast<std::size_t>(r)]; }

@@ -49,9 +49,10 @@ enum class Reason : std::uint8_t {
   kNotFound,               // the gateway's own endpoints
   kMethodNotAllowed,
   kDraining,
+  kGatewayOverloaded,  // 503: the gateway could not open a socket (out of descriptors or memory)
 };
 
-inline constexpr int kReasonCount = static_cast<int>(Reason::kDraining) + 1;
+inline constexpr int kReasonCount = static_cast<int>(Reason::kGatewayOverloaded) + 1;
 
 const char* to_string(Reason reason);
 int status_of(Reason reason);

@@ -322,6 +322,7 @@ const en = {
   'reason.not_found': 'not found',
   'reason.method_not_allowed': 'method not allowed',
   'reason.draining': 'shutting down',
+  'reason.gateway_overloaded': 'gateway overloaded',
 };
 
 const zh = {
@@ -644,6 +645,7 @@ const zh = {
   'reason.not_found': '未找到',
   'reason.method_not_allowed': '不允许的请求方法',
   'reason.draining': '网关正在关闭',
+  'reason.gateway_overloaded': '网关资源不足',
 };
 
 export const dictionaries = { en, 'zh-CN': zh };
