@@ -1876,29 +1876,18 @@ TEST_F(GatewayTest, OutOfDescriptorsIsTheGatewaysOverloadNotTheUpstreamsFailure)
 // An idle pooled connection to a target a reload removed is closed (not left, its upstream gone,
 // for as long as the gateway runs: one per request in flight, per worker, per reload).
 TEST_F(GatewayTest, IdleConnectionsToATargetAReloadRemovedAreClosed) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(listener, 4), 0);
-  socklen_t len = sizeof addr;
-  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const auto port = ntohs(addr.sin_port);
+  std::uint16_t port = 0;
+  const int listener = listen_on_loopback(4, &port);
+  ASSERT_GE(listener, 0);
   std::atomic<bool> closed{false};
   std::thread upstream([&] {  // answers one request, keeps the connection, and sees when it closes
     const int c = ::accept(listener, nullptr, nullptr);
-    std::string head;
-    char buf[4096];
-    while (head.find("\r\n\r\n") == std::string::npos) {
-      const ssize_t n = ::recv(c, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      head.append(buf, static_cast<std::size_t>(n));
-    }
+    (void)read_until(c, "\r\n\r\n");
     const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
     (void)::send(c, answer.data(), answer.size(), MSG_NOSIGNAL);
     pollfd p{c, POLLIN, 0};
-    if (::poll(&p, 1, 10'000) == 1 && ::recv(c, buf, sizeof buf, 0) == 0) closed = true;
+    char byte = 0;
+    if (::poll(&p, 1, 10'000) == 1 && ::recv(c, &byte, 1, 0) == 0) closed = true;
     ::close(c);
   });
   gw_.reset();

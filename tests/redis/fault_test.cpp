@@ -197,6 +197,16 @@ TEST(RedisFaults, ClientPauseTimesOutThenTheBreakerAnswersAtOnce) {
 // An acquire that timed out still runs once Redis gets to it, and takes its concurrency lease; the
 // caller never had the lease, so nobody would release it, and its place would stay taken for the
 // whole fleet until the lease timed out (an hour here). The store gives such leases back itself.
+// Whether every place of `jobs` (5) is free again within 5 s: the leases given back.
+bool all_places_come_back(RedisStore& store, const Limit& jobs) {
+  return eventually(
+      [&] {
+        const Result<Decision> p = store.peek("jobs", jobs);
+        return p.ok() && p->remaining == 5;
+      },
+      5s);
+}
+
 TEST(RedisFaults, TheLeasesOfAcquiresThatTimedOutAreGivenBack) {
   auto server = RedisServer::start();
   ASSERT_TRUE(server.ok()) << server.error().message;
@@ -210,12 +220,7 @@ TEST(RedisFaults, TheLeasesOfAcquiresThatTimedOutAreGivenBack) {
     EXPECT_EQ(d.error().code, ErrorCode::kTimeout);
   }
   // The three acquires run when the pause ends, and the three give-backs after them.
-  EXPECT_TRUE(eventually(
-      [&] {
-        const Result<Decision> p = store->peek("jobs", jobs);
-        return p.ok() && p->remaining == 5;
-      },
-      5s));
+  EXPECT_TRUE(all_places_come_back(*store, jobs));
   const std::string stats = (*server)->cli({"INFO", "commandstats"});
   const auto at = stats.find("cmdstat_evalsha:calls=");
   ASSERT_NE(at, std::string::npos);
@@ -270,12 +275,7 @@ TEST(RedisFaults, ARedisLeaseReleasedWhileTheBreakerIsOpenIsGivenBack) {
     ASSERT_FALSE(released.ok());
     EXPECT_EQ(released.error().code, ErrorCode::kCircuitOpen);
   }
-  EXPECT_TRUE(eventually(
-      [&] {
-        const Result<Decision> p = store->peek("jobs", jobs);
-        return p.ok() && p->remaining == 5;
-      },
-      5s));
+  EXPECT_TRUE(all_places_come_back(*store, jobs));
 }
 
 // While Redis is away, kLocal counts a limit in the process divided by the fleet: a rate too, its
