@@ -46,14 +46,18 @@ void append_json_escaped(std::string& out, std::string_view s) {
   }
 }
 
+static_assert(kMaxLine <= PIPE_BUF, "a line must go into a pipe whole");
+
 struct AccessLog::Shared {
   int fd = -1;
-  bool owned = false;  // a file the log opened (closed with it); not stdout
+  bool owned = false;  // a file the log opened, O_APPEND (closed with it); not stdout
   bool pipe = false;   // written PIPE_BUF at most at a time: never split by another writer's write
 
   std::mutex mu;
   std::condition_variable cv;
   std::string queued;          // guarded by mu
+  std::string before_swap;     // queued before a reopen: for the old file, guarded by mu
+  int swap_fd = -1;            // reopen(): the new file, to put in place of fd, guarded by mu
   std::uint64_t appended = 0;  // lines queued, guarded by mu
   std::uint64_t done = 0;      // of those, lines written or lost, guarded by mu
   bool stop = false;           // guarded by mu
@@ -61,24 +65,25 @@ struct AccessLog::Shared {
   std::uint64_t lost = 0;      // since take_lost(), guarded by mu
   std::string why_lost;        // guarded by mu
 
-  std::mutex write_mu;  // held while writing, and by reopen() to swap the file under it
-
   ~Shared() {
     if (owned && fd >= 0) ::close(fd);
+    if (swap_fd >= 0) ::close(swap_fd);
   }
 
-  // Writes whole lines; returns how many were lost, and why, when a write failed. A regular file
-  // that took part of a line is cut back to the lines before it, so that what follows starts a
-  // line of its own (a full disk leaves no half line for the next one to run into).
-  std::pair<std::uint64_t, std::string> write_out(std::string_view text) {
-    std::lock_guard lock(write_mu);
-    struct stat st {};
-    const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  // Writes whole lines (on the writer's thread only); returns how many were lost, and why, when a
+  // write failed. A file the log opened that took part of a line is cut back to the lines before
+  // it, so that what follows starts a line of its own (a full disk leaves no half line for the
+  // next one to run into).
+  std::pair<std::uint64_t, std::string> write_out(std::string_view text) const {
     std::size_t at = 0;
     while (at < text.size()) {
       std::size_t end = text.size();
-      if (pipe && end - at > PIPE_BUF) end = text.rfind('\n', at + PIPE_BUF - 1) + 1;
-      const off_t before = regular ? ::lseek(fd, 0, SEEK_END) : 0;
+      if (pipe && end - at > PIPE_BUF) {
+        end = text.rfind('\n', at + PIPE_BUF - 1) + 1;
+        if (end <= at) end = text.find('\n', at) + 1;  // (no line is longer than PIPE_BUF)
+        if (end == 0) end = text.size();
+      }
+      const off_t before = owned ? ::lseek(fd, 0, SEEK_END) : 0;
       std::size_t put = 0;
       while (at + put < end) {
         const ssize_t n = ::write(fd, text.data() + at + put, end - at - put);
@@ -87,7 +92,7 @@ struct AccessLog::Shared {
           const std::string why = n < 0 ? std::strerror(errno) : "nothing written";
           const std::size_t whole = put == 0 ? 0 : text.rfind('\n', at + put - 1) + 1;
           const std::size_t kept = whole > at ? whole - at : 0;
-          if (regular && put > kept && before >= 0) (void)::ftruncate(fd, before + static_cast<off_t>(kept));
+          if (owned && put > kept && before >= 0) (void)::ftruncate(fd, before + static_cast<off_t>(kept));
           const std::string_view rest = text.substr(at + kept);
           return {static_cast<std::uint64_t>(std::count(rest.begin(), rest.end(), '\n')), why};
         }
@@ -101,21 +106,29 @@ struct AccessLog::Shared {
   void run() {
     std::unique_lock lock(mu);
     for (;;) {
-      if (queued.empty()) {
+      if (queued.empty() && before_swap.empty() && swap_fd < 0) {
         if (stop) break;
         cv.wait_for(lock, std::chrono::milliseconds(100));
         continue;
       }
+      std::string first;
+      first.swap(before_swap);
+      const int next_fd = std::exchange(swap_fd, -1);
       std::string batch;
       batch.swap(queued);
       const std::uint64_t upto = appended;
       lock.unlock();
-      auto [lines_lost, why] = write_out(batch);
+      auto [lost_first, why_first] = write_out(first);
+      if (next_fd >= 0) {
+        (void)::dup3(next_fd, fd, O_CLOEXEC);  // the old file closes
+        ::close(next_fd);
+      }
+      auto [lost_batch, why_batch] = write_out(batch);
       lock.lock();
       done = upto;
-      if (lines_lost > 0) {
-        lost += lines_lost;
-        why_lost = std::move(why);
+      if (lost_first + lost_batch > 0) {
+        lost += lost_first + lost_batch;
+        why_lost = lost_batch > 0 ? std::move(why_batch) : std::move(why_first);
       }
       cv.notify_all();
     }
@@ -254,6 +267,11 @@ void AccessLog::write(const AccessRecord& given, std::string& line) {
   }
   line += '\n';
   std::lock_guard lock(shared_->mu);
+  if (line.size() > kMaxLine) {  // long even without its path (many long shadow limits' names)
+    ++shared_->lost;
+    shared_->why_lost = "a line over " + std::to_string(kMaxLine) + " bytes";
+    return;
+  }
   if (shared_->queued.size() + line.size() > kMaxQueued) {
     ++shared_->lost;
     shared_->why_lost = "more than " + std::to_string(kMaxQueued >> 20) + " MiB waited to be written";
@@ -274,20 +292,19 @@ bool AccessLog::flush(std::chrono::milliseconds wait) {
 
 bool AccessLog::reopen() {
   if (!shared_ || !shared_->owned) return true;
-  // Opened first, so that a path that cannot be opened leaves the log where it was.
+  // Opened first, so that a path that cannot be opened leaves the log where it was; put in place by
+  // the log's thread (it may be stuck in a write: this, on a worker's loop, must not wait for it).
   const int fresh = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
   if (fresh < 0) return false;
-  (void)flush();  // what came before goes to the old file
-  bool moved = false;
   {
-    // Put in place of the old descriptor, which closes it, between two writes.
-    std::lock_guard lock(shared_->write_mu);
-    moved = ::dup3(fresh, shared_->fd, O_CLOEXEC) >= 0;
+    std::lock_guard lock(shared_->mu);
+    shared_->before_swap += shared_->queued;  // what came before goes to the old file
+    shared_->queued.clear();
+    if (shared_->swap_fd >= 0) ::close(shared_->swap_fd);
+    shared_->swap_fd = fresh;
   }
-  const int saved = errno;
-  ::close(fresh);
-  errno = saved;
-  return moved;
+  shared_->cv.notify_all();
+  return true;
 }
 
 std::optional<std::pair<std::uint64_t, std::string>> AccessLog::take_lost() {

@@ -2164,6 +2164,8 @@ Task<bool> Worker::proxy(Exchange& x) {
     if (pool->size() < static_cast<std::size_t>(up.upstream->max_idle_connections)) {
       conn->disarm();
       pool->push_back(std::move(conn));
+      // A reload while it was out: its target may be gone since the pools were swept.
+      if (x.snapshot != snapshot()) close_idle_of_gone_targets();
     }
   }
   // An upstream that broke off or stalled after the head went out, or a client that read nothing
@@ -2578,6 +2580,7 @@ Gateway::~Gateway() {
   // Handlers still queued (sessions, timers) go with their event loops; the acceptors and the signal
   // set must go first, and the loops before what the sessions point to.
   impl_->signals.reset();
+  impl_->store_log_timer.reset();  // on worker 0's loop, which goes below
   impl_->acceptor.reset();
   impl_->admin_acceptor.reset();
   impl_->admin_ioc.reset();

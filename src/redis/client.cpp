@@ -102,9 +102,14 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     if (!connected_once_ && !first_wait_over_ && !stopped_) {
       // Just started: the command waits for the slot map (as a Connection waits for its first
       // attempt), instead of failing for want of a master.
+      // A wait that ended without every master (one lost at start) still sends the command, to its
+      // slot's master or failing as that slot's alone (which the breaker does not count).
       return when_connected([self = shared_from_this(), slot, command = std::string(command),
                              callback = std::move(callback), deadline](Status s) mutable {
-        if (!s.ok()) return callback(s.error());
+        if (!s.ok() && self->stopped_) return callback(s.error());
+        if (std::chrono::steady_clock::now() >= deadline) {
+          return callback(Error{ErrorCode::kStoreUnavailable, "redis cluster: no slot map within the command's deadline"});
+        }
         self->send(slot, command, std::move(callback), deadline);
       });
     }

@@ -155,6 +155,9 @@ void Connection::send(std::string_view command, Callback callback, SteadyTime de
     attempt_waiters_.push_back([this, self = shared_from_this(), command = std::string(command),
                                 callback = std::move(callback), deadline](Status s) mutable {
       if (!s.ok()) return callback(s.error());
+      if (std::chrono::steady_clock::now() >= deadline) {  // not sent: it cannot have run
+        return callback(unavailable("not connected within the command's deadline"));
+      }
       send(command, std::move(callback), deadline);
     });
     return;

@@ -143,12 +143,12 @@ Limit divided(const Limit& limit, int fleet) {
     // would give each of 3 gateways the whole rate); failing that (a period past the longest), as
     // the counts are.
     case Algorithm::kTokenBucket:
-      r = Limit::token_bucket({div(p.quota), p.rate, period * fleet, p.refill});
-      if (!r.ok()) r = Limit::token_bucket({div(p.quota), div(p.rate), period, p.refill});
+      if (period <= kMaxPeriod / fleet) r = Limit::token_bucket({div(p.quota), p.rate, period * fleet, p.refill});
+      if (period > kMaxPeriod / fleet || !r.ok()) r = Limit::token_bucket({div(p.quota), div(p.rate), period, p.refill});
       break;
     case Algorithm::kGcra:
-      r = Limit::gcra({p.rate, period * fleet, div(p.quota)});
-      if (!r.ok()) r = Limit::gcra({div(p.rate), period, div(p.quota)});
+      if (period <= kMaxPeriod / fleet) r = Limit::gcra({p.rate, period * fleet, div(p.quota)});
+      if (period > kMaxPeriod / fleet || !r.ok()) r = Limit::gcra({div(p.rate), period, div(p.quota)});
       break;
     case Algorithm::kSlidingLog: r = Limit::sliding_log({div(p.quota), period}); break;
     case Algorithm::kSlidingWindow: r = Limit::sliding_window({div(p.quota), period}); break;
@@ -491,6 +491,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   void record(const BreakerPermit& permit, const std::optional<Error>& error) {
     if (error && detail::slot_failure(*error)) {
       breaker.release(permit);
+      if (breaker.state() == BreakerState::kHalfOpen) probe_later();  // another probe, another slot
       return;
     }
     const bool failed = error && (error->code == ErrorCode::kStoreUnavailable || error->code == ErrorCode::kTimeout);
@@ -527,7 +528,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
       const auto self = weak.lock();
       if (!self) return;
       self->probe_armed = false;
-      if (ec || self->closing || self->breaker.state() != BreakerState::kOpen) return;
+      if (ec || self->closing || self->breaker.state() == BreakerState::kClosed) return;
       self->probe();
     });
   }

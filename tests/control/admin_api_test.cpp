@@ -1308,7 +1308,7 @@ TEST_F(AdminApiTest, AdminsCreateListAndRevokeTokens) {
   // A name that could pass for another token in the audit log's "token:<name> (<id>)": another id
   // in parentheses, pushed off screen by invisible spaces, or text reordered by a direction override.
   for (const std::string& name : std::vector<std::string>{"ops (at_c888723c4f50)", "ops\u00a0\u00a0\u00a0", "ops\u202egnp.exe", "zero\u200bwidth",
-                                 "\ufeffops", std::string(129, 'x')}) {
+                                 "\ufeffops", std::string(129, 'x'), "ops\u202f\u202f", "ops\u3164"}) {
     const Reply r = call("POST", "/admin/v1/tokens", R"({"name":")" + name + R"(","role":"read"})");
     EXPECT_EQ(r.status, 400) << name;
     EXPECT_NE(r.raw.body.find("without control or invisible characters or parentheses"), std::string::npos) << r.raw.body;

@@ -261,6 +261,14 @@ TEST_F(StoreTest, AChangeIsGivenTheRevisionItAppliesTo) {
 // A large configuration takes a while to parse (5,000 systems: about a quarter of a second): rows
 // read again unchanged — by the admin API, the database watcher and the next write, or after a
 // commit that moved only the tokens — are parsed once, and rows that changed are parsed anew.
+// A token's name as `sluice token create --name` passes it, bytes as they are: a stray lead byte
+// does not hide the invisible character after it.
+TEST_F(StoreTest, ATokenNameThatIsNotUtf8IsRefused) {
+  EXPECT_FALSE(store_->create_token("test", Role::kRead, "a\xc3\u200b").ok());
+  EXPECT_FALSE(store_->create_token("test", Role::kRead, "a\xf0\u200bb").ok());
+  EXPECT_TRUE(store_->create_token("test", Role::kRead, "ops é 运维").ok());
+}
+
 TEST_F(StoreTest, RowsReadAgainUnchangedAreNotParsedAgain) {
   ASSERT_TRUE(store_->replace("test", "config.import", *parse(base_yaml())).ok());
   const auto first = store_->load();

@@ -2024,7 +2024,46 @@ TEST(AccessLogTest, AReaderThatNeverReadsHoldsNoWriterUp) {
     EXPECT_GT(lost->first, lines / 4);
     EXPECT_EQ(lost->second, "more than 8 MiB waited to be written");
     EXPECT_FALSE((*log)->take_lost().has_value());  // said once
+    // A logrotate's SIGHUP meanwhile does not wait for the stuck writer either.
+    EXPECT_TRUE((*log)->reopen());
   }
+  ::close(reader);
+}
+
+// A line longer than a pipe takes whole even with its path cut (many long shadow limits' names) is
+// dropped and counted, not written in pieces, and the lines after it go on.
+TEST(AccessLogTest, ALineTooLongEvenWithoutItsPathIsDroppedAndCounted) {
+  const std::string fifo = testing::temp_dir() + "/long.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  auto log = AccessLog::open(fifo);
+  ASSERT_TRUE(log.ok()) << log.error().message;
+  std::vector<CompiledLimit> limits(20);
+  std::vector<const CompiledLimit*> rejected;
+  for (std::size_t i = 0; i < limits.size(); ++i) {
+    limits[i].name = std::string(255, static_cast<char>('a' + i));
+    rejected.push_back(&limits[i]);
+  }
+  std::string line;
+  AccessRecord r;
+  r.request_id = "long";
+  r.shadow_rejected = &rejected;
+  (*log)->write(r, line);
+  AccessRecord after;
+  after.request_id = "after";
+  (*log)->write(after, line);
+  ASSERT_TRUE((*log)->flush());
+  const auto lost = (*log)->take_lost();
+  ASSERT_TRUE(lost.has_value());
+  EXPECT_EQ(lost->first, 1u);
+  EXPECT_EQ(lost->second, "a line over 4096 bytes");
+  char buf[8192];
+  const ssize_t n = ::read(reader, buf, sizeof buf);
+  ASSERT_GT(n, 0);
+  const std::string got(buf, static_cast<std::size_t>(n));
+  EXPECT_EQ(got.find("\"long\""), std::string::npos);
+  EXPECT_NE(got.find("\"after\""), std::string::npos) << got;
   ::close(reader);
 }
 
