@@ -1848,31 +1848,6 @@ TEST_F(GatewayTest, HotReloadUnderLoadFailsNoRequest) {
   EXPECT_GT(gw_->snapshot()->generation(), 2u);
 }
 
-// A gateway out of file descriptors answers 503 gateway_overloaded with Retry-After: the upstream,
-// which did nothing wrong, is not blamed (no connect failure counted, its breaker closed, the
-// target not passed over).
-TEST_F(GatewayTest, OutOfDescriptorsIsTheGatewaysOverloadNotTheUpstreamsFailure) {
-  HttpClient c(gw_->port());
-  ASSERT_EQ(c.get("/_sluice/healthz").status, 200);  // connected and accepted, no upstream yet
-  const int lowest_free = ::dup(0);
-  ASSERT_GE(lowest_free, 0);
-  ::close(lowest_free);
-  rlimit before{};
-  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &before), 0);
-  rlimit none = before;
-  none.rlim_cur = static_cast<rlim_t>(lowest_free);  // no descriptor may be opened
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &none), 0);
-  const HttpResponse refused = c.get("/echo/x", "crm");
-  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &before), 0);
-  EXPECT_EQ(refused.status, 503) << refused.body;
-  EXPECT_NE(refused.body.find("\"reason\":\"gateway_overloaded\""), std::string::npos) << refused.body;
-  EXPECT_EQ(refused.header("retry-after"), "1");
-  EXPECT_EQ(c.get("/echo/x", "crm").status, 200);
-  const std::string m = metrics();
-  EXPECT_EQ(metric_sum(m, "sluice_upstream_connect_failures_total{upstream=\"app\""), 0);
-  EXPECT_EQ(metric(m, "sluice_breaker_state{upstream=\"app\",state=\"closed\"}"), 1);
-}
-
 // An idle pooled connection to a target a reload removed is closed (not left, its upstream gone,
 // for as long as the gateway runs: one per request in flight, per worker, per reload).
 TEST_F(GatewayTest, IdleConnectionsToATargetAReloadRemovedAreClosed) {
