@@ -1976,13 +1976,19 @@ TEST(AccessLogTest, LinesGoOutWholeBetweenOtherWriters) {
 
 // After logrotate moves the file away, reopen() writes to a new file at the path; what was
 // buffered goes to the old one.
+// Makes a FIFO at path and opens its reading end (non-blocking, so that a writer can open it);
+// the reader's descriptor, or -1.
+int fifo_with_reader(const std::string& path) {
+  if (::mkfifo(path.c_str(), 0600) != 0) return -1;
+  return ::open(path.c_str(), O_RDONLY | O_NONBLOCK);
+}
+
 // A reader that never reads (a stuck log shipper on a pipe) holds no writer up: past kMaxQueued
 // bytes waiting, lines are dropped, counted, and said why.
 TEST(AccessLogTest, AReaderThatNeverReadsHoldsNoWriterUp) {
   ::signal(SIGPIPE, SIG_IGN);  // as main() does: the writer left stuck meets the reader's close
   const std::string fifo = testing::temp_dir() + "/access.fifo";
-  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  const int reader = fifo_with_reader(fifo);
   ASSERT_GE(reader, 0);
   {
     auto log = AccessLog::open(fifo);
@@ -2009,8 +2015,7 @@ TEST(AccessLogTest, AReaderThatNeverReadsHoldsNoWriterUp) {
 // dropped and counted, not written in pieces, and the lines after it go on.
 TEST(AccessLogTest, ALineTooLongEvenWithoutItsPathIsDroppedAndCounted) {
   const std::string fifo = testing::temp_dir() + "/long.fifo";
-  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  const int reader = fifo_with_reader(fifo);
   ASSERT_GE(reader, 0);
   auto log = AccessLog::open(fifo);
   ASSERT_TRUE(log.ok()) << log.error().message;
