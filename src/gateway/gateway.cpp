@@ -2348,12 +2348,22 @@ Task<void> Gateway::Impl::admin_loop() {
 
 Task<void> Gateway::Impl::accept_loop() {
   Timer backoff(acceptor->get_executor());
+  std::uint64_t failed = 0;
+  std::chrono::steady_clock::time_point next_said{};
   while (true) {
     Worker& w = *workers[next_worker++ % workers.size()];
     auto [ec, socket] = co_await acceptor->async_accept(w.ioc, kTok);
     if (ec) {
       if (!acceptor->is_open() || ec == asio::error::operation_aborted) co_return;
-      // Out of file descriptors, most likely: give the connections in flight a moment to end.
+      // Out of file descriptors, most likely: give the connections in flight a moment to end. The
+      // connection stays in the listen backlog. Said at once, then at most every 30 s.
+      ++failed;
+      if (const auto now = std::chrono::steady_clock::now(); now >= next_said) {
+        log("cannot accept connections: " + ec.message() + " (" + std::to_string(failed) +
+            " failed since the last such line; connections wait in the listen backlog, retried every 50 ms)");
+        failed = 0;
+        next_said = now + std::chrono::seconds(30);
+      }
       backoff.expires_after(std::chrono::milliseconds(50));
       co_await backoff.async_wait(kTok);
       continue;
@@ -2672,7 +2682,18 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
   g.request_id_prefix = static_cast<std::uint32_t>(random());
 
   for (int i = 0; i < g.options.threads; ++i) {
-    g.workers.push_back(std::make_unique<Worker>(g, i));
+    try {
+      g.workers.push_back(std::make_unique<Worker>(g, i));
+      // Its reactor (an epoll and an eventfd descriptor) is made here, where a failure can be
+      // answered, rather than by its first timer, in its thread, where it would end the process.
+      Timer reactor_made_now(g.workers.back()->ioc);
+    } catch (const boost::system::system_error& e) {
+      return invalid_argument("cannot start worker thread " + std::to_string(i + 1) + " of " +
+                              std::to_string(g.options.threads) + ": " + e.code().message() +
+                              (e.code() == boost::system::errc::too_many_files_open
+                                   ? " (each takes 2 file descriptors; raise ulimit -n or use fewer --threads)"
+                                   : ""));
+    }
     Worker& w = *g.workers.back();
     if (!g.options.make_limiter) {
       w.limiter = g.limiter;
