@@ -255,6 +255,15 @@ std::size_t MessageParser<isRequest>::put_head(const char* data, std::size_t siz
     while (in.substr(skipped, 2) == "\r\n") skipped += 2;
   }
   if (size > skipped) got_some_ = true;
+  if constexpr (!isRequest) {
+    // Bytes that cannot begin a response (another protocol, an error text) are refused as they
+    // come, rather than waited on for a CRLF CRLF or taken, at a close, for a connection that broke.
+    constexpr std::string_view kName = "HTTP/";
+    if (in.substr(0, kName.size()) != kName.substr(0, std::min(size, kName.size()))) {
+      ec = http::error::bad_version;
+      return 0;
+    }
+  }
   const std::size_t from = std::max(scanned_, skipped);
   const std::size_t end = in.find("\r\n\r\n", from);
   if (end == std::string_view::npos) {

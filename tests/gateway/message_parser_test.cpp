@@ -271,6 +271,25 @@ TEST(MessageParserTest, BadResponseHeadsAreRefusedWithTheirReason) {
   }
 }
 
+// Bytes that cannot begin a response are refused as they come, not waited on for a head's end;
+// a beginning that can is waited on.
+TEST(MessageParserTest, BytesThatCannotBeginAResponseAreRefusedAtOnce) {
+  for (const std::string_view wire : {"S", "SSH-2.0-OpenSSH_9.2", "http/1.1 200 OK", "HTTP1.1", "\r\nHTTP/1.1"}) {
+    HeadText text;
+    ResponseParser p(text);
+    error_code ec;
+    EXPECT_EQ(put(p, wire, ec), 0u) << wire;
+    EXPECT_EQ(ec, http::error::bad_version) << wire << ": " << ec.message();
+  }
+  for (const std::string_view wire : {"H", "HTTP", "HTTP/", "HTTP/1.1 200"}) {
+    HeadText text;
+    ResponseParser p(text);
+    error_code ec;
+    EXPECT_EQ(put(p, wire, ec), 0u) << wire;
+    EXPECT_EQ(ec, http::error::need_more) << wire << ": " << ec.message();
+  }
+}
+
 TEST(MessageParserTest, AHeadPastTheLimitIsRefusedWhetherOrNotItEnded) {
   HeadText text;
   error_code ec;

@@ -574,6 +574,22 @@ TEST_F(GatewayTest, AnUpstreamsMalformedHeadIs502) {
   }
 }
 
+// Bytes that cannot begin an HTTP response (another protocol's greeting, an error text) are a bad
+// response as soon as they come, whether the upstream then closes or waits: not a connection that
+// failed (502 upstream_connect_failed, sent again) nor, left waiting, a timeout.
+TEST_F(GatewayTest, BytesThatAreNotHttpAreABadResponseAtOnce) {
+  for (const auto after : {ClosingUpstream::After::kClose, ClosingUpstream::After::kHold}) {
+    for (const std::string response : {"SSH-2.0-OpenSSH_9.2", "hello", "http/1.1 200 OK"}) {
+      ClosingUpstream upstream(response, after);
+      restart_in_front_of(upstream);
+      const HttpResponse r = get("/closing");
+      EXPECT_EQ(r.status, 502) << response;
+      EXPECT_EQ(str(json(r.body), "reason"), "upstream_bad_response") << response;
+      EXPECT_EQ(upstream.requests(), 1) << response;
+    }
+  }
+}
+
 // An answer that breaks before the first piece of its body went on (a malformed or overflowing
 // chunk size) is a 502 like a malformed head: nothing of it reached the client, whose request was
 // read whole, and whose connection carries on.
