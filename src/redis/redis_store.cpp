@@ -458,7 +458,15 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
       const Request& r = requests[local_members[j]];
       if (denied || r.cost == 0) {
         auto d = local->peek(r.key(), limits[j]);
-        if (d.ok()) local_decisions[j] = *d;
+        if (!d.ok()) continue;
+        local_decisions[j] = *d;
+        // Beside a refusal, only looked at; but a share this request's cost would overrun refuses
+        // it too, and as a real limit (its retry_after, for want of one for that cost, is when the
+        // share is whole again).
+        if (denied && r.cost > d->remaining) {
+          local_decisions[j].allowed = false;
+          local_decisions[j].retry_after = d->reset_after;
+        }
       }
     }
     bool any_peek = denied;

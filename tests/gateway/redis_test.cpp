@@ -376,6 +376,32 @@ TEST(RedisAddressTest, WithRedisDownALocalLimitBesideADenyRefusalReportsWhatItHa
   EXPECT_EQ(left(client.get("/free", "crm")), "\"shared\";r=5") << "the refusal took nothing";
 }
 
+// With Redis down, a `local` limit that its own share has exhausted refuses the request as a rate
+// limit (429, the check order's), beside a `deny` limit whose refusal was only made up for the store.
+TEST(RedisAddressTest, WithRedisDownAnExhaustedLocalLimitIs429BesideADenyRefusal) {
+  auto up = DemoUpstream::start();
+  ASSERT_TRUE(up.ok());
+  const std::string config =
+      "upstreams: [{name: app, targets: [127.0.0.1:" + std::to_string((*up)->port()) + "]}]\n"
+      "systems:\n"
+      "  - key: crm\n"
+      "    interfaces: [\"*\"]\n"
+      "    limits: [{name: shared, algorithm: fixed_window, limit: 2, period: 1h, on_store_failure: local}]\n"
+      "interfaces:\n"
+      "  - {id: free, path: /free, upstream: app}\n"
+      "  - {id: guarded, path: /guarded, upstream: app,\n"
+      "     limits: [{algorithm: fixed_window, limit: 100, period: 1h, on_store_failure: deny}]}\n";
+  Fleet fleet("redis://127.0.0.1:" + std::to_string(testing::free_port()), config, 1);
+  ASSERT_TRUE(fleet.serving());
+  HttpClient client(fleet.port(0));
+  for (int i = 0; i < 2; ++i) ASSERT_EQ(client.get("/free", "crm").status, 200);
+  ASSERT_EQ(client.get("/free", "crm").status, 429);
+  const HttpResponse refused = client.get("/guarded", "crm");
+  EXPECT_EQ(refused.status, 429) << refused.body;
+  EXPECT_EQ(reason_of(refused), "system_rate_limited");
+  EXPECT_FALSE(refused.header("retry-after").empty());
+}
+
 // One in-process gateway on a Redis of the test's own; the limits' clock is Redis's.
 class RedisGatewayTest : public ::testing::Test {
  protected:

@@ -304,6 +304,34 @@ TEST(RedisFaults, TheLocalFallbackDividesARateByTheFleet) {
   }
 }
 
+// While Redis is away, a kLocal limit beside a kDeny one is only looked at (the request is refused
+// anyway), but one whose share the request would overrun says so: the request is refused by a limit,
+// not only by the store's absence.
+TEST(RedisFaults, BesideADenyRefusalAnExhaustedLocalShareRefusesToo) {
+  redis::RedisStoreOptions o;
+  o.address = "redis://127.0.0.1:1";  // nothing listens there
+  auto store = RedisStore::open(o);
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  const Limit shared = make(Limit::fixed_window({.limit = 2, .period = 1h}));
+  const Limit guarded = plenty();
+  const LimitRequest alone{"shared", &shared, 1, OnStoreFailure::kLocal};
+  for (const bool allowed : {true, true, false}) {  // the share of 2 spent
+    std::array<Decision, 1> one;
+    ASSERT_TRUE((*store)->acquire_all({&alone, 1}, one).ok());
+    ASSERT_EQ(one[0].allowed, allowed);
+  }
+  const std::array<LimitRequest, 2> both{LimitRequest{"shared", &shared, 1, OnStoreFailure::kLocal},
+                                         LimitRequest{"guarded", &guarded, 1, OnStoreFailure::kDeny}};
+  std::array<Decision, 2> d;
+  ASSERT_TRUE((*store)->acquire_all(both, d).ok());
+  EXPECT_TRUE(d[0].fallback && d[1].fallback);
+  EXPECT_FALSE(d[0].allowed);
+  EXPECT_EQ(d[0].remaining, 0);
+  EXPECT_GT(d[0].retry_after, 0s);  // the window's end
+  EXPECT_LE(d[0].retry_after, 1h);
+  EXPECT_FALSE(d[1].allowed);
+}
+
 TEST(RedisFaults, BackOnRedisWithinASecondOfItAnsweringAgain) {
   auto server = RedisServer::start();
   ASSERT_TRUE(server.ok()) << server.error().message;
