@@ -563,7 +563,7 @@ class Validator {
         static const std::set<std::string> kFields{
             "failure_rate",  "slow_call_rate", "jitter_percent",       "window_size",
             "minimum_calls", "half_open_probes", "backoff_multiplier", "consecutive_failures",
-            "window_duration", "open_for",     "max_open_for"};
+            "window_duration", "open_for",     "max_open_for", "slow_call"};
         if (kFields.count(field) != 0) {
           add(at + ".breaker." + (field == "window_size" || field == "window_duration" ? "window" : field),
               m.substr(space + 1));

@@ -81,6 +81,13 @@ std::vector<Error> CircuitBreakerOptions::problems() const {
   } else if (max_open_for < open_for) {
     out.push_back(invalid_argument("max_open_for must not be shorter than open_for"));
   }
+  if (slow_call_rate > 0) {
+    // Not positive, every call would be slow: the breaker would open on a healthy upstream.
+    if (slow_call < std::chrono::milliseconds(1)) {
+      out.push_back(invalid_argument("slow_call must be at least 1ms, got " + format_duration(slow_call)));
+    }
+    at_most_a_year("slow_call", slow_call);
+  }
   if (failure_rate == 0 && slow_call_rate == 0 && consecutive_failures == 0) {
     out.push_back(invalid_argument(
         "the breaker would never open: set failure_rate, slow_call_rate or consecutive_failures"));

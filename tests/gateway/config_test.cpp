@@ -465,6 +465,19 @@ TEST(ConfigYaml, BreakerSettingsAreValidatedByTheBreaker) {
   EXPECT_EQ(p[0], "test.yaml:4:29: upstreams[0].breaker.failure_rate: must be a percentage from 0 to 100, got 150");
 }
 
+// A breaker that would take every call for slow is refused (one whose count window is smaller than
+// minimum_calls is not: it judges its rates once the window is full).
+TEST(ConfigYaml, ABreakerThatTakesEveryCallForSlowIsRefused) {
+  EXPECT_EQ(problems_of("upstreams: [{name: app, targets: [127.0.0.1:1], breaker: {slow_call_rate: 50, slow_call: 0s}}]\n"),
+            (std::vector<std::string>{
+                "test.yaml:1:90: upstreams[0].breaker.slow_call: must be at least 1ms, got 0s"}));
+  EXPECT_TRUE(problems_of("upstreams: [{name: app, targets: [127.0.0.1:1], breaker: {window: 5, "
+                          "slow_call_rate: 50, slow_call: 1ms}}]\n")
+                  .empty());
+  EXPECT_TRUE(problems_of("upstreams: [{name: app, targets: [127.0.0.1:1], breaker: {slow_call: 0s}}]\n").empty())
+      << "slow_call_rate 0: slow calls are not judged";
+}
+
 // Problems in different places are all reported at once: a limit's range beside a breaker's
 // settings (each of them) and an interface's; an entity with a field that could not be read is not
 // judged again on what was read of it.

@@ -320,6 +320,10 @@ TEST(BreakerOptions, ValidationNamesTheField) {
   o.failure_rate = 0;
   EXPECT_FALSE(o.validate().ok());
   EXPECT_TRUE(CircuitBreakerOptions{}.validate().ok());
+  o = CircuitBreakerOptions{};
+  o.slow_call_rate = 50;
+  o.slow_call = Nanos{0};  // every call slow: a healthy dependency would open the breaker
+  EXPECT_EQ(o.validate().error().message, "slow_call must be at least 1ms, got 0s");
 }
 
 // An open period or window too long to add to a time (Nanos::max()) is refused by validate(), and a
