@@ -33,6 +33,55 @@ bool has_control_characters(std::string_view s) {
   return false;
 }
 
+std::size_t utf8_sequence(std::string_view s) {
+  const auto at = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char c = at(0);
+  std::size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // the second byte's range
+  if (c >= 0xc2 && c <= 0xdf) {
+    n = 2;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    n = 3;
+    if (c == 0xe0) lo = 0xa0;
+    if (c == 0xed) hi = 0x9f;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    n = 4;
+    if (c == 0xf0) lo = 0x90;
+    if (c == 0xf4) hi = 0x8f;
+  } else {
+    return 0;
+  }
+  if (s.size() < n || at(1) < lo || at(1) > hi) return 0;
+  for (std::size_t i = 2; i < n; ++i) {
+    if (at(i) < 0x80 || at(i) > 0xbf) return 0;
+  }
+  return n;
+}
+
+// Whether text holds a character that shows nothing or moves what follows, or is not UTF-8: a
+// space other than ' ' (U+00A0, U+2000-U+200A, U+202F, U+205F, U+3000), a zero-width, joining or
+// blank one (U+200B-U+200D, U+2060-U+2064, U+FEFF, U+115F, U+1160, U+2800, U+3164, U+FFA0), a
+// direction mark or override (U+200E-U+200F, U+202A-U+202E, U+2066-U+2069), a soft hyphen
+// (U+00AD) or a line or paragraph separator (U+2028-U+2029).
+bool has_invisible_characters(std::string_view text) {
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t n = static_cast<unsigned char>(text[i]) < 0x80 ? 1 : utf8_sequence(text.substr(i));
+    if (n == 0) return true;
+    std::uint32_t cp = static_cast<unsigned char>(text[i]);
+    if (n > 1) {
+      cp &= 0x7FU >> n;
+      for (std::size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3FU);
+    }
+    if (cp == 0xA0 || cp == 0xAD || cp == 0x115F || cp == 0x1160 || (cp >= 0x2000 && cp <= 0x200F) ||
+        (cp >= 0x2028 && cp <= 0x202F) || (cp >= 0x205F && cp <= 0x2069) || cp == 0x2800 || cp == 0x3000 ||
+        cp == 0x3164 || cp == 0xFEFF || cp == 0xFFA0) {
+      return true;
+    }
+    i += n;
+  }
+  return false;
+}
+
 std::string Problem::to_string() const {
   std::string s;
   if (!file.empty()) s += file + ":";
@@ -494,6 +543,14 @@ class Validator {
     }
   }
 
+  // An id, key or name goes into URLs, logs, metrics labels, the console and the audit log: nothing
+  // in it may go unseen (two ids that differ by a zero-width space would look the same).
+  void legible(const std::string& path, const std::string& value) {
+    if (has_control_characters(value) || has_invisible_characters(value)) {
+      add(path, "must not hold control or invisible characters or bytes that are not UTF-8");
+    }
+  }
+
   // Refuses an id the admin API's URLs could not name: browsers and HTTP clients take "." and ".."
   // (and %2E%2E) for steps in the path, so /admin/v1/systems/.. would be the API's root.
   void addressable(const std::string& path, const std::string& value) {
@@ -526,9 +583,8 @@ class Validator {
         add(path + ".name", "\"" + r.name + "\" names another limit of the same owner too");
       }
       length(path + ".name", r.name);
-      if (r.name.find_first_of("\"\\") != std::string::npos || has_control_characters(r.name)) {
-        add(path + ".name", "must not contain quotes, backslashes or control characters");
-      }
+      if (r.name.find_first_of("\"\\") != std::string::npos) add(path + ".name", "must not contain quotes or backslashes");
+      legible(path + ".name", r.name);
       if ((r.key_by == KeyBy::kHeader && !valid_header_name(r.key_name)) ||
           (r.key_by == KeyBy::kQuery && r.key_name.empty())) {
         add(path + ".key_by", "names no header or query parameter");
@@ -540,7 +596,7 @@ class Validator {
     const Upstream& u = c_.upstreams[i];
     const std::string at = "upstreams[" + std::to_string(i) + "]";
     if (u.name.empty()) add(at + ".name", "is required");
-    if (has_control_characters(u.name)) add(at + ".name", "must not hold control characters");
+    legible(at + ".name", u.name);
     length(at + ".name", u.name);
     addressable(at + ".name", u.name);
     if (!u.name.empty() && !names.insert(u.name).second) {
@@ -579,7 +635,7 @@ class Validator {
     const std::string at = "interfaces[" + std::to_string(i) + "]";
     if (f.id.empty()) add(at + ".id", "is required");
     if (f.id == "*") add(at + ".id", "\"*\" stands for every interface and cannot be an id");
-    if (has_control_characters(f.id)) add(at + ".id", "must not hold control characters");
+    legible(at + ".id", f.id);
     length(at + ".id", f.id);
     addressable(at + ".id", f.id);
     if (!f.id.empty() && !ids.insert(f.id).second) {
@@ -643,9 +699,8 @@ class Validator {
     if (s.key.empty()) add(at + ".key", "is required");
     // A caller sends it as a header field's value, which holds no control character and loses the
     // spaces around it: such a key could never be matched.
-    if (has_control_characters(s.key) || (!s.key.empty() && (s.key.front() == ' ' || s.key.back() == ' '))) {
-      add(at + ".key", "must not hold control characters, nor begin or end with a space");
-    }
+    legible(at + ".key", s.key);
+    if (!s.key.empty() && (s.key.front() == ' ' || s.key.back() == ' ')) add(at + ".key", "must not begin or end with a space");
     length(at + ".key", s.key);
     addressable(at + ".key", s.key);
     if (!s.key.empty() && !keys.insert(s.key).second) {
@@ -666,7 +721,7 @@ class Validator {
       const Credential& c = s.credentials[j];
       const std::string path = at + ".credentials[" + std::to_string(j) + "]";
       if (c.id.empty()) add(path + ".id", "is required");
-      if (has_control_characters(c.id)) add(path + ".id", "must not hold control characters");
+      legible(path + ".id", c.id);
       length(path + ".id", c.id);
       addressable(path + ".id", c.id);  // DELETE /admin/v1/systems/{key}/credentials/{id} names it
       if (!c.id.empty() && !ids.insert(c.id).second) {

@@ -169,6 +169,16 @@ struct Config {
 // none.
 bool has_control_characters(std::string_view s);
 
+// The length of the well-formed UTF-8 sequence s starts with (RFC 3629: no overlong forms, no
+// surrogates, nothing past U+10FFFF), or 0. JSON text is UTF-8.
+std::size_t utf8_sequence(std::string_view s);
+
+// Whether text holds a character that shows nothing or moves what follows, or is not UTF-8: a
+// space other than ' ', a zero-width, joining or blank one, a direction mark or override, a soft
+// hyphen, a line or paragraph separator (the list is at the definition). Two ids that differ only
+// by one would look alike in the console, the logs and the audit log.
+bool has_invisible_characters(std::string_view text);
+
 // The longest id, key or name, in bytes. A system's key travels in a header field and every id in
 // the admin API's paths, both read within 8 KiB, and in log lines, metrics labels and the console's
 // tables: a longer one could be made, but then not be read, changed or deleted.

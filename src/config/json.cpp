@@ -304,29 +304,4 @@ std::optional<std::string> repeated_key(std::string_view text) {
   return std::move(parser.handler().repeated);
 }
 
-std::size_t utf8_sequence(std::string_view s) {
-  const auto at = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
-  const unsigned char c = at(0);
-  std::size_t n = 0;
-  unsigned char lo = 0x80, hi = 0xbf;  // the second byte's range
-  if (c >= 0xc2 && c <= 0xdf) {
-    n = 2;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    n = 3;
-    if (c == 0xe0) lo = 0xa0;
-    if (c == 0xed) hi = 0x9f;
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    n = 4;
-    if (c == 0xf0) lo = 0x90;
-    if (c == 0xf4) hi = 0x8f;
-  } else {
-    return 0;
-  }
-  if (s.size() < n || at(1) < lo || at(1) > hi) return 0;
-  for (std::size_t i = 2; i < n; ++i) {
-    if (at(i) < 0x80 || at(i) > 0xbf) return 0;
-  }
-  return n;
-}
-
 }  // namespace sluice::config

@@ -34,8 +34,4 @@ std::string pretty(const boost::json::value& value);
 // one thing to every reader of the text.
 std::optional<std::string> repeated_key(std::string_view text);
 
-// The length of the well-formed UTF-8 sequence s starts with (RFC 3629: no overlong forms, no
-// surrogates, nothing past U+10FFFF), or 0. JSON text is UTF-8.
-std::size_t utf8_sequence(std::string_view s);
-
 }  // namespace sluice::config

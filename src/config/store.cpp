@@ -901,34 +901,6 @@ WriteResult ConfigStore::replace(std::string_view actor, std::string_view action
       if_revision, false);
 }
 
-namespace {
-
-// Whether text holds a character that shows nothing or moves what follows, or is not UTF-8: a
-// space other than ' ' (U+00A0, U+2000-U+200A, U+202F, U+205F, U+3000), a zero-width, joining or
-// blank one (U+200B-U+200D, U+2060-U+2064, U+FEFF, U+115F, U+1160, U+2800, U+3164, U+FFA0), a
-// direction mark or override (U+200E-U+200F, U+202A-U+202E, U+2066-U+2069), a soft hyphen
-// (U+00AD) or a line or paragraph separator (U+2028-U+2029).
-bool has_invisible_characters(std::string_view text) {
-  for (std::size_t i = 0; i < text.size();) {
-    const std::size_t n = static_cast<unsigned char>(text[i]) < 0x80 ? 1 : utf8_sequence(text.substr(i));
-    if (n == 0) return true;
-    std::uint32_t cp = static_cast<unsigned char>(text[i]);
-    if (n > 1) {
-      cp &= 0x7FU >> n;
-      for (std::size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3FU);
-    }
-    if (cp == 0xA0 || cp == 0xAD || cp == 0x115F || cp == 0x1160 || (cp >= 0x2000 && cp <= 0x200F) ||
-        (cp >= 0x2028 && cp <= 0x202F) || (cp >= 0x205F && cp <= 0x2069) || cp == 0x2800 || cp == 0x3000 ||
-        cp == 0x3164 || cp == 0xFEFF || cp == 0xFFA0) {
-      return true;
-    }
-    i += n;
-  }
-  return false;
-}
-
-}  // namespace
-
 Result<std::pair<TokenInfo, std::string>> ConfigStore::create_token(std::string_view actor, Role role,
                                                                      std::string_view name) {
   // It is shown in the audit log's actors, "token:<name> (<id>)", and in the console: it cannot

@@ -541,13 +541,41 @@ interfaces:
 // A system key is sent as a header field's value: one with a control character, or a space at
 // either end, could never be matched, and is refused.
 TEST(ConfigYaml, ASystemKeyNoHeaderCanCarryIsRefused) {
-  for (const char* key : {"\"a\\nb\"", "\"a\\tb\"", "\" crm\"", "\"crm \""}) {
-    const auto p = problems_of(std::string("systems:\n  - key: ") + key + "\n");
-    ASSERT_EQ(p.size(), 1u) << key;
-    EXPECT_NE(p[0].find("systems[0].key: must not hold control characters, nor begin or end with a space"),
-              std::string::npos) << p[0];
+  for (const char* key : {"\"a\\nb\"", "\"a\\tb\""}) {
+    EXPECT_EQ(problems_of(std::string("systems:\n  - key: ") + key + "\n"),
+              (std::vector<std::string>{
+                  "test.yaml:2:10: systems[0].key: must not hold control or invisible characters or bytes that are not UTF-8"}))
+        << key;
+  }
+  for (const char* key : {"\" crm\"", "\"crm \""}) {
+    EXPECT_EQ(problems_of(std::string("systems:\n  - key: ") + key + "\n"),
+              (std::vector<std::string>{"test.yaml:2:10: systems[0].key: must not begin or end with a space"}))
+        << key;
   }
   EXPECT_TRUE(problems_of("systems:\n  - key: \"crm team\"\n").empty());
+}
+
+// Ids, keys and names are shown in the console, the logs and the audit log: two that differ only by
+// a character that shows nothing (a zero-width space, a no-break space, a direction mark) would look
+// the same, and are refused; letters of any script are not.
+TEST(ConfigYaml, IdsThatHideACharacterAreRefused) {
+  const std::string ok = "upstreams: [{name: app, targets: [127.0.0.1:1]}]\n"
+                         "interfaces: [{id: \"заказы\", path: /a, upstream: app}]\n"
+                         "systems: [{key: \"订单\", interfaces: [\"заказы\"]}]\n";
+  EXPECT_TRUE(problems_of(ok).empty());
+  for (const char* hidden : {"\u200b", "\u00a0", "\u202e", "\ufeff", "\u2066"}) {
+    const std::string name = std::string("cr") + hidden + "m";
+    EXPECT_EQ(problems_of("upstreams: [{name: \"" + name + "\", targets: [127.0.0.1:1]}]\n"
+                          "interfaces: [{id: \"" + name + "\", path: /a, upstream: \"" + name + "\",\n"
+                          "              limits: [{name: \"" + name + "\", algorithm: fixed_window, limit: 1, period: 1s}]}]\n"
+                          "systems: [{key: \"" + name + "\"}]\n"),
+              (std::vector<std::string>{
+                  "test.yaml:1:20: upstreams[0].name: must not hold control or invisible characters or bytes that are not UTF-8",
+                  "test.yaml:2:19: interfaces[0].id: must not hold control or invisible characters or bytes that are not UTF-8",
+                  "test.yaml:3:31: interfaces[0].limits[0].name: must not hold control or invisible characters or bytes that are not UTF-8",
+                  "test.yaml:4:17: systems[0].key: must not hold control or invisible characters or bytes that are not UTF-8"}))
+        << hidden;
+  }
 }
 
 TEST(ConfigYaml, AGrantNeedsThePermissionItRefinesUnlessTheInterfaceIsPublic) {
