@@ -551,6 +551,13 @@ class Validator {
     }
   }
 
+  void description(const std::string& path, const std::string& value) {
+    if (value.size() > kMaxDescriptionBytes) {
+      add(path, "must be at most " + std::to_string(kMaxDescriptionBytes) + " bytes long, got " +
+                    std::to_string(value.size()));
+    }
+  }
+
   // Refuses an id the admin API's URLs could not name: browsers and HTTP clients take "." and ".."
   // (and %2E%2E) for steps in the path, so /admin/v1/systems/.. would be the API's root.
   void addressable(const std::string& path, const std::string& value) {
@@ -637,6 +644,7 @@ class Validator {
     if (f.id == "*") add(at + ".id", "\"*\" stands for every interface and cannot be an id");
     legible(at + ".id", f.id);
     length(at + ".id", f.id);
+    description(at + ".description", f.description);
     addressable(at + ".id", f.id);
     if (!f.id.empty() && !ids.insert(f.id).second) {
       add(at + ".id", "\"" + f.id + "\" is the id of another interface too");
@@ -702,6 +710,7 @@ class Validator {
     legible(at + ".key", s.key);
     if (!s.key.empty() && (s.key.front() == ' ' || s.key.back() == ' ')) add(at + ".key", "must not begin or end with a space");
     length(at + ".key", s.key);
+    description(at + ".description", s.description);
     addressable(at + ".key", s.key);
     if (!s.key.empty() && !keys.insert(s.key).second) {
       add(at + ".key", "\"" + s.key + "\" is the key of another system too");

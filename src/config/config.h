@@ -183,6 +183,9 @@ bool has_invisible_characters(std::string_view text);
 // the admin API's paths, both read within 8 KiB, and in log lines, metrics labels and the console's
 // tables: a longer one could be made, but then not be read, changed or deleted.
 inline constexpr std::size_t kMaxIdBytes = 256;
+// The longest description: a few paragraphs for people. Each change to an entity copies it into the
+// audit log twice (before and after), and the console shows it in full.
+inline constexpr std::size_t kMaxDescriptionBytes = 4096;
 
 struct Problem {
   std::string path{};

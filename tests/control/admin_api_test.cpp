@@ -421,6 +421,10 @@ TEST_F(AdminApiTest, EveryValidationErrorIsRefusedWholeWithItsFieldPath) {
        "control or invisible characters"},
       {"interface id C1 control", [](Config& c) { c.interfaces[2].id = "hea\xc2\x85lth"; }, "interfaces[2].id",
        "control or invisible characters"},
+      {"interface description", [](Config& c) { c.interfaces[2].description.assign(4097, 'd'); },
+       "interfaces[2].description", "at most 4096 bytes long, got 4097"},
+      {"system description", [](Config& c) { c.systems[1].description.assign(1 << 20, 'd'); },
+       "systems[1].description", "at most 4096 bytes long, got 1048576"},
       {"interface id zero-width space", [](Config& c) { c.interfaces[2].id = "hea\u200blth"; }, "interfaces[2].id",
        "control or invisible characters"},
       {"key_by", [](Config& c) { c.interfaces[0].limits[0].key_by = config::KeyBy::kHeader;
