@@ -304,6 +304,28 @@ TEST(RedisFaults, TheLocalFallbackDividesARateByTheFleet) {
   }
 }
 
+// A period that the fleet would stretch past the longest (here past what 64 bits of nanoseconds
+// hold) has its rate divided instead, as counts are.
+TEST(RedisFaults, TheLocalFallbackDividesARateItCannotStretch) {
+  redis::RedisStoreOptions o;
+  o.address = "redis://127.0.0.1:1";  // nothing listens there
+  o.on_store_failure = OnStoreFailure::kLocal;
+  o.fleet_size = 1000;  // 365 d x 1000 is past 2^63 ns
+  auto store = RedisStore::open(o);
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  const Limit limit = make(Limit::token_bucket({.capacity = 2000, .refill_tokens = 1000, .refill_period = kMaxPeriod}));
+  for (const bool allowed : {true, true, false}) {  // capacity 2 in this process
+    const Result<Decision> d = (*store)->acquire("year", limit);
+    ASSERT_TRUE(d.ok()) << d.error().message;
+    EXPECT_TRUE(d->fallback);
+    EXPECT_EQ(d->allowed, allowed);
+    if (!allowed) {
+      EXPECT_GT(d->retry_after, kMaxPeriod / 2);  // 1 token per 365 d
+      EXPECT_LE(d->retry_after, kMaxPeriod);
+    }
+  }
+}
+
 // While Redis is away, a kLocal limit beside a kDeny one is only looked at (the request is refused
 // anyway), but one whose share the request would overrun says so: the request is refused by a limit,
 // not only by the store's absence.
