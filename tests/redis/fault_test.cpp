@@ -354,6 +354,28 @@ TEST(RedisFaults, BesideADenyRefusalAnExhaustedLocalShareRefusesToo) {
   EXPECT_FALSE(d[1].allowed);
 }
 
+// A call made while the store's first connection is being made waits for it, but not past its own
+// deadline: one whose deadline passed meanwhile fails as not sent, and does not run once connected.
+TEST(RedisFaults, ACallWaitingForTheFirstConnectionIsNotSentPastItsDeadline) {
+  auto server = RedisServer::start();
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  ASSERT_EQ((*server)->cli({"CLIENT", "PAUSE", "500", "ALL"}), "OK");  // the handshake waits
+  redis::RedisStoreOptions o;
+  o.address = (*server)->address();
+  o.command_timeout = 100ms;
+  o.connect_timeout = 5s;
+  auto store = RedisStore::open(o);
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  const Limit limit = make(Limit::fixed_window({.limit = 10, .period = 1h}));
+  const Result<Decision> d = (*store)->acquire("first", limit);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.error().code, ErrorCode::kStoreUnavailable) << d.error().message;
+  EXPECT_NE(d.error().message.find("not connected within the command's deadline"), std::string::npos)
+      << d.error().message;
+  ASSERT_TRUE(eventually([&] { return (*store)->peek("first", limit).ok(); }, 5s));
+  EXPECT_EQ((*store)->peek("first", limit)->remaining, 10) << "the call that was not sent ran";
+}
+
 TEST(RedisFaults, BackOnRedisWithinASecondOfItAnsweringAgain) {
   auto server = RedisServer::start();
   ASSERT_TRUE(server.ok()) << server.error().message;
