@@ -791,6 +791,7 @@ struct Gateway::Impl {
   std::vector<std::tuple<std::string, std::string, AdminHandler>> admin_routes;  // guarded by admin_mu
 
   std::atomic<bool> draining{false};
+  std::atomic<int> held_polls{0};  // admin long polls waiting for news: a drain answers and waits for them
   std::atomic<bool> stopped{false};
   std::atomic<int> stores_down{0};  // workers whose limit store's breaker is open
   std::mutex store_log_mu;
@@ -2267,6 +2268,7 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
                          loopback && asks_for_itself(req)};
     for (const auto& f : req) request.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
     AdminResponse out{404, "application/json", R"({"code":404,"reason":"not_found","msg":"Not found."})"};
+    bool held = false;  // a long poll, counted in held_polls until answered
     const bool builtin = path == "/metrics" || path == "/healthz" || path == "/config";
     if (builtin && options.admin_guard && !options.admin_guard(request)) {
       out = {401, "application/json",
@@ -2301,9 +2303,13 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
       if (handler) {
         auto call = [&]() -> Task<AdminResponse> { co_return handler(request); };
         out = co_await asio::co_spawn(admin_ioc->get_executor(), call, asio::use_awaitable_t<Executor>{});
-        // A long poll: asked again until it has news or its time is up.
+        // A long poll: asked again until it has news or its time is up, or the gateway drains (then
+        // answered at once, its connection closed, rather than cut by the stop: the drain waits
+        // for it).
         const auto until = Clock::now() + out.hold;
-        while (out.hold > Nanos{0} && Clock::now() < until && !stopped.load()) {
+        held = out.hold > Nanos{0};
+        if (held) held_polls.fetch_add(1);
+        while (out.hold > Nanos{0} && Clock::now() < until && !draining.load() && !stopped.load()) {
           hold_timer.expires_after(std::chrono::milliseconds(50));
           auto [tec] = co_await hold_timer.async_wait(kTok);
           if (tec) break;
@@ -2317,7 +2323,7 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
     res.set("X-Content-Type-Options", "nosniff");  // every answer is what its type says
     for (const auto& [name, value] : out.headers) res.set(name, value);
     res.body() = std::move(out.body);
-    res.keep_alive(req.keep_alive());
+    res.keep_alive(req.keep_alive() && !draining.load());
     res.prepare_payload();
     stream.expires_after(std::chrono::seconds(30));
     http::response_serializer<http::string_body> serializer(res);
@@ -2329,6 +2335,7 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
       auto [bec, bn] = co_await http::async_write(stream, serializer, kTok);
       wec = bec;
     }
+    if (held) held_polls.fetch_sub(1);
     if (wec || !res.keep_alive()) break;
   }
   error_code ec;
@@ -2483,7 +2490,7 @@ void Gateway::Impl::begin_drain() {
 Task<void> Gateway::Impl::drain_watch() {
   const auto deadline = Clock::now() + snapshot()->config().drain_timeout;
   Timer timer(workers[0]->ioc);
-  while (sessions.load() > 0 && Clock::now() < deadline) {
+  while ((sessions.load() > 0 || held_polls.load() > 0) && Clock::now() < deadline) {
     // Sessions that were between requests when the drain began close as they notice it.
     for (auto& w : workers) asio::post(w->ioc, [wp = w.get()] { wp->close_idle_conns(); });
     timer.expires_after(std::chrono::milliseconds(20));

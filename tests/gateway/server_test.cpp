@@ -2544,6 +2544,28 @@ TEST_F(GatewayTest, DrainFinishesRequestsInFlightAndRefusesNewConnections) {
   gw_->wait();
 }
 
+// An admin long poll held when the gateway drains is answered at once with what it has (here "not
+// modified") and its connection closed, not cut off by the stop without an answer.
+TEST_F(GatewayTest, AHeldLongPollIsAnsweredWhenTheGatewayDrains) {
+  std::atomic<int> asked{0};
+  gw_->add_admin_route("GET", "/admin/v1/poll", [&](const AdminRequest&) {
+    ++asked;
+    AdminResponse r{304, "application/json", ""};
+    r.hold = std::chrono::seconds(60);
+    return r;
+  });
+  std::string answer;
+  std::thread poll([&] {
+    answer = testing::raw_exchange(gw_->admin_port(), "GET /admin/v1/poll HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 10s);
+  });
+  ASSERT_TRUE(testing::eventually([&] { return asked.load() >= 2; }));  // held: asked again
+  gw_->drain();
+  gw_->wait();
+  poll.join();
+  EXPECT_EQ(testing::raw_status(answer), 304) << answer;
+  EXPECT_NE(answer.find("Connection: close\r\n"), std::string::npos) << answer;
+}
+
 // A request still waiting on its upstream when drain_timeout passes is answered (504: the upstream
 // did not answer in the time left) and logged, rather than cut off by the stop with neither.
 TEST_F(GatewayTest, ARequestLeftAtTheDrainTimeoutIsAnsweredAndLogged) {
