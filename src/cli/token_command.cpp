@@ -7,6 +7,8 @@
 #include "cli/not_empty.h"
 #include "cli/serve_control.h"
 #include "config/store.h"
+#include "core/duration.h"
+#include "sluice/clock.h"
 
 namespace sluice::cli {
 namespace {
@@ -16,6 +18,7 @@ struct TokenOptions {
   std::string role;
   std::string name;
   std::string id;
+  std::string expires_in;
 };
 
 void create(const TokenOptions& o) {
@@ -24,16 +27,29 @@ void create(const TokenOptions& o) {
     std::fprintf(stderr, "sluice token create: --role must be admin or read\n");
     throw CLI::RuntimeError(2);
   }
+  Nanos lifetime{0};
+  if (!o.expires_in.empty()) {
+    const auto d = parse_duration(o.expires_in);
+    if (!d) {
+      std::fprintf(stderr, "sluice token create: --expires-in must be a duration like 90d or 12h, got \"%s\"\n",
+                   o.expires_in.c_str());
+      throw CLI::RuntimeError(2);
+    }
+    lifetime = *d;
+  }
   auto store = open_store_or_exit(o.db, "token create", config::StoreOptions::Access::kCreate);
-  auto created = store->create_token(cli_actor(), *role, o.name.empty() ? o.role : o.name);
+  auto created = store->create_token(cli_actor(), *role, o.name.empty() ? o.role : o.name, lifetime);
   if (!created.ok()) {
     std::fprintf(stderr, "sluice token create: %s\n", created.error().message.c_str());
     throw CLI::RuntimeError(1);
   }
   // The token alone on stdout (for scripts); what it is on stderr.
   std::printf("%s\n", created->second.c_str());
-  std::fprintf(stderr, "token %s \"%s\" (role %s) created in %s: it is shown this once; sluice keeps only its hash\n",
-               created->first.id.c_str(), created->first.name.c_str(), config::to_string(*role), o.db.c_str());
+  const std::string until =
+      created->first.expires == 0 ? "" : ", expires " + config::format_time(created->first.expires);
+  std::fprintf(stderr, "token %s \"%s\" (role %s%s) created in %s: it is shown this once; sluice keeps only its hash\n",
+               created->first.id.c_str(), created->first.name.c_str(), config::to_string(*role), until.c_str(),
+               o.db.c_str());
 }
 
 void list(const TokenOptions& o) {
@@ -43,9 +59,13 @@ void list(const TokenOptions& o) {
     std::fprintf(stderr, "sluice token list: %s\n", tokens.error().message.c_str());
     throw CLI::RuntimeError(1);
   }
+  const auto now = std::chrono::duration_cast<std::chrono::seconds>(SystemClock::instance().now()).count();
   for (const config::TokenInfo& t : *tokens) {
-    std::printf("%s  %-5s  %s  %s  (created by %s)\n", t.id.c_str(), config::to_string(t.role),
-                config::format_time(t.created).c_str(), t.name.c_str(), t.created_by.c_str());
+    const std::string expiry = t.expires == 0       ? ""
+                               : t.expired_at(now) ? ", expired " + config::format_time(t.expires)
+                                                   : ", expires " + config::format_time(t.expires);
+    std::printf("%s  %-5s  %s  %s  (created by %s%s)\n", t.id.c_str(), config::to_string(t.role),
+                config::format_time(t.created).c_str(), t.name.c_str(), t.created_by.c_str(), expiry.c_str());
   }
 }
 
@@ -69,6 +89,7 @@ void add_token_command(CLI::App& app) {
   cmd->footer(
       "Examples:\n"
       "  T=$(sluice token create --role admin --name ops)     # the token alone on stdout, shown this once\n"
+      "  sluice token create --role read --name grafana --expires-in 90d\n"
       "  curl -H \"Authorization: Bearer $T\" http://127.0.0.1:9090/admin/v1/whoami\n"
       "  sluice token list\n"
       "  sluice token revoke at_83ea07778e61                  # gateways on the database refuse it within 1 s\n"
@@ -77,6 +98,8 @@ void add_token_command(CLI::App& app) {
   CLI::App* c = cmd->add_subcommand("create", "Create a token and print it (once: only its hash is kept)");
   c->add_option("--role", o->role, "admin (every change) or read (read-only)")->required();
   c->add_option("--name", o->name, "What it is for, e.g. the person or the console (default: the role)");
+  c->add_option("--expires-in", o->expires_in,
+                "Refused from this long after now, e.g. 90d or 12h (1m to 3650d; default: until revoked)");
   c->add_option("--db", o->db, "The database (default ./sluice.db)")->check(kNotEmpty);
   c->callback([o] { create(*o); });
 

@@ -14,6 +14,7 @@
 #include <tuple>
 
 #include "config/crypto.h"
+#include "core/duration.h"
 #include "config/json.h"
 #include "config/yaml.h"
 
@@ -85,8 +86,13 @@ std::string revision_triggers() {
 // Version 2: an interface's concurrency_lease_timeout (NULL: the default).
 constexpr const char* kSchemaV2 = "ALTER TABLE interfaces ADD COLUMN concurrency_lease_timeout TEXT;";
 
+// Version 3: an admin token's expiry (Unix seconds; NULL: never).
+constexpr const char* kSchemaV3 = "ALTER TABLE admin_tokens ADD COLUMN expires INTEGER;";
+
 // The migrations, in order: migration i takes the schema from version i to i + 1.
-std::vector<std::string> migrations() { return {std::string(kSchemaV1) + revision_triggers(), kSchemaV2}; }
+std::vector<std::string> migrations() {
+  return {std::string(kSchemaV1) + revision_triggers(), kSchemaV2, kSchemaV3};
+}
 
 class Stmt {
  public:
@@ -902,7 +908,11 @@ WriteResult ConfigStore::replace(std::string_view actor, std::string_view action
 }
 
 Result<std::pair<TokenInfo, std::string>> ConfigStore::create_token(std::string_view actor, Role role,
-                                                                     std::string_view name) {
+                                                                     std::string_view name, Nanos lifetime) {
+  if (lifetime != Nanos{0} && (lifetime < kShortestTokenLifetime || lifetime > kLongestTokenLifetime)) {
+    return Error{ErrorCode::kInvalidArgument, "a token's lifetime must be from 1m to 3650d, got " +
+                                                  format_duration(lifetime)};
+  }
   // It is shown in the audit log's actors, "token:<name> (<id>)", and in the console: it cannot
   // pass for another token (no parentheses, nothing invisible or reordering), nor fill a screen.
   if (has_control_characters(name) || has_invisible_characters(name) ||
@@ -916,6 +926,9 @@ Result<std::pair<TokenInfo, std::string>> ConfigStore::create_token(std::string_
   info.role = role;
   info.created = now_seconds();
   info.created_by = std::string(actor);
+  if (lifetime != Nanos{0}) {  // rounded up to a whole second: it lasts at least as long as asked
+    info.expires = info.created + (lifetime.count() + 999'999'999) / 1'000'000'000;
+  }
   const std::string token = random_token("sluice_at_");
   info.token_sha256 = sha256_hex(token);
   std::lock_guard lock(mu_);
@@ -924,10 +937,10 @@ Result<std::pair<TokenInfo, std::string>> ConfigStore::create_token(std::string_
   if (!tx.ok()) return cannot_write();
   Status s = exec("UPDATE meta SET value = 1 WHERE name = 'writing'");
   if (s) {
-    Stmt insert(db_, "INSERT INTO admin_tokens (id, name, role, token_sha256, created, created_by) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+    Stmt insert(db_, "INSERT INTO admin_tokens (id, name, role, token_sha256, created, created_by, expires) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULLIF(?7, 0))");
     if (!insert.bind(1, info.id).bind(2, info.name).bind(3, std::string_view(to_string(role)))
-             .bind(4, info.token_sha256).bind(5, info.created).bind(6, info.created_by).run()) {
+             .bind(4, info.token_sha256).bind(5, info.created).bind(6, info.created_by).bind(7, info.expires).run()) {
       s = db_error(db_, "cannot add the token");
     }
   }
@@ -935,6 +948,7 @@ Result<std::pair<TokenInfo, std::string>> ConfigStore::create_token(std::string_
   if (!revision.ok()) return revision.error();
   if (s = exec("UPDATE meta SET value = 0 WHERE name = 'writing'"); !s) return s.error();
   json::object after{{"id", info.id}, {"name", info.name}, {"role", to_string(role)}};
+  if (info.expires != 0) after["expires"] = format_time(info.expires);
   if (s = add_audit(actor, ChangeRecord{"token.create", "tokens/" + info.id, "null", text_of(after)}, *revision); !s) {
     return s.error();
   }
@@ -944,12 +958,13 @@ Result<std::pair<TokenInfo, std::string>> ConfigStore::create_token(std::string_
 
 Result<std::vector<TokenInfo>> ConfigStore::tokens() {
   std::lock_guard lock(mu_);
-  Stmt s(db_, "SELECT id, name, role, created, created_by, token_sha256 FROM admin_tokens ORDER BY created, id");
+  Stmt s(db_, "SELECT id, name, role, created, created_by, token_sha256, IFNULL(expires, 0) FROM admin_tokens "
+              "ORDER BY created, id");
   std::vector<TokenInfo> out;
   int rc = 0;
   while ((rc = s.step()) == SQLITE_ROW) {
     out.push_back(TokenInfo{s.text(0), s.text(1), role_from_string(s.text(2)).value_or(Role::kRead), s.integer(3),
-                            s.text(4), s.text(5)});
+                            s.text(4), s.text(5), s.integer(6)});
   }
   if (rc != SQLITE_DONE) return db_error(db_, "cannot read the tokens");
   return out;

@@ -101,7 +101,14 @@ struct TokenInfo {
   std::int64_t created = 0;  // Unix seconds
   std::string created_by{};
   std::string token_sha256;  // hex; for checking presented tokens, never shown
+  std::int64_t expires = 0;  // Unix seconds from which it is refused; 0: never
+
+  bool expired_at(std::int64_t unix_seconds) const { return expires != 0 && unix_seconds >= expires; }
 };
+
+// How long a token may be made to last: from a minute (less could not be used) to ten years.
+inline constexpr Nanos kShortestTokenLifetime = std::chrono::minutes(1);
+inline constexpr Nanos kLongestTokenLifetime = std::chrono::hours(24 * 3650);
 
 class ConfigStore {
  public:
@@ -141,8 +148,11 @@ class ConfigStore {
   WriteResult replace(std::string_view actor, std::string_view action, const Config& config,
                       std::optional<std::int64_t> if_revision = std::nullopt);
 
-  // Admin tokens. create_token returns the token itself: it is stored only as its SHA-256.
-  Result<std::pair<TokenInfo, std::string>> create_token(std::string_view actor, Role role, std::string_view name);
+  // Admin tokens. create_token returns the token itself: it is stored only as its SHA-256. With a
+  // lifetime (kShortestTokenLifetime to kLongestTokenLifetime), it is refused from then on; zero:
+  // it lasts until revoked.
+  Result<std::pair<TokenInfo, std::string>> create_token(std::string_view actor, Role role, std::string_view name,
+                                                         Nanos lifetime = Nanos{0});
   Result<std::vector<TokenInfo>> tokens();
   // false when there is no such token.
   Result<bool> delete_token(std::string_view actor, std::string_view id);

@@ -499,6 +499,11 @@ json::object series_json(const Stats::Series& s) {
   return o;
 }
 
+// A token's expiry as the API shows it: the time, or null for never.
+json::value expiry_json(std::int64_t expires) {
+  return expires == 0 ? json::value(nullptr) : json::value(config::format_time(expires));
+}
+
 }  // namespace
 
 // --- AdminAuth ------------------------------------------------------------------------------------
@@ -513,7 +518,8 @@ bool AdminAuth::empty() const {
   return tokens_.empty();
 }
 
-std::optional<AdminAuth::Principal> AdminAuth::authenticate(std::string_view authorization) const {
+std::optional<AdminAuth::Principal> AdminAuth::authenticate(std::string_view authorization,
+                                                            std::int64_t* expired) const {
   constexpr std::string_view kBearer = "Bearer ";
   if (authorization.size() <= kBearer.size() ||
       !std::equal(kBearer.begin(), kBearer.end(), authorization.begin(),
@@ -529,7 +535,12 @@ std::optional<AdminAuth::Principal> AdminAuth::authenticate(std::string_view aut
     if (config::constant_time_equal(presented, t.token_sha256)) found = &t;
   }
   if (found == nullptr) return std::nullopt;
-  return Principal{found->id, found->name, found->role};
+  const Clock& clock = clock_ != nullptr ? *clock_ : SystemClock::instance();
+  if (found->expired_at(std::chrono::duration_cast<std::chrono::seconds>(clock.now()).count())) {
+    if (expired != nullptr) *expired = found->expires;
+    return std::nullopt;
+  }
+  return Principal{found->id, found->name, found->role, found->expires};
 }
 
 Status check_admin_listen(std::string_view address, bool tokens_exist) {
@@ -654,13 +665,17 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
     }
   }
   const std::string_view authorization = request.single("Authorization");
-  auto principal = options_.auth ? options_.auth->authenticate(authorization) : std::nullopt;
+  std::int64_t expired = 0;
+  auto principal = options_.auth ? options_.auth->authenticate(authorization, &expired) : std::nullopt;
   if (!principal) {
-    // Which of: none given, given twice, or one this API does not know (revoked, mistyped).
+    // Which of: none given, given twice, one past its expiry, or one this API does not know
+    // (revoked, mistyped).
     const bool given = !request.list("Authorization").empty();
     return error(401, "unauthorized",
                  !given                  ? "This needs a token (sluice token create): Authorization: Bearer <token>."
                  : authorization.empty() ? "Give Authorization once: Authorization: Bearer <token>."
+                 : expired != 0          ? "The token expired at " + config::format_time(expired) +
+                                               ": an admin can create another (sluice token create)."
                                          : "The token is not one of this admin API's (revoked, or mistyped): "
                                            "Authorization: Bearer <token>.",
                  {{"WWW-Authenticate", "Bearer realm=\"sluice\""}});
@@ -692,7 +707,8 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
   if (what == "whoami" && call.segments.size() == 1) {
     if (!reads) return method_not_allowed("GET");
     return json_response(200, json::object{{"id", principal->id}, {"name", principal->name},
-                                           {"role", config::to_string(principal->role)}});
+                                           {"role", config::to_string(principal->role)},
+                                           {"expires", expiry_json(principal->expires)}});
   }
   return not_found("No such admin API route.");
 }
@@ -1398,13 +1414,14 @@ AdminResponse AdminApi::tokens_route(Call& call) const {
                                    {"name", t.name},
                                    {"role", config::to_string(t.role)},
                                    {"created", config::format_time(t.created)},
-                                   {"created_by", t.created_by}});
+                                   {"created_by", t.created_by},
+                                   {"expires", expiry_json(t.expires)}});
     }
     return json_response(200, json::object{{"items", std::move(items)}});
   }
   auto body = json_object_body(call.request.body);
   if (!body) {
-    return error(400, "bad_request", "The body must be a JSON object, each field once: {\"name\": \"...\", \"role\": \"admin\" or \"read\"}.");
+    return error(400, "bad_request", "The body must be a JSON object, each field once: {\"name\": \"...\", \"role\": \"admin\" or \"read\", \"expires_in\": \"90d\" (optional)}.");
   }
   std::vector<Problem> problems;
   const auto role = config::role_from_string(str_field(*body, "role"));
@@ -1415,10 +1432,19 @@ AdminResponse AdminApi::tokens_route(Call& call) const {
     problems.push_back(Problem{"name", "is required: a name that says who or what uses the token"});
   }
   if (!role) problems.push_back(Problem{"role", "must be admin or read"});
-  // Nothing else: a field this route does not know (an expiry, say) would be dropped unsaid.
+  Nanos lifetime{0};
+  if (const auto* given = body->if_contains("expires_in"); given != nullptr && !given->is_null()) {
+    const auto d = given->is_string() ? parse_duration(std::string(given->as_string())) : std::nullopt;
+    if (!d || *d < config::kShortestTokenLifetime || *d > config::kLongestTokenLifetime) {
+      problems.push_back(Problem{"expires_in", "must be a duration from 1m to 3650d, like \"90d\" (or null: never)"});
+    } else {
+      lifetime = *d;
+    }
+  }
+  // Nothing else: a field this route does not know would be dropped unsaid.
   for (const auto& kv : *body) {
-    if (kv.key() != "name" && kv.key() != "role") {
-      problems.push_back(Problem{std::string(kv.key()), "unknown field (known: name, role)"});
+    if (kv.key() != "name" && kv.key() != "role" && kv.key() != "expires_in") {
+      problems.push_back(Problem{std::string(kv.key()), "unknown field (known: name, role, expires_in)"});
     }
   }
   auto refused = [&] {
@@ -1427,7 +1453,7 @@ AdminResponse AdminApi::tokens_route(Call& call) const {
     return json_response(400, o);
   };
   if (!problems.empty()) return refused();
-  auto created = options_.store->create_token(call.actor, *role, name);
+  auto created = options_.store->create_token(call.actor, *role, name, lifetime);
   if (!created.ok() && created.error().code == ErrorCode::kInvalidArgument) {
     problems.push_back(Problem{"name", created.error().message});  // what the store refuses is the name
     return refused();
@@ -1440,6 +1466,7 @@ AdminResponse AdminApi::tokens_route(Call& call) const {
                                          {"role", config::to_string(t.role)},
                                          {"created", config::format_time(t.created)},
                                          {"created_by", t.created_by},
+                                         {"expires", expiry_json(t.expires)},
                                          {"token", created->second},
                                          {"note", "This is the only time the token is shown: sluice keeps only its hash."}});
 }

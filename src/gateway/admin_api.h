@@ -32,14 +32,20 @@ class AdminAuth {
     std::string id;
     std::string name;
     config::Role role = config::Role::kRead;
+    std::int64_t expires = 0;  // Unix seconds; 0: never
   };
+
+  // clock: what expiries are judged by; nullptr: SystemClock.
+  explicit AdminAuth(const Clock* clock = nullptr) : clock_(clock) {}
 
   void set_tokens(std::vector<config::TokenInfo> tokens);
   bool empty() const;
-  // Who holds the token in an Authorization header value; nullopt for none or an unknown one.
-  std::optional<Principal> authenticate(std::string_view authorization) const;
+  // Who holds the token in an Authorization header value; nullopt for none, an unknown one or one
+  // past its expiry (then *expired, when given, is set to that expiry's Unix seconds).
+  std::optional<Principal> authenticate(std::string_view authorization, std::int64_t* expired = nullptr) const;
 
  private:
+  const Clock* clock_;
   mutable std::mutex mu_;
   std::vector<config::TokenInfo> tokens_;  // guarded by mu_
 };

@@ -115,7 +115,7 @@ class AdminApiTest : public ::testing::Test {
   ManualClock clock_{kT0};
   std::string db_;
   std::unique_ptr<config::ConfigStore> store_;
-  std::shared_ptr<AdminAuth> auth_ = std::make_shared<AdminAuth>();
+  std::shared_ptr<AdminAuth> auth_ = std::make_shared<AdminAuth>(&clock_);
   config::SecretKey key_ = *config::SecretKey::parse(config::to_hex(config::random_bytes(32)));
   BreakerRegistry breakers_{{}};
   std::shared_ptr<const Snapshot> served_;
@@ -1338,6 +1338,43 @@ TEST_F(AdminApiTest, AdminsCreateListAndRevokeTokens) {
     EXPECT_EQ(r.obj().at("problems").as_array().at(0).at("field").as_string(), "name") << body;
   }
   EXPECT_EQ(call("GET", "/admin/v1/tokens").obj().at("items").as_array().size(), 2u);
+}
+
+// A token made with expires_in is refused from its expiry on (by the clock the admin API is given),
+// with a 401 that says it expired; the list and whoami show when.
+TEST_F(AdminApiTest, ATokenMadeToExpireIsRefusedFromThenOn) {
+  using namespace std::chrono_literals;
+  const Reply created = call("POST", "/admin/v1/tokens", R"({"name":"contractor","role":"read","expires_in":"1h"})");
+  ASSERT_EQ(created.status, 201) << created.raw.body;
+  const std::string expires = config::format_time(std::chrono::duration_cast<std::chrono::seconds>(kT0 + 1h).count());
+  EXPECT_EQ(created.str("expires"), expires);
+  const std::string token = created.str("token");
+  const Reply who = call("GET", "/admin/v1/whoami", "", {}, &token);
+  EXPECT_EQ(who.status, 200);
+  EXPECT_EQ(who.str("expires"), expires);
+  EXPECT_TRUE(call("GET", "/admin/v1/whoami").obj().at("expires").is_null()) << "the fixture's token never expires";
+  bool listed = false;
+  const Reply list = call("GET", "/admin/v1/tokens");
+  for (const auto& t : list.obj().at("items").as_array()) {
+    if (t.at("name") == "contractor") listed = t.at("expires") == expires.c_str();
+  }
+  EXPECT_TRUE(listed);
+  clock_.advance(1h - 1s);
+  EXPECT_EQ(call("GET", "/admin/v1/whoami", "", {}, &token).status, 200);
+  clock_.advance(1s);
+  const Reply refused = call("GET", "/admin/v1/whoami", "", {}, &token);
+  EXPECT_EQ(refused.status, 401);
+  EXPECT_EQ(refused.str("msg"), "The token expired at " + expires + ": an admin can create another (sluice token create).");
+  EXPECT_EQ(call("GET", "/admin/v1/whoami").status, 200);
+  // From a minute to ten years, as a duration; null is never.
+  for (const char* lifetime : {R"("30s")", R"("3651d")", R"("soon")", "3600"}) {
+    const Reply r = call("POST", "/admin/v1/tokens", std::string(R"({"name":"x","role":"read","expires_in":)") + lifetime + "}");
+    EXPECT_EQ(r.status, 400) << lifetime;
+    EXPECT_EQ(r.raw.body.find("\"field\":\"expires_in\"") != std::string::npos, true) << r.raw.body;
+  }
+  const Reply forever = call("POST", "/admin/v1/tokens", R"({"name":"y","role":"read","expires_in":null})");
+  ASSERT_EQ(forever.status, 201);
+  EXPECT_TRUE(forever.obj().at("expires").is_null());
 }
 
 // --- a follower -----------------------------------------------------------------------------------

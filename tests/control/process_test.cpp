@@ -855,6 +855,25 @@ TEST_F(ControlProcessTest, ACreatedTokenOpensTheAdminApiUntilRevoked) {
   EXPECT_TRUE(testing::eventually([&] { return admin(s, t, "GET", "/admin/v1/whoami").status == 401; }, 5s));
 }
 
+// `token create --expires-in` makes a token the list shows with its expiry; a lifetime that is not
+// a duration is misuse (2), one out of range an error (1), and neither makes a token.
+TEST_F(ControlProcessTest, ATokenCanBeMadeToExpire) {
+  std::string out;
+  std::string err;
+  ASSERT_EQ(sluice({"token", "create", "--role", "read", "--name", "grafana", "--expires-in", "90d", "--db", db_},
+                   &out, &err), 0) << err;
+  EXPECT_NE(err.find("(role read, expires 20"), std::string::npos) << err;
+  ASSERT_EQ(sluice({"token", "list", "--db", db_}, &out), 0);
+  EXPECT_NE(out.find("grafana  (created by cli:"), std::string::npos) << out;
+  EXPECT_NE(out.find(", expires 20"), std::string::npos) << out;
+  EXPECT_EQ(sluice({"token", "create", "--role", "read", "--expires-in", "soon", "--db", db_}, &out, &err), 2);
+  EXPECT_NE(err.find("--expires-in must be a duration like 90d or 12h, got \"soon\""), std::string::npos) << err;
+  EXPECT_EQ(sluice({"token", "create", "--role", "read", "--expires-in", "10s", "--db", db_}, &out, &err), 1);
+  EXPECT_NE(err.find("a token's lifetime must be from 1m to 3650d, got 10s"), std::string::npos) << err;
+  ASSERT_EQ(sluice({"token", "list", "--db", db_}, &out), 0);
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+}
+
 TEST_F(ControlProcessTest, ConfigApplyReplacesAPrimarysConfigurationOrShowsItsProblemsByLine) {
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
   const std::string t = token("admin");

@@ -97,14 +97,43 @@ TEST_F(StoreTest, ReopeningMigratesNothingAndKeepsWhatWasCommitted) {
 // opened, and keeps what it held.
 TEST_F(StoreTest, AVersionOneDatabaseIsMigratedKeepingItsConfiguration) {
   ASSERT_TRUE(store_->replace("test", "config.import", *parse(base_yaml())).ok());
+  ASSERT_TRUE(store_->create_token("test", Role::kAdmin, "ops").ok());
   store_.reset();
-  hand_edit(path_, "ALTER TABLE interfaces DROP COLUMN concurrency_lease_timeout; PRAGMA user_version = 1");
+  hand_edit(path_, "ALTER TABLE interfaces DROP COLUMN concurrency_lease_timeout; "
+                   "ALTER TABLE admin_tokens DROP COLUMN expires; PRAGMA user_version = 1");
   auto again = open_store(path_);
   ASSERT_NE(again, nullptr);
   EXPECT_EQ(query_one(path_, "PRAGMA user_version"), std::to_string(ConfigStore::schema_version()));
   auto loaded = again->load();
   ASSERT_TRUE(loaded.ok()) << loaded.error().message;
   EXPECT_EQ(yaml_of(*loaded->config), yaml_of(*parse(base_yaml())));
+  auto tokens = again->tokens();
+  ASSERT_TRUE(tokens.ok()) << tokens.error().message;
+  ASSERT_EQ(tokens->size(), 1u);
+  EXPECT_EQ((*tokens)[0].expires, 0) << "a token from before expiries never expires";
+}
+
+// A token made with a lifetime keeps its expiry (whole seconds, rounded up); one too short to be
+// used or past ten years is refused.
+TEST_F(StoreTest, ATokensExpiryIsKept) {
+  ManualClock clock(std::chrono::seconds(1'800'000'000));
+  store_.reset();
+  auto store = open_store(path_, &clock);
+  auto created = store->create_token("test", Role::kRead, "grafana", std::chrono::hours(24 * 90) + std::chrono::milliseconds(1));
+  ASSERT_TRUE(created.ok()) << created.error().message;
+  const std::int64_t expires = 1'800'000'000 + 90 * 86'400 + 1;
+  EXPECT_EQ(created->first.expires, expires);
+  EXPECT_EQ((*store->tokens())[0].expires, expires);
+  EXPECT_FALSE((*store->tokens())[0].expired_at(expires - 1));
+  EXPECT_TRUE((*store->tokens())[0].expired_at(expires));
+  EXPECT_NE((*store->audit(1))[0].after.find("\"expires\":\"" + format_time(expires) + "\""), std::string::npos);
+  for (const Nanos lifetime : {Nanos{std::chrono::seconds(59)}, Nanos{-std::chrono::hours(1)},
+                               Nanos{std::chrono::hours(24 * 3651)}}) {
+    const auto refused = store->create_token("test", Role::kRead, "x", lifetime);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.error().code, ErrorCode::kInvalidArgument);
+  }
+  EXPECT_EQ(store->tokens()->size(), 1u);
 }
 
 TEST_F(StoreTest, AnInterfacesConcurrencyLeaseTimeoutIsKept) {
@@ -173,7 +202,8 @@ TEST_F(StoreTest, AnEmptyFileBecomesADatabaseOnlyWhereOneMayBeCreated) {
 TEST_F(StoreTest, AReadOnlyStoreWritesNothingAndReadsAnOlderSchemaAsMigrated) {
   ASSERT_TRUE(store_->replace("test", "config.import", *parse(base_yaml())).ok());
   store_.reset();
-  hand_edit(path_, "ALTER TABLE interfaces DROP COLUMN concurrency_lease_timeout; PRAGMA user_version = 1");
+  hand_edit(path_, "ALTER TABLE interfaces DROP COLUMN concurrency_lease_timeout; "
+                   "ALTER TABLE admin_tokens DROP COLUMN expires; PRAGMA user_version = 1");
   auto store = ConfigStore::open({.path = path_, .access = StoreOptions::Access::kReadOnly});
   ASSERT_TRUE(store.ok()) << store.error().message;
   auto loaded = (*store)->load();
