@@ -60,9 +60,10 @@ std::size_t utf8_sequence(std::string_view s) {
 
 // Whether text holds a character that shows nothing or moves what follows, or is not UTF-8: a
 // space other than ' ' (U+00A0, U+2000-U+200A, U+202F, U+205F, U+3000), a zero-width, joining or
-// blank one (U+200B-U+200D, U+2060-U+2064, U+FEFF, U+115F, U+1160, U+2800, U+3164, U+FFA0), a
-// direction mark or override (U+200E-U+200F, U+202A-U+202E, U+2066-U+2069), a soft hyphen
-// (U+00AD) or a line or paragraph separator (U+2028-U+2029).
+// blank one (U+034F, U+115F, U+1160, U+17B4, U+17B5, U+180E, U+200B-U+200D, U+2060-U+2064, U+2800,
+// U+3164, U+FEFF, U+FFA0), a direction mark or override (U+061C, U+200E-U+200F, U+202A-U+202E,
+// U+2066-U+2069), a soft hyphen (U+00AD), a line or paragraph separator (U+2028-U+2029), a
+// variation selector (U+FE00-U+FE0F, U+E0100-U+E01EF) or a tag (U+E0000-U+E007F).
 bool has_invisible_characters(std::string_view text) {
   for (std::size_t i = 0; i < text.size();) {
     const std::size_t n = static_cast<unsigned char>(text[i]) < 0x80 ? 1 : utf8_sequence(text.substr(i));
@@ -72,9 +73,11 @@ bool has_invisible_characters(std::string_view text) {
       cp &= 0x7FU >> n;
       for (std::size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3FU);
     }
-    if (cp == 0xA0 || cp == 0xAD || cp == 0x115F || cp == 0x1160 || (cp >= 0x2000 && cp <= 0x200F) ||
-        (cp >= 0x2028 && cp <= 0x202F) || (cp >= 0x205F && cp <= 0x2069) || cp == 0x2800 || cp == 0x3000 ||
-        cp == 0x3164 || cp == 0xFEFF || cp == 0xFFA0) {
+    if (cp == 0xA0 || cp == 0xAD || cp == 0x34F || cp == 0x61C || cp == 0x115F || cp == 0x1160 || cp == 0x17B4 ||
+        cp == 0x17B5 || cp == 0x180E || (cp >= 0x2000 && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202F) ||
+        (cp >= 0x205F && cp <= 0x2069) || cp == 0x2800 || cp == 0x3000 || cp == 0x3164 ||
+        (cp >= 0xFE00 && cp <= 0xFE0F) || cp == 0xFEFF || cp == 0xFFA0 || (cp >= 0xE0000 && cp <= 0xE007F) ||
+        (cp >= 0xE0100 && cp <= 0xE01EF)) {
       return true;
     }
     i += n;
@@ -543,21 +546,6 @@ class Validator {
     }
   }
 
-  // An id, key or name goes into URLs, logs, metrics labels, the console and the audit log: nothing
-  // in it may go unseen (two ids that differ by a zero-width space would look the same).
-  void legible(const std::string& path, const std::string& value) {
-    if (has_control_characters(value) || has_invisible_characters(value)) {
-      add(path, "must not hold control or invisible characters or bytes that are not UTF-8");
-    }
-  }
-
-  void description(const std::string& path, const std::string& value) {
-    if (value.size() > kMaxDescriptionBytes) {
-      add(path, "must be at most " + std::to_string(kMaxDescriptionBytes) + " bytes long, got " +
-                    std::to_string(value.size()));
-    }
-  }
-
   // Refuses an id the admin API's URLs could not name: browsers and HTTP clients take "." and ".."
   // (and %2E%2E) for steps in the path, so /admin/v1/systems/.. would be the API's root.
   void addressable(const std::string& path, const std::string& value) {
@@ -590,8 +578,9 @@ class Validator {
         add(path + ".name", "\"" + r.name + "\" names another limit of the same owner too");
       }
       length(path + ".name", r.name);
-      if (r.name.find_first_of("\"\\") != std::string::npos) add(path + ".name", "must not contain quotes or backslashes");
-      legible(path + ".name", r.name);
+      if (r.name.find_first_of("\"\\") != std::string::npos || has_control_characters(r.name)) {
+        add(path + ".name", "must not contain quotes, backslashes or control characters");
+      }
       if ((r.key_by == KeyBy::kHeader && !valid_header_name(r.key_name)) ||
           (r.key_by == KeyBy::kQuery && r.key_name.empty())) {
         add(path + ".key_by", "names no header or query parameter");
@@ -603,7 +592,7 @@ class Validator {
     const Upstream& u = c_.upstreams[i];
     const std::string at = "upstreams[" + std::to_string(i) + "]";
     if (u.name.empty()) add(at + ".name", "is required");
-    legible(at + ".name", u.name);
+    if (has_control_characters(u.name)) add(at + ".name", "must not hold control characters");
     length(at + ".name", u.name);
     addressable(at + ".name", u.name);
     if (!u.name.empty() && !names.insert(u.name).second) {
@@ -642,9 +631,8 @@ class Validator {
     const std::string at = "interfaces[" + std::to_string(i) + "]";
     if (f.id.empty()) add(at + ".id", "is required");
     if (f.id == "*") add(at + ".id", "\"*\" stands for every interface and cannot be an id");
-    legible(at + ".id", f.id);
+    if (has_control_characters(f.id)) add(at + ".id", "must not hold control characters");
     length(at + ".id", f.id);
-    description(at + ".description", f.description);
     addressable(at + ".id", f.id);
     if (!f.id.empty() && !ids.insert(f.id).second) {
       add(at + ".id", "\"" + f.id + "\" is the id of another interface too");
@@ -707,10 +695,10 @@ class Validator {
     if (s.key.empty()) add(at + ".key", "is required");
     // A caller sends it as a header field's value, which holds no control character and loses the
     // spaces around it: such a key could never be matched.
-    legible(at + ".key", s.key);
-    if (!s.key.empty() && (s.key.front() == ' ' || s.key.back() == ' ')) add(at + ".key", "must not begin or end with a space");
+    if (has_control_characters(s.key) || (!s.key.empty() && (s.key.front() == ' ' || s.key.back() == ' '))) {
+      add(at + ".key", "must not hold control characters, nor begin or end with a space");
+    }
     length(at + ".key", s.key);
-    description(at + ".description", s.description);
     addressable(at + ".key", s.key);
     if (!s.key.empty() && !keys.insert(s.key).second) {
       add(at + ".key", "\"" + s.key + "\" is the key of another system too");
@@ -730,7 +718,7 @@ class Validator {
       const Credential& c = s.credentials[j];
       const std::string path = at + ".credentials[" + std::to_string(j) + "]";
       if (c.id.empty()) add(path + ".id", "is required");
-      legible(path + ".id", c.id);
+      if (has_control_characters(c.id)) add(path + ".id", "must not hold control characters");
       length(path + ".id", c.id);
       addressable(path + ".id", c.id);  // DELETE /admin/v1/systems/{key}/credentials/{id} names it
       if (!c.id.empty() && !ids.insert(c.id).second) {
@@ -789,5 +777,97 @@ class Validator {
 }  // namespace
 
 std::vector<Problem> validate(const Config& config) { return Validator(config).run(); }
+
+namespace {
+
+// write_problems' pass: the rules, and where `before` has the same value already.
+class WriteRules {
+ public:
+  WriteRules(const Config& config, const Config* before) : c_(config), before_(before) {}
+
+  std::vector<Problem> run() {
+    for (std::size_t i = 0; i < c_.upstreams.size(); ++i) {
+      const Upstream& u = c_.upstreams[i];
+      if (!had_upstream(u.name)) legible("upstreams[" + std::to_string(i) + "].name", u.name);
+    }
+    for (std::size_t i = 0; i < c_.interfaces.size(); ++i) {
+      const Interface& f = c_.interfaces[i];
+      const std::string at = "interfaces[" + std::to_string(i) + "]";
+      const Interface* was = before_ != nullptr ? find_by(before_->interfaces, &Interface::id, f.id) : nullptr;
+      if (was == nullptr) legible(at + ".id", f.id);
+      if (was == nullptr || was->description != f.description) description(at + ".description", f.description);
+      limits(at, f.limits, was != nullptr ? &was->limits : nullptr);
+    }
+    for (std::size_t i = 0; i < c_.systems.size(); ++i) {
+      const System& s = c_.systems[i];
+      const std::string at = "systems[" + std::to_string(i) + "]";
+      const System* was = before_ != nullptr ? find_by(before_->systems, &System::key, s.key) : nullptr;
+      if (was == nullptr) legible(at + ".key", s.key);
+      if (was == nullptr || was->description != s.description) description(at + ".description", s.description);
+      for (std::size_t j = 0; j < s.credentials.size(); ++j) {
+        const std::string& id = s.credentials[j].id;
+        if (was == nullptr || find_by(was->credentials, &Credential::id, id) == nullptr) {
+          legible(at + ".credentials[" + std::to_string(j) + "].id", id);
+        }
+      }
+      limits(at, s.limits, was != nullptr ? &was->limits : nullptr);
+    }
+    for (std::size_t i = 0; i < c_.grants.size(); ++i) {
+      const Grant& g = c_.grants[i];
+      const Grant* was = nullptr;
+      if (before_ != nullptr) {
+        for (const Grant& b : before_->grants) {
+          if (b.system == g.system && b.interface == g.interface) was = &b;
+        }
+      }
+      limits("grants[" + std::to_string(i) + "]", g.limits, was != nullptr ? &was->limits : nullptr);
+    }
+    return std::move(problems_);
+  }
+
+ private:
+  template <class T>
+  static const T* find_by(const std::vector<T>& list, std::string T::*field, const std::string& value) {
+    for (const T& x : list) {
+      if (x.*field == value) return &x;
+    }
+    return nullptr;
+  }
+
+  bool had_upstream(const std::string& name) const {
+    return before_ != nullptr && find_by(before_->upstreams, &Upstream::name, name) != nullptr;
+  }
+
+  void limits(const std::string& at, const std::vector<LimitRule>& rules, const std::vector<LimitRule>* was) {
+    for (std::size_t j = 0; j < rules.size(); ++j) {
+      if (was == nullptr || find_by(*was, &LimitRule::name, rules[j].name) == nullptr) {
+        legible(at + ".limits[" + std::to_string(j) + "].name", rules[j].name);
+      }
+    }
+  }
+
+  void legible(const std::string& path, const std::string& value) {
+    if (has_invisible_characters(value)) {
+      problems_.push_back(Problem{path, "must not hold invisible characters or bytes that are not UTF-8"});
+    }
+  }
+
+  void description(const std::string& path, const std::string& value) {
+    if (value.size() > kMaxDescriptionBytes) {
+      problems_.push_back(Problem{path, "must be at most " + std::to_string(kMaxDescriptionBytes) +
+                                            " bytes long, got " + std::to_string(value.size())});
+    }
+  }
+
+  const Config& c_;
+  const Config* before_;
+  std::vector<Problem> problems_;
+};
+
+}  // namespace
+
+std::vector<Problem> write_problems(const Config& config, const Config* before) {
+  return WriteRules(config, before).run();
+}
 
 }  // namespace sluice::config

@@ -201,6 +201,14 @@ struct Problem {
 // and systems, routes that two interfaces would both claim, values out of range. Empty when valid.
 std::vector<Problem> validate(const Config& config);
 
+// The rules a configuration is held to when it is written (the admin API, the console, `config
+// import`), beside validate()'s: no id, key or name with an invisible character (two that differ by
+// one would look the same in the console and the logs), no description over kMaxDescriptionBytes.
+// Not when one is read, from the database or a file: a value an earlier version took must not stop
+// a gateway from starting. What `before` (the configuration the write starts from; may be null)
+// holds already is not judged: an edit of one system is not refused for another's name.
+std::vector<Problem> write_problems(const Config& config, const Config* before);
+
 // A limit as named fields, as people write it: {"algorithm": "gcra", "limit": "5", "period": "1m",
 // "burst": "5"}. Durations take ms, s, m, h and d.
 using LimitFields = std::map<std::string, std::string>;

@@ -857,7 +857,9 @@ WriteResult ConfigStore::write(std::string_view actor, const Change& change, std
   // What is replaced did not read: the audit row keeps the rows as they were, not the empty
   // configuration the change started from.
   if (!current.ok()) record.before = text_of(rows);
-  if (std::vector<Problem> problems = validate(next); !problems.empty()) {
+  std::vector<Problem> problems = validate(next);
+  for (Problem& p : write_problems(next, current.ok() ? current->config.get() : nullptr)) problems.push_back(std::move(p));
+  if (!problems.empty()) {
     return WriteResult{Refusal{Refusal::Kind::kInvalid, "the change would make the configuration invalid",
                                std::move(problems)},
                        *revision};

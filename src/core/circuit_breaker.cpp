@@ -83,8 +83,8 @@ std::vector<Error> CircuitBreakerOptions::problems() const {
   }
   if (slow_call_rate > 0) {
     // Not positive, every call would be slow: the breaker would open on a healthy upstream.
-    if (slow_call < std::chrono::milliseconds(1)) {
-      out.push_back(invalid_argument("slow_call must be at least 1ms, got " + format_duration(slow_call)));
+    if (slow_call <= Nanos{0}) {
+      out.push_back(invalid_argument("slow_call must be more than 0, got " + format_duration(slow_call)));
     }
     at_most_a_year("slow_call", slow_call);
   }

@@ -756,6 +756,18 @@ Task<RelayResult> relay(TimedSocket& from, beast::flat_buffer& buffer,
   }
 }
 
+// Counts itself in n while it lives.
+class Counting {
+ public:
+  explicit Counting(std::atomic<int>& n) : n_(n) { n_.fetch_add(1); }
+  ~Counting() { n_.fetch_sub(1); }
+  Counting(const Counting&) = delete;
+  Counting& operator=(const Counting&) = delete;
+
+ private:
+  std::atomic<int>& n_;
+};
+
 }  // namespace
 
 // --- the shared state ---------------------------------------------------------------------------
@@ -791,7 +803,7 @@ struct Gateway::Impl {
   std::vector<std::tuple<std::string, std::string, AdminHandler>> admin_routes;  // guarded by admin_mu
 
   std::atomic<bool> draining{false};
-  std::atomic<int> held_polls{0};  // admin long polls waiting for news: a drain answers and waits for them
+  std::atomic<int> admin_in_flight{0};  // admin requests read and not yet answered: a drain waits for them
   std::atomic<bool> stopped{false};
   std::atomic<int> stores_down{0};  // workers whose limit store's breaker is open
   std::mutex store_log_mu;
@@ -2248,6 +2260,8 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
       break;
     }
     if (ec) break;
+    // From here to its answer's end, a drain waits for it (a long poll held is answered first).
+    const Counting answering(admin_in_flight);
     auto& req = parser.get();
     // Framing the data plane refuses as ambiguous (RFC 9112 6.1, 3.2): a body read one way here
     // could be read another way by a proxy in front, and a request hidden in it answered.
@@ -2268,7 +2282,6 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
                          loopback && asks_for_itself(req)};
     for (const auto& f : req) request.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
     AdminResponse out{404, "application/json", R"({"code":404,"reason":"not_found","msg":"Not found."})"};
-    bool held = false;  // a long poll, counted in held_polls until answered
     const bool builtin = path == "/metrics" || path == "/healthz" || path == "/config";
     if (builtin && options.admin_guard && !options.admin_guard(request)) {
       out = {401, "application/json",
@@ -2303,12 +2316,16 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
       if (handler) {
         auto call = [&]() -> Task<AdminResponse> { co_return handler(request); };
         out = co_await asio::co_spawn(admin_ioc->get_executor(), call, asio::use_awaitable_t<Executor>{});
-        // A long poll: asked again until it has news or its time is up, or the gateway drains (then
-        // answered at once, its connection closed, rather than cut by the stop: the drain waits
-        // for it).
+        // A long poll: asked again until it has news or its time is up. One held when the gateway
+        // begins to drain is answered then with what it has, its connection closed, rather than cut
+        // by the stop; one that comes while it drains is told so (503, Retry-After), so that a
+        // replica asks again in a while rather than at once, until the instance is gone.
+        if (out.hold > Nanos{0} && draining.load()) {
+          out = {503, "application/json",
+                 R"({"code":503,"reason":"draining","msg":"This instance is stopping: ask again in a while, or ask another."})",
+                 {{"Retry-After", "1"}}};
+        }
         const auto until = Clock::now() + out.hold;
-        held = out.hold > Nanos{0};
-        if (held) held_polls.fetch_add(1);
         while (out.hold > Nanos{0} && Clock::now() < until && !draining.load() && !stopped.load()) {
           hold_timer.expires_after(std::chrono::milliseconds(50));
           auto [tec] = co_await hold_timer.async_wait(kTok);
@@ -2335,7 +2352,6 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
       auto [bec, bn] = co_await http::async_write(stream, serializer, kTok);
       wec = bec;
     }
-    if (held) held_polls.fetch_sub(1);
     if (wec || !res.keep_alive()) break;
   }
   error_code ec;
@@ -2490,7 +2506,7 @@ void Gateway::Impl::begin_drain() {
 Task<void> Gateway::Impl::drain_watch() {
   const auto deadline = Clock::now() + snapshot()->config().drain_timeout;
   Timer timer(workers[0]->ioc);
-  while ((sessions.load() > 0 || held_polls.load() > 0) && Clock::now() < deadline) {
+  while ((sessions.load() > 0 || admin_in_flight.load() > 0) && Clock::now() < deadline) {
     // Sessions that were between requests when the drain began close as they notice it.
     for (auto& w : workers) asio::post(w->ioc, [wp = w.get()] { wp->close_idle_conns(); });
     timer.expires_after(std::chrono::milliseconds(20));
@@ -2698,7 +2714,7 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
       return invalid_argument("cannot start worker thread " + std::to_string(i + 1) + " of " +
                               std::to_string(g.options.threads) + ": " + e.code().message() +
                               (e.code() == boost::system::errc::too_many_files_open
-                                   ? " (each takes 2 file descriptors; raise ulimit -n or use fewer --threads)"
+                                   ? " (each needs a few file descriptors; raise ulimit -n or use fewer --threads)"
                                    : ""));
     }
     Worker& w = *g.workers.back();

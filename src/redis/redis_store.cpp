@@ -461,11 +461,13 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
         if (!d.ok()) continue;
         local_decisions[j] = *d;
         // Beside a refusal, only looked at; but a share this request's cost would overrun refuses
-        // it too, and as a real limit (its retry_after, for want of one for that cost, is when the
-        // share is whole again).
+        // it too, and as a real limit: its retry_after, for want of one for that cost, is when the
+        // share is whole again; none for a cost beyond the whole share, which no wait admits.
         if (denied && r.cost > d->remaining) {
-          local_decisions[j].allowed = false;
-          local_decisions[j].retry_after = d->reset_after;
+          Decision& refused = local_decisions[j];
+          refused.allowed = false;
+          refused.cost_exceeds_limit = r.cost > d->limit;
+          refused.retry_after = refused.cost_exceeds_limit ? Nanos{0} : d->reset_after;
         }
       }
     }

@@ -136,6 +136,26 @@ TEST_F(StoreTest, ATokensExpiryIsKept) {
   EXPECT_EQ(store->tokens()->size(), 1u);
 }
 
+// What an earlier version took and today's rules refuse when written (here a description over
+// 4096 bytes) is still read, so a gateway on the file starts; and a change to something else is
+// not refused for it.
+TEST_F(StoreTest, AValueAnEarlierVersionTookIsReadAndDoesNotBlockOtherChanges) {
+  ASSERT_TRUE(store_->replace("test", "config.import", *parse(base_yaml())).ok());
+  hand_edit(path_, "UPDATE systems SET description = '" + std::string(5000, 'd') + "' WHERE position = 0");
+  auto loaded = store_->load();
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  EXPECT_EQ(loaded->config->systems[0].description.size(), 5000u);
+  Config next = *loaded->config;
+  next.systems[1].enabled = !next.systems[1].enabled;
+  const WriteResult changed = store_->replace("test", "config.import", next);
+  EXPECT_TRUE(changed.ok()) << (changed.refusal ? changed.refusal->message : "");
+  next.systems[0].description += "more";
+  const WriteResult longer = store_->replace("test", "config.import", next);
+  ASSERT_FALSE(longer.ok());
+  ASSERT_EQ(longer.refusal->problems.size(), 1u);
+  EXPECT_EQ(longer.refusal->problems[0].path, "systems[0].description");
+}
+
 TEST_F(StoreTest, AnInterfacesConcurrencyLeaseTimeoutIsKept) {
   std::string text = base_yaml();
   const std::string line = "    concurrency: 10\n";

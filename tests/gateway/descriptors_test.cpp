@@ -171,7 +171,7 @@ interfaces: [{id: a, path: /a, upstream: app, public: true}]
   }
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.error().message,
-            "cannot start worker thread 1 of 2: Too many open files (each takes 2 file descriptors; raise "
+            "cannot start worker thread 1 of 2: Too many open files (each needs a few file descriptors; raise "
             "ulimit -n or use fewer --threads)");
 }
 

@@ -2545,7 +2545,8 @@ TEST_F(GatewayTest, DrainFinishesRequestsInFlightAndRefusesNewConnections) {
 }
 
 // An admin long poll held when the gateway drains is answered at once with what it has (here "not
-// modified") and its connection closed, not cut off by the stop without an answer.
+// modified") and its connection closed, not cut off by the stop without an answer; one that comes
+// while it drains is told so (503, Retry-After), not held nor answered at once again and again.
 TEST_F(GatewayTest, AHeldLongPollIsAnsweredWhenTheGatewayDrains) {
   std::atomic<int> asked{0};
   gw_->add_admin_route("GET", "/admin/v1/poll", [&](const AdminRequest&) {
@@ -2554,16 +2555,27 @@ TEST_F(GatewayTest, AHeldLongPollIsAnsweredWhenTheGatewayDrains) {
     r.hold = std::chrono::seconds(60);
     return r;
   });
-  std::string answer;
-  std::thread poll([&] {
-    answer = testing::raw_exchange(gw_->admin_port(), "GET /admin/v1/poll HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 10s);
+  std::atomic<int> slow_status{0};
+  std::thread slow([&] {  // keeps the drain going
+    HttpClient c(gw_->port());
+    slow_status = c.get("/slow?delay_ms=1500", "crm").status;
   });
+  ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 1; }));
+  const std::string poll = "GET /admin/v1/poll HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  std::string answer;
+  std::thread held([&] { answer = testing::raw_exchange(gw_->admin_port(), poll, 10s); });
   ASSERT_TRUE(testing::eventually([&] { return asked.load() >= 2; }));  // held: asked again
   gw_->drain();
-  gw_->wait();
-  poll.join();
+  held.join();
   EXPECT_EQ(testing::raw_status(answer), 304) << answer;
   EXPECT_NE(answer.find("Connection: close\r\n"), std::string::npos) << answer;
+  const std::string later = testing::raw_exchange(gw_->admin_port(), poll, 10s);
+  EXPECT_EQ(testing::raw_status(later), 503) << later;
+  EXPECT_NE(later.find("\"reason\":\"draining\""), std::string::npos) << later;
+  EXPECT_NE(later.find("Retry-After: 1\r\n"), std::string::npos) << later;
+  slow.join();
+  EXPECT_EQ(slow_status.load(), 200);
+  gw_->wait();
 }
 
 // A request still waiting on its upstream when drain_timeout passes is answered (504: the upstream

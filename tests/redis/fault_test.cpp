@@ -351,7 +351,15 @@ TEST(RedisFaults, BesideADenyRefusalAnExhaustedLocalShareRefusesToo) {
   EXPECT_EQ(d[0].remaining, 0);
   EXPECT_GT(d[0].retry_after, 0s);  // the window's end
   EXPECT_LE(d[0].retry_after, 1h);
+  EXPECT_FALSE(d[0].cost_exceeds_limit);
   EXPECT_FALSE(d[1].allowed);
+  // A cost beyond the whole share: no wait admits it.
+  const std::array<LimitRequest, 2> too_much{LimitRequest{"other", &shared, 3, OnStoreFailure::kLocal},
+                                             LimitRequest{"guarded", &guarded, 3, OnStoreFailure::kDeny}};
+  ASSERT_TRUE((*store)->acquire_all(too_much, d).ok());
+  EXPECT_FALSE(d[0].allowed);
+  EXPECT_TRUE(d[0].cost_exceeds_limit);
+  EXPECT_EQ(d[0].retry_after, 0s);
 }
 
 // A call made while the store's first connection is being made waits for it, but not past its own
