@@ -345,7 +345,9 @@ TEST(RedisAddressTest, AnUnreachableRedisIsSaidAtStartAndLimitsFollowTheirPolicy
 }
 
 // With Redis down, a `deny` limit's refusal leaves a `local` limit of the same request only looked
-// at, not taken: the RateLimit fields say what it has left, not that plus the refused request.
+// at, not taken: the RateLimit fields say what it has left, not that plus the refused request. Once
+// its share is spent, the local limit refuses too, as a rate limit (429, the check order's), not
+// only the store's absence (503).
 TEST(RedisAddressTest, WithRedisDownALocalLimitBesideADenyRefusalReportsWhatItHasLeft) {
   auto up = DemoUpstream::start();
   ASSERT_TRUE(up.ok());
@@ -374,32 +376,12 @@ TEST(RedisAddressTest, WithRedisDownALocalLimitBesideADenyRefusalReportsWhatItHa
   EXPECT_EQ(reason_of(refused), "store_unavailable");
   EXPECT_EQ(left(refused), "\"shared\";r=6");
   EXPECT_EQ(left(client.get("/free", "crm")), "\"shared\";r=5") << "the refusal took nothing";
-}
-
-// With Redis down, a `local` limit that its own share has exhausted refuses the request as a rate
-// limit (429, the check order's), beside a `deny` limit whose refusal was only made up for the store.
-TEST(RedisAddressTest, WithRedisDownAnExhaustedLocalLimitIs429BesideADenyRefusal) {
-  auto up = DemoUpstream::start();
-  ASSERT_TRUE(up.ok());
-  const std::string config =
-      "upstreams: [{name: app, targets: [127.0.0.1:" + std::to_string((*up)->port()) + "]}]\n"
-      "systems:\n"
-      "  - key: crm\n"
-      "    interfaces: [\"*\"]\n"
-      "    limits: [{name: shared, algorithm: fixed_window, limit: 2, period: 1h, on_store_failure: local}]\n"
-      "interfaces:\n"
-      "  - {id: free, path: /free, upstream: app}\n"
-      "  - {id: guarded, path: /guarded, upstream: app,\n"
-      "     limits: [{algorithm: fixed_window, limit: 100, period: 1h, on_store_failure: deny}]}\n";
-  Fleet fleet("redis://127.0.0.1:" + std::to_string(testing::free_port()), config, 1);
-  ASSERT_TRUE(fleet.serving());
-  HttpClient client(fleet.port(0));
-  for (int i = 0; i < 2; ++i) ASSERT_EQ(client.get("/free", "crm").status, 200);
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(client.get("/free", "crm").status, 200);
   ASSERT_EQ(client.get("/free", "crm").status, 429);
-  const HttpResponse refused = client.get("/guarded", "crm");
-  EXPECT_EQ(refused.status, 429) << refused.body;
-  EXPECT_EQ(reason_of(refused), "system_rate_limited");
-  EXPECT_FALSE(refused.header("retry-after").empty());
+  const HttpResponse spent = client.get("/guarded", "crm");
+  EXPECT_EQ(spent.status, 429) << spent.body;
+  EXPECT_EQ(reason_of(spent), "system_rate_limited");
+  EXPECT_FALSE(spent.header("retry-after").empty());
 }
 
 // One in-process gateway on a Redis of the test's own; the limits' clock is Redis's.
