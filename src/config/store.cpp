@@ -14,9 +14,9 @@
 #include <tuple>
 
 #include "config/crypto.h"
-#include "core/duration.h"
 #include "config/json.h"
 #include "config/yaml.h"
+#include "core/duration.h"
 
 namespace sluice::config {
 namespace {
