@@ -314,4 +314,10 @@ std::optional<std::pair<std::uint64_t, std::string>> AccessLog::take_lost() {
   return std::pair{std::exchange(shared_->lost, 0), shared_->why_lost};
 }
 
+std::uint64_t AccessLog::unwritten() const {
+  if (!shared_) return 0;
+  std::lock_guard lock(shared_->mu);
+  return shared_->appended - shared_->done;
+}
+
 }  // namespace sluice::gateway

@@ -68,6 +68,8 @@ class AccessLog {
   // Lines lost since the last call (dropped while too much waited, or a write that failed: a full
   // disk, a reader gone), and why the last was; nullopt when none.
   std::optional<std::pair<std::uint64_t, std::string>> take_lost();
+  // Lines queued and not yet written (nor lost).
+  std::uint64_t unwritten() const;
 
   // The JSON line for a record, without the newline.
   static void format(const AccessRecord& record, std::string& out);

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -1029,10 +1030,13 @@ struct Worker {
     return resting_one.value_or(first % targets.size());
   }
 
+  // Ends the connections between requests: their reads are cancelled, and each session ends unless
+  // its next request has begun to come (see session). Not closed from here: a read that has taken
+  // the first bytes of a request may be done and its handler not run yet.
   void close_idle_conns() {
     for (Conn* c : conns) {
-      error_code ignored;
-      if (!c->busy) c->stream->socket().close(ignored);
+      error_code ec;
+      if (!c->busy) c->stream->socket().cancel(ec);
     }
   }
 
@@ -1183,7 +1187,13 @@ Task<void> Worker::session(Socket socket) {
   HeadText request_head;
   std::optional<RequestParser> parser;
   bool unread = false;  // the client may still be sending: the close lingers
-  while (!gw.draining.load(std::memory_order_acquire)) {
+  while (true) {
+    // A drain ends the connection between requests, unless the next has begun to come (its answer
+    // then says Connection: close).
+    if (gw.draining.load(std::memory_order_acquire)) {
+      error_code aec;
+      if (buffer.size() == 0 && stream.socket().available(aec) == 0) break;
+    }
     parser.emplace(request_head);
     parser->header_limit(kHeaderLimit);
     {
@@ -1199,7 +1209,13 @@ Task<void> Worker::session(Socket socket) {
     if (buffer.size() > 0) first_byte = Clock::now();
     error_code rec = parse_buffered(*parser, buffer);
     while (rec == http::error::need_more) {
+      conn.busy = first_byte.has_value();  // a request begun: a drain waits for it
       auto [read_ec, n] = co_await read_more(stream, buffer);
+      if (stream.timed(read_ec) == asio::error::operation_aborted && gw.draining.load(std::memory_order_acquire)) {
+        // A drain's cancel between requests: the connection ends, unless a request has begun to come.
+        error_code aec;
+        if (stream.socket().available(aec) > 0) continue;
+      }
       if (n > 0 && !first_byte) first_byte = Clock::now();
       buffer.commit(n);
       rec = read_ec ? read_failed(*parser, stream.timed(read_ec)) : parse_buffered(*parser, buffer);
@@ -2620,7 +2636,14 @@ Gateway::~Gateway() {
   // A limiter whose store runs on a worker's loop goes before the loop (its Worker declares it so).
   impl_->workers.clear();
   impl_->limiter.reset();
+  // What could not be written by now is said (a reader that stopped reading would hold the exit).
   impl_->access_log->flush();
+  if (auto lost = impl_->access_log->take_lost()) {
+    impl_->log("access log: " + std::to_string(lost->first) + " lines lost (" + lost->second + ")");
+  }
+  if (const std::uint64_t left = impl_->access_log->unwritten(); left > 0) {
+    impl_->log("access log: " + std::to_string(left) + " lines not written at exit (its reader took none for 2 s)");
+  }
 }
 
 namespace {
@@ -2662,6 +2685,27 @@ std::string with_port(const std::string& address, std::uint16_t port) {
   if (!target) return address;
   target->port = port;
   return config::to_string(*target);
+}
+
+// Whether a connection could be served: a client's socket and one to its upstream. With fewer
+// descriptors left than that, a gateway would say it serves and then answer nothing, its accepts
+// failing (its /healthz too).
+Status descriptors_left_for_connections() {
+  constexpr int kNeeded = 2;
+  int opened[kNeeded];
+  int n = 0;
+  for (; n < kNeeded; ++n) {
+    opened[n] = ::dup(STDERR_FILENO);
+    if (opened[n] < 0) break;
+  }
+  const int err = errno;
+  for (int i = 0; i < n; ++i) ::close(opened[i]);
+  if (n == kNeeded) return {};
+  if (err != EMFILE && err != ENFILE) return {};  // no standard error to copy: nothing learnt
+  rlimit limit{};
+  ::getrlimit(RLIMIT_NOFILE, &limit);
+  return invalid_argument("too few file descriptors left to serve a connection (ulimit -n is " +
+                          std::to_string(limit.rlim_cur) + "): raise it");
 }
 
 }  // namespace
@@ -2758,6 +2802,14 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
   if (!g.options.config_path.empty()) g.stamp = g.stat_config();  // no other thread yet
 
   asio::io_context& main = g.workers[0]->ioc;
+  if (g.options.handle_signals) {
+    try {  // it opens a pipe: made before any thread starts, so that its failure can be answered
+      g.signals = std::make_unique<asio::signal_set>(main, SIGHUP, SIGTERM, SIGINT);
+    } catch (const boost::system::system_error& e) {
+      return invalid_argument(std::string("cannot handle signals: ") + e.code().message());
+    }
+  }
+  if (Status s = descriptors_left_for_connections(); !s) return s.error();
   if (g.admin_acceptor) asio::co_spawn(main, g.admin_loop(), asio::detached);
   g.admin_ioc = std::make_unique<asio::io_context>(1);
   g.admin_thread = std::thread([self] {
@@ -2765,10 +2817,7 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
     self->admin_ioc->run();
   });
   asio::co_spawn(main, g.housekeeping(), asio::detached);
-  if (g.options.handle_signals) {
-    g.signals = std::make_unique<asio::signal_set>(main, SIGHUP, SIGTERM, SIGINT);
-    g.wait_signal();
-  }
+  if (g.signals) g.wait_signal();
   const std::vector<int> cpus = g.options.pin_workers ? allowed_cpus() : std::vector<int>();
   for (auto& w : g.workers) {
     asio::co_spawn(w->ioc, w->sweep_deadlines(), asio::detached);

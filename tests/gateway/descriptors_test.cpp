@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <mutex>
+#include <set>
 #include <string>
 
 #include <arpa/inet.h>
@@ -34,16 +35,17 @@ long metric_sum(const std::string& text, const std::string& prefix) {
   return sum;
 }
 
-// While it lives, no descriptor can be opened: the soft limit is the lowest one free.
+// While it lives, no descriptor can be opened past the lowest `left` ones free (none by default):
+// the soft limit is set that far above the lowest one free.
 class NoDescriptorLeft {
  public:
-  NoDescriptorLeft() {
+  explicit NoDescriptorLeft(int left = 0) {
     const int lowest_free = ::dup(0);
     EXPECT_GE(lowest_free, 0);
     ::close(lowest_free);
     EXPECT_EQ(::getrlimit(RLIMIT_NOFILE, &before_), 0);
     rlimit none = before_;
-    none.rlim_cur = static_cast<rlim_t>(lowest_free);
+    none.rlim_cur = static_cast<rlim_t>(lowest_free + left);
     EXPECT_EQ(::setrlimit(RLIMIT_NOFILE, &none), 0);
   }
   ~NoDescriptorLeft() { ::setrlimit(RLIMIT_NOFILE, &before_); }
@@ -173,6 +175,45 @@ interfaces: [{id: a, path: /a, upstream: app, public: true}]
   EXPECT_EQ(g.error().message,
             "cannot start worker thread 1 of 2: Too many open files (each needs a few file descriptors; raise "
             "ulimit -n or use fewer --threads)");
+}
+
+// With a few descriptors more, each start either serves or fails saying why: no step past the
+// workers (the listeners, the signal handling, the connections it could serve) ends the process,
+// and none says it serves when no connection could be.
+TEST(DescriptorsStartTest, EveryStepThatNeedsDescriptorsFailsTheStartWithTheReason) {
+  auto config = testing::load_config(R"(
+upstreams: [{name: app, targets: [127.0.0.1:1]}]
+interfaces: [{id: a, path: /a, upstream: app, public: true}]
+)");
+  ASSERT_NE(config, nullptr);
+  std::set<std::string> said;
+  bool served = false;
+  for (int left = 0; left < 32 && !served; ++left) {
+    GatewayOptions o;
+    o.listen = "127.0.0.1:0";
+    o.admin_listen = "127.0.0.1:0";
+    o.threads = 1;
+    o.access_log = "off";
+    o.handle_signals = true;
+    o.log = [](std::string_view) {};
+    Result<std::unique_ptr<Gateway>> g = invalid_argument("not started");
+    {
+      NoDescriptorLeft few(left);
+      g = Gateway::start(o, config);
+    }
+    if (g.ok()) {
+      served = true;
+      HttpClient c((*g)->port());
+      EXPECT_EQ(c.get("/_sluice/healthz").status, 200) << "started with " << left << " descriptors";
+    } else {
+      const std::string& m = g.error().message;
+      said.insert(m.substr(0, m.find_first_of(":(")));
+    }
+  }
+  EXPECT_TRUE(served);
+  EXPECT_EQ(said, (std::set<std::string>{"cannot start worker thread 1 of 1", "cannot listen on 127.0.0.1",
+                                         "cannot handle signals", "too few file descriptors left to serve a connection "}))
+      << ::testing::PrintToString(said);
 }
 
 }  // namespace

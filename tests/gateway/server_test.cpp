@@ -2021,10 +2021,42 @@ TEST(AccessLogTest, AReaderThatNeverReadsHoldsNoWriterUp) {
     EXPECT_GT(lost->first, lines / 4);
     EXPECT_EQ(lost->second, "more than 8 MiB waited to be written");
     EXPECT_FALSE((*log)->take_lost().has_value());  // said once
+    EXPECT_GT((*log)->unwritten(), 0u);
     // A logrotate's SIGHUP meanwhile does not wait for the stuck writer either.
     EXPECT_TRUE((*log)->reopen());
   }
   ::close(reader);
+}
+
+// Lines a reader that never reads left unwritten when the gateway stops are said, not dropped
+// without a word (the stop waits for them 2 s at most).
+TEST(AccessLogTest, LinesLeftUnwrittenAtTheStopAreSaid) {
+  ::signal(SIGPIPE, SIG_IGN);
+  const std::string fifo = testing::temp_dir() + "/stop.fifo";
+  const int reader = fifo_with_reader(fifo);
+  ASSERT_GE(reader, 0);
+  auto up = DemoUpstream::start();
+  ASSERT_TRUE(up.ok());
+  std::mutex mu;
+  std::string said;
+  {
+    GatewayOptions o;
+    o.listen = "127.0.0.1:0";
+    o.admin_listen = "off";
+    o.access_log = fifo;
+    o.log = [&](std::string_view line) {
+      std::lock_guard lock(mu);
+      said += std::string(line) + "\n";
+    };
+    auto g = Gateway::start(o, parse("upstreams: [{name: app, targets: [127.0.0.1:" + std::to_string((*up)->port()) +
+                                     "]}]\ninterfaces: [{id: echo, path: /echo/*, upstream: app, public: true}]\n"));
+    ASSERT_TRUE(g.ok()) << g.error().message;
+    HttpClient c((*g)->port());
+    const std::string path = "/echo/" + std::string(300, 'p');  // 1000 lines: more than a pipe holds
+    for (int i = 0; i < 1000; ++i) ASSERT_EQ(c.get(path).status, 200);
+  }
+  ::close(reader);
+  EXPECT_NE(said.find(" lines not written at exit (its reader took none for 2 s)"), std::string::npos) << said;
 }
 
 // A line longer than a pipe takes whole even with its path cut (many long shadow limits' names) is
@@ -2576,6 +2608,26 @@ TEST_F(GatewayTest, AHeldLongPollIsAnsweredWhenTheGatewayDrains) {
   slow.join();
   EXPECT_EQ(slow_status.load(), 200);
   gw_->wait();
+}
+
+// A connection whose next request has begun to come when the drain begins is not idle: that
+// request is read whole and answered (with Connection: close), not cut off unanswered and unlogged.
+TEST_F(GatewayTest, ARequestBegunWhenTheDrainBeginsIsAnswered) {
+  const int fd = connect_and_send(gw_->port(), "GET /_sluice/healthz HTTP/1.1\r\nHost: a\r\n\r\n");
+  ASSERT_GE(fd, 0);
+  ASSERT_NE(read_until(fd, "}").find("\"ok\"}"), std::string::npos);  // accepted, and between requests
+  const std::string first = "GET /echo/begun HTTP/1.1\r\nHost: a\r\n";
+  ASSERT_EQ(::send(fd, first.data(), first.size(), MSG_NOSIGNAL), static_cast<ssize_t>(first.size()));
+  gw_->drain();
+  const std::string rest = "X-System-Key: crm\r\nX-Request-Id: begun\r\n\r\n";
+  ASSERT_EQ(::send(fd, rest.data(), rest.size(), MSG_NOSIGNAL), static_cast<ssize_t>(rest.size()));
+  const std::string answer = read_until(fd, "\r\n\r\n");
+  ::close(fd);
+  EXPECT_EQ(testing::raw_status(answer), 200) << answer;
+  EXPECT_NE(answer.find("Connection: close\r\n"), std::string::npos) << answer;
+  gw_->wait();
+  gw_.reset();  // the access log is written out as the process exits
+  EXPECT_EQ(json(access_log_line("begun")).at("status").as_int64(), 200);
 }
 
 // A request still waiting on its upstream when drain_timeout passes is answered (504: the upstream
