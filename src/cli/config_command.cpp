@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -47,8 +48,9 @@ enum class Placeholder : std::uint8_t { kRefused, kPrimaryDecides };
 
 // The file, loaded and validated; on problems prints each (file:line:column: path: message) and exits 1.
 std::shared_ptr<const config::Config> load_or_exit(const std::string& file, const char* what,
-                                                   Placeholder placeholder = Placeholder::kRefused) {
-  auto loaded = config::load_yaml_file(file);
+                                                   Placeholder placeholder = Placeholder::kRefused,
+                                                   config::LoadFor purpose = {}) {
+  auto loaded = config::load_yaml_file(file, purpose);
   if (auto* problems = std::get_if<std::vector<config::Problem>>(&loaded)) {
     for (const config::Problem& p : *problems) std::fprintf(stderr, "%s\n", p.to_string().c_str());
     std::fprintf(stderr, "sluice config %s: %zu problem%s in %s\n", what, problems->size(),
@@ -68,14 +70,22 @@ std::shared_ptr<const config::Config> load_or_exit(const std::string& file, cons
   return cfg;
 }
 
+// As a write into a new database: what import would take.
 void check(const ConfigOptions& o) {
-  load_or_exit(o.file, "check");
+  load_or_exit(o.file, "check", Placeholder::kRefused, {.write = true});
   std::printf("%s: ok\n", o.file.c_str());
 }
 
 void import(const ConfigOptions& o) {
-  const auto cfg = load_or_exit(o.file, "import");
+  // Checked before the database is opened, so that a file with problems makes none: as a write into
+  // a new database when there is none yet, else as read (and then as a write over what it holds).
+  std::error_code ec;
+  load_or_exit(o.file, "import", Placeholder::kRefused, {.write = !std::filesystem::exists(o.db, ec)});
   auto store = open_store_or_exit(o.db, "config import", config::StoreOptions::Access::kCreate);
+  // Then as the write it is (over what the database holds), so that its problems have their lines.
+  const auto current = store->load();
+  const auto cfg = load_or_exit(o.file, "import", Placeholder::kRefused,
+                                {.write = true, .before = current.ok() ? current->config.get() : nullptr});
   const config::WriteResult w = store->replace(cli_actor(), "config.import", *cfg);
   if (!w.ok()) {
     for (const config::Problem& p : w.refusal->problems) std::fprintf(stderr, "%s\n", p.to_string().c_str());

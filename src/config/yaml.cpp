@@ -838,7 +838,7 @@ std::vector<Problem> problems_beside(const Config& config, const std::vector<Pro
 namespace {
 
 // load_yaml, in the text with its surrogate pairs joined.
-LoadResult load_joined(std::string_view text, std::string_view file, Joins& joins) {
+LoadResult load_joined(std::string_view text, std::string_view file, LoadFor purpose, Joins& joins) {
   YAML::Node root;
   if (std::optional<Problem> p = read_one_document(text, std::string(file), root, joins)) return std::vector<Problem>{*p};
   Reader reader{std::string(file)};
@@ -855,15 +855,21 @@ LoadResult load_joined(std::string_view text, std::string_view file, Joins& join
     reader.locate(p);
     problems.push_back(std::move(p));
   }
+  if (purpose.write && problems.empty()) {
+    for (Problem& p : write_problems(*config, purpose.before)) {
+      reader.locate(p);
+      problems.push_back(std::move(p));
+    }
+  }
   if (!problems.empty()) return problems;
   return std::shared_ptr<const Config>(std::move(config));
 }
 
 }  // namespace
 
-LoadResult load_yaml(std::string_view text, std::string_view file) {
+LoadResult load_yaml(std::string_view text, std::string_view file, LoadFor purpose) {
   Joins joins;
-  LoadResult loaded = load_joined(text, file, joins);
+  LoadResult loaded = load_joined(text, file, purpose, joins);
   if (auto* problems = std::get_if<std::vector<Problem>>(&loaded)) as_sent(*problems, joins);
   return loaded;
 }
@@ -915,14 +921,14 @@ EntityResult<Grant> parse_grant(std::string_view text, Grant* read) {
   return parse_entity<Grant>(text, [](Reader& r, const YAML::Node& n) { return r.one_grant(n); }, read);
 }
 
-LoadResult load_yaml_file(const std::string& path) {
+LoadResult load_yaml_file(const std::string& path, LoadFor purpose) {
   std::error_code dir_ec;
   if (std::filesystem::is_directory(path, dir_ec)) return std::vector<Problem>{Problem{"", "is a directory, not a file", path}};
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::vector<Problem>{Problem{"", "cannot read the file", path}};
   std::ostringstream text;
   text << in.rdbuf();
-  return load_yaml(text.str(), path);
+  return load_yaml(text.str(), path, purpose);
 }
 
 std::string to_yaml(const Config& c) {

@@ -15,10 +15,17 @@ namespace sluice::config {
 // A loaded and validated configuration, or everything wrong with the text (never an empty list).
 using LoadResult = std::variant<std::shared_ptr<const Config>, std::vector<Problem>>;
 
+// What a configuration is loaded for: to be read (served), or to be written into a database, which
+// also holds it to write_problems() against `before`, the configuration written over (null: none).
+struct LoadFor {
+  bool write = false;
+  const Config* before = nullptr;
+};
+
 // Parses and validates YAML text; `file` names it in the problems.
-LoadResult load_yaml(std::string_view text, std::string_view file);
+LoadResult load_yaml(std::string_view text, std::string_view file, LoadFor purpose = {});
 // Reads a file, then load_yaml.
-LoadResult load_yaml_file(const std::string& path);
+LoadResult load_yaml_file(const std::string& path, LoadFor purpose = {});
 
 // One entity as YAML or JSON text (JSON is YAML), e.g. an admin API request body, read on its own:
 // the problems' paths start at its fields ("limits[0].period"). References to other entities are

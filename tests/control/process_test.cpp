@@ -642,6 +642,24 @@ TEST_F(ControlProcessTest, KillingAWriterMidCommitLeavesAValidDatabaseWithEveryC
   }
 }
 
+// What a write refuses (an invisible character in a key, a description over 4096 bytes), check and
+// import refuse too, by line; import makes no database for it, and takes again what the database
+// it writes over holds already.
+TEST_F(ControlProcessTest, CheckAndImportHoldAFileToTheRulesOfAWrite) {
+  const std::string bad = dir_ + "/hidden.yaml";
+  testing::write_file(bad, "systems:\n  - key: \"cr\\u200bm\"\n    description: \"" + std::string(5000, 'd') + "\"\n");
+  std::string out;
+  std::string err;
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"config", "check", bad}, {"config", "import", bad, "--db", db_}}) {
+    EXPECT_EQ(sluice(args, &out, &err), 1) << args[1];
+    EXPECT_NE(err.find(bad + ":2:10: systems[0].key: must not hold invisible characters"), std::string::npos) << err;
+    EXPECT_NE(err.find(bad + ":3:18: systems[0].description: must be at most 4096 bytes long, got 5000"),
+              std::string::npos) << err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(db_));
+}
+
 TEST_F(ControlProcessTest, ConfigCheckPrintsEveryProblemWithItsLineAndFails) {
   const std::string bad = dir_ + "/bad.yaml";
   testing::write_file(bad, "systems:\n  - key: crm\n    enabled: maybe\n    interfaces: [nothing]\n");
