@@ -411,7 +411,7 @@ int serve_follower(const ServeSettings& s) {
   // Here the admin API knows one token: the one this instance follows with, as the primary knows it
   // (its id, name and role there).
   auto auth = std::make_shared<gateway::AdminAuth>();
-  const config::TokenInfo token{who->id, who->name, who->role, 0, "", config::sha256_hex(s.token)};
+  const config::TokenInfo token{who->id, who->name, who->role, 0, "", config::sha256_hex(s.token), who->expires};
   auth->set_tokens({token});
   // Revoked on the primary, it stops working here too.
   follow.token_accepted = [auth, token](bool accepted) {

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cli/not_empty.h"
@@ -18,7 +19,7 @@ struct TokenOptions {
   std::string role;
   std::string name;
   std::string id;
-  std::string expires_in;
+  std::optional<std::string> expires_in;  // given, even empty
 };
 
 void create(const TokenOptions& o) {
@@ -28,11 +29,12 @@ void create(const TokenOptions& o) {
     throw CLI::RuntimeError(2);
   }
   Nanos lifetime{0};
-  if (!o.expires_in.empty()) {
-    const auto d = parse_duration(o.expires_in);
-    if (!d) {
-      std::fprintf(stderr, "sluice token create: --expires-in must be a duration like 90d or 12h, got \"%s\"\n",
-                   o.expires_in.c_str());
+  if (o.expires_in) {  // given: a lifetime in range, never "none" (0s or nothing would be forever)
+    const auto d = parse_duration(*o.expires_in);
+    if (!d || *d < config::kShortestTokenLifetime || *d > config::kLongestTokenLifetime) {
+      std::fprintf(stderr, "sluice token create: --expires-in must be a duration from 1m to 3650d, like 90d or 12h, "
+                           "got \"%s\" (leave it out for a token that lasts until revoked)\n",
+                   o.expires_in->c_str());
       throw CLI::RuntimeError(2);
     }
     lifetime = *d;

@@ -202,7 +202,15 @@ Result<Follower::Token> Follower::whoami(const Options& options, HttpFetcher& fe
   const auto parsed = role ? config::role_from_string(*role) : std::nullopt;
   if (!parsed) return Error{ErrorCode::kProtocol, "the primary's whoami answer names no role"};
   if (!id || !name) return Error{ErrorCode::kProtocol, "the primary's whoami answer names no token id or name"};
-  return Token{*id, *name, *parsed};
+  // Its expiry, so that this instance refuses the token from then on without the primary's word
+  // (which it may not have, the primary away).
+  std::int64_t expires = 0;
+  if (const auto when = text("expires")) {
+    const auto t = config::parse_time(*when);
+    if (!t) return Error{ErrorCode::kProtocol, "the primary's whoami answer has an expiry that is not a time: " + *when};
+    expires = *t;
+  }
+  return Token{*id, *name, *parsed, expires};
 }
 
 Follower::Follower(Options options, std::int64_t revision) : options_(std::move(options)), revision_(revision) {

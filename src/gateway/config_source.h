@@ -104,6 +104,7 @@ class Follower {
     std::string id;
     std::string name;
     config::Role role = config::Role::kRead;
+    std::int64_t expires = 0;  // Unix seconds; 0: never (or a primary that does not say)
   };
   static Result<Token> whoami(const Options& options, HttpFetcher& fetcher);
 

@@ -295,10 +295,12 @@ TEST_F(ControlProcessTest, ThePasswordPlaceholderIsNoPasswordInAFileOrADatabase)
 
 // The follower's admin API knows its token as the primary does: whoami says its id and name there
 // (it said {"id": "follower"}).
+// ...and its expiry, so that it refuses the token from then on even with the primary away.
 TEST_F(ControlProcessTest, AFollowerKnowsItsTokenByItsIdAndNameOnThePrimary) {
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
   std::string out;
-  ASSERT_EQ(sluice({"token", "create", "--role", "read", "--name", "edge-1", "--db", db_}, &out), 0);
+  ASSERT_EQ(sluice({"token", "create", "--role", "read", "--name", "edge-1", "--expires-in", "90d", "--db", db_}, &out),
+            0);
   const std::string t = out.substr(0, out.find('\n'));
   Server primary = serve({"--db", db_});
   Server follower = follow(primary, t);
@@ -308,6 +310,7 @@ TEST_F(ControlProcessTest, AFollowerKnowsItsTokenByItsIdAndNameOnThePrimary) {
   ASSERT_EQ(here.status, 200) << here.body;
   EXPECT_EQ(boost::json::parse(here.body), boost::json::parse(there.body));
   EXPECT_EQ(boost::json::parse(here.body).at("name").as_string(), "edge-1");
+  EXPECT_TRUE(boost::json::parse(here.body).at("expires").is_string()) << here.body;
 }
 
 // --pin-workers pins each worker to a CPU whatever the configuration comes from (it did so only
@@ -874,7 +877,8 @@ TEST_F(ControlProcessTest, ACreatedTokenOpensTheAdminApiUntilRevoked) {
 }
 
 // `token create --expires-in` makes a token the list shows with its expiry; a lifetime that is not
-// a duration is misuse (2), one out of range an error (1), and neither makes a token.
+// a duration from 1m to 3650d is misuse (2) and makes no token: not one that never expires for 0s,
+// or for nothing given.
 TEST_F(ControlProcessTest, ATokenCanBeMadeToExpire) {
   std::string out;
   std::string err;
@@ -884,10 +888,14 @@ TEST_F(ControlProcessTest, ATokenCanBeMadeToExpire) {
   ASSERT_EQ(sluice({"token", "list", "--db", db_}, &out), 0);
   EXPECT_NE(out.find("grafana  (created by cli:"), std::string::npos) << out;
   EXPECT_NE(out.find(", expires 20"), std::string::npos) << out;
-  EXPECT_EQ(sluice({"token", "create", "--role", "read", "--expires-in", "soon", "--db", db_}, &out, &err), 2);
-  EXPECT_NE(err.find("--expires-in must be a duration like 90d or 12h, got \"soon\""), std::string::npos) << err;
-  EXPECT_EQ(sluice({"token", "create", "--role", "read", "--expires-in", "10s", "--db", db_}, &out, &err), 1);
-  EXPECT_NE(err.find("a token's lifetime must be from 1m to 3650d, got 10s"), std::string::npos) << err;
+  for (const char* lifetime : {"soon", "10s", "0s", "", "3651d"}) {
+    EXPECT_EQ(sluice({"token", "create", "--role", "read", "--expires-in", lifetime, "--db", db_}, &out, &err), 2)
+        << lifetime;
+    EXPECT_NE(err.find("--expires-in must be a duration from 1m to 3650d, like 90d or 12h, got \"" +
+                       std::string(lifetime) + "\""),
+              std::string::npos)
+        << err;
+  }
   ASSERT_EQ(sluice({"token", "list", "--db", db_}, &out), 0);
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
 }
