@@ -85,6 +85,27 @@ bool has_invisible_characters(std::string_view text) {
   return false;
 }
 
+namespace {
+
+bool equal_ignoring_case(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+// Whether a header is one the gateway reads or writes for its own ends, and so cannot carry a system
+// key: the message's framing and hop-by-hop fields, a caller's API key (caller_auth.h's
+// kApiKeyHeader), and the X-Sluice-* fields (signatures, the system passed upstream).
+bool header_of_sluices_own(std::string_view name) {
+  for (const std::string_view own : {"Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive",
+                                     "Proxy-Connection", "TE", "Trailer", "Upgrade", "Expect", "X-Api-Key"}) {
+    if (equal_ignoring_case(name, own)) return true;
+  }
+  return equal_ignoring_case(name.substr(0, 9), "X-Sluice-");
+}
+
+}  // namespace
+
 std::string Problem::to_string() const {
   std::string s;
   if (!file.empty()) s += file + ":";
@@ -501,6 +522,10 @@ class Validator {
     }
     if (!valid_header_name(c_.system_key_header)) {
       add("system_key_header", "must be a header name, got \"" + c_.system_key_header + "\"");
+    } else if (header_of_sluices_own(c_.system_key_header)) {
+      add("system_key_header", "cannot be " + c_.system_key_header +
+                                   ": the gateway reads or writes that header itself (framing, hop-by-hop, "
+                                   "X-Api-Key or X-Sluice-*)");
     }
     if (c_.max_body_bytes < 0) add("max_body_bytes", "must not be negative");
     if (c_.header_timeout < std::chrono::milliseconds(1)) add("header_timeout", "must be at least 1ms");

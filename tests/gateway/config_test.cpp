@@ -607,6 +607,22 @@ TEST(ConfigWriteRules, ALongDescriptionIsRefusedWhenWritten) {
       << "read, it is taken";
 }
 
+// The system key cannot travel in a header the gateway reads or writes itself: with X-Api-Key,
+// every request would be refused as a bad API key; with Host or Content-Length, it would be the
+// request's host or length.
+TEST(ConfigYaml, ASystemKeyHeaderOfTheGatewaysOwnIsRefused) {
+  for (const char* header : {"X-Api-Key", "x-api-key", "Host", "Content-Length", "Connection", "X-Sluice-Nonce",
+                             "x-sluice-system"}) {
+    const auto p = problems_of(std::string("system_key_header: ") + header + "\n");
+    ASSERT_EQ(p.size(), 1u) << header;
+    EXPECT_NE(p[0].find(std::string("system_key_header: cannot be ") + header + ": the gateway reads or writes"),
+              std::string::npos) << p[0];
+  }
+  for (const char* header : {"systemKey", "X-System-Key", "X-Sluice", "Authorization"}) {
+    EXPECT_TRUE(problems_of(std::string("system_key_header: ") + header + "\n").empty()) << header;
+  }
+}
+
 TEST(ConfigYaml, AGrantNeedsThePermissionItRefinesUnlessTheInterfaceIsPublic) {
   const std::string text = std::string(kMinimal) +
                            "  - {id: users, path: /api/users, upstream: app}\n"
