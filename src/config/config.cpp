@@ -87,21 +87,23 @@ bool has_invisible_characters(std::string_view text) {
 
 namespace {
 
-bool equal_ignoring_case(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
+// Whether two header names are one where the gateway looks fields up: whatever their case, and with
+// '_' for '-' (CGI-style, as the gateway's own lookups are).
+bool same_header(std::string_view a, std::string_view b) {
+  const auto fold = [](char c) { return c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c))); };
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin(), [&](char x, char y) { return fold(x) == fold(y); });
 }
 
-// Whether a header is one the gateway reads or writes for its own ends, and so cannot carry a system
-// key: the message's framing and hop-by-hop fields, a caller's API key (caller_auth.h's
-// kApiKeyHeader), and the X-Sluice-* fields (signatures, the system passed upstream).
+// Whether a header can never carry a system key: one the gateway takes for a caller's API key
+// (caller_auth.h's kApiKeyHeader: every request would be refused as a bad one), or one of the
+// message's framing or connection (a request's length would be its key).
 bool header_of_sluices_own(std::string_view name) {
-  for (const std::string_view own : {"Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive",
-                                     "Proxy-Connection", "TE", "Trailer", "Upgrade", "Expect", "X-Api-Key"}) {
-    if (equal_ignoring_case(name, own)) return true;
+  for (const std::string_view own : {"X-Api-Key", "Content-Length", "Transfer-Encoding", "Connection", "Expect",
+                                     "Upgrade"}) {
+    if (same_header(name, own)) return true;
   }
-  return equal_ignoring_case(name.substr(0, 9), "X-Sluice-");
+  return false;
 }
 
 }  // namespace
@@ -524,8 +526,8 @@ class Validator {
       add("system_key_header", "must be a header name, got \"" + c_.system_key_header + "\"");
     } else if (header_of_sluices_own(c_.system_key_header)) {
       add("system_key_header", "cannot be " + c_.system_key_header +
-                                   ": the gateway reads or writes that header itself (framing, hop-by-hop, "
-                                   "X-Api-Key or X-Sluice-*)");
+                                   ": the gateway reads that header for its own ends (a caller's API key, or "
+                                   "the message's framing or connection)");
     }
     if (c_.max_body_bytes < 0) add("max_body_bytes", "must not be negative");
     if (c_.header_timeout < std::chrono::milliseconds(1)) add("header_timeout", "must be at least 1ms");

@@ -804,6 +804,7 @@ struct Gateway::Impl {
   std::vector<std::tuple<std::string, std::string, AdminHandler>> admin_routes;  // guarded by admin_mu
 
   std::atomic<bool> draining{false};
+  std::atomic<bool> cutting{false};  // the drain timeout passed: what is left is cut
   std::atomic<int> admin_in_flight{0};  // admin requests read and not yet answered: a drain waits for them
   std::atomic<bool> stopped{false};
   std::atomic<int> stores_down{0};  // workers whose limit store's breaker is open
@@ -1192,7 +1193,9 @@ Task<void> Worker::session(Socket socket) {
     // then says Connection: close).
     if (gw.draining.load(std::memory_order_acquire)) {
       error_code aec;
-      if (buffer.size() == 0 && stream.socket().available(aec) == 0) break;
+      if (gw.cutting.load(std::memory_order_acquire) || (buffer.size() == 0 && stream.socket().available(aec) == 0)) {
+        break;
+      }
     }
     parser.emplace(request_head);
     parser->header_limit(kHeaderLimit);
@@ -2533,6 +2536,7 @@ Task<void> Gateway::Impl::drain_watch() {
     // one waiting on its upstream, a 408 for an upload still coming) and logged, rather than cut
     // off by the stop with neither.
     log("drain timeout: cutting " + std::to_string(sessions.load()) + " connections");
+    cutting.store(true, std::memory_order_release);  // and no request begins after this
     for (auto& w : workers) asio::post(w->ioc, [wp = w.get()] { wp->cut_all(); });
     const auto cut_by = Clock::now() + kDrainCutGrace;
     while (sessions.load() > 0 && Clock::now() < cut_by) {
@@ -2642,7 +2646,8 @@ Gateway::~Gateway() {
     impl_->log("access log: " + std::to_string(lost->first) + " lines lost (" + lost->second + ")");
   }
   if (const std::uint64_t left = impl_->access_log->unwritten(); left > 0) {
-    impl_->log("access log: " + std::to_string(left) + " lines not written at exit (its reader took none for 2 s)");
+    impl_->log("access log: " + std::to_string(left) + " lines not yet written after 2 s at exit (its reader is slow "
+               "or stopped): lost");
   }
 }
 
@@ -2690,18 +2695,20 @@ std::string with_port(const std::string& address, std::uint16_t port) {
 // Whether a connection could be served: a client's socket and one to its upstream. With fewer
 // descriptors left than that, a gateway would say it serves and then answer nothing, its accepts
 // failing (its /healthz too).
-Status descriptors_left_for_connections() {
+// listener: a descriptor of the gateway's, copied to see whether two more can be had.
+Status descriptors_left_for_connections(int listener) {
   constexpr int kNeeded = 2;
   int opened[kNeeded];
   int n = 0;
   for (; n < kNeeded; ++n) {
-    opened[n] = ::dup(STDERR_FILENO);
+    opened[n] = ::dup(listener);
     if (opened[n] < 0) break;
   }
   const int err = errno;
   for (int i = 0; i < n; ++i) ::close(opened[i]);
   if (n == kNeeded) return {};
-  if (err != EMFILE && err != ENFILE) return {};  // no standard error to copy: nothing learnt
+  if (err == ENFILE) return invalid_argument("the system's open files are all in use: no connection could be served");
+  if (err != EMFILE) return {};
   rlimit limit{};
   ::getrlimit(RLIMIT_NOFILE, &limit);
   return invalid_argument("too few file descriptors left to serve a connection (ulimit -n is " +
@@ -2809,7 +2816,7 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
       return invalid_argument(std::string("cannot handle signals: ") + e.code().message());
     }
   }
-  if (Status s = descriptors_left_for_connections(); !s) return s.error();
+  if (Status s = descriptors_left_for_connections(g.acceptor->native_handle()); !s) return s.error();
   if (g.admin_acceptor) asio::co_spawn(main, g.admin_loop(), asio::detached);
   g.admin_ioc = std::make_unique<asio::io_context>(1);
   g.admin_thread = std::thread([self] {
