@@ -1,6 +1,6 @@
 // The gateway with no file descriptor left to open. These tests lower RLIMIT_NOFILE for the whole
-// process, so they run in an executable of their own, left out of the sanitizer builds (label
-// no-sanitizer): the sanitizers' runtime needs descriptors too (UBSan's vptr check opens a pipe to
+// process, so they run in an executable of their own, which the sanitizer builds leave out (see
+// CMakeLists.txt): the sanitizers' runtime needs descriptors too (UBSan's vptr check opens a pipe to
 // see whether memory is readable) and, without them, reports errors that are not there.
 #include <gtest/gtest.h>
 
