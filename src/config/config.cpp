@@ -85,15 +85,19 @@ bool has_invisible_characters(std::string_view text) {
   return false;
 }
 
-namespace {
-
-// Whether two header names are one where the gateway looks fields up: whatever their case, and with
-// '_' for '-' (CGI-style, as the gateway's own lookups are).
-bool same_header(std::string_view a, std::string_view b) {
-  const auto fold = [](char c) { return c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c))); };
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [&](char x, char y) { return fold(x) == fold(y); });
+bool cgi_alias_of(std::string_view field, std::string_view name) {
+  if (field.size() != name.size()) return false;
+  const auto fold = [](char c) {
+    if (c == '_') return '-';
+    return c >= 'A' && c <= 'Z' ? static_cast<char>(c | 0x20) : c;
+  };
+  for (std::size_t i = 0; i < field.size(); ++i) {
+    if (fold(field[i]) != fold(name[i])) return false;
+  }
+  return true;
 }
+
+namespace {
 
 // Whether a header can never carry a system key: one the gateway takes for a caller's API key
 // (caller_auth.h's kApiKeyHeader: every request would be refused as a bad one), or one of the
@@ -101,7 +105,7 @@ bool same_header(std::string_view a, std::string_view b) {
 bool header_of_sluices_own(std::string_view name) {
   for (const std::string_view own : {"X-Api-Key", "Content-Length", "Transfer-Encoding", "Connection", "Expect",
                                      "Upgrade"}) {
-    if (same_header(name, own)) return true;
+    if (cgi_alias_of(name, own)) return true;
   }
   return false;
 }

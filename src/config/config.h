@@ -179,6 +179,11 @@ std::size_t utf8_sequence(std::string_view s);
 // by one would look alike in the console, the logs and the audit log.
 bool has_invisible_characters(std::string_view text);
 
+// Whether a field name reads as `name` (whatever its case) where fields reach applications
+// CGI-style (X_Sluice_System and X-Sluice-System are both HTTP_X_SLUICE_SYSTEM there): how the
+// gateway looks a request's fields up.
+bool cgi_alias_of(std::string_view field, std::string_view name);
+
 // The longest id, key or name, in bytes. A system's key travels in a header field and every id in
 // the admin API's paths, both read within 8 KiB, and in log lines, metrics labels and the console's
 // tables: a longer one could be made, but then not be read, changed or deleted.

@@ -64,6 +64,8 @@ using error_code = boost::system::error_code;
 
 namespace {
 
+using config::cgi_alias_of;
+
 // Everything runs on io_context executors; naming the type (rather than any_io_executor) spares
 // each operation the type-erased executor's copies.
 using Executor = asio::io_context::executor_type;
@@ -103,20 +105,6 @@ std::string_view find_field(std::span<const HeadField> fields, http::field name)
     if (f.name() == name) return f.value();
   }
   return {};
-}
-
-// Whether a field name reads as `name` (whatever its case) where fields reach applications
-// CGI-style (X_Sluice_System and X-Sluice-System are both HTTP_X_SLUICE_SYSTEM there).
-bool cgi_alias_of(std::string_view field, std::string_view name) {
-  if (field.size() != name.size()) return false;
-  const auto fold = [](char c) {
-    if (c == '_') return '-';
-    return c >= 'A' && c <= 'Z' ? static_cast<char>(c | 0x20) : c;
-  };
-  for (std::size_t i = 0; i < field.size(); ++i) {
-    if (fold(field[i]) != fold(name[i])) return false;
-  }
-  return true;
 }
 
 // The fields that name the caller, in one pass: the system key header's value, and whether it, the
