@@ -58,6 +58,19 @@ std::size_t utf8_sequence(std::string_view s) {
   return n;
 }
 
+std::size_t invalid_utf8_at(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      ++i;
+    } else if (const std::size_t n = utf8_sequence(s.substr(i)); n > 0) {
+      i += n;
+    } else {
+      return i;
+    }
+  }
+  return std::string_view::npos;
+}
+
 // Whether text holds a character that shows nothing or moves what follows, or is not UTF-8: a
 // space other than ' ' (U+00A0, U+2000-U+200A, U+202F, U+205F, U+3000), a zero-width, joining or
 // blank one (U+034F, U+115F, U+1160, U+17B4, U+17B5, U+180E, U+200B-U+200D, U+2060-U+2064, U+2800,

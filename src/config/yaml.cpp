@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -19,19 +21,6 @@
 namespace sluice::config {
 namespace {
 
-// Where the first byte that does not belong to well-formed UTF-8 is; npos when there is none.
-std::size_t invalid_utf8_at(std::string_view s) {
-  for (std::size_t i = 0; i < s.size();) {
-    if (static_cast<unsigned char>(s[i]) < 0x80) {
-      ++i;
-    } else if (const std::size_t n = utf8_sequence(s.substr(i)); n > 0) {
-      i += n;
-    } else {
-      return i;
-    }
-  }
-  return std::string_view::npos;
-}
 
 // Whether the document at `at` starts after a "---" line, rather than where the text simply goes on
 // after the first ended (as after a JSON value: YAML reads more text as another document).
@@ -151,6 +140,22 @@ std::string surrogate_pairs_joined(std::string_view text, Joins& joins) {
   return out;
 }
 
+// YAML's reader's message, said for a reader of the file. Its one about a \u or \U escape gives the
+// code point in decimal ("invalid unicode: 55357"), which no one who wrote "\ud83d" recognises.
+std::string reader_message(const YAML::Exception& e) {
+  constexpr std::string_view kInvalidUnicode = "invalid unicode: ";
+  if (!e.msg.starts_with(kInvalidUnicode)) return e.msg;
+  const long code = std::strtol(e.msg.c_str() + kInvalidUnicode.size(), nullptr, 10);
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "%04lX", code);
+  if (code >= 0xD800 && code <= 0xDFFF) {
+    return "the escape \\u" + std::string(hex) +
+           " is half of a UTF-16 surrogate pair, which YAML does not take: write the character itself, or "
+           "its \\U escape with 8 hex digits (\\U0001F680 for U+1F680)";
+  }
+  return "the escape of U+" + std::string(hex) + " is not a Unicode character";
+}
+
 // Problems placed in the joined text put back where they are in the text as sent.
 void as_sent(std::vector<Problem>& problems, const Joins& joins) {
   for (Problem& p : problems) {
@@ -193,7 +198,7 @@ std::optional<Problem> read_one_document(std::string_view original, const std::s
                      file, at->line + 1, at->column + 1};
     }
   } catch (const YAML::Exception& e) {
-    return Problem{"", e.msg, file, e.mark.line + 1, e.mark.column + 1};
+    return Problem{"", reader_message(e), file, e.mark.line + 1, e.mark.column + 1};
   }
   return std::nullopt;
 }
@@ -847,7 +852,7 @@ LoadResult load_joined(std::string_view text, std::string_view file, LoadFor pur
     reader.config(root, *config);
   } catch (const YAML::Exception& e) {
     return std::vector<Problem>{
-        Problem{"", e.msg, std::string(file), e.mark.line + 1, e.mark.column + 1}};
+        Problem{"", reader_message(e), std::string(file), e.mark.line + 1, e.mark.column + 1}};
   }
   std::vector<Problem> problems = std::move(reader.problems());
   // What the file's values break beyond their own fields (ranges, references).
@@ -889,7 +894,7 @@ EntityResult<T> parse_joined(std::string_view text, F read, Joins& joins, T* par
   try {
     value = read(reader, root);
   } catch (const YAML::Exception& e) {
-    return std::vector<Problem>{Problem{"", e.msg, "", e.mark.line + 1, e.mark.column + 1}};
+    return std::vector<Problem>{Problem{"", reader_message(e), "", e.mark.line + 1, e.mark.column + 1}};
   }
   if (!reader.problems().empty()) {
     if (partial != nullptr) *partial = std::move(value);

@@ -337,6 +337,15 @@ std::optional<json::object> json_object_body(std::string_view body) {
   return std::move(v.as_object());
 }
 
+// The 400 for a body json_object_body() did not take: which field is given twice, or the shape it
+// must have.
+AdminResponse bad_body(std::string_view body, std::string_view shape) {
+  if (const std::optional<std::string> repeated = config::repeated_key(body)) {
+    return error(400, "bad_request", "The body gives the field \"" + *repeated + "\" twice: give each field once.");
+  }
+  return error(400, "bad_request", shape);
+}
+
 std::string str_field(const json::object& o, std::string_view name) {
   auto it = o.find(name);
   return it != o.end() && it->value().is_string() ? std::string(it->value().as_string()) : std::string();
@@ -693,6 +702,12 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
   }
   if (!repeated.empty()) return error(400, "bad_request", "The query parameter " + repeated + " is given twice.");
   if (bad_escape) return error(400, "bad_request", "The URL holds a % that is not an escape: write % as %25.");
+  const auto not_utf8 = [](const std::string& s) { return config::invalid_utf8_at(s) != std::string_view::npos; };
+  if (std::any_of(call.segments.begin(), call.segments.end(), not_utf8) ||
+      std::any_of(call.query.begin(), call.query.end(),
+                  [&](const auto& kv) { return not_utf8(kv.first) || not_utf8(kv.second); })) {
+    return error(400, "bad_request", "The URL's escapes decode to bytes that are not UTF-8 text.");
+  }
 
   if (what == "config") return config_route(call);
   if (what == "systems") return entity_route<config::System>(call);
@@ -1015,7 +1030,7 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
 
   // POST: a new API key or signing secret, shown once.
   auto body = json_object_body(call.request.body);
-  if (!body) return error(400, "bad_request", "The body must be a JSON object: {\"kind\": \"api_key\"}.");
+  if (!body) return bad_body(call.request.body, "The body must be a JSON object: {\"kind\": \"api_key\"}.");
   std::vector<Problem> problems;
   const std::string kind = str_field(*body, "kind");
   if (kind != "api_key" && kind != "hmac") problems.push_back(Problem{"kind", "must be api_key or hmac"});
@@ -1421,7 +1436,8 @@ AdminResponse AdminApi::tokens_route(Call& call) const {
   }
   auto body = json_object_body(call.request.body);
   if (!body) {
-    return error(400, "bad_request", "The body must be a JSON object, each field once: {\"name\": \"...\", \"role\": \"admin\" or \"read\", \"expires_in\": \"90d\" (optional)}.");
+    return bad_body(call.request.body, "The body must be a JSON object: {\"name\": \"...\", \"role\": \"admin\" or "
+                                       "\"read\", \"expires_in\": \"90d\" (optional)}.");
   }
   std::vector<Problem> problems;
   const auto role = config::role_from_string(str_field(*body, "role"));

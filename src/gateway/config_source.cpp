@@ -270,9 +270,9 @@ void Follower::run() {
     }
     if (r->status == 401 && token_accepted_) {
       token_accepted_ = false;
-      options_.log("following " + options_.primary +
-                   ": the primary no longer takes this follower's token (revoked?); this admin API takes no token "
-                   "until it does");
+      // The primary says why (revoked, expired at...).
+      options_.log("following " + options_.primary + ": the primary no longer takes this follower's token (" +
+                   answer_error(*r) + "); this admin API takes no token until it does");
       if (options_.token_accepted) options_.token_accepted(false);
     }
     if (r->status != 200 && r->status != 304) {

@@ -1691,9 +1691,13 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
 
   const auto t0 = Clock::now();
   Context& ctx = x.ctx;
-  // A signed request's body hash comes in "body_sha256" (hex); no field: an empty body.
+  // A signed request's body hash comes in "body_sha256" (hex, signed in lower case whichever case it
+  // comes in); no field: an empty body.
   std::string body_hash = config::sha256_hex("");
-  if (const auto given = str("body_sha256")) body_hash = std::string(*given);
+  if (const auto given = str("body_sha256")) {
+    body_hash = std::string(*given);
+    for (char& c : body_hash) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
   Reason reason = Reason::kBadRequest;
   ctx.verdict.bad_request = unclean_path_cause(r.path);
   if (path_is_clean(r.path)) {

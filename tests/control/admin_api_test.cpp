@@ -262,6 +262,11 @@ TEST_F(AdminApiTest, NamesWithSlashesAndSpacesArePercentEncodedInTheUrl) {
   EXPECT_EQ(call("GET", "/admin/v1/systems/100%2").status, 400);
   EXPECT_EQ(call("GET", "/admin/v1/limits?key=system:10%zz").status, 400);
   EXPECT_EQ(call("GET", "/admin/v1/systems/100%25").str("key"), "100%");
+  // Escapes that decode to bytes of no UTF-8 text name nothing that could be: 400, not 404.
+  EXPECT_EQ(call("GET", "/admin/v1/systems/%C3").status, 400);
+  EXPECT_EQ(call("GET", "/admin/v1/limits?key=system:%FF").status, 400);
+  EXPECT_EQ(call("POST", "/admin/v1/systems", R"({"key":"caf\u00e9"})").status, 201);
+  EXPECT_EQ(call("GET", "/admin/v1/systems/caf%C3%A9").str("key"), "caf\xC3\xA9");
   // A name's own '/' is %2F: a raw one at the end does not reach the name without it.
   EXPECT_EQ(call("POST", "/admin/v1/systems", R"({"key":"num"})").status, 201);
   EXPECT_EQ(call("POST", "/admin/v1/systems", R"({"key":"num/"})").status, 201);
@@ -353,6 +358,13 @@ TEST_F(AdminApiTest, SystemWritesKeepTheirCredentials) {
   ASSERT_EQ(key.status, 201);
   EXPECT_EQ(call("PUT", "/admin/v1/systems/crm", R"({"interfaces":["orders"],"credentials":[]})").status, 200);
   EXPECT_EQ(store_->load()->config->systems[0].credentials.size(), 1u);
+  // A field given twice is named, not answered as a body of the wrong shape.
+  const Reply twice = call("POST", "/admin/v1/systems/crm/credentials", R"({"kind":"api_key","kind":"hmac"})");
+  EXPECT_EQ(twice.status, 400);
+  EXPECT_EQ(twice.str("msg"), "The body gives the field \"kind\" twice: give each field once.");
+  EXPECT_EQ(store_->load()->config->systems[0].credentials.size(), 1u);
+  EXPECT_EQ(call("POST", "/admin/v1/tokens", R"({"name":"t","name":"u","role":"read"})").str("msg"),
+            "The body gives the field \"name\" twice: give each field once.");
 }
 
 TEST_F(AdminApiTest, UnknownRoutesAre404AndWrongMethods405WithAllow) {

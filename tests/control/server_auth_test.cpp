@@ -249,6 +249,14 @@ TEST_F(ServerAuthTest, DecideAuthenticatesCallersToo) {
   EXPECT_EQ(reason_of(decide(boost::json::serialize(req))), "signature_replayed");
   req["body_sha256"] = config::sha256_hex("{\"x\":2}");
   EXPECT_EQ(reason_of(decide(boost::json::serialize(req))), "signature_invalid");
+  // Hex in upper case is the same hash: the signature (made over lower case) still holds.
+  headers.clear();
+  for (const auto& [k, v] : signed_headers("POST", "/echo/b?y=2", payload, "n-2")) headers[k] = v;
+  std::string upper = config::sha256_hex(payload);
+  for (char& ch : upper) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  req["headers"] = headers;
+  req["body_sha256"] = upper;
+  EXPECT_EQ(decide(boost::json::serialize(req)).status, 200);
 }
 
 // The first IPv4 address of this machine that is not loopback.

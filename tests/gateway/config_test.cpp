@@ -107,7 +107,16 @@ TEST(ConfigYaml, JsonSurrogatePairEscapesAreReadAsTheirCharacter) {
   EXPECT_EQ(std::get<System>(literal).description, R"(\ud83d\ude80)");
   auto lone = parse_system(R"({"description": "\ud83d alone"})");
   ASSERT_TRUE(std::holds_alternative<std::vector<Problem>>(lone));
-  EXPECT_EQ(std::get<std::vector<Problem>>(lone).at(0).message, "invalid unicode: 55357");
+  EXPECT_EQ(std::get<std::vector<Problem>>(lone).at(0).message,
+            "the escape \\uD83D is half of a UTF-16 surrogate pair, which YAML does not take: write the character "
+            "itself, or its \\U escape with 8 hex digits (\\U0001F680 for U+1F680)");
+  // In YAML that is not JSON, a pair is refused with the same words; an escape past U+10FFFF says so.
+  auto yaml_pair = parse_system("description: \"\\ud83d\\ude80\"\n");
+  ASSERT_TRUE(std::holds_alternative<std::vector<Problem>>(yaml_pair));
+  EXPECT_TRUE(std::get<std::vector<Problem>>(yaml_pair).at(0).message.starts_with("the escape \\uD83D is half"));
+  auto beyond = parse_system("description: \"\\U00110000\"\n");
+  ASSERT_TRUE(std::holds_alternative<std::vector<Problem>>(beyond));
+  EXPECT_EQ(std::get<std::vector<Problem>>(beyond).at(0).message, "the escape of U+110000 is not a Unicode character");
   // A problem after a pair on its line is placed where it is in the text as sent.
   auto after = parse_system(R"({"description": "\ud83d\ude80\ud83d\ude80", "bogus": 1})");
   ASSERT_TRUE(std::holds_alternative<std::vector<Problem>>(after));
