@@ -173,13 +173,17 @@ class FieldsLookup final : public HeaderLookup {
 // the body pass as a second request that no check has seen.
 class HopFields {
  public:
-  // `kept`: a field that goes on even when Connection names it, in either spelling (a request's
-  // system key header, which the caller was identified by as X-System-Key or X_System_Key).
-  explicit HopFields(std::span<const HeadField> f, std::string_view kept = {}) {
+  // `kept`: fields that go on even when Connection names them, in either spelling (a request's
+  // system key header, which the caller was identified by as X-System-Key or X_System_Key, and the
+  // headers its limits were keyed by: see Snapshot::kept_headers()).
+  explicit HopFields(std::span<const HeadField> f, std::span<const std::string> kept = {}) {
     for (const auto& field : f) {
       if (field.name() != http::field::connection) continue;
       for_each_token(field.value(), [&](std::string_view token) {
-        if (beast::iequals(token, "close") || (!kept.empty() && cgi_alias_of(token, kept))) return;
+        if (beast::iequals(token, "close") ||
+            std::any_of(kept.begin(), kept.end(), [&](const std::string& k) { return cgi_alias_of(token, k); })) {
+          return;
+        }
         const http::field known = http::string_to_field(token);
         if (known == http::field::content_length || known == http::field::transfer_encoding ||
             known == http::field::host || always_dropped(known)) {
@@ -543,24 +547,37 @@ std::string json_string(std::string_view s) {
 // An upstream connection (Beast streams move, but do not move-assign).
 using UpConn = std::unique_ptr<TimedSocket>;
 
+// Fields an upstream framework may take as the request's method (method-override middleware),
+// path (X-Original-URL, X-Rewrite-URL), client address or host (Forwarded, X-Real-IP,
+// X-Forwarded-Host, X-Forwarded-Port) in place of what the request itself says: the gateway
+// identified, routed, permitted and counted it by the latter, so the client's versions do not go
+// up (a POST to a permitted route with "X-HTTP-Method-Override: DELETE" would run a DELETE no check
+// has seen). Forwarded is http::field::forwarded, dropped beside these.
+constexpr std::array<std::string_view, 8> kNotTheGateways{
+    "X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override", "X-Original-URL",
+    "X-Rewrite-URL",          "X-Real-IP",     "X-Forwarded-Host",  "X-Forwarded-Port"};
+
 void append_field(std::string& out, std::string_view name, std::string_view value) {
   out.append(name).append(": ", 2).append(value).append("\r\n", 2);
 }
 
 // The request as the upstream gets it, written straight from the client's (which stays as it came):
-// its fields but the hop-by-hop ones (not the system key header, which the caller was identified
-// by, even named in Connection), Expect (answered here), every Content-Length (one goes up, as
-// the parser read it: it accepts repeats of the same value), the caller's API key (a secret of its
-// own: X-Sluice-System says whose it was), and the X-Forwarded-*, X-Request-Id and X-Sluice-System
-// fields the gateway sets itself, also spelt with '_' (which a CGI-style upstream reads as the
-// same); X-Forwarded-For keeps what earlier proxies said, and Via gets the gateway. An HTTP/1.0
+// its fields but the hop-by-hop ones (not those in `kept`: the system key header, which the caller
+// was identified by, and the headers limits are keyed by, even named in Connection), Expect
+// (answered here), every Content-Length (one goes up, as the parser read it: it accepts repeats of
+// the same value), the caller's API key (a secret of its own: X-Sluice-System says whose it was),
+// the X-Forwarded-*, X-Request-Id and X-Sluice-System fields the gateway sets itself, and the fields
+// upstream frameworks read as the request's own method, path, client or host in place of the
+// request's (kNotTheGateways), which the gateway did not route, permit or count by; each also spelt
+// with '_' (which a CGI-style upstream reads as the same). X-Forwarded-For keeps what earlier
+// proxies said, and Via gets the gateway. An HTTP/1.0
 // request without Host (which HTTP/1.1 requires, and the parser requires of an HTTP/1.1 one) gets
 // the upstream target's. The request's target goes in origin form; one that came in absolute form
 // has its authority as the Host, in place of the client's (RFC 9112 3.2.2).
 void append_upstream_head(std::string& out, const RequestParser& p, std::string_view origin, std::string_view authority,
                           std::string_view client_ip, std::string_view request_id, std::string_view system,
-                          std::string_view key_header, const config::Target& target) {
-  const HopFields hop(p.fields(), key_header);
+                          std::span<const std::string> kept, const config::Target& target) {
+  const HopFields hop(p.fields(), kept);
   out.append(p.method_string());
   out += ' ';
   out.append(origin);
@@ -579,12 +596,15 @@ void append_upstream_head(std::string& out, const RequestParser& p, std::string_
         if (f.value().find_first_not_of(" \t") != std::string_view::npos) forwarded_for.push_back(f.value());
         continue;
       }
-      static constexpr std::array<std::string_view, 5> kDropped{"X-Forwarded-For", "X-Forwarded-Proto", "X-Request-Id",
+      static constexpr std::array<std::string_view, 5> kSetHere{"X-Forwarded-For", "X-Forwarded-Proto", "X-Request-Id",
                                                                "X-Sluice-System", kApiKeyHeader};
-      if (std::any_of(kDropped.begin(), kDropped.end(),
-                      [&](std::string_view n) { return n.size() == name.size() && cgi_alias_of(name, n); })) {
+      const auto named = [&](std::string_view n) { return cgi_alias_of(name, n); };
+      if (std::any_of(kSetHere.begin(), kSetHere.end(), named) ||
+          std::any_of(kNotTheGateways.begin(), kNotTheGateways.end(), named)) {
         continue;
       }
+    } else if (f.name() == http::field::forwarded) {
+      continue;  // the client's own claim of its address, scheme and host (kNotTheGateways)
     }
     append_field(out, name, f.value());
   }
@@ -1879,7 +1899,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
     wire.clear();
     append_upstream_head(wire, x.parser, x.origin, x.authority, x.client_ip, x.request_id,
                          x.ctx.system != nullptr ? std::string_view(x.ctx.system->system->key) : std::string_view(),
-                         x.snapshot->config().system_key_header, target);
+                         x.snapshot->kept_headers(), target);
     error_code ec;
     if (x.body_read) {
       // Read already (its signature covers it): the header and all of it in one write.

@@ -128,6 +128,19 @@ Snapshot::Snapshot(std::shared_ptr<const config::Config> config, BreakerRegistry
   keys_by_request_ = std::any_of(c.systems.begin(), c.systems.end(), [&](const auto& x) { return keyed(x.limits); }) ||
                      std::any_of(c.interfaces.begin(), c.interfaces.end(), [&](const auto& x) { return keyed(x.limits); }) ||
                      std::any_of(c.grants.begin(), c.grants.end(), [&](const auto& x) { return keyed(x.limits); });
+  kept_headers_.push_back(c.system_key_header);
+  const auto keep = [&](const std::vector<config::LimitRule>& rules) {
+    for (const config::LimitRule& r : rules) {
+      if (r.key_by != config::KeyBy::kHeader) continue;
+      if (std::none_of(kept_headers_.begin(), kept_headers_.end(),
+                       [&](const std::string& k) { return config::cgi_alias_of(r.key_name, k); })) {
+        kept_headers_.push_back(r.key_name);
+      }
+    }
+  };
+  for (const auto& x : c.systems) keep(x.limits);
+  for (const auto& x : c.interfaces) keep(x.limits);
+  for (const auto& x : c.grants) keep(x.limits);
   upstreams_.resize(c.upstreams.size());
   std::unordered_map<std::string, const UpstreamEntry*> upstream_by_name;
   for (std::size_t i = 0; i < c.upstreams.size(); ++i) {

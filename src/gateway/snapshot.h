@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -110,6 +111,10 @@ class Snapshot {
   // Whether some limit is keyed by a header or a query parameter (which a request must then give
   // once): when none is, a request's are not looked at.
   bool keys_by_request() const { return keys_by_request_; }
+  // The fields the upstream must get as the gateway read them, even when the request's Connection
+  // names them: the system key header, and every header a limit is keyed by (a request that made
+  // its header hop-by-hop would be counted by a value the upstream never sees).
+  std::span<const std::string> kept_headers() const { return kept_headers_; }
   const GrantEntry* grant(const SystemEntry& system, const InterfaceEntry& interface) const;
 
   const CallerKeys& callers() const { return callers_; }
@@ -139,6 +144,7 @@ class Snapshot {
   std::vector<GrantEntry> grants_;
   std::vector<std::string> caller_problems_;
   CallerKeys callers_;
+  std::vector<std::string> kept_headers_;
   bool keys_by_request_ = false;
 };
 

@@ -496,6 +496,52 @@ TEST_F(GatewayTest, TheSystemKeyHeaderGoesUpEvenWhenConnectionNamesIt) {
   EXPECT_EQ(str(cgi_echo.at("headers").as_object(), "X_System_Key"), "crm");
 }
 
+// So does a header a limit is keyed by: a caller who named it in Connection would be counted by a
+// value the upstream never sees (which then takes it for a caller without one), in any spelling.
+TEST_F(GatewayTest, AHeaderALimitIsKeyedByGoesUpEvenWhenConnectionNamesIt) {
+  HttpClient c(gw_->port());
+  const HttpResponse r = c.request("GET", "/per-user", {{"X-User", "u1"}, {"Connection", "X-User, x-secret"},
+                                                       {"X-Secret", "hop"}});
+  ASSERT_EQ(r.status, 200);
+  const auto echo = json(r.body);
+  const auto& h = echo.at("headers").as_object();
+  EXPECT_EQ(str(h, "X-User"), "u1");
+  EXPECT_EQ(h.count("X-Secret"), 0u);
+  const HttpResponse cgi = c.request("GET", "/per-user", {{"X_User", "u2"}, {"Connection", "x_user"}});
+  ASSERT_EQ(cgi.status, 200);
+  const auto cgi_echo = json(cgi.body);
+  EXPECT_EQ(str(cgi_echo.at("headers").as_object(), "X_User"), "u2");
+  EXPECT_EQ(c.request("GET", "/per-user", {{"X-User", "u1"}, {"Connection", "X-User"}}).status, 429);
+}
+
+// Fields an upstream framework reads as the request's method, path, client or host in place of the
+// request's own do not go up from a client: the gateway permitted and counted the request by what
+// its request line and its peer said.
+TEST_F(GatewayTest, FieldsThatWouldOverrideTheMethodPathOrClientDoNotGoUp) {
+  HttpClient c(gw_->port());
+  const HttpResponse r = c.request("POST", "/echo/a",
+                                   {{"X-System-Key", "crm"},
+                                    {"X-HTTP-Method-Override", "DELETE"},
+                                    {"x-http-method", "DELETE"},
+                                    {"X_Method_Override", "DELETE"},
+                                    {"X-Original-URL", "/admin"},
+                                    {"X-Rewrite-URL", "/admin"},
+                                    {"Forwarded", "for=192.0.2.1;proto=https;host=evil.example"},
+                                    {"X-Real-IP", "192.0.2.1"},
+                                    {"X-Forwarded-Host", "evil.example"},
+                                    {"X-Forwarded-Port", "443"},
+                                    {"X-Custom", "kept"}},
+                                   "");
+  ASSERT_EQ(r.status, 200);
+  const auto echo = json(r.body);
+  const auto& h = echo.at("headers").as_object();
+  for (const char* name : {"X-HTTP-Method-Override", "x-http-method", "X_Method_Override", "X-Original-URL",
+                           "X-Rewrite-URL", "Forwarded", "X-Real-IP", "X-Forwarded-Host", "X-Forwarded-Port"}) {
+    EXPECT_EQ(h.count(name), 0u) << name;
+  }
+  EXPECT_EQ(str(h, "X-Custom"), "kept");
+}
+
 // Via lists the intermediaries in order: the client's own entries, then the gateway's, with the
 // protocol the request came in.
 TEST_F(GatewayTest, ViaGetsTheGatewayAfterWhatTheClientSaid) {
