@@ -131,7 +131,7 @@ Decision decide(IntervalBucketState& state, const Limit& limit, Nanos now, std::
   }
   state.missing = missing;
   state.tick = tick;
-  d.remaining = p.quota - missing;
+  d.remaining = std::max<std::int64_t>(0, p.quota - missing);  // below 0 once the limit was lowered
   d.reset_after = after(missing);
   if (cost > p.quota) {
     d.cost_exceeds_limit = true;
@@ -158,7 +158,7 @@ Decision decide(FixedWindowState& state, const Limit& limit, Nanos now, std::int
     d.reset_after = state.count > 0 ? window_end : Nanos{0};
     return d;
   }
-  d.remaining = p.quota - count;
+  d.remaining = std::max<std::int64_t>(0, p.quota - count);  // below 0 once the limit was lowered
   d.reset_after = count > 0 ? window_end : Nanos{0};
   if (cost > p.quota) {
     d.cost_exceeds_limit = true;
@@ -278,7 +278,7 @@ Decision decide(SlidingLogState& state, const Limit& limit, Nanos now, std::int6
     d.reset_after = reset();
     return d;
   }
-  d.remaining = p.quota - state.total;
+  d.remaining = std::max<std::int64_t>(0, p.quota - state.total);  // below 0 once the limit was lowered
   d.reset_after = reset();
   if (cost > p.quota) {
     d.cost_exceeds_limit = true;
@@ -338,7 +338,7 @@ Decision decide(ConcurrencyState& state, const Limit& limit, Nanos now, std::int
     d.reset_after = reset();
     return d;
   }
-  d.remaining = p.quota - state.in_flight;
+  d.remaining = std::max<std::int64_t>(0, p.quota - state.in_flight);  // below 0 once the limit was lowered
   d.reset_after = reset();
   if (cost > p.quota) {
     d.cost_exceeds_limit = true;

@@ -687,13 +687,21 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
       // answer (so that the caller's next call sees it given back). A refund to a node that is
       // not connected completes inside eval(): the count starts at one for this loop, so that
       // such a completion cannot answer before the loop is over, and the answer goes out once.
+      // A refund that failed (unsent, or unanswered: it may have run) leaves the leases it held
+      // taken: they go back as give-backs, which change nothing if the refund did run.
       outstanding = 1;
-      for (Batch& batch : batches) {
+      for (std::size_t b = 0; b < batches.size(); ++b) {
+        Batch& batch = batches[b];
         if (!batch.admitted) continue;
         ++outstanding;
         batch.command = impl->script_call(detail::kRefundScript, requests, batch.members, pinned);
         impl->eval(batch.slot, detail::kRefundScript, batch.command,
-                   [self = shared_from_this()](Result<Reply>) {
+                   [self = shared_from_this(), b](Result<Reply> r) {
+                     if (!r && !self->impl->closing) {
+                       for (const std::size_t i : self->batches[b].members) {
+                         if (self->requests[i].lease != 0) self->give_back_lease(self->requests[i]);
+                       }
+                     }
                      if (--self->outstanding == 0) self->deliver();
                    },
                    impl->deadline());
@@ -746,18 +754,21 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
                            error->code == ErrorCode::kCircuitOpen;
     if (requests.front().release ? !transient : !detail::may_have_run(*error)) return;
     for (const Request& q : requests) {
-      if (q.lease == 0) continue;
-      if (impl->give_backs >= Impl::kMaxGiveBacks) return;
-      ++impl->give_backs;
-      Requests one{q};
-      one.front().cost = 1;
-      one.front().release = true;
-      one.front().policy = OnStoreFailure::kError;  // nothing to decide in its place
-      auto op = std::make_shared<Acquire>(impl, std::move(one), [](Result<std::span<const Decision>>, bool) {});
-      op->give_back = true;
-      // Posted: this may run inside a queue's bookkeeping (see deliver()).
-      asio::post(impl->strand, [op] { op->start(); });
+      if (q.lease != 0) give_back_lease(q);
     }
+  }
+
+  void give_back_lease(const Request& q) {
+    if (impl->give_backs >= Impl::kMaxGiveBacks) return;
+    ++impl->give_backs;
+    Requests one{q};
+    one.front().cost = 1;
+    one.front().release = true;
+    one.front().policy = OnStoreFailure::kError;  // nothing to decide in its place
+    auto op = std::make_shared<Acquire>(impl, std::move(one), [](Result<std::span<const Decision>>, bool) {});
+    op->give_back = true;
+    // Posted: this may run inside a queue's bookkeeping (see deliver()).
+    asio::post(impl->strand, [op] { op->start(); });
   }
 
   // A release that Redis refused with TRYAGAIN (its slot moving, the lease set and its meta key on

@@ -166,5 +166,32 @@ TEST_F(DifferentialTest, Concurrency) {
   compare(make(Limit::concurrency({.limit = 5, .lease_timeout = 1s})), 400, 25, &longer);
 }
 
+// A key whose limit was lowered holds more than the new limit: a rejection then says 0 remain, in
+// both stores, never a count below zero (which RateLimit headers would pass on).
+TEST_F(DifferentialTest, ALimitLoweredBelowWhatAKeyHoldsLeavesZeroRemaining) {
+  ManualClock clock{Nanos{kT0us * 1000}};
+  LocalStore local({.clock = &clock});
+  auto remote = open_store(server_->address(), {.pinned_clock = &clock});
+  ASSERT_NE(remote, nullptr);
+  const std::vector<std::pair<Limit, Limit>> limits = {
+      {make(Limit::fixed_window({.limit = 5, .period = 1min})), make(Limit::fixed_window({.limit = 1, .period = 1min}))},
+      {make(Limit::sliding_log({.limit = 5, .period = 1min})), make(Limit::sliding_log({.limit = 1, .period = 1min}))},
+      {make(Limit::token_bucket({.capacity = 5, .refill_tokens = 5, .refill_period = 1min, .refill = Refill::kInterval})),
+       make(Limit::token_bucket({.capacity = 1, .refill_tokens = 1, .refill_period = 1min, .refill = Refill::kInterval}))},
+      {make(Limit::concurrency({.limit = 5, .lease_timeout = 1min})),
+       make(Limit::concurrency({.limit = 1, .lease_timeout = 1min}))}};
+  for (const auto& [before, after] : limits) {
+    server_->cli({"FLUSHALL"});
+    for (Store* store : {static_cast<Store*>(&local), static_cast<Store*>(remote.get())}) {
+      const Result<Decision> all = store->acquire("k", before, 5);
+      ASSERT_TRUE(all.ok() && all->allowed) << before.to_string();
+      const Result<Decision> lowered = store->acquire("k", after, 1);
+      ASSERT_TRUE(lowered.ok()) << after.to_string();
+      EXPECT_FALSE(lowered->allowed) << after.to_string();
+      EXPECT_EQ(lowered->remaining, 0) << after.to_string();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sluice::testing

@@ -183,6 +183,93 @@ TEST_F(RedisStoreTest, ARefundThatLeavesOnlyExpiredLogEntriesForgetsTheLog) {
   EXPECT_EQ(server_->cli({"EXISTS", "t:log", "t:meta"}), "0");
 }
 
+// A cluster's acquire_all gives back what one slot took a round trip after it took it, when another
+// slot rejected. By then a decision may have found a bucket full, which it would have found so
+// sooner without the take: a give-back then would admit more than the limit. Each call below is
+// what a store sends (KEYS, the pinned time, the number of limits, each one's code and ARGV, the
+// last being the value its take answered for a refund).
+class RedisRefundTest : public RedisTest {
+ protected:
+  static constexpr const redis::detail::Script& kAcquire = redis::detail::kAcquireScript;
+  static constexpr const redis::detail::Script& kRefund = redis::detail::kRefundScript;
+  std::string call(const redis::detail::Script& script, const std::string& key, const std::string& at,
+                   std::vector<std::string> limit) {
+    std::vector<std::string> args{"EVAL", script.source, "1", key, at, "1"};
+    args.insert(args.end(), limit.begin(), limit.end());
+    return server_->cli(args);
+  }
+  // The first of the six values a decision answers (1: admitted) and the last (for a refund).
+  static std::pair<std::string, std::string> admitted_and_refund_value(const std::string& reply) {
+    std::istringstream in(reply);
+    std::vector<std::string> v;
+    for (std::string line; std::getline(in, line);) v.push_back(line);
+    if (v.size() != 6) return {"?", reply};
+    return {v[0], v[5]};
+  }
+};
+
+// GCRA, one per millisecond, no more at once (as the store sends it: 1 unit a microsecond, 1,000 a
+// token). A take at 1,000,000 µs; another caller's at 1,001,500 finds the bucket full; the first
+// take's refund at 1,001,600 must not give the bucket back a token it no longer holds.
+TEST_F(RedisRefundTest, AMeterRefundAfterTheBucketWasFullAgainGivesNothingBack) {
+  const auto gcra = [](const std::string& refund_value) {
+    return std::vector<std::string>{"gcra", "1", "1", "1", "1000", "1000", "0", "1000", "0", refund_value};
+  };
+  const auto [taken, base] = admitted_and_refund_value(call(kAcquire, "m", "1000000", gcra("0")));
+  ASSERT_EQ(taken, "1");
+  EXPECT_EQ(base, "1000000");
+  ASSERT_EQ(admitted_and_refund_value(call(kAcquire, "m", "1001500", gcra("0"))).first, "1");
+  EXPECT_EQ(call(kRefund, "m", "1001600", gcra(base)), "1");
+  EXPECT_EQ(admitted_and_refund_value(call(kAcquire, "m", "1001700", gcra("0"))).first, "0")
+      << "two admitted within 200 µs at one per millisecond";
+  // While the time is not past the take's base, the take is given back exactly: two a millisecond,
+  // the second take based on the first's TAT.
+  const std::vector<std::string> two{"gcra", "1", "2", "1", "1000", "2000", "0", "1000", "0", "0"};
+  ASSERT_EQ(admitted_and_refund_value(call(kAcquire, "q", "5000000", two)).first, "1");
+  const auto [second, second_base] = admitted_and_refund_value(call(kAcquire, "q", "5000100", two));
+  ASSERT_EQ(second, "1");
+  EXPECT_EQ(second_base, "5001000");
+  std::vector<std::string> refund = two;
+  refund.back() = second_base;
+  EXPECT_EQ(call(kRefund, "q", "5000200", refund), "1");
+  EXPECT_EQ(server_->cli({"GET", "q"}), "5001000:0");
+}
+
+// The interval bucket: ten tokens every second, all ten taken in tick 0; the bucket is full again at
+// tick 1 and another caller takes all ten; the first take's refund must not give them back.
+TEST_F(RedisRefundTest, AnIntervalRefundAfterATickRefilledTheBucketGivesNothingBack) {
+  const auto tbi = [](const std::string& refund_value) {
+    return std::vector<std::string>{"tbi", "10", "10", "10", "1000000", refund_value};
+  };
+  const auto [taken, tick] = admitted_and_refund_value(call(kAcquire, "i", "999999", tbi("0")));
+  ASSERT_EQ(taken, "1");
+  EXPECT_EQ(tick, "0");
+  ASSERT_EQ(admitted_and_refund_value(call(kAcquire, "i", "1000001", tbi("0"))).first, "1");
+  EXPECT_EQ(call(kRefund, "i", "1000002", tbi(tick)), "1");
+  EXPECT_EQ(admitted_and_refund_value(call(kAcquire, "i", "1000003", tbi("0"))).first, "0")
+      << "twenty admitted in one tick of ten";
+  // Within the take's tick, it is given back.
+  server_->cli({"DEL", "i"});
+  const auto [fresh, fresh_tick] = admitted_and_refund_value(call(kAcquire, "i", "3000000", tbi("0")));
+  ASSERT_EQ(fresh, "1");
+  EXPECT_EQ(fresh_tick, "3");
+  EXPECT_EQ(call(kRefund, "i", "3000001", tbi(fresh_tick)), "1");
+  EXPECT_EQ(admitted_and_refund_value(call(kAcquire, "i", "3000002", tbi("0"))).first, "1");
+}
+
+// A decision that raises an error (a key holding what sluice did not write) fails its call, and
+// the limits decided before it give back what they took, as for a rejection: the caller never
+// learns of a lease taken before the error, which would otherwise hold its place for the lease
+// timeout (ten minutes here), nor of a window's count.
+TEST_F(RedisStoreTest, AnErrorInOneLimitGivesBackWhatTheLimitsBeforeItTook) {
+  server_->cli({"RPUSH", "{b}:fw", "x"});
+  const std::string reply = server_->cli({"EVAL", redis::detail::kAcquireScript.source, "4", "{a}:cc", "{a}:cc:meta", "{a}:fw",
+                                          "{b}:fw", "", "3", "cc", "1", "1", "600000000", "12345", "0", "fw", "1", "10",
+                                          "1000000", "0", "fw", "1", "10", "1000000", "0"});
+  EXPECT_NE(reply.find("WRONGTYPE"), std::string::npos) << reply;
+  EXPECT_EQ(server_->cli({"EXISTS", "{a}:cc", "{a}:cc:meta", "{a}:fw"}), "0");
+}
+
 TEST_F(RedisStoreTest, ReloadsScriptsAfterScriptFlush) {
   auto store = open_store(server_->address());
   ASSERT_NE(store, nullptr);

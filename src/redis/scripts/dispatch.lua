@@ -43,8 +43,8 @@ local function limit_in_argv(a, k)
   return alg, alg[3](ARGV, a + 1, alg[6]), k, a + 1 + alg[2]
 end
 
--- Decides the n limits of one call all or nothing: when any rejects, gives back what the others
--- took. limit_at(a, k) reads the limit at ARGV[a] (see limit_in_argv), k being where the keys
+-- Decides the n limits of one call all or nothing: when any rejects, or raises an error (which is
+-- then raised again), gives back what the others took. limit_at(a, k) reads the limit at ARGV[a] (see limit_in_argv), k being where the keys
 -- would start if they follow each other in KEYS. Appends six integers per limit (see decision())
 -- to `out`; returns the k and a that follow the call. Written out rather than on each_limit, and
 -- with no table made per decision: the keys and parameters go in tables reused from one decision
@@ -63,9 +63,14 @@ end
 local function acquire_limits(now, n, k, a, out, limit_at)
   local admitted = 0  -- how many limits of this call (of several) may have to give back
   local all = true
+  local failure = nil  -- what a decision raised: the ones before it give back, then it is raised
   for _ = 1, n do
     local alg, p, key, next_a = limit_at(a, k)
-    local d = alg[4](keys_at(key, alg), p, now)
+    local ok, d = pcall(alg[4], keys_at(key, alg), p, now)
+    if not ok then
+      failure, all = d, false
+      break
+    end
     local o = #out
     out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], out[o + 6] =
       d[1], d[2], d[3], d[4], d[5], d[6]
@@ -84,5 +89,6 @@ local function acquire_limits(now, n, k, a, out, limit_at)
       if p.cost > 0 then alg[5](keys_at(key, alg), p, now) end
     end
   end
+  if failure then error(failure, 0) end
   return k, a
 end

@@ -24,7 +24,7 @@ local function fixed_decide(keys, p, now)
   end
   local reset = 0
   if count > 0 then reset = window_end end
-  local d = decision(false, p.quota - count, 0, reset)
+  local d = decision(false, max(0, p.quota - count), 0, reset)
   if p.cost > p.quota then d[2] = 1 else d[4] = window_end end
   if s and reset == 0 then state_del(key) end
   return d

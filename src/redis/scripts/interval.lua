@@ -1,5 +1,6 @@
 ---------------------------------------------------------------------------------------------------
--- Token bucket (interval): "missing:tick". ARGV: cost, quota, refill tokens, period_us, refund value.
+-- Token bucket (interval): "missing:tick". ARGV: cost, quota, refill tokens, period_us, refund value
+-- (the tick of the take: see interval_refund).
 
 local function interval_params(argv, i, p)
   p = p or {}
@@ -28,9 +29,9 @@ local function interval_decide(keys, p, now)
   local d
   if p.cost <= p.quota and p.cost <= p.quota - missing then
     missing = missing + p.cost
-    d = decision(true, p.quota - missing, 0, interval_after(p, tick, now, missing))
+    d = decision(true, p.quota - missing, 0, interval_after(p, tick, now, missing), tick)
   else
-    d = decision(false, p.quota - missing, 0, interval_after(p, tick, now, missing))
+    d = decision(false, max(0, p.quota - missing), 0, interval_after(p, tick, now, missing))
     if p.cost > p.quota then
       d[2] = 1
     else
@@ -45,10 +46,13 @@ local function interval_decide(keys, p, now)
   return d
 end
 
+-- Gives back a take made at tick p.extra while the state is still at that tick: every decision
+-- since then only added to what it holds. Once a tick has refilled it, the take may already be
+-- refilled (to full, the state gone), and what is left of it is not known: it stays taken.
 local function interval_refund(keys, p, now)
   local key = keys[1]
   local s = state_get(key)
-  if not s then return end
+  if not s or s[2] ~= p.extra then return end
   local cost = p.cost
   state_set(key, nil, max(0, s[1] - cost), s[2])
   -- A peek brings the state up to date; p is the limit's, shared with other calls: put back.

@@ -179,7 +179,7 @@ local function leases_decide(keys, p, now)
     end
     d = decision(true, p.quota - r.n, 0, 0)
   else
-    d = decision(false, p.quota - r.n, 0, 0)
+    d = decision(false, max(0, p.quota - r.n), 0, 0)
     if p.cost > p.quota then
       d[2] = 1
     else

@@ -58,7 +58,7 @@ local function log_decide(keys, p, now)
     end
     d = decision(true, p.quota - total, 0, 0, t)
   else
-    d = decision(false, p.quota - total, 0, 0)
+    d = decision(false, max(0, p.quota - total), 0, 0)
     if p.cost > p.quota then
       d[2] = 1
     else

@@ -2,7 +2,8 @@
 -- Token bucket (continuous) and GCRA: the theoretical arrival time as whole microseconds plus a
 -- fraction in units (0 <= f < units_per_us), stored as "us:f". Quantities are (us, f) pairs.
 -- ARGV: cost, quota, units_per_us, units_per_token, the capacity (quota tokens) and the cost as
--- whole us and fraction (computed exactly by the client), and the refund value (unused).
+-- whole us and fraction (computed exactly by the client), and the refund value (the time a take
+-- was based on, in whole us: see meter_refund).
 
 local function meter_params(argv, i, p)
   p = p or {}
@@ -46,7 +47,7 @@ local function meter_decide(keys, p, now)
       local reset = meter_ceil_us(n_us, n_f)
       if p.cost > 0 then
         state_set(key, reset, now + n_us, n_f)
-        return decision(true, p.quota - meter_tokens(p, n_us, n_f), 0, reset)
+        return decision(true, p.quota - meter_tokens(p, n_us, n_f), 0, reset, now + b_us)
       end
       d = decision(true, p.quota - meter_tokens(p, n_us, n_f), 0, reset)
     else
@@ -63,7 +64,14 @@ local function meter_decide(keys, p, now)
   return d
 end
 
+-- Gives back a take based on max(TAT, time) = p.extra (whole us, rounded down). A decision that
+-- found the bucket full (TAT before its time) would have found it so sooner without the take, and
+-- kept less of it: moving the TAT back by the cost then would give back more than the take still
+-- holds. None can have, while the time is not past the base: every decision since the take came
+-- at or before now, and found the TAT at or past base + cost. Past it, the take stays taken (it was
+-- based on a bucket full or within a round trip of full, which the cost leaves nearly so).
 local function meter_refund(keys, p, now)
+  if now > p.extra then return end
   local key = keys[1]
   local tat_us, tat_f = meter_load(key)
   local t_us, t_f = tat_us - p.cost_us, tat_f - p.cost_f
