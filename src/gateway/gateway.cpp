@@ -701,11 +701,11 @@ struct RelayResult {
 
 // Sends a message already parsed up to its body: `head`, then the body piece by piece as the parser
 // reads it from `from`, chunk-framed when `chunked`. The head goes out with the first piece, in one
-// write, and each piece in one write with its framing (at once when the socket takes it all, which
-// sets no deadline on `to`). Each piece is what one read brought (at most kRelayChunk), so a body
+// write (a response's at once when no piece is there to read yet), and each piece in one write with
+// its framing (at once when the socket takes it all, which sets no deadline on `to`). Each piece is what one read brought (at most kRelayChunk), so a body
 // that trickles (server-sent events, a slow upload) is passed on as it comes, and read_timeout
-// bounds each read, not the whole body. on_first() runs once the first piece is in, before it is
-// written.
+// bounds each read, not the whole body. on_first() runs once the first piece is in (or the body
+// is found empty), before it is written.
 template <bool isRequest, class OnFirst>
 Task<RelayResult> relay(TimedSocket& from, beast::flat_buffer& buffer,
                         MessageParser<isRequest>& parser,
@@ -715,6 +715,7 @@ Task<RelayResult> relay(TimedSocket& from, beast::flat_buffer& buffer,
   static constexpr std::string_view kCrlfLast = "\r\n0\r\n\r\n";
   static constexpr std::string_view kLast = "0\r\n\r\n";
   bool head_sent = false;
+  bool first_in = false;  // on_first() has run
   while (true) {
     std::size_t n = 0;
     if (!parser.is_done()) {
@@ -723,6 +724,23 @@ Task<RelayResult> relay(TimedSocket& from, beast::flat_buffer& buffer,
       // What the buffer holds already (often the whole body, which came with the header) is parsed
       // in place; only for what is missing is there a read.
       error_code rec = parse_buffered(parser, buffer);
+      if (rec == http::error::need_more && !head_sent && !isRequest) {
+        // A response whose body is not there yet (a stream of events, a long poll, a body the
+        // upstream is slow to make): its head goes on now, not with a first piece that may come
+        // after the read's timeout (a 504 for an upstream that answered in time).
+        error_code aec;
+        if (from.socket().available(aec) == 0 && !aec) {
+          error_code wec;
+          const auto rest = write_now(to.socket(), std::array{asio::buffer(head)}, wec);
+          if (!wec && asio::buffer_size(rest) > 0) {
+            to.arm(write_timeout);
+            auto [wr_ec, wn] = co_await asio::async_write(to.socket(), rest, kTok);
+            wec = to.timed(wr_ec);
+          }
+          if (wec) co_return RelayResult{{}, wec, false};
+          head_sent = true;
+        }
+      }
       if (rec == http::error::need_more) {
         from.arm(read_timeout);
         auto [read_ec, rn] = co_await read_more(from, buffer);
@@ -746,7 +764,10 @@ Task<RelayResult> relay(TimedSocket& from, beast::flat_buffer& buffer,
     }
     // A read that brought only framing (a chunk header) has nothing to pass on yet.
     if (n == 0 && !last) continue;
-    if (!head_sent) on_first();
+    if (!first_in) {
+      on_first();
+      first_in = true;
+    }
     const std::array<asio::const_buffer, 4> pieces{
         head_sent ? asio::const_buffer() : asio::buffer(head), asio::buffer(size_line, size_len),
         asio::buffer(chunk, n), asio::buffer(tail.data(), tail.size())};
@@ -2171,7 +2192,7 @@ Task<bool> Worker::proxy(Exchange& x) {
   append_client_head(wire, *rp, ctx.verdict, cfg.rate_limit_headers, x.request_id, chunk_it, keep_client, client11);
   // The breaker judges the call by its status once the first piece of the body is in — not at the
   // end, or a stream would hold a half-open probe for as long as it lasts — and as failed when the
-  // upstream stalls or breaks off before that piece.
+  // upstream stalls or breaks off before that piece (though its head may have gone on).
   const bool failure_status = status < 600 && up.failure_statuses.test(status);
   conn->watch(x.client);  // a stream, or a body the upstream is slow to send, can outlast the client
   const RelayResult sent = co_await relay(*conn, up_buffer, *rp, x.client, wire, relay_chunked,
