@@ -47,6 +47,7 @@ class SingleClient final : public Client {
   }
   bool cluster() const override { return false; }
   bool slot_ready(int) const override { return connection_->ready(); }
+  bool a_master_answering() const override { return true; }
 
  private:
   std::shared_ptr<Connection> connection_;
@@ -126,6 +127,19 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     const Connection* c = slots_[static_cast<std::size_t>(slot)];
     return c != nullptr && c->ready();
   }
+  bool a_master_answering() const override {
+    const Connection* last = nullptr;  // slots come in ranges of one master: each range looked at once
+    for (const Connection* c : slots_) {
+      if (c == last || c == nullptr) continue;
+      last = c;
+      if (!c->ready()) continue;
+      const auto gate = gates_.find(c);
+      if (gate == gates_.end()) continue;  // not called yet: nothing known
+      const BreakerStats stats = gate->second->stats();
+      if (stats.state != BreakerState::kOpen && stats.calls > stats.failures) return true;
+    }
+    return false;
+  }
 
  private:
   // Gives the waiters for a complete slot map 5 connect timeouts.
@@ -184,11 +198,27 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
 
   void send_to(std::shared_ptr<Connection> c, int slot, std::string_view command, Callback callback,
                SteadyTime deadline, int hops, bool asking) {
+    CircuitBreaker* gate = gate_of(*c);
+    const BreakerPermit permit = gate->try_acquire();
+    if (!permit.admitted()) {
+      return callback(Error{ErrorCode::kStoreUnavailable, std::string(kNodeNotAnswering) + c->endpoint().to_string() +
+                                                              " (slot " + std::to_string(slot) + ")"});
+    }
     if (asking) c->send(encode({"ASKING"}), [](Result<Reply>) {}, deadline);
-    c->send(command, [self = shared_from_this(), slot, command, callback = std::move(callback),
+    c->send(command, [self = shared_from_this(), gate, permit, slot, command, callback = std::move(callback),
                       deadline, hops](Result<Reply> r) mutable {
+      // Any answer, an error reply or a redirection too, is the node answering.
+      gate->record(permit, !r.ok() && (r.error().code == ErrorCode::kTimeout ||
+                                       r.error().code == ErrorCode::kStoreUnavailable));
       self->on_reply(slot, command, std::move(callback), deadline, hops, std::move(r));
     }, deadline);
+  }
+
+  // The breaker of the node `c` is a connection to (made with it, kept while the client lives).
+  CircuitBreaker* gate_of(const Connection& c) {
+    std::unique_ptr<CircuitBreaker>& gate = gates_[&c];
+    if (!gate) gate = std::make_unique<CircuitBreaker>(options_.node_breaker);
+    return gate.get();
   }
 
   void on_reply(int slot, std::string_view command, Callback callback, SteadyTime deadline,
@@ -398,6 +428,8 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   asio::steady_timer connect_timer_;
   std::map<std::string, std::shared_ptr<Connection>> nodes_;  // by host:port
   std::vector<Connection*> slots_;  // the master of each slot (owned by nodes_), or nullptr
+  // Each node's breaker, by its connection (see ClientOptions::node_breaker).
+  std::map<const Connection*, std::unique_ptr<CircuitBreaker>> gates_;
   std::vector<UniqueFunction<void(Status)>> connect_waiters_;
   std::vector<std::weak_ptr<asio::steady_timer>> pauses_;  // of redirected calls (on_reply), cancelled by stop()
   SteadyTime last_refresh_{};

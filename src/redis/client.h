@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "redis/connection.h"
+#include "sluice/circuit_breaker.h"
 #include "sluice/redis/address.h"
 
 namespace sluice::redis::detail {
@@ -27,6 +28,10 @@ class Client {
   virtual bool cluster() const = 0;
   // Whether a command for `slot` would go to a connected node now.
   virtual bool slot_ready(int slot) const = 0;
+  // A cluster: whether some master that serves a slot is connected, has answered a call of those
+  // its node breaker (see ClientOptions::node_breaker) remembers, and is let called. One node:
+  // always.
+  virtual bool a_master_answering() const = 0;
 };
 
 struct ClientOptions {
@@ -37,6 +42,10 @@ struct ClientOptions {
   std::chrono::milliseconds reconnect_max{500};
   std::vector<std::string> on_connect;  // see ConnectionOptions
   std::function<void(const Error&)> on_attempt_failed;  // see ConnectionOptions: any node's
+  // A cluster: each node's calls go through a breaker of their own, which a node that stops
+  // answering (hung, paused, cut off without a FIN) opens, so that its slots' calls fail at once
+  // (kNodeNotAnswering) while the other masters' are decided as ever.
+  CircuitBreakerOptions node_breaker;
 };
 
 std::shared_ptr<Client> make_client(Strand strand, const ClientOptions& options);
@@ -44,6 +53,10 @@ std::shared_ptr<Client> make_client(Strand strand, const ClientOptions& options)
 // How a cluster's call fails at once when no connected master serves its slot (a master lost,
 // until its replica is promoted).
 inline constexpr std::string_view kNoMasterForSlot = "redis cluster: no connected master serves slot ";
+
+// How a cluster's call fails at once while its slot's master does not answer (its node breaker
+// open: see ClientOptions::node_breaker).
+inline constexpr std::string_view kNodeNotAnswering = "redis cluster: not calling a master that does not answer: ";
 
 // Whether a call was refused because its slot is moving with the call's keys on either side
 // (TRYAGAIN: nothing ran).
@@ -54,9 +67,9 @@ inline bool try_again(const Error& e) { return e.message.starts_with("redis clus
 inline constexpr std::string_view kSlotStillMoving = " still being moved: ";
 
 // Whether a call failed for its slot alone, while the cluster's other slots may answer: no master
-// serves it, or it is moving (try_again, or redirected to the end).
+// serves it, its master does not answer, or it is moving (try_again, or redirected to the end).
 inline bool slot_failure(const Error& e) {
-  return e.message.starts_with(kNoMasterForSlot) || try_again(e) ||
+  return e.message.starts_with(kNoMasterForSlot) || e.message.starts_with(kNodeNotAnswering) || try_again(e) ||
          (e.message.starts_with("redis cluster: slot ") && e.message.find(kSlotStillMoving) != std::string::npos);
 }
 

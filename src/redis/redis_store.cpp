@@ -493,21 +493,23 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   }
 
   // Tells the breaker how a call went: only a Redis that cannot answer is a failure. On a cluster, a
-  // call that failed at once for its slot alone (its master lost, until a replica is promoted) is
-  // not counted either way: as a failure it would open the one breaker, and every limit on the
-  // other masters would follow its on_store_failure too; as a success it would hide an outage of
-  // every master (which opens the breaker through attempt_failed). As a probe (half-open), it
-  // frees its place for another call, which may show the store deciding.
+  // call that failed for its slot alone (its master lost until a replica is promoted, or hung: its
+  // node breaker opens, see ClientOptions::node_breaker) while another master answers is not
+  // counted either way: as a failure it would open the one breaker, and every limit on the other
+  // masters would follow its on_store_failure too; as a success it would hide an outage of every
+  // master (which then counts, as does a failed attempt to connect, see attempt_failed). As a
+  // probe (half-open), it frees its place for another call, which may show the store deciding.
   void record(const BreakerPermit& permit, const std::optional<Error>& error) {
-    if (error && detail::slot_failure(*error)) {
+    const bool transient =
+        error && (error->code == ErrorCode::kStoreUnavailable || error->code == ErrorCode::kTimeout);
+    if (error && client->cluster() && (detail::slot_failure(*error) || transient) && client->a_master_answering()) {
       breaker.release(permit);
       if (breaker.state() == BreakerState::kHalfOpen) probe_later();  // another probe, another slot
       return;
     }
-    const bool failed = error && (error->code == ErrorCode::kStoreUnavailable || error->code == ErrorCode::kTimeout);
-    if (failed) last_failure = error->message;
+    if (transient) last_failure = error->message;
     const BreakerState before = breaker.state();
-    breaker.record(permit, failed);
+    breaker.record(permit, transient);
     const BreakerState now = breaker.state();
     if (now == BreakerState::kOpen) {
       // The call that opened it may have been a success that made the failures' share too large:
@@ -1146,6 +1148,8 @@ Result<std::unique_ptr<RedisStore>> RedisStore::open(asio::any_io_executor execu
   co.command_timeout = options.command_timeout;
   co.reconnect_min = options.reconnect_min;
   co.reconnect_max = options.reconnect_max;
+  co.node_breaker = options.breaker;
+  co.node_breaker.on_state_change = nullptr;  // the store's own breaker is the one reported
   // Every node, replicas too, knows the function library and the scripts from the start, so FCALL
   // and EVALSHA seldom meet a server without them. A library already loaded (by another gateway, or
   // before a reconnect) is refused as existing; a Redis before 7 refuses FUNCTION: both harmless.

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cluster_fixture.h"
+#include "redis/client.h"
 #include "redis/resp.h"
 #include "store_fixture.h"
 
@@ -122,6 +123,45 @@ TEST_F(LostMasterTest, WhileAMasterIsLostTheOtherMastersKeysAreStillDecidedOnRed
     if (!d.ok() && kept_error.empty()) kept_error = d.error().message;
   }
   EXPECT_GT(lost_failed, 0) << "the lost master's key was decided: it was not lost";
+  EXPECT_EQ(kept_error, "") << "a key of another master failed";
+  EXPECT_EQ(store->breaker().state(), BreakerState::kClosed);
+}
+
+// A master that hangs (paused: connected, answering nothing; a host cut off without a FIN looks the
+// same) for less than the cluster's node timeout, so that no failover comes: its calls time out,
+// then fail at once once its node's breaker opens, and the other masters' keys are decided on
+// Redis throughout — the store's breaker, which every key goes through, stays closed.
+TEST_F(ClusterTest, WhileAMasterHangsTheOtherMastersKeysAreStillDecidedOnRedis) {
+  auto store = open_store(cluster_->address(), {}, Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
+  const std::string hung = "hung";
+  RedisServer* master = cluster_->master_of(redis::detail::key_slot(hung));
+  ASSERT_NE(master, nullptr);
+  std::string kept;  // a key another master serves
+  for (int i = 0; kept.empty(); ++i) {
+    const std::string k = "kept" + std::to_string(i);
+    if (cluster_->master_of(redis::detail::key_slot(k)) != master) kept = k;
+  }
+  ASSERT_TRUE(store->acquire(hung, limit).ok());
+  ASSERT_TRUE(store->acquire(kept, limit).ok());
+
+  master->pause();
+  struct Resume {
+    RedisServer* server;
+    ~Resume() { server->resume(); }
+  } resume{master};
+  std::string hung_error;
+  std::string kept_error;
+  // 5 timeouts in a row open the node's breaker (about 250 ms); counted by the store's, half of 20
+  // calls failing would open it for every key.
+  for (int i = 0; i < 16; ++i) {
+    const Result<Decision> h = store->acquire(hung, limit);
+    if (!h.ok()) hung_error = h.error().message;
+    const Result<Decision> d = store->acquire(kept, limit);
+    if (!d.ok() && kept_error.empty()) kept_error = d.error().message;
+  }
+  EXPECT_TRUE(hung_error.starts_with(redis::detail::kNodeNotAnswering)) << hung_error;
   EXPECT_EQ(kept_error, "") << "a key of another master failed";
   EXPECT_EQ(store->breaker().state(), BreakerState::kClosed);
 }

@@ -142,6 +142,14 @@ std::string RedisServer::cli(const std::vector<std::string>& args) const {
   return out;
 }
 
+void RedisServer::pause() {
+  if (pid_ > 0) ::kill(pid_, SIGSTOP);
+}
+
+void RedisServer::resume() {
+  if (pid_ > 0) ::kill(pid_, SIGCONT);
+}
+
 void RedisServer::kill() {
   if (pid_ <= 0) return;
   ::kill(pid_, SIGKILL);

@@ -53,6 +53,9 @@ class RedisServer {
   // Starts it again on the same port and directory (after kill()).
   Status restart();
   bool running() const { return pid_ > 0; }
+  // SIGSTOP (hung: connected, answering nothing) and SIGCONT.
+  void pause();
+  void resume();
 
  private:
   RedisServer(Options options, std::string dir, int port)
