@@ -259,7 +259,7 @@ int run(ServeOptions o) {
   auto& gw = *started;
   say_serving(*gw, o.threads, limits_where(settings, *cfg));
   gw->wait();
-  std::fprintf(stderr, "sluice: stopped\n");
+  gateway::log_to_stderr("stopped");
   return 0;
 }
 

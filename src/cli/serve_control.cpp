@@ -26,9 +26,7 @@
 namespace sluice::cli {
 namespace {
 
-void log_line(std::string_view message) {
-  std::fprintf(stderr, "sluice: %.*s\n", static_cast<int>(message.size()), message.data());
-}
+void log_line(std::string_view message) { gateway::log_to_stderr(message); }
 
 // The parts every mode shares: the limit store, the gateway and the admin API on its listener.
 struct Running {
@@ -273,9 +271,8 @@ void say_serving(const gateway::Gateway& gw, int threads, const std::string& lim
   const std::string admin =
       gw.admin_port() == 0 ? "admin listener off" : "admin on port " + std::to_string(gw.admin_port());
   const std::string from = source.empty() ? "" : "; " + source;
-  std::fprintf(stderr, "sluice: serving on port %u (%s), %d thread%s, limits in %s%s\n",
-               static_cast<unsigned>(gw.port()), admin.c_str(), threads, threads == 1 ? "" : "s", limits.c_str(),
-               from.c_str());
+  log_line("serving on port " + std::to_string(gw.port()) + " (" + admin + "), " + std::to_string(threads) +
+           (threads == 1 ? " thread" : " threads") + ", limits in " + limits + from);
 }
 
 std::string cli_actor() {
@@ -361,7 +358,7 @@ int serve_database(const ServeSettings& s,
   }
   gw.wait();
   r.shut_down();
-  std::fprintf(stderr, "sluice: stopped\n");
+  log_line("stopped");
   return 0;
 }
 
@@ -396,7 +393,7 @@ int serve_follower(const ServeSettings& s) {
       return 1;
     }
     if (!said || first.error().code != ErrorCode::kStoreUnavailable) {
-      std::fprintf(stderr, "sluice: waiting for the primary: %s\n", first.error().message.c_str());
+      log_line("waiting for the primary: " + first.error().message);
     }
     std::this_thread::sleep_for(std::chrono::seconds(1));  // retry interval while the primary is away
   }
@@ -433,7 +430,7 @@ int serve_follower(const ServeSettings& s) {
               "following " + primary + " (revision " + std::to_string(first->revision) + ")");
   gw.wait();
   r.shut_down();
-  std::fprintf(stderr, "sluice: stopped\n");
+  log_line("stopped");
   return 0;
 }
 

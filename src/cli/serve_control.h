@@ -54,7 +54,7 @@ bool listen_flags_ok(const ServeSettings& settings);
 // find before a start does; false, having said why on stderr.
 bool access_log_ok(const ServeSettings& settings, const config::Config& cfg);
 
-// "sluice: serving on port P (admin on port A), ..." on stderr, with `source` (where the
+// "<time> sluice: serving on port P (admin on port A), ..." on stderr, with `source` (where the
 // configuration comes from) after it when not empty.
 void say_serving(const gateway::Gateway& gw, int threads, const std::string& limits, const std::string& source = "");
 

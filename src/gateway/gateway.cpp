@@ -800,6 +800,18 @@ class Counting {
 
 }  // namespace
 
+void log_to_stderr(std::string_view message) {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm utc{};
+  ::gmtime_r(&seconds, &utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &utc);
+  std::fprintf(stderr, "%s.%03dZ sluice: %.*s\n", stamp, static_cast<int>(ms), static_cast<int>(message.size()),
+               message.data());
+}
+
 // --- the shared state ---------------------------------------------------------------------------
 
 struct Worker;
@@ -927,7 +939,7 @@ struct Gateway::Impl {
     if (options.log) {
       options.log(message);
     } else {
-      std::fprintf(stderr, "sluice: %.*s\n", static_cast<int>(message.size()), message.data());
+      log_to_stderr(message);
     }
   }
 

@@ -58,6 +58,10 @@ struct AdminResponse {
 };
 using AdminHandler = std::function<AdminResponse(const AdminRequest&)>;
 
+// "<time> sluice: <message>" on stderr: the time it was said, UTC to the millisecond (a log kept in
+// a file says when the store went down and came back).
+void log_to_stderr(std::string_view message);
+
 struct GatewayOptions {
   // Override the configuration's addresses when not empty; "host:0" picks a free port.
   std::string listen;
@@ -88,7 +92,8 @@ struct GatewayOptions {
   // them rather than the configuration (empty, 0: the configuration's). /config shows them.
   std::string store;
   int fleet_size = 0;
-  // Where operational messages go (startup, reloads, breaker changes, drain); nullptr: stderr.
+  // Where operational messages go (startup, reloads, breaker changes, drain); nullptr: stderr
+  // (log_to_stderr).
   std::function<void(std::string_view)> log;
   // Opens the signing secrets of systems whose auth is hmac (SLUICE_SECRET_KEY).
   std::optional<config::SecretKey> secret_key;
