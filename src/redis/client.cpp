@@ -243,27 +243,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
           slots_[static_cast<std::size_t>(slot)] = c.get();
           refresh_soon();
         }
-        if (!c->ready()) {
-          return callback(Error{ErrorCode::kStoreUnavailable,
-                                "redis cluster: slot " + std::to_string(slot) + " moved to " +
-                                    std::string(target) + ", not connected yet"});
-        }
-        if (hops < kRedirectsAtOnce) {
-          return send_to(std::move(c), slot, command, std::move(callback), deadline, hops + 1, !moved);
-        }
-        const auto pause = std::chrono::milliseconds(1) * (1 << (hops - kRedirectsAtOnce));
-        if (std::chrono::steady_clock::now() + pause < deadline) {
-          auto timer = std::make_shared<asio::steady_timer>(strand_, pause);
-          std::erase_if(pauses_, [](const std::weak_ptr<asio::steady_timer>& t) { return t.expired(); });
-          pauses_.push_back(timer);
-          return timer->async_wait([self = shared_from_this(), timer, c = std::move(c), slot, command, deadline, hops,
-                                    moved, callback = std::move(callback)](const boost::system::error_code& ec) mutable {
-            if (ec || self->stopped_) {
-              return callback(Error{ErrorCode::kStoreUnavailable, "redis cluster: closed"});
-            }
-            self->send_to(std::move(c), slot, command, std::move(callback), deadline, hops + 1, !moved);
-          });
-        }
+        return follow(std::move(c), slot, command, std::move(callback), deadline, hops, !moved);
       }
     }
     if (moved || message.starts_with("ASK ")) {
@@ -278,6 +258,35 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
       return callback(Error{ErrorCode::kStoreUnavailable, "redis cluster: " + std::string(message)});
     }
     callback(std::move(r));
+  }
+
+  // Sends a redirected call to `c` (ASKING first when `asking`): at once for the first two
+  // redirections, then after 1 ms, 2, 4, ... (a slot handed over is redirected back and forth until
+  // its new master is told). A node not connected yet (one the map did not list when the client
+  // started: added since) is waited for, 1 ms at a time. Within the call's deadline; past it, the
+  // call fails as Redis not answering.
+  void follow(std::shared_ptr<Connection> c, int slot, std::string_view command, Callback callback,
+              SteadyTime deadline, int hops, bool asking) {
+    const bool ready = c->ready();
+    if (ready && hops < kRedirectsAtOnce) {
+      return send_to(std::move(c), slot, command, std::move(callback), deadline, hops + 1, asking);
+    }
+    const auto pause = ready ? std::chrono::milliseconds(1) * (1 << (hops - kRedirectsAtOnce)) : std::chrono::milliseconds(1);
+    if (std::chrono::steady_clock::now() + pause >= deadline) {
+      return callback(Error{ErrorCode::kStoreUnavailable,
+                            "redis cluster: slot " + std::to_string(slot) +
+                                (ready ? std::string(kSlotStillMoving) + "redirected " + std::to_string(hops) + " times"
+                                       : " redirected to " + c->endpoint().to_string() + ", not connected in time")});
+    }
+    auto timer = std::make_shared<asio::steady_timer>(strand_, pause);
+    std::erase_if(pauses_, [](const std::weak_ptr<asio::steady_timer>& t) { return t.expired(); });
+    pauses_.push_back(timer);
+    timer->async_wait([self = shared_from_this(), timer, c = std::move(c), slot, command, deadline, hops, asking, ready,
+                       callback = std::move(callback)](const boost::system::error_code& ec) mutable {
+      if (ec || self->stopped_) return callback(Error{ErrorCode::kStoreUnavailable, "redis cluster: closed"});
+      if (!ready) return self->follow(std::move(c), slot, command, std::move(callback), deadline, hops, asking);
+      self->send_to(std::move(c), slot, command, std::move(callback), deadline, hops + 1, asking);
+    });
   }
 
   // Refreshes the slot map now, or as soon as 100ms have passed since the last refresh.

@@ -157,6 +157,43 @@ TEST_F(ClusterTest, FollowsAskAndMovedWhileASlotMigrates) {
   EXPECT_EQ(store->acquire(key, fixed)->remaining, 7);
 }
 
+// A cluster of its own: a node joins it.
+class JoinedNodeTest : public ClusterTest {};
+
+// A call redirected to a node the store has no connection to yet (one that joined the cluster after
+// the store read its map) waits for that connection, within its deadline, rather than fail.
+TEST_F(JoinedNodeTest, ACallAskedToANodeThatJoinedSinceWaitsForItsConnection) {
+  auto store = open_store(cluster_->address());
+  ASSERT_NE(store, nullptr);
+  const std::string key = "newcomer";
+  const int slot = key_slot("sluice:{newcomer}:sw");
+  RedisServer* from = cluster_->master_of(slot);
+  ASSERT_NE(from, nullptr);
+  auto joined = RedisServer::start({.cluster_node = true});
+  ASSERT_TRUE(joined.ok()) << joined.error().message;
+  RedisServer& to = **joined;
+  ASSERT_EQ(from->cli({"CLUSTER", "MEET", "127.0.0.1", std::to_string(to.port())}), "OK");
+  ASSERT_TRUE(eventually(
+      [&] {
+        const std::string info = to.cli({"CLUSTER", "INFO"});
+        return info.find("cluster_known_nodes:7") != std::string::npos &&
+               info.find("cluster_state:ok") != std::string::npos;
+      },
+      10s));
+  const std::string from_id = from->cli({"CLUSTER", "MYID"});
+  const std::string to_id = to.cli({"CLUSTER", "MYID"});
+  ASSERT_TRUE(eventually([&] { return from->cli({"CLUSTER", "NODES"}).find(to_id) != std::string::npos; }, 10s));
+  ASSERT_EQ(to.cli({"CLUSTER", "SETSLOT", std::to_string(slot), "IMPORTING", from_id}), "OK");
+  ASSERT_EQ(from->cli({"CLUSTER", "SETSLOT", std::to_string(slot), "MIGRATING", to_id}), "OK");
+  // The key is not on the old master: ASK, to the node joined since.
+  const Limit sliding = make(Limit::sliding_window({.limit = 10, .period = 1h}));
+  const Result<Decision> d = store->acquire(key, sliding);
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ(d->remaining, 9);
+  EXPECT_FALSE(d->fallback);
+  EXPECT_EQ(to.cli({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}), "1");
+}
+
 // How many times `node` answered MOVED (INFO errorstats).
 long long moved_answers(RedisServer& node) {
   const std::string stats = node.cli({"INFO", "errorstats"});
