@@ -159,6 +159,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   // the cluster refuses, say, which would otherwise go unsaid.
   std::string a_node_failure() const {
     if (!refused_map_.empty()) return "; " + refused_map_;
+    if (!map_problem_.empty()) return "; " + map_problem_;
     for (const auto& [name, c] : nodes_) {
       if (!c->ready() && !c->last_error().empty()) return "; " + c->last_error();
     }
@@ -380,6 +381,11 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     // A node that was reset or lost its nodes.conf knows only itself and owns no slot: a view that
     // covers fewer slots than the map has is not taken (a failover moves slots, it keeps them all).
     const auto covered = std::count_if(owner.begin(), owner.end(), [](const std::string& o) { return !o.empty(); });
+    map_problem_ = covered == 0 ? "the nodes " + last_asked_ + " knows serve no slot (a cluster not made yet? redis-cli "
+                                  "--cluster create)"
+                   : covered < kSlots ? std::to_string(kSlots - covered) + " of " + std::to_string(kSlots) +
+                                            " slots have no master in the map of " + last_asked_
+                                      : std::string();
     const auto covered_now = kSlots - std::count(slots_.begin(), slots_.end(), nullptr);
     if (listed.empty() || covered == 0 || (loaded_ && covered < covered_now)) return;
     for (const auto& [name, endpoint] : listed) node(endpoint);
@@ -444,6 +450,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   SteadyTime last_refresh_{};
   std::string last_asked_;  // the node the last refresh asked
   std::string refused_map_;  // why the last refresh got no map, when it was refused
+  std::string map_problem_;  // what the last map said that leaves slots without a master
   bool connect_timer_armed_ = false;
   bool loaded_ = false;
   bool connected_once_ = false;

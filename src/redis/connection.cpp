@@ -122,7 +122,8 @@ void Connection::handshake() {
         const std::string_view why = text(*r);
         return disconnect(unavailable("refused the handshake: " + std::string(why) +
                                       (why.starts_with("NOAUTH")
-                                           ? " (give the password in the address: redis://:password@host:port)"
+                                           ? " (give the password in the address: redis://:password@host:port, "
+                                             "or redis-cluster://:password@host:port,host:port)"
                                            : "")));
       }
       if (--*left == 0) set_ready();

@@ -268,7 +268,8 @@ ReplyReader::Parsed ReplyReader::parse(std::size_t& at, Reply& out, int depth) {
       break;
     }
     default:
-      error_ = "a reply that starts with byte " + std::to_string(static_cast<unsigned char>(kind));
+      error_ = "a reply that starts with byte " + std::to_string(static_cast<unsigned char>(kind)) +
+               (kind == 'H' ? " ('H': the server answers HTTP, not Redis's protocol: is this the right port?)" : "");
       return Parsed::kBad;
   }
   at = p;

@@ -589,6 +589,21 @@ TEST(RedisFaults, ARedisWithoutClusterSupportGivenAsAClusterSaysSo) {
       << s.error().message;
 }
 
+// Nodes in cluster mode that were never made a cluster (no slot assigned): connecting says so,
+// rather than only that no master was connected in time.
+TEST(RedisFaults, NodesThatServeNoSlotAreSaidToBeNoClusterYet) {
+  auto node = RedisServer::start({.cluster_node = true});
+  ASSERT_TRUE(node.ok()) << node.error().message;
+  auto store = RedisStore::open({.address = "redis-cluster://127.0.0.1:" + std::to_string((*node)->port()),
+                                 .connect_timeout = 100ms});
+  ASSERT_TRUE(store.ok());
+  const Status s = (*store)->connect();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("serve no slot (a cluster not made yet? redis-cli --cluster create)"),
+            std::string::npos)
+      << s.error().message;
+}
+
 }  // namespace
 }  // namespace sluice::testing
 

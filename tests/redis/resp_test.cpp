@@ -154,7 +154,7 @@ TEST(ReplyReader, KnowsAnArrayOfIntegers) {
 
 TEST(ReplyReader, RefusesWhatIsNotRespAndStaysRefused) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"HTTP/1.1 400 Bad Request\r\n", "starts with byte 72"},
+      {"HTTP/1.1 400 Bad Request\r\n", "starts with byte 72 ('H': the server answers HTTP, not Redis's protocol"},
       {":12x\r\n", "an integer that is not one: \"12x\""},
       {":\r\n", "an integer that is not one"},
       {"$3\r\nabcd\r\n", "a string longer than its length"},
