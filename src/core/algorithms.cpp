@@ -37,6 +37,18 @@ void store(GcraState& s, i128 tat) {
   s.tat_hi = static_cast<std::int64_t>(tat >> 64);
 }
 
+// How far after now a clock stepped back can leave a state: two periods, or a day if more. A state
+// further ahead was kept under another limit on its key (a period or rate changed: a window index
+// of 1 s windows read as one of 60 s windows lies millennia ahead), and is read as none, as a
+// state past full is: kept, it would hold the key for as long, and its times overflow.
+constexpr std::int64_t kDayUs = 86'400'000'000;
+std::int64_t ahead_allowed_us(const detail::LimitParams& p) { return std::max(2 * p.period_us, kDayUs); }
+
+// Whether the window or tick `index` (of p.period_us) starts further after now than that.
+bool kept_under_another_limit(std::int64_t index, const detail::LimitParams& p, std::int64_t now_us) {
+  return index > (now_us + ahead_allowed_us(p)) / p.period_us;
+}
+
 Decision start(const Limit& limit) {
   Decision d;
   d.limit = limit.params().quota;
@@ -52,6 +64,10 @@ Decision decide(GcraState& state, const Limit& limit, Nanos now, std::int64_t co
   const detail::LimitParams& p = limit.params();
   const std::int64_t upu = p.units_per_us;
   const std::int64_t upt = p.units_per_token;
+  if (load(state) - static_cast<i128>(to_us(now)) * upu >
+      static_cast<i128>(p.quota) * upt + static_cast<i128>(ahead_allowed_us(p)) * upu) {
+    state = GcraState{};  // kept under another limit (see ahead_allowed_us)
+  }
   if (upu == 1 && cost <= p.quota) {
     // The common case of whole microseconds per token: the TAT and the bucket's depth (the time to
     // refill it, at most 100 years) fit in 64 bits, and a unit is a microsecond. The same answers
@@ -107,6 +123,7 @@ Decision decide(IntervalBucketState& state, const Limit& limit, Nanos now, std::
   assert(cost >= 0 && cost <= kMaxLimit);
   const detail::LimitParams& p = limit.params();
   const std::int64_t now_us = to_us(now);
+  if (kept_under_another_limit(state.tick, p, now_us)) state = IntervalBucketState{};
   const std::int64_t tick = std::max(floor_div(now_us, p.by_period), state.tick);
   std::int64_t missing = state.missing;
   if (missing > 0 && tick > state.tick) {
@@ -145,6 +162,7 @@ Decision decide(FixedWindowState& state, const Limit& limit, Nanos now, std::int
   assert(cost >= 0 && cost <= kMaxLimit);
   const detail::LimitParams& p = limit.params();
   const std::int64_t now_us = to_us(now);
+  if (kept_under_another_limit(state.window, p, now_us)) state = FixedWindowState{};
   const std::int64_t window = std::max(floor_div(now_us, p.by_period), state.window);
   const std::int64_t count = window == state.window ? state.count : 0;
   const Nanos window_end = from_us((window + 1) * p.period_us - now_us);
@@ -184,6 +202,7 @@ Decision decide(SlidingWindowState& state, const Limit& limit, Nanos now, std::i
   const std::int64_t period = p.period_us;
   const std::int64_t quota = p.quota;
   const std::int64_t now_us = to_us(now);
+  if (kept_under_another_limit(state.window(), p, now_us)) state = SlidingWindowState{};
   std::int64_t window = floor_div(now_us, p.by_period);
   std::int64_t elapsed = now_us - window * period;
   if (window < state.window()) {  // earlier than the state: as at the start of the state's window

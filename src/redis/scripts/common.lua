@@ -59,6 +59,14 @@ local function max(a, b)
   return b
 end
 
+-- Whether a stored window or tick `index` (of `period` us) starts further after now than a clock
+-- stepped back can leave it (two periods, or a day if more): a state kept under another limit on
+-- its key (a period changed), read as none (see kept_under_another_limit in algorithms.cpp).
+local DAY_US = 86400000000
+local function kept_under_another_limit(index, period, now)
+  return index > idiv(now + max(2 * period, DAY_US), period)
+end
+
 -- A decision: allowed, cost_exceeds_limit, remaining, retry_after_us, reset_after_us, and a value
 -- that refund() needs to give the cost back (the window, or the log time; 0 when unused). Every
 -- decision fills the one table DECISION, since a table made per decision, and collected, costs

@@ -6,6 +6,7 @@ local function fixed_decide(keys, p, now)
   local s = state_get(key)
   local s_window, s_count = 0, 0
   if s then s_window, s_count = s[1], s[2] end
+  if kept_under_another_limit(s_window, p.period, now) then s_window, s_count = 0, 0 end
   local window = max(idiv(now, p.period), s_window)
   local count = 0
   if window == s_window then count = s_count end

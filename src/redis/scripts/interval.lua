@@ -20,6 +20,7 @@ local function interval_decide(keys, p, now)
   local s = state_get(key)
   local s_missing, s_tick = 0, 0
   if s then s_missing, s_tick = s[1], s[2] end
+  if kept_under_another_limit(s_tick, p.period, now) then s_missing, s_tick = 0, 0 end
   local tick = max(idiv(now, p.period), s_tick)
   local missing = s_missing
   if missing > 0 and tick > s_tick then

@@ -18,6 +18,7 @@ local function sliding_decide(keys, p, now)
   local key = keys[1]
   local period, quota, cost = p.period, p.quota, p.cost
   local s_window, s_prev, s_cur, existed = sliding_load(key)
+  if kept_under_another_limit(s_window, period, now) then s_window, s_prev, s_cur = 0, 0, 0 end
   local window = idiv(now, period)
   local elapsed = now - window * period
   if window < s_window then window, elapsed = s_window, 0 end
