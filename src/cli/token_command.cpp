@@ -39,6 +39,10 @@ void create(const TokenOptions& o) {
     }
     lifetime = *d;
   }
+  if (!config::token_name_ok(o.name)) {  // before the database is opened (or made)
+    std::fprintf(stderr, "sluice token create: --name: %s\n", std::string(config::kTokenNameRule).c_str());
+    throw CLI::RuntimeError(2);
+  }
   auto store = open_store_or_exit(o.db, "token create", config::StoreOptions::Access::kCreate);
   auto created = store->create_token(cli_actor(), *role, o.name.empty() ? o.role : o.name, lifetime);
   if (!created.ok()) {

@@ -909,19 +909,20 @@ WriteResult ConfigStore::replace(std::string_view actor, std::string_view action
       if_revision, false);
 }
 
+// A token's name is shown in the audit log's actors, "token:<name> (<id>)", and in the console: it
+// cannot pass for another token (no parentheses, nothing invisible or reordering), nor fill a screen.
+bool token_name_ok(std::string_view name) {
+  return !has_control_characters(name) && !has_invisible_characters(name) &&
+         name.find_first_of("()") == std::string_view::npos && name.size() <= 128;
+}
+
 Result<std::pair<TokenInfo, std::string>> ConfigStore::create_token(std::string_view actor, Role role,
                                                                      std::string_view name, Nanos lifetime) {
   if (lifetime != Nanos{0} && (lifetime < kShortestTokenLifetime || lifetime > kLongestTokenLifetime)) {
     return Error{ErrorCode::kInvalidArgument, "a token's lifetime must be from 1m to 3650d, got " +
                                                   format_duration(lifetime)};
   }
-  // It is shown in the audit log's actors, "token:<name> (<id>)", and in the console: it cannot
-  // pass for another token (no parentheses, nothing invisible or reordering), nor fill a screen.
-  if (has_control_characters(name) || has_invisible_characters(name) ||
-      name.find_first_of("()") != std::string_view::npos || name.size() > 128) {
-    return Error{ErrorCode::kInvalidArgument,
-                 "a token's name must be at most 128 bytes, without control or invisible characters or parentheses"};
-  }
+  if (!token_name_ok(name)) return Error{ErrorCode::kInvalidArgument, std::string(kTokenNameRule)};
   TokenInfo info;
   info.id = random_id("at_");
   info.name = std::string(name);

@@ -110,6 +110,11 @@ struct TokenInfo {
 inline constexpr Nanos kShortestTokenLifetime = std::chrono::minutes(1);
 inline constexpr Nanos kLongestTokenLifetime = std::chrono::hours(24 * 3650);
 
+// Whether `name` may name an admin token (create_token refuses others, saying kTokenNameRule).
+bool token_name_ok(std::string_view name);
+inline constexpr std::string_view kTokenNameRule =
+    "a token's name must be at most 128 bytes, without control or invisible characters or parentheses";
+
 class ConfigStore {
  public:
   // Opens (creating when missing, as options.access allows) and migrates the schema to this build's

@@ -702,11 +702,11 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
   }
   if (!repeated.empty()) return error(400, "bad_request", "The query parameter " + repeated + " is given twice.");
   if (bad_escape) return error(400, "bad_request", "The URL holds a % that is not an escape: write % as %25.");
-  const auto not_utf8 = [](const std::string& s) { return config::invalid_utf8_at(s) != std::string_view::npos; };
-  if (std::any_of(call.segments.begin(), call.segments.end(), not_utf8) ||
-      std::any_of(call.query.begin(), call.query.end(),
-                  [&](const auto& kv) { return not_utf8(kv.first) || not_utf8(kv.second); })) {
-    return error(400, "bad_request", "The URL's escapes decode to bytes that are not UTF-8 text.");
+  // An id or name is UTF-8 (a query value need not be: a counter keyed by a query parameter may
+  // count any bytes, and can be read and reset).
+  if (std::any_of(call.segments.begin(), call.segments.end(),
+                  [](const std::string& s) { return config::invalid_utf8_at(s) != std::string_view::npos; })) {
+    return error(400, "bad_request", "The URL's path has escapes that decode to bytes that are not UTF-8 text.");
   }
 
   if (what == "config") return config_route(call);

@@ -547,15 +547,12 @@ std::string json_string(std::string_view s) {
 // An upstream connection (Beast streams move, but do not move-assign).
 using UpConn = std::unique_ptr<TimedSocket>;
 
-// Fields an upstream framework may take as the request's method (method-override middleware),
-// path (X-Original-URL, X-Rewrite-URL), client address or host (Forwarded, X-Real-IP,
-// X-Forwarded-Host, X-Forwarded-Port) in place of what the request itself says: the gateway
-// identified, routed, permitted and counted it by the latter, so the client's versions do not go
-// up (a POST to a permitted route with "X-HTTP-Method-Override: DELETE" would run a DELETE no check
-// has seen). Forwarded is http::field::forwarded, dropped beside these.
-constexpr std::array<std::string_view, 8> kNotTheGateways{
-    "X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override", "X-Original-URL",
-    "X-Rewrite-URL",          "X-Real-IP",     "X-Forwarded-Host",  "X-Forwarded-Port"};
+// Fields an upstream framework may take as the request's method (method-override middleware) or
+// path (X-Original-URL, X-Rewrite-URL) in place of its request line's: the gateway routed and
+// permitted the request by the latter, so the client's versions do not go up (a POST to a
+// permitted route with "X-HTTP-Method-Override: DELETE" would run a DELETE no check has seen).
+constexpr std::array<std::string_view, 5> kOverridingTheRoute{"X-HTTP-Method-Override", "X-HTTP-Method",
+                                                              "X-Method-Override", "X-Original-URL", "X-Rewrite-URL"};
 
 void append_field(std::string& out, std::string_view name, std::string_view value) {
   out.append(name).append(": ", 2).append(value).append("\r\n", 2);
@@ -567,9 +564,9 @@ void append_field(std::string& out, std::string_view name, std::string_view valu
 // (answered here), every Content-Length (one goes up, as the parser read it: it accepts repeats of
 // the same value), the caller's API key (a secret of its own: X-Sluice-System says whose it was),
 // the X-Forwarded-*, X-Request-Id and X-Sluice-System fields the gateway sets itself, and the fields
-// upstream frameworks read as the request's own method, path, client or host in place of the
-// request's (kNotTheGateways), which the gateway did not route, permit or count by; each also spelt
-// with '_' (which a CGI-style upstream reads as the same). X-Forwarded-For keeps what earlier
+// upstream frameworks read as the request's own method or path in place of its request line's
+// (kOverridingTheRoute), which the gateway did not route or permit by; each also spelt with '_'
+// (which a CGI-style upstream reads as the same). X-Forwarded-For keeps what earlier
 // proxies said, and Via gets the gateway. An HTTP/1.0
 // request without Host (which HTTP/1.1 requires, and the parser requires of an HTTP/1.1 one) gets
 // the upstream target's. The request's target goes in origin form; one that came in absolute form
@@ -600,11 +597,9 @@ void append_upstream_head(std::string& out, const RequestParser& p, std::string_
                                                                "X-Sluice-System", kApiKeyHeader};
       const auto named = [&](std::string_view n) { return cgi_alias_of(name, n); };
       if (std::any_of(kSetHere.begin(), kSetHere.end(), named) ||
-          std::any_of(kNotTheGateways.begin(), kNotTheGateways.end(), named)) {
+          std::any_of(kOverridingTheRoute.begin(), kOverridingTheRoute.end(), named)) {
         continue;
       }
-    } else if (f.name() == http::field::forwarded) {
-      continue;  // the client's own claim of its address, scheme and host (kNotTheGateways)
     }
     append_field(out, name, f.value());
   }
