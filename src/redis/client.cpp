@@ -89,6 +89,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     }
     std::fill(slots_.begin(), slots_.end(), nullptr);
     for (auto& [name, c] : std::exchange(nodes_, {})) c->stop();
+    gates_.clear();
     finish_connect(Error{ErrorCode::kStoreUnavailable, "redis cluster: closed"});
   }
 
@@ -128,6 +129,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     return c != nullptr && c->ready();
   }
   bool a_master_answering() const override {
+    const SteadyTime recently = std::chrono::steady_clock::now() - std::chrono::seconds(1);
     const Connection* last = nullptr;  // slots come in ranges of one master: each range looked at once
     for (const Connection* c : slots_) {
       if (c == last || c == nullptr) continue;
@@ -135,8 +137,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
       if (!c->ready()) continue;
       const auto gate = gates_.find(c);
       if (gate == gates_.end()) continue;  // not called yet: nothing known
-      const BreakerStats stats = gate->second->stats();
-      if (stats.state != BreakerState::kOpen && stats.calls > stats.failures) return true;
+      if (gate->second->answered >= recently && gate->second->breaker.state() != BreakerState::kOpen) return true;
     }
     return false;
   }
@@ -199,27 +200,36 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
 
   void send_to(std::shared_ptr<Connection> c, int slot, std::string_view command, Callback callback,
                SteadyTime deadline, int hops, bool asking) {
-    CircuitBreaker* gate = gate_of(*c);
-    const BreakerPermit permit = gate->try_acquire();
+    std::shared_ptr<Gate> gate = gate_of(*c);
+    const BreakerPermit permit = gate->breaker.try_acquire();
     if (!permit.admitted()) {
       return callback(Error{ErrorCode::kStoreUnavailable, std::string(kNodeNotAnswering) + c->endpoint().to_string() +
                                                               " (slot " + std::to_string(slot) + ")"});
     }
     if (asking) c->send(encode({"ASKING"}), [](Result<Reply>) {}, deadline);
-    c->send(command, [self = shared_from_this(), gate, permit, slot, command, callback = std::move(callback),
-                      deadline, hops](Result<Reply> r) mutable {
+    c->send(command, [self = shared_from_this(), gate = std::move(gate), permit, slot, command,
+                      callback = std::move(callback), deadline, hops](Result<Reply> r) mutable {
       // Any answer, an error reply or a redirection too, is the node answering.
-      gate->record(permit, !r.ok() && (r.error().code == ErrorCode::kTimeout ||
-                                       r.error().code == ErrorCode::kStoreUnavailable));
+      const bool failed = !r.ok() && (r.error().code == ErrorCode::kTimeout ||
+                                      r.error().code == ErrorCode::kStoreUnavailable);
+      gate->breaker.record(permit, failed);
+      if (!failed) gate->answered = std::chrono::steady_clock::now();
       self->on_reply(slot, command, std::move(callback), deadline, hops, std::move(r));
     }, deadline);
   }
 
-  // The breaker of the node `c` is a connection to (made with it, kept while the client lives).
-  CircuitBreaker* gate_of(const Connection& c) {
-    std::unique_ptr<CircuitBreaker>& gate = gates_[&c];
-    if (!gate) gate = std::make_unique<CircuitBreaker>(options_.node_breaker);
-    return gate.get();
+  // A node's breaker, and when it last answered.
+  struct Gate {
+    explicit Gate(const CircuitBreakerOptions& options) : breaker(options) {}
+    CircuitBreaker breaker;
+    SteadyTime answered{};
+  };
+
+  // The gate of the node `c` is a connection to (made with it, dropped with it).
+  std::shared_ptr<Gate> gate_of(const Connection& c) {
+    std::shared_ptr<Gate>& gate = gates_[&c];
+    if (!gate) gate = std::make_shared<Gate>(options_.node_breaker);
+    return gate;
   }
 
   void on_reply(int slot, std::string_view command, Callback callback, SteadyTime deadline,
@@ -264,20 +274,21 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   // Sends a redirected call to `c` (ASKING first when `asking`): at once for the first two
   // redirections, then after 1 ms, 2, 4, ... (a slot handed over is redirected back and forth until
   // its new master is told). A node not connected yet (one the map did not list when the client
-  // started: added since) is waited for, 1 ms at a time. Within the call's deadline; past it, the
-  // call fails as Redis not answering.
+  // started: added since) is waited for, as long again each time. Within the call's deadline and
+  // kMaxRedirects; past either, the call fails as Redis not answering.
   void follow(std::shared_ptr<Connection> c, int slot, std::string_view command, Callback callback,
               SteadyTime deadline, int hops, bool asking) {
     const bool ready = c->ready();
     if (ready && hops < kRedirectsAtOnce) {
       return send_to(std::move(c), slot, command, std::move(callback), deadline, hops + 1, asking);
     }
-    const auto pause = ready ? std::chrono::milliseconds(1) * (1 << (hops - kRedirectsAtOnce)) : std::chrono::milliseconds(1);
-    if (std::chrono::steady_clock::now() + pause >= deadline) {
+    const auto pause = std::chrono::milliseconds(1) * (1 << std::max(0, hops - kRedirectsAtOnce));
+    if (hops >= kMaxRedirects || std::chrono::steady_clock::now() + pause >= deadline) {
       return callback(Error{ErrorCode::kStoreUnavailable,
-                            "redis cluster: slot " + std::to_string(slot) +
-                                (ready ? std::string(kSlotStillMoving) + "redirected " + std::to_string(hops) + " times"
-                                       : " redirected to " + c->endpoint().to_string() + ", not connected in time")});
+                            ready ? "redis cluster: slot " + std::to_string(slot) + std::string(kSlotStillMoving) +
+                                        "redirected " + std::to_string(hops) + " times"
+                                  : std::string(kNodeNotConnected) + c->endpoint().to_string() + ", where slot " +
+                                        std::to_string(slot) + " was redirected"});
     }
     auto timer = std::make_shared<asio::steady_timer>(strand_, pause);
     std::erase_if(pauses_, [](const std::weak_ptr<asio::steady_timer>& t) { return t.expired(); });
@@ -285,7 +296,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     timer->async_wait([self = shared_from_this(), timer, c = std::move(c), slot, command, deadline, hops, asking, ready,
                        callback = std::move(callback)](const boost::system::error_code& ec) mutable {
       if (ec || self->stopped_) return callback(Error{ErrorCode::kStoreUnavailable, "redis cluster: closed"});
-      if (!ready) return self->follow(std::move(c), slot, command, std::move(callback), deadline, hops, asking);
+      if (!ready) return self->follow(std::move(c), slot, command, std::move(callback), deadline, hops + 1, asking);
       self->send_to(std::move(c), slot, command, std::move(callback), deadline, hops + 1, asking);
     });
   }
@@ -391,6 +402,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     for (const auto& [name, endpoint] : listed) node(endpoint);
     for (auto it = nodes_.begin(); it != nodes_.end();) {
       if (listed.count(it->first) == 0) {
+        gates_.erase(it->second.get());
         it->second->stop();
         it = nodes_.erase(it);
       } else {
@@ -443,8 +455,8 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   asio::steady_timer connect_timer_;
   std::map<std::string, std::shared_ptr<Connection>> nodes_;  // by host:port
   std::vector<Connection*> slots_;  // the master of each slot (owned by nodes_), or nullptr
-  // Each node's breaker, by its connection (see ClientOptions::node_breaker).
-  std::map<const Connection*, std::unique_ptr<CircuitBreaker>> gates_;
+  // Each node's gate, by its connection (see ClientOptions::node_breaker); a call holds its own.
+  std::map<const Connection*, std::shared_ptr<Gate>> gates_;
   std::vector<UniqueFunction<void(Status)>> connect_waiters_;
   std::vector<std::weak_ptr<asio::steady_timer>> pauses_;  // of redirected calls (on_reply), cancelled by stop()
   SteadyTime last_refresh_{};

@@ -28,8 +28,8 @@ class Client {
   virtual bool cluster() const = 0;
   // Whether a command for `slot` would go to a connected node now.
   virtual bool slot_ready(int slot) const = 0;
-  // A cluster: whether some master that serves a slot is connected, has answered a call of those
-  // its node breaker (see ClientOptions::node_breaker) remembers, and is let called. One node:
+  // A cluster: whether some master that serves a slot is connected, answered a call within the last
+  // second, and is let called by its node breaker (see ClientOptions::node_breaker). One node:
   // always.
   virtual bool a_master_answering() const = 0;
 };
@@ -55,8 +55,10 @@ std::shared_ptr<Client> make_client(Strand strand, const ClientOptions& options)
 inline constexpr std::string_view kNoMasterForSlot = "redis cluster: no connected master serves slot ";
 
 // How a cluster's call fails at once while its slot's master does not answer (its node breaker
-// open: see ClientOptions::node_breaker).
+// open: see ClientOptions::node_breaker), and how one redirected to a node fails when no
+// connection to it is made within its deadline.
 inline constexpr std::string_view kNodeNotAnswering = "redis cluster: not calling a master that does not answer: ";
+inline constexpr std::string_view kNodeNotConnected = "redis cluster: no connection in time to ";
 
 // Whether a call was refused because its slot is moving with the call's keys on either side
 // (TRYAGAIN: nothing ran).
@@ -66,10 +68,18 @@ inline bool try_again(const Error& e) { return e.message.starts_with("redis clus
 // is being handed over between two masters.
 inline constexpr std::string_view kSlotStillMoving = " still being moved: ";
 
+// Whether a cluster's call failed for one node: it timed out there, its node breaker is open, or no
+// connection to the node it was redirected to came in time. (Whether the others answer is for
+// Client::a_master_answering to say.)
+inline bool node_failure(const Error& e) {
+  return e.code == ErrorCode::kTimeout || e.message.starts_with(kNodeNotAnswering) ||
+         e.message.starts_with(kNodeNotConnected);
+}
+
 // Whether a call failed for its slot alone, while the cluster's other slots may answer: no master
-// serves it, its master does not answer, or it is moving (try_again, or redirected to the end).
+// serves it, or it is moving (try_again, or redirected to the end).
 inline bool slot_failure(const Error& e) {
-  return e.message.starts_with(kNoMasterForSlot) || e.message.starts_with(kNodeNotAnswering) || try_again(e) ||
+  return e.message.starts_with(kNoMasterForSlot) || try_again(e) ||
          (e.message.starts_with("redis cluster: slot ") && e.message.find(kSlotStillMoving) != std::string::npos);
 }
 

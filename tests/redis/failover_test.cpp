@@ -166,6 +166,69 @@ TEST_F(ClusterTest, WhileAMasterHangsTheOtherMastersKeysAreStillDecidedOnRedis) 
   EXPECT_EQ(store->breaker().state(), BreakerState::kClosed);
 }
 
+// Every master hung, and calls for the keys of two of them: once their node breakers have opened,
+// no master answers, and the store's breaker opens for every key (sluice_store_up, the log), as on
+// one node. (Paused for less than the node timeout: no failover.)
+TEST_F(ClusterTest, WhenEveryMasterHangsTheStoresBreakerOpens) {
+  auto store = open_store(cluster_->address(), {}, Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
+  std::vector<std::string> keys;  // two keys of two masters
+  std::vector<RedisServer*> masters;
+  for (int i = 0; keys.size() < 2; ++i) {
+    const std::string k = "hang" + std::to_string(i);
+    RedisServer* m = cluster_->master_of(redis::detail::key_slot("sluice:{" + k + "}:fw"));
+    if (m == nullptr || (!masters.empty() && masters.front() == m)) continue;
+    keys.push_back(k);
+    masters.push_back(m);
+  }
+  for (const std::string& k : keys) ASSERT_TRUE(store->acquire(k, limit).ok());
+  std::vector<RedisServer*> all;
+  for (std::size_t i = 0; i < cluster_->size(); ++i) {
+    if (cluster_->node(i).cli({"ROLE"}).starts_with("master")) all.push_back(&cluster_->node(i));
+  }
+  ASSERT_EQ(all.size(), 3u);
+  struct Resume {
+    std::vector<RedisServer*> servers;
+    ~Resume() {
+      for (RedisServer* s : servers) s->resume();
+    }
+  } resume{all};
+  for (RedisServer* m : all) m->pause();
+  for (int i = 0; i < 40 && store->breaker().state() == BreakerState::kClosed; ++i) {
+    for (const std::string& k : keys) EXPECT_FALSE(store->acquire(k, limit).ok());
+  }
+  EXPECT_EQ(store->breaker().state(), BreakerState::kOpen);
+}
+
+// A master that answers CLUSTERDOWN (here: a slot it no longer serves, which it then says of the
+// whole cluster's state) answers: it is Redis refusing to decide, which the store's breaker counts,
+// as it counts a cluster that says so from every node (a master lost with its replicas under
+// cluster-require-full-coverage yes), though the node breakers saw it answer.
+TEST_F(ClusterTest, CallsAnsweredClusterDownOpenTheStoresBreaker) {
+  auto store = open_store(cluster_->address(), {}, Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
+  const std::string key = "down";
+  const int slot = redis::detail::key_slot("sluice:{down}:fw");
+  RedisServer* master = cluster_->master_of(slot);
+  ASSERT_NE(master, nullptr);
+  ASSERT_TRUE(store->acquire(key, limit).ok());
+  ASSERT_EQ(master->cli({"CLUSTER", "DELSLOTS", std::to_string(slot)}), "OK");
+  struct AddBack {
+    RedisServer* server;
+    int slot;
+    ~AddBack() { server->cli({"CLUSTER", "ADDSLOTS", std::to_string(slot)}); }
+  } add_back{master, slot};
+  std::string error;
+  for (int i = 0; i < 20 && store->breaker().state() == BreakerState::kClosed; ++i) {
+    const Result<Decision> d = store->acquire(key, limit);
+    if (!d.ok()) error = d.error().message;
+  }
+  EXPECT_NE(error.find("CLUSTERDOWN"), std::string::npos) << error;
+  EXPECT_EQ(store->breaker().state(), BreakerState::kOpen);
+}
+
 // A cluster of its own: this one's replica stays lost.
 class LostReplicaTest : public ClusterTest {};
 

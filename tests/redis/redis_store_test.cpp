@@ -233,6 +233,14 @@ TEST_F(RedisRefundTest, AMeterRefundAfterTheBucketWasFullAgainGivesNothingBack) 
   refund.back() = second_base;
   EXPECT_EQ(call(kRefund, "q", "5000200", refund), "1");
   EXPECT_EQ(server_->cli({"GET", "q"}), "5001000:0");
+  // A take from a full bucket, given back a round trip (300 µs) later with no decision between:
+  // the cost less those 300 µs goes back, which leaves the bucket full again (the key gone).
+  const auto [full, full_base] = admitted_and_refund_value(call(kAcquire, "f", "7000000", two));
+  ASSERT_EQ(full, "1");
+  EXPECT_EQ(full_base, "7000000");
+  refund.back() = full_base;
+  EXPECT_EQ(call(kRefund, "f", "7000300", refund), "1");
+  EXPECT_EQ(server_->cli({"EXISTS", "f"}), "0");
 }
 
 // The interval bucket: ten tokens every second, all ten taken in tick 0; the bucket is full again at

@@ -64,17 +64,17 @@ local function meter_decide(keys, p, now)
   return d
 end
 
--- Gives back a take based on max(TAT, time) = p.extra (whole us, rounded down). A decision that
--- found the bucket full (TAT before its time) would have found it so sooner without the take, and
--- kept less of it: moving the TAT back by the cost then would give back more than the take still
--- holds. None can have, while the time is not past the base: every decision since the take came
--- at or before now, and found the TAT at or past base + cost. Past it, the take stays taken (it was
--- based on a bucket full or within a round trip of full, which the cost leaves nearly so).
+-- Gives back a take based on max(TAT, time) = p.extra (whole us, rounded down). A decision since
+-- that found the bucket full (its time past the TAT) would have found it so sooner without the
+-- take, and kept less of it: the take then holds less than its cost, by at most how far that
+-- decision's time, at most now, is past the take's base. So the TAT moves back by the cost less
+-- the time since the base (all of it while the time is not past the base), never more.
 local function meter_refund(keys, p, now)
-  if now > p.extra then return end
+  local r_us, r_f = p.cost_us - max(0, now - p.extra), p.cost_f
+  if r_us < 0 then return end
   local key = keys[1]
   local tat_us, tat_f = meter_load(key)
-  local t_us, t_f = tat_us - p.cost_us, tat_f - p.cost_f
+  local t_us, t_f = tat_us - r_us, tat_f - r_f
   if t_f < 0 then t_us, t_f = t_us - 1, t_f + p.upu end
   if t_us > now or (t_us == now and t_f > 0) then
     state_set(key, meter_ceil_us(t_us - now, t_f), t_us, t_f)
