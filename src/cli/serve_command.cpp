@@ -1,9 +1,16 @@
 #include "cli/serve_command.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <boost/asio/ip/tcp.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "cli/not_empty.h"
 #include "cli/serve_control.h"
@@ -126,9 +133,48 @@ Result<std::string> demo_token(config::ConfigStore& store) {
   return std::move(made->second);
 }
 
+// A demo run's hold on its database: <db>.demo-lock, locked (flock) while it runs and removed when
+// it ends. A second demo on the same database would point the demo upstream at its own echo server
+// and revoke the first's console token, and the first would answer 502 once the second stopped. (A
+// file of its own: closing any descriptor of the database would drop SQLite's locks on it.)
+class DemoLock {
+ public:
+  static Result<DemoLock> take(const std::string& db) {
+    DemoLock lock(db + ".demo-lock");
+    lock.fd_ = ::open(lock.path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock.fd_ < 0) return invalid_argument("cannot make " + lock.path_ + ": " + std::strerror(errno));
+    if (::flock(lock.fd_, LOCK_EX | LOCK_NB) != 0) {
+      return invalid_argument(errno == EWOULDBLOCK
+                                  ? "another sluice serve --demo is serving this database (it holds " + lock.path_ +
+                                        "): stop it, or give this one another --db"
+                                  : "cannot lock " + lock.path_ + ": " + std::strerror(errno));
+    }
+    return lock;
+  }
+  DemoLock(DemoLock&& other) noexcept : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)) {}
+  DemoLock(const DemoLock&) = delete;
+  DemoLock& operator=(const DemoLock&) = delete;
+  DemoLock& operator=(DemoLock&&) = delete;
+  ~DemoLock() {
+    if (fd_ < 0) return;
+    ::unlink(path_.c_str());  // while held: a run waiting for it finds it gone and makes its own
+    ::close(fd_);
+  }
+
+ private:
+  explicit DemoLock(std::string path) : path_(std::move(path)) {}
+  std::string path_;
+  int fd_ = -1;
+};
+
 // --demo: the demo configuration, kept in the database like any other, in front of a built-in echo
 // upstream, with a token for the web console.
 int serve_demo(const ServeSettings& settings) {
+  auto lock = DemoLock::take(settings.db);
+  if (!lock.ok()) {
+    std::fprintf(stderr, "sluice serve --demo: %s: %s\n", settings.db.c_str(), lock.error().message.c_str());
+    return 1;
+  }
   auto upstream = gateway::DemoUpstream::start(0);
   std::string token;
   std::string listen;

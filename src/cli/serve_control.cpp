@@ -351,10 +351,8 @@ int serve_database(const ServeSettings& s,
   say_serving(gw, s.threads, limits_where(s, *loaded->config),
               "configuration from " + s.db + " (revision " + std::to_string(loaded->revision) + ")");
   if (auth->empty() && gw.admin_port() != 0) {
-    std::fprintf(stderr,
-                 "sluice: no admin token yet: the admin API answers 401 until you create one with\n"
-                 "  sluice token create --role admin --db %s\n",
-                 s.db.c_str());
+    log_line("no admin token yet: the admin API answers 401 until you create one with sluice token create --role "
+             "admin --db " + s.db);
   }
   gw.wait();
   r.shut_down();

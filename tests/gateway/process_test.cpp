@@ -229,8 +229,21 @@ TEST_F(ProcessTest, TheDemoKeepsItsConfigurationInTheDatabaseWithATokenForTheCon
   ASSERT_TRUE(testing::eventually([&] { return !token_of(first->stdout_text()).empty(); }))
       << first->stdout_text();
   const std::string token = token_of(first->stdout_text());
+  // A second demo on the same database, on ports of its own, does not start: it would move the
+  // demo upstream to its echo server and revoke the first's token.
+  {
+    const std::string beside_dir = dir_ + "/beside";  // its output apart from the first's
+    std::filesystem::create_directory(beside_dir);
+    Child beside({SLUICE_BINARY, "serve", "--demo", "--db", db, "--listen", "127.0.0.1:0", "--admin-listen",
+                  "127.0.0.1:0", "--access-log", "off"},
+                 beside_dir);
+    EXPECT_EQ(beside.wait_exit(10s), 1);
+    EXPECT_NE(beside.stderr_text().find("another sluice serve --demo is serving this database"), std::string::npos)
+        << beside.stderr_text();
+  }
   EXPECT_NE(first->stdout_text().find("http://127.0.0.1:" + std::to_string(port_) + "/api/orders/7"),
-            std::string::npos);
+            std::string::npos)
+      << first->stdout_text();
   EXPECT_EQ(HttpClient(port_).request("GET", "/api/orders/7", crm).status, 200);
   EXPECT_EQ(HttpClient(admin_port_).get("/").status, 200);
   EXPECT_EQ(HttpClient(admin_port_).request("GET", "/admin/v1/whoami", {{"Authorization", "Bearer " + token}}).status,
