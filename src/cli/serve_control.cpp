@@ -329,6 +329,11 @@ int serve_database(const ServeSettings& s,
     if (auto tokens = store.tokens(); tokens.ok()) auth->set_tokens(std::move(*tokens));
   };
   refresh_tokens();
+  auth->set_reload([&store]() -> std::optional<std::vector<config::TokenInfo>> {
+    auto tokens = store.tokens();
+    if (!tokens.ok()) return std::nullopt;
+    return std::move(*tokens);
+  });
   Running r;
   if (!start(s, loaded->config, auth, secret_key, r)) return 1;
   gateway::Gateway& gw = *r.gateway;

@@ -522,6 +522,11 @@ void AdminAuth::set_tokens(std::vector<config::TokenInfo> tokens) {
   tokens_ = std::move(tokens);
 }
 
+void AdminAuth::set_reload(std::function<std::optional<std::vector<config::TokenInfo>>()> reload) {
+  std::lock_guard lock(mu_);
+  reload_ = std::move(reload);
+}
+
 bool AdminAuth::empty() const {
   std::lock_guard lock(mu_);
   return tokens_.empty();
@@ -537,11 +542,25 @@ std::optional<AdminAuth::Principal> AdminAuth::authenticate(std::string_view aut
     return std::nullopt;
   }
   const std::string presented = config::sha256_hex(authorization.substr(kBearer.size()));
-  std::lock_guard lock(mu_);
-  const config::TokenInfo* found = nullptr;
-  for (const config::TokenInfo& t : tokens_) {
-    // Every token is compared, in constant time, whatever matched before.
-    if (config::constant_time_equal(presented, t.token_sha256)) found = &t;
+  std::unique_lock lock(mu_);
+  const auto find = [&]() -> const config::TokenInfo* {
+    const config::TokenInfo* found = nullptr;
+    for (const config::TokenInfo& t : tokens_) {
+      // Every token is compared, in constant time, whatever matched before.
+      if (config::constant_time_equal(presented, t.token_sha256)) found = &t;
+    }
+    return found;
+  };
+  const config::TokenInfo* found = find();
+  const auto now = std::chrono::steady_clock::now();
+  if (found == nullptr && reload_ && now - reloaded_ >= kReloadEvery) {
+    // Perhaps made a moment ago by another process (sluice token create): read them again.
+    reloaded_ = now;
+    lock.unlock();
+    std::optional<std::vector<config::TokenInfo>> tokens = reload_();
+    lock.lock();
+    if (tokens) tokens_ = std::move(*tokens);
+    found = find();
   }
   if (found == nullptr) return std::nullopt;
   const Clock& clock = clock_ != nullptr ? *clock_ : SystemClock::instance();

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <boost/json/object.hpp>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -39,6 +40,11 @@ class AdminAuth {
   explicit AdminAuth(const Clock* clock = nullptr) : clock_(clock) {}
 
   void set_tokens(std::vector<config::TokenInfo> tokens);
+  // Reads the tokens again (from the database): called for a token not known, at most every
+  // kReloadEvery, so that one another process made a moment ago (sluice token create) is known at
+  // once rather than once the database's watcher has seen it.
+  void set_reload(std::function<std::optional<std::vector<config::TokenInfo>>()> reload);
+  static constexpr auto kReloadEvery = std::chrono::milliseconds(1);
   bool empty() const;
   // Who holds the token in an Authorization header value; nullopt for none, an unknown one or one
   // past its expiry (then *expired, when given, is set to that expiry's Unix seconds).
@@ -47,7 +53,9 @@ class AdminAuth {
  private:
   const Clock* clock_;
   mutable std::mutex mu_;
-  std::vector<config::TokenInfo> tokens_;  // guarded by mu_
+  mutable std::vector<config::TokenInfo> tokens_;  // guarded by mu_; read again by authenticate()
+  std::function<std::optional<std::vector<config::TokenInfo>>()> reload_;  // guarded by mu_
+  mutable std::chrono::steady_clock::time_point reloaded_{};  // guarded by mu_
 };
 
 // Whether the admin listener may bind address (host:port): a loopback address always; another one

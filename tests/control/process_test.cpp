@@ -220,6 +220,19 @@ TEST_F(ControlProcessTest, OfWritersInTwoProcessesHoldingOneETagExactlyOneWinsAn
             1);
 }
 
+// A token another process makes while the gateway serves works at once (the gateway reads the
+// tokens again for one it does not know), not only once its database watcher has seen it: a
+// script's `T=$(sluice token create ...)` then `curl ... whoami` must not get 401.
+TEST_F(ControlProcessTest, ATokenMadeWhileServingIsTakenAtOnce) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  Server server = serve({"--db", db_});
+  for (int i = 0; i < 3; ++i) {
+    const std::string t = token("read");
+    const auto r = admin(server, t, "GET", "/admin/v1/whoami");
+    EXPECT_EQ(r.status, 200) << i << " " << r.body;
+  }
+}
+
 // A token revoked on the primary stops opening the follower's admin API too.
 TEST_F(ControlProcessTest, ATokenRevokedOnThePrimaryIsRefusedByItsFollower) {
   ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
