@@ -1,6 +1,8 @@
 #include "cli/serve_control.h"
 
+#include <pthread.h>
 #include <pwd.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -27,6 +29,38 @@ namespace sluice::cli {
 namespace {
 
 void log_line(std::string_view message) { gateway::log_to_stderr(message); }
+
+// SIGTERM and SIGINT held back (blocked) while it lives, to be waited for: a process that has no
+// handler of its own yet would die of them, where it should stop as a drain does (exit 0).
+class StopSignals {
+ public:
+  StopSignals() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGTERM);
+    sigaddset(&set_, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set_, &before_);
+  }
+  ~StopSignals() { release(); }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  // Whether one came, or comes within `wait`.
+  bool within(std::chrono::seconds wait) {
+    const timespec ts{static_cast<time_t>(wait.count()), 0};
+    return sigtimedwait(&set_, nullptr, &ts) > 0;
+  }
+  // No longer held back (before the gateway's threads start: they would inherit the mask).
+  void release() {
+    if (released_) return;
+    released_ = true;
+    pthread_sigmask(SIG_SETMASK, &before_, nullptr);
+  }
+
+ private:
+  sigset_t set_{};
+  sigset_t before_{};
+  bool released_ = false;
+};
 
 // The parts every mode shares: the limit store, the gateway and the admin API on its listener.
 struct Running {
@@ -386,6 +420,9 @@ int serve_follower(const ServeSettings& s) {
   // refused until the primary has read it (within a second): those stop after a few tries. --check
   // does not wait for a primary that is away.
   constexpr int kRefusedTries = 5;
+  // SIGTERM or SIGINT while it waits (the gateway's own handling comes later) stops it as a drain
+  // would: exit 0, said.
+  StopSignals stop;
   for (int tries = 1, refused = 0;; ++tries) {
     const bool said = tries > 1;
     first = gateway::Follower::fetch(follow, fetcher);
@@ -398,8 +435,16 @@ int serve_follower(const ServeSettings& s) {
     if (!said || first.error().code != ErrorCode::kStoreUnavailable) {
       log_line("waiting for the primary: " + first.error().message);
     }
-    std::this_thread::sleep_for(std::chrono::seconds(1));  // retry interval while the primary is away
+    if (stop.within(std::chrono::seconds(1))) {  // the retry interval while the primary is away
+      log_line("stopped");
+      return 0;
+    }
   }
+  if (stop.within(std::chrono::seconds(0))) {
+    log_line("stopped");
+    return 0;
+  }
+  stop.release();
   auto who = gateway::Follower::whoami(follow, fetcher);
   if (!who.ok()) {
     std::fprintf(stderr, "sluice serve: %s\n", who.error().message.c_str());

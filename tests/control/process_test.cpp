@@ -220,6 +220,22 @@ TEST_F(ControlProcessTest, OfWritersInTwoProcessesHoldingOneETagExactlyOneWinsAn
             1);
 }
 
+// A follower waiting for its primary (away) stops on SIGTERM or SIGINT as a drain does: exit 0,
+// said; not killed by the signal (which a service manager would record as a failure).
+TEST_F(ControlProcessTest, AFollowerWaitingForItsPrimaryStopsOnASignal) {
+  for (const int sig : {SIGTERM, SIGINT}) {
+    Child follower({SLUICE_BINARY, "serve", "--config-from", "http://127.0.0.1:9", "--token", "t", "--listen",
+                    "127.0.0.1:0", "--admin-listen", "off"},
+                   testing::temp_dir());
+    ASSERT_TRUE(testing::eventually(
+        [&] { return follower.stderr_text().find("waiting for the primary") != std::string::npos; }))
+        << follower.stderr_text();
+    follower.signal(sig);
+    EXPECT_EQ(follower.wait_exit(10s), 0) << sig << " " << follower.stderr_text();
+    EXPECT_NE(follower.stderr_text().find("sluice: stopped"), std::string::npos) << follower.stderr_text();
+  }
+}
+
 // A token another process makes while the gateway serves works at once (the gateway reads the
 // tokens again for one it does not know), not only once its database watcher has seen it: a
 // script's `T=$(sluice token create ...)` then `curl ... whoami` must not get 401.
