@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include <algorithm>
 #include <boost/json.hpp>
@@ -258,6 +259,36 @@ std::int64_t ConfigStore::now_seconds() const {
   return std::chrono::duration_cast<std::chrono::seconds>(clock.now()).count();
 }
 
+namespace {
+
+// Why SQLite could not open the database at `path` ("unable to open database file" says nothing
+// of it): what an operator can mend; empty when nothing here is found wrong.
+std::string why_cannot_open(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return "it is a directory: give the database file's path, such as " +
+                                         (fs::path(path) / "sluice.db").string();
+  const fs::path dir = fs::absolute(path, ec).parent_path();
+  if (!fs::is_directory(dir, ec)) return "there is no directory " + dir.string();
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return "the directory " + dir.string() + " is not writable (" + std::strerror(errno) +
+           "), and SQLite makes the database's -wal and -shm files beside it, even to read it";
+  }
+  if (::access(path.c_str(), F_OK) == 0 && ::access(path.c_str(), R_OK | W_OK) != 0) {
+    return "no permission to read and write it (" + std::string(std::strerror(errno)) + ")";
+  }
+  return "";
+}
+
+// e, with why_cannot_open(path) when SQLite could not open the file.
+Error explained(Error e, const std::string& path) {
+  if (e.message.find("unable to open database file") == std::string::npos) return e;
+  if (const std::string why = why_cannot_open(path); !why.empty()) e.message += ": " + why;
+  return e;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<ConfigStore>> ConfigStore::open(StoreOptions options) {
   using Access = StoreOptions::Access;
   std::unique_ptr<ConfigStore> store(new ConfigStore(std::move(options)));
@@ -275,8 +306,10 @@ Result<std::unique_ptr<ConfigStore>> ConfigStore::open(StoreOptions options) {
     if (const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600); fd >= 0) ::close(fd);
   }
   if (sqlite3_open_v2(path.c_str(), &store->db_, flags, nullptr) != SQLITE_OK) {
-    return Error{ErrorCode::kStoreUnavailable,
-                 "cannot open " + path + ": " + (store->db_ != nullptr ? sqlite3_errmsg(store->db_) : "out of memory")};
+    return explained(Error{ErrorCode::kStoreUnavailable, "cannot open " + path + ": " +
+                                                             (store->db_ != nullptr ? sqlite3_errmsg(store->db_)
+                                                                                    : "out of memory")},
+                     path);
   }
   sqlite3_busy_timeout(store->db_, static_cast<int>(
       std::chrono::duration_cast<std::chrono::milliseconds>(store->options_.busy_timeout).count()));
@@ -286,7 +319,7 @@ Result<std::unique_ptr<ConfigStore>> ConfigStore::open(StoreOptions options) {
     std::lock_guard lock(store->mu_);
     return store->read_schema();
   }();
-  if (!version.ok()) return version.error();
+  if (!version.ok()) return explained(version.error(), path);
   if (*version == 0 && mode != Access::kCreate) {
     return Error{ErrorCode::kInvalidArgument,
                  path + " is empty: it holds no sluice database (sluice config import or sluice token create makes one)"};

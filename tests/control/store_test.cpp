@@ -69,6 +69,21 @@ TEST_F(StoreTest, AFreshDatabaseHoldsTheDefaultConfigurationAtRevisionOne) {
 
 // It holds the Redis password, sealed secrets and token hashes: its owner's alone, as are its -wal
 // and -shm files, whatever the umask (022 would leave them readable by every user).
+// SQLite says only "unable to open database file": the store says what to mend.
+TEST_F(StoreTest, ADatabaseThatCannotBeOpenedSaysWhy) {
+  const std::string dir = testing::temp_dir();
+  auto at_a_directory = ConfigStore::open({.path = dir});
+  ASSERT_FALSE(at_a_directory.ok());
+  EXPECT_NE(at_a_directory.error().message.find("it is a directory: give the database file's path, such as " + dir +
+                                                "/sluice.db"),
+            std::string::npos)
+      << at_a_directory.error().message;
+  auto in_no_directory = ConfigStore::open({.path = dir + "/none/sluice.db"});
+  ASSERT_FALSE(in_no_directory.ok());
+  EXPECT_NE(in_no_directory.error().message.find("there is no directory " + dir + "/none"), std::string::npos)
+      << in_no_directory.error().message;
+}
+
 TEST_F(StoreTest, ANewDatabaseAndItsLogAreItsOwnersAlone) {
   const std::string path = testing::temp_dir() + "/private.db";
   const mode_t before = ::umask(022);
