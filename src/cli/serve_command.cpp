@@ -58,14 +58,16 @@ void print_demo_help(const std::string& host, std::uint16_t port, const std::str
   std::printf(
       "sluice serve --demo: the demo configuration in front of a built-in echo upstream.\n"
       "  systems: crm (orders and users; 50 requests per 15 s), erp (disabled)\n"
-      "  interfaces: orders GET/POST /api/orders/*, users GET /api/users/{id}, login POST /api/login (public)\n"
+      "  interfaces: orders GET/POST /api/orders/* (10 at once, then 1 a second), users GET /api/users/{id},\n"
+      "              login POST /api/login (public)\n"
       "Try:\n"
       "  curl -i -H 'X-System-Key: crm' %s/api/orders/7\n"
       "  curl -i -H 'X-System-Key: crm' %s/api/users/42\n"
       "  curl -i -X POST %s/api/login                    # public: no key needed, 5 per minute per address\n"
       "  curl -i -H 'X-System-Key: erp' %s/api/orders/7  # 403 system_disabled\n"
       "  curl -i %s/api/orders/7                         # 401 system_key_missing\n"
-      "  for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code} ' -H 'X-System-Key: crm' %s/api/orders/1; done; echo\n"
+      "  for i in $(seq 12); do curl -s -o /dev/null -w '%%{http_code} ' -H 'X-System-Key: crm' %s/api/orders/1; done; echo"
+      "  # 429 past 10\n"
       "  curl -s -X POST %s/_sluice/v1/decide -d '{\"system\":\"crm\",\"method\":\"GET\",\"path\":\"/api/users/1\"}'\n",
       base.c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str(), base.c_str());
   if (admin_port != 0) {  // else --admin-listen off
@@ -79,8 +81,9 @@ void print_demo_help(const std::string& host, std::uint16_t port, const std::str
 }
 
 // The demo's configuration in the database: written there on the first run; on later runs (which
-// keep what was edited meanwhile) only the demo upstream moves to this run's echo server.
-Status seed_demo(config::ConfigStore& store, std::uint16_t upstream_port) {
+// keep what was edited meanwhile) only the demo upstream moves to this run's echo server. *own is set
+// when the database holds a configuration with no demo upstream: one of its own, served as it is.
+Status seed_demo(config::ConfigStore& store, std::uint16_t upstream_port, bool* own) {
   const auto demo = gateway::demo_config(upstream_port);
   auto stored = store.load();
   if (!stored.ok()) return stored.error();
@@ -90,8 +93,11 @@ Status seed_demo(config::ConfigStore& store, std::uint16_t upstream_port) {
     written = store.replace("demo", "config.import", *demo);
   } else {
     bool moved = false;
+    *own = true;
     for (config::Upstream& u : current.upstreams) {
-      if (u.name == demo->upstreams.front().name && u.targets != demo->upstreams.front().targets) {
+      if (u.name != demo->upstreams.front().name) continue;
+      *own = false;
+      if (u.targets != demo->upstreams.front().targets) {
         u.targets = demo->upstreams.front().targets;
         moved = true;
       }
@@ -176,6 +182,7 @@ int serve_demo(const ServeSettings& settings) {
     return 1;
   }
   auto upstream = gateway::DemoUpstream::start(0);
+  bool own = false;  // the database holds a configuration of its own
   std::string token;
   std::string listen;
   std::string admin_listen;
@@ -193,7 +200,7 @@ int serve_demo(const ServeSettings& settings) {
       ready = can_listen(listen, "listen");
       if (ready.ok()) ready = can_listen(admin_listen, "admin_listen");
     }
-    if (ready.ok()) ready = seed_demo(**store, (*upstream)->port());
+    if (ready.ok()) ready = seed_demo(**store, (*upstream)->port(), &own);
     if (ready.ok()) {
       auto made = demo_token(**store);
       if (made.ok()) token = std::move(*made);
@@ -206,7 +213,15 @@ int serve_demo(const ServeSettings& settings) {
   }
   // Once serving, with the ports listened on (which --listen 127.0.0.1:0 leaves to the system).
   const int rc = serve_database(settings, [&](std::uint16_t port, std::uint16_t admin_port) {
-    print_demo_help(url_host(listen), port, url_host(admin_listen), admin_port, token);
+    if (!own) return print_demo_help(url_host(listen), port, url_host(admin_listen), admin_port, token);
+    std::printf("sluice serve --demo: %s holds a configuration of its own (no demo upstream): it is served as it "
+                "is, and the demo's lines to try do not apply to it (give another --db for the demo).\n",
+                settings.db.c_str());
+    if (admin_port != 0) {
+      std::printf("The web console: http://%s:%u/ — sign in with the admin token %s (made for this run)\n",
+                  url_host(admin_listen).c_str(), static_cast<unsigned>(admin_port), token.c_str());
+    }
+    std::fflush(stdout);
   });
   // The token was printed for this run: it goes with it, so that it does not outlive the demo on a
   // database served for real later (one left by a run killed outright goes at the next --demo).

@@ -297,6 +297,30 @@ TEST_F(ProcessTest, TheDemoKeepsItsConfigurationInTheDatabaseWithATokenForTheCon
   EXPECT_EQ(fourth.stdout_text().find("web console"), std::string::npos) << fourth.stdout_text();
 }
 
+// --demo on a database that holds a configuration of its own (no demo upstream) serves it as it is,
+// and says so, rather than print the demo's lines to try, which would not apply.
+TEST_F(ProcessTest, TheDemoOnADatabaseOfItsOwnSaysItServesThatOne) {
+  const std::string db = dir_ + "/own.db";
+  {
+    auto store = config::ConfigStore::open({.path = db});
+    ASSERT_TRUE(store.ok()) << store.error().message;
+    auto demo = gateway::demo_config(9);
+    config::Config own = *demo;
+    own.upstreams.front().name = "mine";
+    for (auto& i : own.interfaces) i.upstream = "mine";
+    ASSERT_TRUE((*store)->replace("test", "config.import", own).ok());
+  }
+  Child child({SLUICE_BINARY, "serve", "--demo", "--db", db, "--listen", "127.0.0.1:0", "--admin-listen",
+               "127.0.0.1:0", "--access-log", "off"},
+              dir_);
+  ASSERT_TRUE(testing::eventually(
+      [&] { return child.stdout_text().find("holds a configuration of its own") != std::string::npos; }))
+      << child.stdout_text() << child.stderr_text();
+  EXPECT_EQ(child.stdout_text().find("Try:"), std::string::npos) << child.stdout_text();
+  child.signal(SIGTERM);
+  EXPECT_EQ(child.wait_exit(10s), 0);
+}
+
 // The access log on stdout, read through a pipe whose reader goes away (a log shipper restarted):
 // the gateway goes on serving (no SIGPIPE), loses those lines, says so, and drains on SIGTERM.
 TEST_F(ProcessTest, AReaderOfItsLogThatGoesAwayDoesNotStopIt) {
