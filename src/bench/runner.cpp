@@ -863,6 +863,7 @@ Result<RunResult> run(const Plan& plan, const RunHooks& hooks) {
     if (!done && hooks.stop && hooks.stop->load() && !shared.stop.load()) {
       shared.stop.store(true);
       result.stopped_early = true;
+      if (hooks.on_stopping) hooks.on_stopping();
     }
     if (!done && hooks.on_progress) {
       Progress p;

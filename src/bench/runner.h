@@ -29,6 +29,8 @@ struct RunHooks {
   // When it becomes true (e.g. on Ctrl-C), no new request is sent; those in flight are awaited and
   // the run ends with what it has seen.
   const std::atomic<bool>* stop = nullptr;
+  // Once, when the run sees `stop` and begins to wait for the requests in flight.
+  std::function<void()> on_stopping;
 };
 
 struct RunResult {

@@ -214,6 +214,11 @@ int run_bench(const bench::Options& options, const Output& output) {
   catch_interrupt();
   bench::RunHooks hooks;
   hooks.stop = &g_interrupted;
+  hooks.on_stopping = [&] {
+    // On stderr whether or not stdout is a terminal: the wait can last the whole --timeout.
+    std::cerr << (isatty(STDOUT_FILENO) == 1 ? "\r\x1b[K" : "") << "sluice bench: stopping: waiting up to "
+              << options.timeout << " for the requests in flight; Ctrl-C again to quit at once\n";
+  };
   const bool live = !output.quiet && isatty(STDOUT_FILENO) == 1;
   if (live) {
     hooks.on_progress = [](const bench::Progress& p) {

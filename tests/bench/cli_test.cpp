@@ -254,7 +254,9 @@ TEST(Cli, AnInterruptedRunExits130AfterItsReportAndJson) {
   EXPECT_EQ(o.status, 130);
   EXPECT_TRUE(contains(o.out, "stopped early (interrupted)")) << o.out;
   EXPECT_TRUE(contains(o.out, "ok    --expect-status 200")) << o.out;
-  EXPECT_EQ(o.err, "sluice bench: interrupted; the report is of what was seen until then\n");
+  EXPECT_EQ(o.err,
+            "sluice bench: stopping: waiting up to 10s for the requests in flight; Ctrl-C again to quit at once\n"
+            "sluice bench: interrupted; the report is of what was seen until then\n");
   const auto report = boost::json::parse(slurp(json)).as_object();
   EXPECT_TRUE(report.at("stopped_early").as_bool());
   EXPECT_FALSE(report.at("passed").as_bool());
