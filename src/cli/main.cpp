@@ -36,8 +36,23 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "sluice: no command '%s': give serve, config, token or bench (sluice --help)\n", argv[1]);
       return kUsageError;
     }
-    const int status = app.exit(e);  // prints help, the version, or what was wrong with the flags
-    if (status == 0 || e.get_name() == "RuntimeError") return status;
+    if (e.get_exit_code() == 0 || e.get_name() == "RuntimeError") return app.exit(e);  // help, version
+    // What was wrong with the flags, said by the command it was given to, with where to look.
+    std::string path = "sluice";
+    const CLI::App* at = &app;
+    while (!at->get_subcommands().empty()) {
+      at = at->get_subcommands().front();
+      path += " " + at->get_name();
+    }
+    std::string what = e.what();
+    if (e.get_name() == "RequiredError" && what.starts_with("A subcommand is required")) {
+      std::string names;
+      for (const CLI::App* sc : at->get_subcommands([](const CLI::App*) { return true; })) {
+        names += (names.empty() ? "" : ", ") + sc->get_name();
+      }
+      what = "give one of its commands: " + names;
+    }
+    std::fprintf(stderr, "%s: %s (%s --help)\n", path.c_str(), what.c_str(), path.c_str());
     return kUsageError;
   }
   return 0;
