@@ -375,6 +375,15 @@ TEST_F(ProcessTest, ASecondDemoThatCannotListenLeavesTheFirstAsItWas) {
   EXPECT_NE(second.stderr_text().find("another sluice serve --demo is serving this database"), std::string::npos)
       << second.stderr_text();
   EXPECT_EQ(revision(), before);  // neither the demo upstream moved nor the token replaced
+  // On a database of its own, on the first's ports: refused before it writes anything.
+  std::vector<std::string> elsewhere = argv;
+  elsewhere[4] = dir_ + "/other.db";
+  const std::string third_dir = dir_ + "/third";
+  std::filesystem::create_directories(third_dir);
+  Child third(elsewhere, third_dir);
+  EXPECT_EQ(third.wait_exit(10s), 1);
+  EXPECT_NE(third.stderr_text().find("cannot listen on 127.0.0.1:" + std::to_string(port_)), std::string::npos)
+      << third.stderr_text();
   EXPECT_EQ(HttpClient(port_).request("GET", "/api/orders/7", {{"X-System-Key", "crm"}}).status, 200);
   EXPECT_EQ(HttpClient(admin_port_).request("GET", "/admin/v1/whoami", {{"Authorization", "Bearer " + token}}).status,
             200);
