@@ -688,20 +688,6 @@ void append_interim_head(std::string& out, const ResponseParser& p) {
   out += "\r\n";
 }
 
-// Writes `pieces` to `to`: at once when the socket takes them all (no deadline set), else the rest
-// within write_timeout.
-template <class Buffers>
-Task<error_code> write_all(TimedSocket& to, const Buffers& pieces, Nanos write_timeout) {
-  error_code ec;
-  const auto rest = write_now(to.socket(), pieces, ec);
-  if (!ec && asio::buffer_size(rest) > 0) {
-    to.arm(write_timeout);
-    auto [aec, an] = co_await asio::async_write(to.socket(), rest, kTok);
-    ec = to.timed(aec);
-  }
-  co_return ec;
-}
-
 struct RelayResult {
   error_code read;   // reading the body from `from` failed
   error_code write;  // writing to `to` failed
@@ -711,7 +697,7 @@ struct RelayResult {
 // Sends a message already parsed up to its body: `head`, then the body piece by piece as the parser
 // reads it from `from`, chunk-framed when `chunked`. The head goes out with the first piece, in one
 // write (a response's at once when no piece is there to read yet), and each piece in one write with
-// its framing (see write_all). Each piece is what one read brought (at most kRelayChunk), so a body
+// its framing (at once when the socket takes it all, which sets no deadline on `to`). Each piece is what one read brought (at most kRelayChunk), so a body
 // that trickles (server-sent events, a slow upload) is passed on as it comes, and read_timeout
 // bounds each read, not the whole body. on_first() runs once the first piece is in (or the body
 // is found empty), before it is written.
@@ -739,8 +725,14 @@ Task<RelayResult> relay(TimedSocket& from, beast::flat_buffer& buffer,
         // after the read's timeout (a 504 for an upstream that answered in time).
         error_code aec;
         if (from.socket().available(aec) == 0 && !aec) {
-          const std::array<asio::const_buffer, 1> alone{asio::buffer(head)};
-          if (const error_code wec = co_await write_all(to, alone, write_timeout)) co_return RelayResult{{}, wec, false};
+          error_code wec;
+          const auto rest = write_now(to.socket(), std::array{asio::buffer(head)}, wec);
+          if (!wec && asio::buffer_size(rest) > 0) {
+            to.arm(write_timeout);
+            auto [wr_ec, wn] = co_await asio::async_write(to.socket(), rest, kTok);
+            wec = to.timed(wr_ec);
+          }
+          if (wec) co_return RelayResult{{}, wec, false};
           head_sent = true;
         }
       }
@@ -775,7 +767,14 @@ Task<RelayResult> relay(TimedSocket& from, beast::flat_buffer& buffer,
         head_sent ? asio::const_buffer() : asio::buffer(head), asio::buffer(size_line, size_len),
         asio::buffer(chunk, n), asio::buffer(tail.data(), tail.size())};
     if (asio::buffer_size(pieces) > 0) {
-      if (const error_code wec = co_await write_all(to, pieces, write_timeout)) co_return RelayResult{{}, wec, head_sent};
+      error_code wec;
+      const auto rest = write_now(to.socket(), pieces, wec);
+      if (!wec && asio::buffer_size(rest) > 0) {
+        to.arm(write_timeout);
+        auto [aec, an] = co_await asio::async_write(to.socket(), rest, kTok);
+        wec = to.timed(aec);
+      }
+      if (wec) co_return RelayResult{{}, wec, head_sent};
     }
     head_sent = true;
     if (last) co_return RelayResult{{}, {}, true};
