@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -146,16 +147,27 @@ Result<std::string> demo_token(config::ConfigStore& store) {
 class DemoLock {
  public:
   static Result<DemoLock> take(const std::string& db) {
-    DemoLock lock(db + ".demo-lock");
-    lock.fd_ = ::open(lock.path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (lock.fd_ < 0) return invalid_argument("cannot make " + lock.path_ + ": " + std::strerror(errno));
-    if (::flock(lock.fd_, LOCK_EX | LOCK_NB) != 0) {
-      return invalid_argument(errno == EWOULDBLOCK
-                                  ? "another sluice serve --demo is serving this database (it holds " + lock.path_ +
-                                        "): stop it, or give this one another --db"
-                                  : "cannot lock " + lock.path_ + ": " + std::strerror(errno));
+    const std::string path = db + ".demo-lock";
+    while (true) {
+      const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+      if (fd < 0) return invalid_argument("cannot make " + path + ": " + std::strerror(errno));
+      if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const int e = errno;
+        ::close(fd);  // not ours: left where it is
+        return invalid_argument(e == EWOULDBLOCK ? "another sluice serve --demo is serving this database (it holds " +
+                                                       path + "): stop it, or give this one another --db"
+                                                 : "cannot lock " + path + ": " + std::strerror(e));
+      }
+      // Locked the file a run that ended had just removed: another may lock the one in its place.
+      struct stat held {}, named {};
+      if (::fstat(fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 && held.st_ino == named.st_ino &&
+          held.st_dev == named.st_dev) {
+        DemoLock lock(path);
+        lock.fd_ = fd;
+        return lock;
+      }
+      ::close(fd);
     }
-    return lock;
   }
   DemoLock(DemoLock&& other) noexcept : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)) {}
   DemoLock(const DemoLock&) = delete;

@@ -240,6 +240,7 @@ TEST_F(ProcessTest, TheDemoKeepsItsConfigurationInTheDatabaseWithATokenForTheCon
     EXPECT_EQ(beside.wait_exit(10s), 1);
     EXPECT_NE(beside.stderr_text().find("another sluice serve --demo is serving this database"), std::string::npos)
         << beside.stderr_text();
+    EXPECT_TRUE(std::filesystem::exists(db + ".demo-lock")) << "the refused run left the first's lock alone";
   }
   EXPECT_NE(first->stdout_text().find("http://127.0.0.1:" + std::to_string(port_) + "/api/orders/7"),
             std::string::npos)
