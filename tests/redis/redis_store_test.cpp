@@ -217,28 +217,28 @@ TEST_F(RedisRefundTest, AMeterRefundAfterTheBucketWasFullAgainGivesNothingBack) 
   };
   const auto [taken, base] = admitted_and_refund_value(call(kAcquire, "m", "1000000", gcra("0")));
   ASSERT_EQ(taken, "1");
-  EXPECT_EQ(base, "1000000");
+  EXPECT_EQ(base, "1000000");  // the take's time
   ASSERT_EQ(admitted_and_refund_value(call(kAcquire, "m", "1001500", gcra("0"))).first, "1");
   EXPECT_EQ(call(kRefund, "m", "1001600", gcra(base)), "1");
   EXPECT_EQ(admitted_and_refund_value(call(kAcquire, "m", "1001700", gcra("0"))).first, "0")
       << "two admitted within 200 µs at one per millisecond";
-  // While the time is not past the take's base, the take is given back exactly: two a millisecond,
-  // the second take based on the first's TAT.
+  // Otherwise the cost less the time since the take goes back: two a millisecond, the second take
+  // at 5,000,100 (its TAT 5,002,000), given back 100 µs later: 900 µs of it.
   const std::vector<std::string> two{"gcra", "1", "2", "1", "1000", "2000", "0", "1000", "0", "0"};
   ASSERT_EQ(admitted_and_refund_value(call(kAcquire, "q", "5000000", two)).first, "1");
-  const auto [second, second_base] = admitted_and_refund_value(call(kAcquire, "q", "5000100", two));
+  const auto [second, second_at] = admitted_and_refund_value(call(kAcquire, "q", "5000100", two));
   ASSERT_EQ(second, "1");
-  EXPECT_EQ(second_base, "5001000");
+  EXPECT_EQ(second_at, "5000100");
   std::vector<std::string> refund = two;
-  refund.back() = second_base;
+  refund.back() = second_at;
   EXPECT_EQ(call(kRefund, "q", "5000200", refund), "1");
-  EXPECT_EQ(server_->cli({"GET", "q"}), "5001000:0");
+  EXPECT_EQ(server_->cli({"GET", "q"}), "5001100:0");
   // A take from a full bucket, given back a round trip (300 µs) later with no decision between:
   // the cost less those 300 µs goes back, which leaves the bucket full again (the key gone).
-  const auto [full, full_base] = admitted_and_refund_value(call(kAcquire, "f", "7000000", two));
+  const auto [full, full_at] = admitted_and_refund_value(call(kAcquire, "f", "7000000", two));
   ASSERT_EQ(full, "1");
-  EXPECT_EQ(full_base, "7000000");
-  refund.back() = full_base;
+  EXPECT_EQ(full_at, "7000000");
+  refund.back() = full_at;
   EXPECT_EQ(call(kRefund, "f", "7000300", refund), "1");
   EXPECT_EQ(server_->cli({"EXISTS", "f"}), "0");
 }

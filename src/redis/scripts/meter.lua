@@ -2,8 +2,8 @@
 -- Token bucket (continuous) and GCRA: the theoretical arrival time as whole microseconds plus a
 -- fraction in units (0 <= f < units_per_us), stored as "us:f". Quantities are (us, f) pairs.
 -- ARGV: cost, quota, units_per_us, units_per_token, the capacity (quota tokens) and the cost as
--- whole us and fraction (computed exactly by the client), and the refund value (the time a take
--- was based on, in whole us: see meter_refund).
+-- whole us and fraction (computed exactly by the client), and the refund value (the time of the
+-- take: see meter_refund).
 
 local function meter_params(argv, i, p)
   p = p or {}
@@ -47,7 +47,7 @@ local function meter_decide(keys, p, now)
       local reset = meter_ceil_us(n_us, n_f)
       if p.cost > 0 then
         state_set(key, reset, now + n_us, n_f)
-        return decision(true, p.quota - meter_tokens(p, n_us, n_f), 0, reset, now + b_us)
+        return decision(true, p.quota - meter_tokens(p, n_us, n_f), 0, reset, now)
       end
       d = decision(true, p.quota - meter_tokens(p, n_us, n_f), 0, reset)
     else
@@ -64,11 +64,12 @@ local function meter_decide(keys, p, now)
   return d
 end
 
--- Gives back a take based on max(TAT, time) = p.extra (whole us, rounded down). A decision since
--- that found the bucket full (its time past the TAT) would have found it so sooner without the
--- take, and kept less of it: the take then holds less than its cost, by at most how far that
--- decision's time, at most now, is past the take's base. So the TAT moves back by the cost less
--- the time since the base (all of it while the time is not past the base), never more.
+-- Gives back a take made at time p.extra. A decision since that found the bucket full (its time
+-- past the TAT) would have found it so sooner without the take, and kept less of it: the take then
+-- holds less than its cost, by at most how far that decision's time, at most now, is past the
+-- take's own. So the TAT moves back by the cost less the time since the take, never more (measured
+-- from the take's time, not from the TAT it was based on, which takes refunded since may have
+-- moved back).
 local function meter_refund(keys, p, now)
   local r_us, r_f = p.cost_us - max(0, now - p.extra), p.cost_f
   if r_us < 0 then return end
