@@ -440,15 +440,14 @@ int serve_follower(const ServeSettings& s) {
       return 0;
     }
   }
-  if (stop.within(std::chrono::seconds(0))) {
-    log_line("stopped");
-    return 0;
-  }
-  stop.release();
   auto who = gateway::Follower::whoami(follow, fetcher);
   if (!who.ok()) {
     std::fprintf(stderr, "sluice serve: %s\n", who.error().message.c_str());
     return 1;
+  }
+  if (stop.within(std::chrono::seconds(0))) {
+    log_line("stopped");
+    return 0;
   }
   if (auto done = check_or_print(s, *first, primary, true)) return *done;  // it has its token
   std::optional<config::SecretKey> secret_key;
@@ -463,6 +462,7 @@ int serve_follower(const ServeSettings& s) {
     auth->set_tokens(accepted ? std::vector<config::TokenInfo>{token} : std::vector<config::TokenInfo>{});
   };
   Running r;
+  stop.release();  // the gateway handles them from here (its threads would inherit the mask)
   if (!start(s, first->config, auth, secret_key, r)) return 1;
   gateway::Gateway& gw = *r.gateway;
   follow.install = [&r](const config::StoredConfig& c) { r.install(c); };

@@ -520,6 +520,7 @@ json::value expiry_json(std::int64_t expires) {
 void AdminAuth::set_tokens(std::vector<config::TokenInfo> tokens) {
   std::lock_guard lock(mu_);
   tokens_ = std::move(tokens);
+  ++generation_;
 }
 
 void AdminAuth::set_reload(std::function<std::optional<std::vector<config::TokenInfo>>()> reload) {
@@ -556,10 +557,15 @@ std::optional<AdminAuth::Principal> AdminAuth::authenticate(std::string_view aut
   if (found == nullptr && reload_ && now - reloaded_ >= kReloadEvery) {
     // Perhaps made a moment ago by another process (sluice token create): read them again.
     reloaded_ = now;
+    const std::uint64_t before = generation_;
     lock.unlock();
     std::optional<std::vector<config::TokenInfo>> tokens = reload_();
     lock.lock();
-    if (tokens) tokens_ = std::move(*tokens);
+    // Not over tokens set meanwhile (a revocation the watcher read after this read): they are newer.
+    if (tokens && generation_ == before) {
+      tokens_ = std::move(*tokens);
+      ++generation_;
+    }
     found = find();
   }
   if (found == nullptr) return std::nullopt;

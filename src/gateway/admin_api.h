@@ -8,6 +8,7 @@
 
 #include <boost/json/object.hpp>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -56,6 +57,7 @@ class AdminAuth {
   mutable std::vector<config::TokenInfo> tokens_;  // guarded by mu_; read again by authenticate()
   std::function<std::optional<std::vector<config::TokenInfo>>()> reload_;  // guarded by mu_
   mutable std::chrono::steady_clock::time_point reloaded_{};  // guarded by mu_
+  mutable std::uint64_t generation_ = 0;  // guarded by mu_; counts the times tokens_ was set
 };
 
 // Whether the admin listener may bind address (host:port): a loopback address always; another one
