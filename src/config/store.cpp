@@ -269,7 +269,12 @@ std::string why_cannot_open(const std::string& path) {
   if (fs::is_directory(path, ec)) return "it is a directory: give the database file's path, such as " +
                                          (fs::path(path) / "sluice.db").string();
   const fs::path dir = fs::absolute(path, ec).parent_path();
-  if (!fs::is_directory(dir, ec)) return "there is no directory " + dir.string();
+  if (!fs::is_directory(dir, ec)) {
+    if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory) {
+      return "cannot look into " + dir.string() + ": " + ec.message();
+    }
+    return "there is no directory " + dir.string();
+  }
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
     return "the directory " + dir.string() + " is not writable (" + std::strerror(errno) +
            "), and SQLite makes the database's -wal and -shm files beside it, even to read it";

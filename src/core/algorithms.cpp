@@ -125,7 +125,8 @@ Decision decide(IntervalBucketState& state, const Limit& limit, Nanos now, std::
   const std::int64_t now_us = to_us(now);
   if (kept_under_another_limit(state.tick, p, now_us)) state = IntervalBucketState{};
   const std::int64_t tick = std::max(floor_div(now_us, p.by_period), state.tick);
-  std::int64_t missing = state.missing;
+  // A bucket is at most empty: more missing than the capacity was kept under a larger one.
+  std::int64_t missing = std::min(state.missing, p.quota);
   if (missing > 0 && tick > state.tick) {
     const std::int64_t ticks = tick - state.tick;
     missing = ticks >= ceil_div(missing, p.by_rate) ? 0 : missing - ticks * p.rate;

@@ -189,6 +189,8 @@ TEST_F(DifferentialTest, ALimitLoweredBelowWhatAKeyHoldsLeavesZeroRemaining) {
       ASSERT_TRUE(lowered.ok()) << after.to_string();
       EXPECT_FALSE(lowered->allowed) << after.to_string();
       EXPECT_EQ(lowered->remaining, 0) << after.to_string();
+      // Full again within the new limit's own time: an interval bucket is at most empty.
+      EXPECT_LE(lowered->reset_after, Nanos{std::chrono::minutes(1)}) << after.to_string();
     }
   }
 }

@@ -23,6 +23,7 @@ local function interval_decide(keys, p, now)
   if kept_under_another_limit(s_tick, p.period, now) then s_missing, s_tick = 0, 0 end
   local tick = max(idiv(now, p.period), s_tick)
   local missing = s_missing
+  if missing > p.quota then missing = p.quota end  -- at most empty: kept under a larger capacity
   if missing > 0 and tick > s_tick then
     local ticks = tick - s_tick
     if ticks >= ceil_div(missing, p.rate) then missing = 0 else missing = missing - ticks * p.rate end
