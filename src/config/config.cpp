@@ -71,6 +71,23 @@ std::size_t invalid_utf8_at(std::string_view s) {
   return std::string_view::npos;
 }
 
+std::string as_utf8(std::string_view s) {
+  if (invalid_utf8_at(s) == std::string_view::npos) return std::string(s);
+  std::string out;
+  out.reserve(s.size() + 8);
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = static_cast<unsigned char>(s[i]) < 0x80 ? 1 : utf8_sequence(s.substr(i));
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out.append(s.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
+
 // Whether text holds a character that shows nothing or moves what follows, or is not UTF-8: a
 // space other than ' ' (U+00A0, U+2000-U+200A, U+202F, U+205F, U+3000), a zero-width, joining or
 // blank one (U+034F, U+115F, U+1160, U+17B4, U+17B5, U+180E, U+200B-U+200D, U+2060-U+2064, U+2800,

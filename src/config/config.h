@@ -176,6 +176,10 @@ std::size_t utf8_sequence(std::string_view s);
 // Where the first byte that does not belong to well-formed UTF-8 is; npos when there is none.
 std::size_t invalid_utf8_at(std::string_view s);
 
+// s with each byte that belongs to no well-formed UTF-8 character replaced by U+FFFD: text that can
+// go into JSON (which is UTF-8) as it reads.
+std::string as_utf8(std::string_view s);
+
 // Whether text holds a character that shows nothing or moves what follows, or is not UTF-8: a
 // space other than ' ', a zero-width, joining or blank one, a direction mark or override, a soft
 // hyphen, a line or paragraph separator (the list is at the definition). Two ids that differ only

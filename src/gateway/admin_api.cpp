@@ -35,8 +35,10 @@ AdminResponse json_response(int status, const json::value& body, Headers headers
   return r;
 }
 
+// (msg may quote what a request gave, in bytes that are not UTF-8: JSON's are.)
 AdminResponse error(int status, std::string_view reason, std::string_view msg, Headers headers = {}) {
-  return json_response(status, json::object{{"code", status}, {"reason", reason}, {"msg", msg}}, std::move(headers));
+  return json_response(status, json::object{{"code", status}, {"reason", reason}, {"msg", config::as_utf8(msg)}},
+                       std::move(headers));
 }
 
 AdminResponse no_content(Headers headers = {}) {
@@ -1316,7 +1318,7 @@ AdminResponse AdminApi::limits_route(Call& call) const {
     } else {
       o["limit"] = json::object{{"algorithm", "concurrency"}, {"limit", limit.params().quota}};
     }
-    o["store_key"] = store_key;
+    o["store_key"] = config::as_utf8(store_key);
     if (keyed && value.empty()) {
       o["state"] = nullptr;  // one state per value: say which with value=
       items.push_back(std::move(o));
@@ -1337,11 +1339,14 @@ AdminResponse AdminApi::limits_route(Call& call) const {
   if (!only.empty() && items.empty()) {
     return not_found("\"" + key + "\" has no limit named \"" + only + "\"" + (reset ? ": nothing was reset." : "."));
   }
+  // A value may be any bytes the counter was keyed by; JSON is UTF-8 (so too the audit log's rows).
+  const std::string shown_key = config::as_utf8(key);
+  const std::string shown_value = config::as_utf8(value);
   if (reset) {
-    const json::object what{{"key", key}, {"value", value}, {"limit", only}};
+    const json::object what{{"key", shown_key}, {"value", shown_value}, {"limit", config::as_utf8(only)}};
     if (auto unsaid = note(call, "limits.reset", "limits", what)) return *unsaid;
   }
-  return json_response(200, json::object{{"key", key}, {"value", value}, {"items", std::move(items)}});
+  return json_response(200, json::object{{"key", shown_key}, {"value", shown_value}, {"items", std::move(items)}});
 }
 
 // An action that changes state but no configuration (a reset), into the audit log with what it

@@ -1139,6 +1139,20 @@ TEST_F(AdminApiTest, KeyedLimitsNeedAValueAndGrantsAndInFlightLimitsAreFound) {
   EXPECT_EQ(call("GET", "/admin/v1/limits?key=grant:crm/orders").obj().at("items").as_array().size(), 1u);
   EXPECT_EQ(call("GET", "/admin/v1/limits?key=system:nobody").status, 404);
   EXPECT_EQ(call("GET", "/admin/v1/limits?key=crm").status, 400);
+  // A value of bytes that are not UTF-8 (a counter keyed by a query parameter counts any): read and
+  // reset, and said in JSON that parses (each such byte as U+FFFD), in the answer and the audit log.
+  const auto odd = call("GET", "/admin/v1/limits?key=interface:orders&value=%FF");
+  ASSERT_EQ(odd.status, 200) << odd.raw.body;
+  EXPECT_EQ(odd.str("value"), "\xEF\xBF\xBD");
+  ASSERT_EQ(call("POST", "/admin/v1/limits/reset?key=interface:orders&value=%FF").status, 200);
+  const auto audit = store_->audit(1);
+  ASSERT_TRUE(audit.ok());
+  boost::system::error_code ec;
+  (void)json::parse(audit->at(0).after, ec);
+  EXPECT_FALSE(ec) << audit->at(0).after;
+  const auto nobody = call("GET", "/admin/v1/limits?key=system:%FF");
+  EXPECT_EQ(nobody.status, 404);
+  EXPECT_NE(nobody.str("msg").find("\xEF\xBF\xBD"), std::string::npos) << nobody.raw.body;
 }
 
 TEST_F(AdminApiTest, AGrantKeyThatCouldNameTwoGrantsIsRefusedUntilTheSystemIsGiven) {
