@@ -566,8 +566,8 @@ void append_field(std::string& out, std::string_view name, std::string_view valu
 // the X-Forwarded-*, X-Request-Id and X-Sluice-System fields the gateway sets itself, and the fields
 // upstream frameworks read as the request's own method or path in place of its request line's
 // (kOverridingTheRoute), which the gateway did not route or permit by; each also spelt with '_'
-// (which a CGI-style upstream reads as the same). X-Forwarded-For keeps what earlier
-// proxies said, and Via gets the gateway. An HTTP/1.0
+// (which a CGI-style upstream reads as the same). X-Forwarded-For keeps what earlier proxies said,
+// and Via gets the gateway. An HTTP/1.0
 // request without Host (which HTTP/1.1 requires, and the parser requires of an HTTP/1.1 one) gets
 // the upstream target's. The request's target goes in origin form; one that came in absolute form
 // has its authority as the Host, in place of the client's (RFC 9112 3.2.2).
@@ -697,10 +697,10 @@ struct RelayResult {
 // Sends a message already parsed up to its body: `head`, then the body piece by piece as the parser
 // reads it from `from`, chunk-framed when `chunked`. The head goes out with the first piece, in one
 // write (a response's at once when no piece is there to read yet), and each piece in one write with
-// its framing (at once when the socket takes it all, which sets no deadline on `to`). Each piece is what one read brought (at most kRelayChunk), so a body
-// that trickles (server-sent events, a slow upload) is passed on as it comes, and read_timeout
-// bounds each read, not the whole body. on_first() runs once the first piece is in (or the body
-// is found empty), before it is written.
+// its framing (at once when the socket takes it all, which sets no deadline on `to`). Each piece is
+// what one read brought (at most kRelayChunk), so a body that trickles (server-sent events, a slow
+// upload) is passed on as it comes, and read_timeout bounds each read, not the whole body.
+// on_first() runs once the first piece is in (or the body is found empty), before it is written.
 template <bool isRequest, class OnFirst>
 Task<RelayResult> relay(TimedSocket& from, beast::flat_buffer& buffer,
                         MessageParser<isRequest>& parser,

@@ -44,9 +44,10 @@ local function limit_in_argv(a, k)
 end
 
 -- Decides the n limits of one call all or nothing: when any rejects, or raises an error (which is
--- then raised again), gives back what the others took. limit_at(a, k) reads the limit at ARGV[a] (see limit_in_argv), k being where the keys
--- would start if they follow each other in KEYS. Appends six integers per limit (see decision())
--- to `out`; returns the k and a that follow the call. Written out rather than on each_limit, and
+-- then raised again), gives back what the others took. limit_at(a, k) reads the limit at ARGV[a]
+-- (see limit_in_argv), k being where the keys would start if they follow each other in KEYS.
+-- Appends six integers per limit (see decision()) to `out`; returns the k and a that follow the
+-- call. Written out rather than on each_limit, and
 -- with no table made per decision: the keys and parameters go in tables reused from one decision
 -- to the next, and what an admitted limit may have to give back is where it was read from (a, k)
 -- and its decision's refund value, kept in reused arrays; a rejection reads such a limit again.
