@@ -396,7 +396,7 @@ void judge(const Status& store, Context& ctx) {
     std::int64_t remaining = quota->remaining;
     const bool only_looked_at = quota->fallback && made_up_refusal;
     if (rejected && quota->allowed && !only_looked_at) remaining = std::min(quota->limit, remaining + quota_cost);
-    v.quota = Quota{quota_limit->name, quota->limit, quota_limit->rule->limit.window(), remaining,
+    v.quota = Quota{quota_limit->field_name, quota->limit, quota_limit->rule->limit.window(), remaining,
                     until_full ? quota->reset_after : quota->retry_after};
   }
   if (rejected) return;
@@ -487,25 +487,6 @@ void append_int(std::string& out, std::int64_t v) {
   out.append(digits, static_cast<std::size_t>(end - digits));
 }
 
-// A limit's name as a quoted string of a RateLimit field (RFC 8941 sf-string: printable ASCII, with
-// '"' and '\' escaped): a name from an id in another script ("限流") has its bytes outside that, and
-// '%', percent-encoded, so that the field stays valid and the name can still be told.
-void append_name(std::string& out, std::string_view name) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  out += '"';
-  for (const char c : name) {
-    const auto b = static_cast<unsigned char>(c);
-    if (b < 0x20 || b > 0x7e || c == '%' || c == '"' || c == '\\') {
-      out += '%';
-      out += kHex[b >> 4];
-      out += kHex[b & 0xf];
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
-}
-
 // Writes the fields a verdict calls for: field(name) returns the string to append that field's
 // value to.
 template <class Field>
@@ -517,13 +498,13 @@ void write_fields(const Verdict& v, config::RateLimitHeaders form, Field&& field
   switch (form) {
     case config::RateLimitHeaders::kDraft: {
       std::string& policy = field("RateLimit-Policy");
-      append_name(policy, q.name);
+      policy.append(q.field_name);
       policy += ";q=";
       append_int(policy, q.limit);
       policy += ";w=";
       append_int(policy, ceil_seconds(q.window));
       std::string& state = field("RateLimit");
-      append_name(state, q.name);
+      state.append(q.field_name);
       state += ";r=";
       append_int(state, remaining);
       state += ";t=";

@@ -86,7 +86,7 @@ struct Request {
 
 // What the RateLimit fields describe: the limit closest to exhaustion.
 struct Quota {
-  std::string_view name;
+  std::string_view field_name;  // the limit's name, as its fields give it (CompiledLimit::field_name)
   std::int64_t limit = 0;
   Nanos window{0};
   std::int64_t remaining = 0;

@@ -34,6 +34,26 @@ std::string key_part(std::string_view name) {
   return out;
 }
 
+// A limit's name as the RateLimit fields give it, a quoted string (RFC 8941 sf-string: printable
+// ASCII, with '"' and '\' escaped): a name from an id in another script ("限流") has its bytes
+// outside that, and '%', percent-encoded, so that the field stays valid and the name can still be
+// told. Made once here, not per response.
+std::string field_name(std::string_view name) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out = "\"";
+  for (const char c : name) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b < 0x20 || b > 0x7e || c == '%' || c == '"' || c == '\\') {
+      out += '%';
+      out += kHex[b >> 4];
+      out += kHex[b & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  return out + '"';
+}
+
 // owner names the limits (RateLimit-Policy); key_owner goes into their store keys, and must tell
 // owners apart where owner cannot (a grant's system and interface may both hold a '/').
 std::vector<CompiledLimit> compile(Scope scope, const std::string& owner, const std::string& key_owner,
@@ -53,6 +73,7 @@ std::vector<CompiledLimit> compile(Scope scope, const std::string& owner, const 
     } else {
       c.name = config::unnamed_limit_name(owner, unnamed, i);
     }
+    c.field_name = field_name(c.name);
     std::string by = config::to_string(r.key_by);
     if (r.key_by == config::KeyBy::kHeader || r.key_by == config::KeyBy::kQuery) by += ":" + key_part(r.key_name);
     const std::string description = r.limit.to_string() + "|" + by;
@@ -174,6 +195,7 @@ Snapshot::Snapshot(std::shared_ptr<const config::Config> config, BreakerRegistry
                                .lease_timeout = f.concurrency_lease_timeout.value_or(config::kConcurrencyLeaseTimeout)}));
       e.in_flight.scope = Scope::kInFlight;
       e.in_flight.name = config::in_flight_limit_name(f.id);
+      e.in_flight.field_name = field_name(e.in_flight.name);
       e.in_flight.owner = f.id;
       e.in_flight.key = "f|" + key_part(f.id) + "|" + e.in_flight_limit->to_string() + "|";
     }

@@ -28,6 +28,7 @@ struct CompiledLimit {
   Scope scope = Scope::kSystem;
   const config::LimitRule* rule = nullptr;
   std::string name;
+  std::string field_name;  // name as the RateLimit fields give it: quoted, escaped
   // The store key: scope, owner, the limit's canonical description, what it is keyed by and its
   // name (or its rank among identical unnamed limits), each name's '|' and '%' escaped. A limit that
   // did not change across a reload keeps its key, and so its counters. Keyed-by limits append the
