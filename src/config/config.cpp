@@ -115,18 +115,6 @@ bool has_invisible_characters(std::string_view text) {
   return false;
 }
 
-bool cgi_alias_of(std::string_view field, std::string_view name) {
-  if (field.size() != name.size()) return false;
-  const auto fold = [](char c) {
-    if (c == '_') return '-';
-    return c >= 'A' && c <= 'Z' ? static_cast<char>(c | 0x20) : c;
-  };
-  for (std::size_t i = 0; i < field.size(); ++i) {
-    if (fold(field[i]) != fold(name[i])) return false;
-  }
-  return true;
-}
-
 namespace {
 
 // Whether a header can never carry a system key: one the gateway takes for a caller's API key

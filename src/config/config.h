@@ -188,8 +188,20 @@ bool has_invisible_characters(std::string_view text);
 
 // Whether a field name reads as `name` (whatever its case) where fields reach applications
 // CGI-style (X_Sluice_System and X-Sluice-System are both HTTP_X_SLUICE_SYSTEM there): how the
-// gateway looks a request's fields up.
-bool cgi_alias_of(std::string_view field, std::string_view name);
+// gateway looks a request's fields up. Inline: a request's every field is compared with several
+// names, most of another length.
+inline bool cgi_alias_of(std::string_view field, std::string_view name) {
+  if (field.size() != name.size()) return false;
+  if (field == name) return true;  // spelt as configured: the usual case
+  const auto fold = [](char c) {
+    if (c == '_') return '-';
+    return c >= 'A' && c <= 'Z' ? static_cast<char>(c | 0x20) : c;
+  };
+  for (std::size_t i = 0; i < field.size(); ++i) {
+    if (fold(field[i]) != fold(name[i])) return false;
+  }
+  return true;
+}
 
 // The longest id, key or name, in bytes. A system's key travels in a header field and every id in
 // the admin API's paths, both read within 8 KiB, and in log lines, metrics labels and the console's

@@ -107,6 +107,30 @@ std::string_view find_field(std::span<const HeadField> fields, http::field name)
   return {};
 }
 
+// A few field names, each also spelt with '_' (cgi_alias_of). A request's every field is looked up
+// in such sets, and most are of no name's length: one bit tells.
+template <std::size_t N>
+class FieldNameSet {
+ public:
+  constexpr explicit FieldNameSet(std::array<std::string_view, N> names) : names_(names) {
+    for (const std::string_view n : names_) lengths_ |= length_bit(n.size());
+  }
+  // The index of the name `field` is, or N.
+  std::size_t find(std::string_view field) const {
+    if ((lengths_ & length_bit(field.size())) == 0) return N;
+    for (std::size_t i = 0; i < N; ++i) {
+      if (cgi_alias_of(field, names_[i])) return i;
+    }
+    return N;
+  }
+  bool has(std::string_view field) const { return find(field) < N; }
+
+ private:
+  static constexpr std::uint64_t length_bit(std::size_t n) { return std::uint64_t{1} << std::min<std::size_t>(n, 63); }
+  std::array<std::string_view, N> names_;
+  std::uint64_t lengths_ = 0;
+};
+
 // The fields that name the caller, in one pass: the system key header's value, and whether it, the
 // API key's header or a signature field comes more than once (found before a signed request's body
 // is read). Spelt with '_' it is the same field (a CGI-style upstream reads both as one): the
@@ -118,9 +142,8 @@ struct CallerFields {
 };
 CallerFields caller_fields(std::span<const HeadField> fields, std::string_view key_header) {
   CallerFields out;
-  static constexpr std::array<std::string_view, 4> kOnce{kApiKeyHeader, kTimestampHeader, kNonceHeader,
-                                                         kSignatureHeader};
-  std::array<bool, kOnce.size()> seen{};
+  static constexpr FieldNameSet<4> kOnce{{kApiKeyHeader, kTimestampHeader, kNonceHeader, kSignatureHeader}};
+  std::array<bool, 4> seen{};
   for (const auto& f : fields) {
     const std::string_view name = f.name_string();
     if (cgi_alias_of(name, key_header)) {
@@ -129,8 +152,7 @@ CallerFields caller_fields(std::span<const HeadField> fields, std::string_view k
       out.has_system_key = true;
       continue;
     }
-    for (std::size_t i = 0; i < kOnce.size(); ++i) {
-      if (!cgi_alias_of(name, kOnce[i])) continue;
+    if (const std::size_t i = kOnce.find(name); i < seen.size()) {
       out.repeated = out.repeated || seen[i];
       seen[i] = true;
     }
@@ -547,12 +569,14 @@ std::string json_string(std::string_view s) {
 // An upstream connection (Beast streams move, but do not move-assign).
 using UpConn = std::unique_ptr<TimedSocket>;
 
-// Fields an upstream framework may take as the request's method (method-override middleware) or
-// path (X-Original-URL, X-Rewrite-URL) in place of its request line's: the gateway routed and
-// permitted the request by the latter, so the client's versions do not go up (a POST to a
-// permitted route with "X-HTTP-Method-Override: DELETE" would run a DELETE no check has seen).
-constexpr std::array<std::string_view, 5> kOverridingTheRoute{"X-HTTP-Method-Override", "X-HTTP-Method",
-                                                              "X-Method-Override", "X-Original-URL", "X-Rewrite-URL"};
+// A client's fields that do not go up (in either spelling): those the gateway sets itself, the
+// caller's API key, and those an upstream framework may take as the request's method
+// (method-override middleware) or path (X-Original-URL, X-Rewrite-URL) in place of its request
+// line's, which the gateway routed and permitted it by (a POST to a permitted route with
+// "X-HTTP-Method-Override: DELETE" would run a DELETE no check has seen).
+constexpr FieldNameSet<10> kNotFromTheClient{{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override",
+                                              "X-Original-URL", "X-Rewrite-URL", "X-Forwarded-For",
+                                              "X-Forwarded-Proto", "X-Request-Id", "X-Sluice-System", kApiKeyHeader}};
 
 void append_field(std::string& out, std::string_view name, std::string_view value) {
   out.append(name).append(": ", 2).append(value).append("\r\n", 2);
@@ -593,13 +617,7 @@ void append_upstream_head(std::string& out, const RequestParser& p, std::string_
         if (f.value().find_first_not_of(" \t") != std::string_view::npos) forwarded_for.push_back(f.value());
         continue;
       }
-      static constexpr std::array<std::string_view, 5> kSetHere{"X-Forwarded-For", "X-Forwarded-Proto", "X-Request-Id",
-                                                               "X-Sluice-System", kApiKeyHeader};
-      const auto named = [&](std::string_view n) { return cgi_alias_of(name, n); };
-      if (std::any_of(kSetHere.begin(), kSetHere.end(), named) ||
-          std::any_of(kOverridingTheRoute.begin(), kOverridingTheRoute.end(), named)) {
-        continue;
-      }
+      if (kNotFromTheClient.has(name)) continue;
     }
     append_field(out, name, f.value());
   }
@@ -2088,9 +2106,8 @@ Task<bool> Worker::proxy(Exchange& x) {
   if (up.breaker) {
     permit = up.breaker->try_acquire();
     if (!permit.admitted()) {
-      Verdict v = ctx.verdict;
-      v.retry_after = std::max(permit.retry_after(), Nanos{1});
-      const bool ok = co_await respond(x, Reason::kUpstreamUnavailable, &v, false);
+      ctx.verdict.retry_after = std::max(permit.retry_after(), Nanos{1});
+      const bool ok = co_await respond(x, Reason::kUpstreamUnavailable, &ctx.verdict, false);
       finish(x, 503, Reason::kUpstreamUnavailable, std::nullopt);
       co_return ok;
     }
@@ -2167,13 +2184,14 @@ Task<bool> Worker::proxy(Exchange& x) {
     } else {
       record(true, upstream_latency);
     }
-    Verdict overloaded;
     if (sent_up.local_failure) {
-      overloaded.retry_after = std::chrono::seconds(1);
+      // Said as this process's overload, not the limits' (their quota was not what refused it).
+      ctx.verdict.quota.reset();
+      ctx.verdict.retry_after = std::chrono::seconds(1);
       gw.log_overload();
     }
     // The client's connection carries on when its request was read whole (respond_json checks).
-    const bool keep = co_await respond(x, sent_up.failure, sent_up.local_failure ? &overloaded : nullptr, false);
+    const bool keep = co_await respond(x, sent_up.failure, sent_up.local_failure ? &ctx.verdict : nullptr, false);
     finish(x, status_of(sent_up.failure), sent_up.failure, upstream_latency);
     co_return keep;
   }
