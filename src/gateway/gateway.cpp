@@ -2068,7 +2068,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
 
 // A proxied request's steps. Its frame, and those of the coroutines it awaits, must stay within the
 // 1020 bytes Asio reuses (allocations_test.cpp): what only some answers need goes in the Exchange
-// (the session's frame), not in locals.
+// or its Context (in the session's frame), not in locals.
 Task<bool> Worker::proxy(Exchange& x) {
   const RequestParser& req = x.parser;
   const config::Config& cfg = x.snapshot->config();

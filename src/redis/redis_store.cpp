@@ -692,8 +692,9 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
       // answer (so that the caller's next call sees it given back). A refund to a node that is
       // not connected completes inside eval(): the count starts at one for this loop, so that
       // such a completion cannot answer before the loop is over, and the answer goes out once.
-      // A refund that failed (unsent, or unanswered: it may have run) leaves the leases it held
-      // taken: they go back as give-backs, which change nothing if the refund did run.
+      // A refund that failed (unsent, or unanswered: it may have run) or that Redis refused (an
+      // error reply: TRYAGAIN while its slot moves, OOM) leaves the leases it held taken: they go
+      // back as give-backs, which change nothing if the refund did run.
       outstanding = 1;
       for (std::size_t b = 0; b < batches.size(); ++b) {
         Batch& batch = batches[b];
@@ -702,7 +703,7 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
         batch.command = impl->script_call(detail::kRefundScript, requests, batch.members, pinned);
         impl->eval(batch.slot, detail::kRefundScript, batch.command,
                    [self = shared_from_this(), b](Result<Reply> r) {
-                     if (!r && !self->impl->closing) {
+                     if ((!r || detail::is_error(*r)) && !self->impl->closing) {
                        for (const std::size_t i : self->batches[b].members) {
                          if (self->requests[i].lease != 0) self->give_back_lease(self->requests[i]);
                        }
