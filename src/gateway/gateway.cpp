@@ -108,10 +108,13 @@ std::string_view find_field(std::span<const HeadField> fields, http::field name)
 }
 
 // A few field names, each also spelt with '_' (cgi_alias_of). A request's every field is looked up
-// in such sets, and most are of no name's length: one bit tells.
+// in such sets, and most are of no name's length: one bit of a mask tells (lengths of 63 and more
+// share the last one, and are compared).
 template <std::size_t N>
 class FieldNameSet {
  public:
+  static constexpr std::size_t kSize = N;
+
   constexpr explicit FieldNameSet(std::array<std::string_view, N> names) : names_(names) {
     for (const std::string_view n : names_) lengths_ |= length_bit(n.size());
   }
@@ -143,7 +146,7 @@ struct CallerFields {
 CallerFields caller_fields(std::span<const HeadField> fields, std::string_view key_header) {
   CallerFields out;
   static constexpr FieldNameSet<4> kOnce{{kApiKeyHeader, kTimestampHeader, kNonceHeader, kSignatureHeader}};
-  std::array<bool, 4> seen{};
+  std::array<bool, kOnce.kSize> seen{};
   for (const auto& f : fields) {
     const std::string_view name = f.name_string();
     if (cgi_alias_of(name, key_header)) {
@@ -589,7 +592,7 @@ void append_field(std::string& out, std::string_view name, std::string_view valu
 // the same value), the caller's API key (a secret of its own: X-Sluice-System says whose it was),
 // the X-Forwarded-*, X-Request-Id and X-Sluice-System fields the gateway sets itself, and the fields
 // upstream frameworks read as the request's own method or path in place of its request line's
-// (kOverridingTheRoute), which the gateway did not route or permit by; each also spelt with '_'
+// (kNotFromTheClient), which the gateway did not route or permit by; each also spelt with '_'
 // (which a CGI-style upstream reads as the same). X-Forwarded-For keeps what earlier proxies said,
 // and Via gets the gateway. An HTTP/1.0
 // request without Host (which HTTP/1.1 requires, and the parser requires of an HTTP/1.1 one) gets
@@ -2067,8 +2070,8 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
 }
 
 // A proxied request's steps. Its frame, and those of the coroutines it awaits, must stay within the
-// 1020 bytes Asio reuses (allocations_test.cpp): what only some answers need goes in the Exchange
-// or its Context (in the session's frame), not in locals.
+// 1020 bytes Asio reuses (255 chunks of 4 bytes; allocations_test.cpp): what only some answers need
+// goes in the Exchange or its Context (in the session's frame), not in locals.
 Task<bool> Worker::proxy(Exchange& x) {
   const RequestParser& req = x.parser;
   const config::Config& cfg = x.snapshot->config();

@@ -35,9 +35,9 @@ std::string key_part(std::string_view name) {
 }
 
 // A limit's name as the RateLimit fields give it, a quoted string (RFC 8941 sf-string: printable
-// ASCII, with '"' and '\' escaped): a name from an id in another script ("限流") has its bytes
-// outside that, and '%', percent-encoded, so that the field stays valid and the name can still be
-// told. Made once here, not per response.
+// ASCII): a name from an id in another script ("限流") has its bytes outside that percent-encoded,
+// and its '%', '"' and '\' too (%25, %22, %5C), so that the field stays valid and the name can
+// still be told. Made once here, not per response.
 std::string field_name(std::string_view name) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   std::string out = "\"";

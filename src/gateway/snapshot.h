@@ -23,7 +23,8 @@ namespace sluice::gateway {
 // Who a limit belongs to; also what a rejection by it is called.
 enum class Scope : std::uint8_t { kSystem, kInterface, kGrant, kInFlight };
 
-// A limit ready to use: its rule, the name the RateLimit headers give it, and its state key.
+// A limit ready to use: its rule, its name (metrics, logs, the admin API) and the RateLimit fields'
+// form of it, and its state key.
 struct CompiledLimit {
   Scope scope = Scope::kSystem;
   const config::LimitRule* rule = nullptr;

@@ -77,7 +77,7 @@ upstreams:
     targets: [127.0.0.1:)" + std::to_string(upstream_->port()) + R"(]
     breaker: {window: 4, minimum_calls: 1, failure_rate: 50, open_for: 10s}
 systems:
-  - {key: crm, interfaces: ["*"]}
+  - {key: crm, interfaces: ["*"], limits: [{algorithm: fixed_window, limit: 1000, period: 1h}]}
 interfaces:
   - {id: echo, path: /echo/*, upstream: app}
 )"));
@@ -102,7 +102,8 @@ interfaces:
 };
 
 // Out of descriptors, a request is answered 503 gateway_overloaded with Retry-After: the upstream,
-// which did nothing wrong, is not blamed (no connect failure counted, its breaker closed).
+// which did nothing wrong, is not blamed (no connect failure counted, its breaker closed), nor are
+// the limits, which admitted it (no RateLimit fields).
 TEST_F(DescriptorsTest, OutOfDescriptorsIsTheGatewaysOverloadNotTheUpstreamsFailure) {
   HttpClient c(gw_->port());
   ASSERT_EQ(c.get("/_sluice/healthz").status, 200);  // connected and accepted, no upstream yet
@@ -114,7 +115,11 @@ TEST_F(DescriptorsTest, OutOfDescriptorsIsTheGatewaysOverloadNotTheUpstreamsFail
   EXPECT_EQ(refused.status, 503) << refused.body;
   EXPECT_NE(refused.body.find("\"reason\":\"gateway_overloaded\""), std::string::npos) << refused.body;
   EXPECT_EQ(refused.header("retry-after"), "1");
-  EXPECT_EQ(c.get("/echo/x", "crm").status, 200);
+  EXPECT_EQ(refused.header("ratelimit"), "");
+  EXPECT_EQ(refused.header("ratelimit-policy"), "");
+  const testing::HttpResponse admitted = c.get("/echo/x", "crm");
+  EXPECT_EQ(admitted.status, 200);
+  EXPECT_TRUE(admitted.header("ratelimit").starts_with("\"crm\";r=998;t=")) << admitted.header("ratelimit");
   const std::string m = metrics();
   EXPECT_EQ(metric_sum(m, "sluice_upstream_connect_failures_total{upstream=\"app\""), 0);
   EXPECT_NE(m.find("\nsluice_breaker_state{upstream=\"app\",state=\"closed\"} 1"), std::string::npos);
