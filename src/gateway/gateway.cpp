@@ -1604,8 +1604,9 @@ Task<Reason> Worker::verify_body(Exchange& x, const Request& r, std::string_view
 // gateway's language; empty when it can. What is not of the documented shape is refused, a field
 // of the wrong type not being taken as absent (a numeric "system" is not a request without a key),
 // and so is what a proxied request could not carry, read as the request line and fields are read:
-// the answer is the proxy's. A field given twice would mean one thing here and perhaps another to
-// whatever read the body before (Boost.JSON keeps the last). A client_ip other than the peer's
+// the answer is the proxy's. A field it does not know is refused, not dropped. A field given twice
+// would mean one thing here and perhaps another to whatever read the body before (Boost.JSON keeps
+// the last). A client_ip other than the peer's
 // own (`peer`) is taken only from a peer in `client_ip_from`: from anyone else it would spend
 // another address's counters (a login limit keyed by client_ip, say).
 std::string decide_refusal(std::string_view body, const boost::json::object* o, bool zh, std::string_view peer,
@@ -1617,6 +1618,16 @@ std::string decide_refusal(std::string_view body, const boost::json::object* o, 
   }
   if (const std::optional<std::string> repeated = config::repeated_key(body)) {
     return say("the field " + *repeated + " is given twice", "字段 " + *repeated + " 出现了两次");
+  }
+  // A field misspelt ("Cost", "cots") would otherwise be dropped, and the request decided as if
+  // it were not there: at cost 1, say.
+  static constexpr std::array<std::string_view, 7> kFields{"system",    "method",      "path",   "cost",
+                                                           "client_ip", "body_sha256", "headers"};
+  for (const auto& kv : *o) {
+    if (std::find(kFields.begin(), kFields.end(), kv.key()) != kFields.end()) continue;
+    const std::string name = config::as_utf8(kv.key());
+    return say("unknown field " + name + ": the fields are system, method, path, cost, client_ip, body_sha256 and headers",
+               "未知字段 " + name + "：可用字段为 system、method、path、cost、client_ip、body_sha256 和 headers");
   }
   for (const char* name : {"system", "method", "path", "client_ip", "body_sha256"}) {
     if (auto it = o->find(name); it != o->end() && !it->value().is_string()) {

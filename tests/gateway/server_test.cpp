@@ -1693,6 +1693,24 @@ TEST_F(GatewayTest, DecideRefusesAFieldGivenTwice) {
             200);
 }
 
+// A field /decide does not know is refused, not dropped: a misspelt "cost" would be decided at 1.
+TEST_F(GatewayTest, DecideRefusesAFieldItDoesNotKnow) {
+  HttpClient c(gw_->port());
+  for (const std::string field : {"Cost", "cots", "query"}) {
+    const HttpResponse r = c.request("POST", "/_sluice/v1/decide", {},
+                                     R"({"system":"crm","path":"/echo/x",")" + field + R"(":4})");
+    EXPECT_EQ(r.status, 400) << field;
+    EXPECT_EQ(str(json(r.body), "msg"), "unknown field " + field +
+                                            ": the fields are system, method, path, cost, client_ip, body_sha256 "
+                                            "and headers");
+  }
+  EXPECT_EQ(c.request("POST", "/_sluice/v1/decide", {},
+                      R"({"system":"crm","method":"GET","path":"/echo/x","cost":1,"client_ip":"127.0.0.1",)"
+                      R"("body_sha256":"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855","headers":{}})")
+                .status,
+            200);
+}
+
 // An HTTP/1.0 client knows no chunking: a chunked body (or one without a length) reaches it
 // unframed, ended by the connection's close.
 TEST_F(GatewayTest, AnHttp10ClientGetsABodyWithoutALengthUnframedAndTheConnectionClosed) {
