@@ -556,10 +556,14 @@ class Validator {
     if (c_.send_timeout < std::chrono::milliseconds(1)) add("send_timeout", "must be at least 1ms");
     if (c_.drain_timeout < Nanos{0}) add("drain_timeout", "must not be negative");
     if (c_.access_log.empty()) add("access_log", "must be stdout, off or a file path");
-    for (std::size_t i = 0; i < c_.decide_client_ip_from.size(); ++i) {
-      if (!parse_network(c_.decide_client_ip_from[i])) {
-        add("decide_client_ip_from[" + std::to_string(i) + "]",
-            "must be an IP address or a range such as 10.0.0.0/8, got \"" + c_.decide_client_ip_from[i] + "\"");
+    using Networks = std::pair<const char*, const std::vector<std::string>*>;
+    for (const auto& [name, networks] : {Networks{"decide_client_ip_from", &c_.decide_client_ip_from},
+                                         Networks{"trusted_proxies", &c_.trusted_proxies}}) {
+      for (std::size_t i = 0; i < networks->size(); ++i) {
+        if (!parse_network((*networks)[i])) {
+          add(std::string(name) + "[" + std::to_string(i) + "]",
+              "must be an IP address or a range such as 10.0.0.0/8, got \"" + (*networks)[i] + "\"");
+        }
       }
     }
 

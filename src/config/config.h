@@ -156,6 +156,11 @@ struct Config {
   // address of the client they ask for (client_ip): from others, a client_ip is refused, since it
   // would spend another address's counters.
   std::vector<std::string> decide_client_ip_from = {"127.0.0.0/8", "::1"};
+  // Proxies in front of the gateway (IP addresses or ranges, parse_network) taken at their word
+  // about the client: a request from one is counted, keyed and logged by the client address its
+  // X-Forwarded-For gives, and its X-Forwarded-Proto (http or https) goes up as it came. Empty:
+  // none, every request is its peer's, in http.
+  std::vector<std::string> trusted_proxies;
   std::vector<Upstream> upstreams;
   std::vector<System> systems;
   std::vector<Interface> interfaces;

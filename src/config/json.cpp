@@ -200,6 +200,11 @@ json::object settings_json(const Config& c) {
     for (const std::string& s : c.decide_client_ip_from) from.push_back(json::string(s));
     out["decide_client_ip_from"] = std::move(from);
   }
+  if (!c.trusted_proxies.empty()) {
+    json::array proxies;
+    for (const std::string& s : c.trusted_proxies) proxies.push_back(json::string(s));
+    out["trusted_proxies"] = std::move(proxies);
+  }
   return out;
 }
 

@@ -226,8 +226,8 @@ class Reader {
     mark("", root);
     fields(root, "", {"listen", "admin_listen", "store", "fleet_size", "store_timeout", "system_key_header",
                       "language", "rate_limit_headers", "max_body_bytes", "header_timeout", "send_timeout",
-                      "drain_timeout", "access_log", "decide_client_ip_from", "upstreams", "systems", "interfaces",
-                      "grants"});
+                      "drain_timeout", "access_log", "decide_client_ip_from", "trusted_proxies", "upstreams",
+                      "systems", "interfaces", "grants"});
     string(root, "", "listen", c.listen);
     string(root, "", "admin_listen", c.admin_listen);
     string(root, "", "store", c.store);
@@ -265,6 +265,7 @@ class Reader {
       c.decide_client_ip_from.clear();
       strings(root, "", "decide_client_ip_from", c.decide_client_ip_from);
     }
+    strings(root, "", "trusted_proxies", c.trusted_proxies);
     list(root, "", "upstreams", [&](const YAML::Node& n, const std::string& at) {
       c.upstreams.push_back(upstream(n, at));
     });
@@ -952,6 +953,7 @@ std::string to_yaml(const Config& c) {
   out << "drain_timeout: " << format_duration(c.drain_timeout) << "\n";
   out << "access_log: " << quote(c.access_log) << "\n";
   out << "decide_client_ip_from: " << strings_flow(c.decide_client_ip_from) << "\n";
+  if (!c.trusted_proxies.empty()) out << "trusted_proxies: " << strings_flow(c.trusted_proxies) << "\n";
   out << "upstreams:" << (c.upstreams.empty() ? " []" : "") << "\n";
   for (const Upstream& u : c.upstreams) {
     out << "  - name: " << quote(u.name) << "\n";

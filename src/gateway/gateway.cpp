@@ -594,13 +594,13 @@ void append_field(std::string& out, std::string_view name, std::string_view valu
 // upstream frameworks read as the request's own method or path in place of its request line's
 // (kNotFromTheClient), which the gateway did not route or permit by; each also spelt with '_'
 // (which a CGI-style upstream reads as the same). X-Forwarded-For keeps what earlier proxies said,
-// and Via gets the gateway. An HTTP/1.0
-// request without Host (which HTTP/1.1 requires, and the parser requires of an HTTP/1.1 one) gets
+// X-Forwarded-Proto says `proto` (the client's protocol: see take_forwarded), and Via gets the
+// gateway. An HTTP/1.0 request without Host (which HTTP/1.1 requires, and the parser requires of an HTTP/1.1 one) gets
 // the upstream target's. The request's target goes in origin form; one that came in absolute form
 // has its authority as the Host, in place of the client's (RFC 9112 3.2.2).
 void append_upstream_head(std::string& out, const RequestParser& p, std::string_view origin, std::string_view authority,
-                          std::string_view client_ip, std::string_view request_id, std::string_view system,
-                          std::span<const std::string> kept, const config::Target& target) {
+                          std::string_view client_ip, std::string_view proto, std::string_view request_id,
+                          std::string_view system, std::span<const std::string> kept, const config::Target& target) {
   const HopFields hop(p.fields(), kept);
   out.append(p.method_string());
   out += ' ';
@@ -635,7 +635,9 @@ void append_upstream_head(std::string& out, const RequestParser& p, std::string_
     out += ", ";
   }
   out.append(client_ip);
-  out += "\r\nX-Forwarded-Proto: http\r\n";
+  out += "\r\nX-Forwarded-Proto: ";
+  out.append(proto);
+  out += "\r\n";
   // After the client's own Via fields, which pass as they came: the list in the order the message
   // went (RFC 9110 7.6.3), with the protocol it came in.
   out += p.http11() ? "Via: 1.1 sluice\r\n" : "Via: 1.0 sluice\r\n";
@@ -1122,6 +1124,8 @@ struct Worker {
   bool prepare(Exchange& x);
   // The request's id: the client's X-Request-Id when it is one, else one made up.
   void assign_request_id(Exchange& x);
+  // From a peer in trusted_proxies: its client's address and protocol (Exchange::counted_ip, proto).
+  void take_forwarded(Exchange& x);
   Task<bool> answer(Exchange& x);
   // 405 for a method the gateway's own endpoint does not take, with the ones it does.
   Task<bool> not_allowed(Exchange& x, std::string_view allow);
@@ -1193,7 +1197,11 @@ struct Worker::Exchange {
   beast::flat_buffer& buffer;
   RequestParser& parser;
   Context& ctx;
-  std::string_view client_ip;
+  std::string_view client_ip;  // the peer's address
+  // The client's address as limits count it and the log shows it, and the protocol it came in:
+  // the peer's and http, or what a trusted proxy says of its client (take_forwarded).
+  std::string_view counted_ip;
+  std::string_view proto{"http"};
   std::shared_ptr<const Snapshot> snapshot;
   Clock::time_point start;
   std::string_view request_id{};  // the client's X-Request-Id (in its head), or generated_id
@@ -1214,6 +1222,7 @@ struct Worker::Exchange {
   Request request{};  // what the policy sees of a proxied request
   bool leases_held = false;
   bool decided = false;
+  std::string forwarded_ip{};  // counted_ip, as a trusted proxy said it
   std::string body{};  // read before proxying when a signature covers it
   bool body_read = false;
   bool continue_sent = false;  // "100 Continue" already written
@@ -1293,7 +1302,7 @@ Task<void> Worker::session(Socket socket) {
       if (!quiet) {
         conn.busy = true;
         Exchange x{.client = stream, .buffer = buffer, .parser = *parser, .ctx = ctx, .client_ip = client_ip,
-                   .snapshot = snap, .start = first_byte.value_or(Clock::now())};
+                   .counted_ip = client_ip, .snapshot = snap, .start = first_byte.value_or(Clock::now())};
         assign_request_id(x);  // from what the parser read of the head
         Reason why = reason_of_read_error(rec);
         // A head over the limit with no line ended: its request line alone is (RFC 9112 3: 414).
@@ -1311,7 +1320,7 @@ Task<void> Worker::session(Socket socket) {
     }
     conn.busy = true;
     Exchange x{.client = stream, .buffer = buffer, .parser = *parser, .ctx = ctx, .client_ip = client_ip,
-               .snapshot = snap, .start = first_byte.value_or(Clock::now()), .chunk = chunk.get(),
+               .counted_ip = client_ip, .snapshot = snap, .start = first_byte.value_or(Clock::now()), .chunk = chunk.get(),
                .up_buffer = &up_buffer, .head = &head,
                .up_parser = &up_parser, .up_head = &up_head};
     bool keep = false;
@@ -1425,7 +1434,7 @@ void Worker::finish(Exchange& x, int status, Reason reason, std::optional<Nanos>
   r.reason = reason;
   r.latency = since(x.start);
   r.upstream_latency = upstream_latency;
-  r.client_ip = x.client_ip;
+  r.client_ip = x.counted_ip;
   r.shadow_rejected = x.decided ? &x.ctx.verdict.shadow_rejected : nullptr;
   gw.access_log->write(r, log_line);
 }
@@ -1511,8 +1520,49 @@ void Worker::assign_request_id(Exchange& x) {
   }
 }
 
+// X-Forwarded-For lists the addresses each proxy on the way was connected from, each appending its
+// peer's: read from the right, the first entry that is not a trusted proxy is the client (or the
+// first proxy not trusted), and what is left of it anyone could have written. All trusted: the
+// leftmost. An entry that is not an address (with a port, "1.2.3.4:5678" and "[::1]:80" are) leaves
+// the peer's own. X-Forwarded-Proto's first entry is the protocol the client used, if http or https.
+void Worker::take_forwarded(Exchange& x) {
+  const Snapshot& snap = *x.snapshot;
+  if (!snap.trusts_proxies() || !snap.trusts(x.client_ip)) return;
+  boost::container::small_vector<std::string_view, 8> entries;
+  std::string_view proto;
+  for (const HeadField& f : x.parser.fields()) {
+    if (f.name() != http::field::unknown) continue;
+    if (beast::iequals(f.name_string(), "X-Forwarded-For")) {
+      for_each_token(f.value(), [&](std::string_view entry) { entries.push_back(entry); });
+    } else if (proto.empty() && beast::iequals(f.name_string(), "X-Forwarded-Proto")) {
+      for_each_token(f.value(), [&](std::string_view p) {
+        if (proto.empty()) proto = p;
+      });
+    }
+  }
+  if (beast::iequals(proto, "https")) x.proto = "https";
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    std::string_view entry = *it;
+    if (entry.starts_with('[')) {
+      entry = entry.substr(1, entry.find(']') - 1);
+    } else if (entry.find(':') == entry.rfind(':')) {
+      entry = entry.substr(0, entry.find(':'));  // IPv4 with a port (an IPv6 address has several)
+    }
+    error_code ec;
+    const asio::ip::address address = asio::ip::make_address(entry, ec);
+    if (ec) {
+      x.counted_ip = x.client_ip;
+      return;
+    }
+    x.forwarded_ip = client_address(address);
+    x.counted_ip = x.forwarded_ip;
+    if (!snap.trusts(x.forwarded_ip)) return;
+  }
+}
+
 bool Worker::prepare(Exchange& x) {
   assign_request_id(x);
+  take_forwarded(x);
   x.origin = x.parser.target();
   // The absolute form (RFC 9112 3.2.2), which a server must accept: routed by its path, and sent
   // upstream in origin form with its authority as the Host.
@@ -1764,7 +1814,7 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
   r.system_key = system.value_or("");
   std::string given_ip;
   if (const auto ip = str("client_ip")) given_ip = client_address(asio::ip::make_address(*ip));  // checked before
-  r.client_ip = given_ip.empty() ? std::string_view(x.client_ip) : std::string_view(given_ip);
+  r.client_ip = given_ip.empty() ? x.counted_ip : std::string_view(given_ip);
   r.headers = &lookup;
   r.cost = cost;
   r.hold_in_flight = false;
@@ -1957,7 +2007,7 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
     TimedSocket& us = *conn;
     us.arm(itf.timeout);
     wire.clear();
-    append_upstream_head(wire, x.parser, x.origin, x.authority, x.client_ip, x.request_id,
+    append_upstream_head(wire, x.parser, x.origin, x.authority, x.client_ip, x.proto, x.request_id,
                          x.ctx.system != nullptr ? std::string_view(x.ctx.system->system->key) : std::string_view(),
                          x.snapshot->kept_headers(), target);
     error_code ec;
@@ -2096,7 +2146,7 @@ Task<bool> Worker::proxy(Exchange& x) {
   r.has_system_key = named.has_system_key;
   r.system_key = named.system_key;
   r.caller_named_twice = named.repeated;
-  r.client_ip = x.client_ip;
+  r.client_ip = x.counted_ip;
   r.headers = &lookup;
 
   const auto t0 = Clock::now();

@@ -149,6 +149,9 @@ Snapshot::Snapshot(std::shared_ptr<const config::Config> config, BreakerRegistry
   keys_by_request_ = std::any_of(c.systems.begin(), c.systems.end(), [&](const auto& x) { return keyed(x.limits); }) ||
                      std::any_of(c.interfaces.begin(), c.interfaces.end(), [&](const auto& x) { return keyed(x.limits); }) ||
                      std::any_of(c.grants.begin(), c.grants.end(), [&](const auto& x) { return keyed(x.limits); });
+  for (const std::string& n : c.trusted_proxies) {
+    if (const auto network = config::parse_network(n)) trusted_proxies_.push_back(*network);  // validated
+  }
   kept_headers_.push_back(c.system_key_header);
   const auto keep = [&](const std::vector<config::LimitRule>& rules) {
     for (const config::LimitRule& r : rules) {

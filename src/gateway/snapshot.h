@@ -3,6 +3,7 @@
 // shared between threads (std::shared_ptr<const Snapshot>); a reload builds a new one.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <bitset>
 #include <cstdint>
@@ -117,6 +118,12 @@ class Snapshot {
   // names them: the system key header, and every header a limit is keyed by (a request that made
   // its header hop-by-hop would be counted by a value the upstream never sees).
   std::span<const std::string> kept_headers() const { return kept_headers_; }
+  // Whether an address (text) is of a proxy in trusted_proxies.
+  bool trusts(std::string_view address) const {
+    return std::any_of(trusted_proxies_.begin(), trusted_proxies_.end(),
+                       [&](const config::Network& n) { return n.contains(address); });
+  }
+  bool trusts_proxies() const { return !trusted_proxies_.empty(); }
   const GrantEntry* grant(const SystemEntry& system, const InterfaceEntry& interface) const;
 
   const CallerKeys& callers() const { return callers_; }
@@ -147,6 +154,7 @@ class Snapshot {
   std::vector<std::string> caller_problems_;
   CallerKeys callers_;
   std::vector<std::string> kept_headers_;
+  std::vector<config::Network> trusted_proxies_;
   bool keys_by_request_ = false;
 };
 

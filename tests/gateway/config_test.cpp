@@ -125,10 +125,12 @@ TEST(ConfigYaml, JsonSurrogatePairEscapesAreReadAsTheirCharacter) {
             (std::vector<std::string>{
                 "test.yaml:2:2: x: unknown field \"x\" (known here: listen, admin_listen, store, fleet_size, store_timeout, "
                 "system_key_header, language, rate_limit_headers, max_body_bytes, header_timeout, send_timeout, "
-                "drain_timeout, access_log, decide_client_ip_from, upstreams, systems, interfaces, grants)",
+                "drain_timeout, access_log, decide_client_ip_from, trusted_proxies, upstreams, systems, interfaces, "
+                "grants)",
                 "test.yaml:2:23: y: unknown field \"y\" (known here: listen, admin_listen, store, fleet_size, store_timeout, "
                 "system_key_header, language, rate_limit_headers, max_body_bytes, header_timeout, send_timeout, "
-                "drain_timeout, access_log, decide_client_ip_from, upstreams, systems, interfaces, grants)"}));
+                "drain_timeout, access_log, decide_client_ip_from, trusted_proxies, upstreams, systems, interfaces, "
+                "grants)"}));
 }
 
 // Words YAML reads as something else in any of their cases (NULL, True, Off) are quoted: written
@@ -676,6 +678,24 @@ TEST(ConfigJson, RepeatedKeysAreFoundWithTheirPath) {
   EXPECT_EQ(repeated_key(many + "\"k19999\":1}"), "k19999");
   EXPECT_EQ(repeated_key("not json"), std::nullopt);
   EXPECT_EQ(repeated_key(""), std::nullopt);
+}
+
+// trusted_proxies: read, written back, stored only when some are named, checked.
+TEST(ConfigYaml, TrustedProxiesAreReadExportedAndChecked) {
+  auto c = load_ok("trusted_proxies: [10.0.0.0/8, \"2001:db8::/32\", 192.0.2.7]\n" + std::string(kMinimal));
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->trusted_proxies, (std::vector<std::string>{"10.0.0.0/8", "2001:db8::/32", "192.0.2.7"}));
+  const auto again = load_ok(config::to_yaml(*c));
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->trusted_proxies, c->trusted_proxies);
+  EXPECT_EQ(config::to_json(*c).at("trusted_proxies").as_array().size(), 3u);
+  EXPECT_TRUE(load_ok(kMinimal)->trusted_proxies.empty());
+  EXPECT_FALSE(config::to_json(*load_ok(kMinimal)).contains("trusted_proxies"));
+  EXPECT_EQ(config::to_yaml(*load_ok(kMinimal)).find("trusted_proxies"), std::string::npos);
+  EXPECT_EQ(problems_of("trusted_proxies: [10.0.0.1/8, lb.internal]\n" + std::string(kMinimal)),
+            (std::vector<std::string>{
+                "test.yaml:1:19: trusted_proxies[0]: must be an IP address or a range such as 10.0.0.0/8, got \"10.0.0.1/8\"",
+                "test.yaml:1:31: trusted_proxies[1]: must be an IP address or a range such as 10.0.0.0/8, got \"lb.internal\""}));
 }
 
 // decide_client_ip_from: read, written back, stored only when not the default, checked.

@@ -1627,6 +1627,48 @@ TEST_F(GatewayTest, AnIpv4ClientOfADualStackListenerIsItsIpv4Address) {
   EXPECT_EQ(c.request("POST", "/_sluice/v1/decide", {}, decide + R"(10.0.0.1"})").status, 429);
 }
 
+// Behind proxies the gateway trusts, a request is its client's as X-Forwarded-For names it (read
+// from the right, past the trusted proxies): counted, logged and sent on as that client's, with the
+// protocol X-Forwarded-Proto says. From a peer not trusted, both are the peer's own.
+TEST_F(GatewayTest, ARequestFromATrustedProxyIsItsClients) {
+  gw_.reset();
+  start(config_text("trusted_proxies: [127.0.0.1, 10.0.0.0/8]\n"));
+  HttpClient c(gw_->port());
+  const auto via = [&](const std::string& forwarded_for, const std::string& id = "none") {
+    return c.request("GET", "/per-ip",
+                     {{"X-Forwarded-For", forwarded_for}, {"X-Forwarded-Proto", "https"}, {"X-Request-Id", id}});
+  };
+  const HttpResponse first = via("203.0.113.7", "forwarded");
+  ASSERT_EQ(first.status, 200);
+  const auto echo = json(first.body);
+  const auto& h = echo.at("headers").as_object();
+  EXPECT_EQ(str(h, "X-Forwarded-For"), "203.0.113.7, 127.0.0.1");
+  EXPECT_EQ(str(h, "X-Forwarded-Proto"), "https");
+  EXPECT_NE(access_log_line("forwarded").find(R"("client_ip":"203.0.113.7")"), std::string::npos)
+      << access_log_line("forwarded");
+  EXPECT_EQ(via("203.0.113.7").status, 429);  // the same client
+  EXPECT_EQ(via("203.0.113.8").status, 200);  // another
+  // What a client wrote left of the entry its proxy made counts for nothing.
+  EXPECT_EQ(via("198.51.100.1, 203.0.113.7").status, 429);
+  // Trusted proxies on the way are passed over; a port is no part of an address.
+  EXPECT_EQ(via("203.0.113.9:5555, 10.1.2.3").status, 200);
+  EXPECT_EQ(via("203.0.113.9, 10.1.2.3").status, 429);
+  EXPECT_EQ(via("[2001:db8::1]:443").status, 200);
+  EXPECT_EQ(via("2001:db8::1").status, 429);
+  // An entry that is not an address leaves the peer's own, as does a request without the field.
+  EXPECT_EQ(via("unknown").status, 200);
+  EXPECT_EQ(c.get("/per-ip").status, 429);
+
+  gw_.reset();
+  start(config_text("trusted_proxies: [10.0.0.0/8]\n"));
+  HttpClient d(gw_->port());
+  const HttpResponse untrusted =
+      d.request("GET", "/per-ip", {{"X-Forwarded-For", "203.0.113.7"}, {"X-Forwarded-Proto", "https"}});
+  ASSERT_EQ(untrusted.status, 200);
+  EXPECT_EQ(str(json(untrusted.body).at("headers").as_object(), "X-Forwarded-Proto"), "http");
+  EXPECT_EQ(d.request("GET", "/per-ip", {{"X-Forwarded-For", "203.0.113.8"}}).status, 429);  // the peer's
+}
+
 // A client_ip other than its own is taken only from a peer decide_client_ip_from names: from anyone
 // else it would spend another address's counters (lock a victim out of a login limit).
 TEST_F(GatewayTest, DecideTakesAnotherClientsAddressOnlyFromATrustedPeer) {
