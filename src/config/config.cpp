@@ -560,9 +560,13 @@ class Validator {
     for (const auto& [name, networks] : {Networks{"decide_client_ip_from", &c_.decide_client_ip_from},
                                          Networks{"trusted_proxies", &c_.trusted_proxies}}) {
       for (std::size_t i = 0; i < networks->size(); ++i) {
-        if (!parse_network((*networks)[i])) {
-          add(std::string(name) + "[" + std::to_string(i) + "]",
-              "must be an IP address or a range such as 10.0.0.0/8, got \"" + (*networks)[i] + "\"");
+        const std::optional<Network> network = parse_network((*networks)[i]);
+        const std::string at = std::string(name) + "[" + std::to_string(i) + "]";
+        if (!network) {
+          add(at, "must be an IP address or a range such as 10.0.0.0/8, got \"" + (*networks)[i] + "\"");
+        } else if (network->prefix == 0 && networks == &c_.trusted_proxies) {
+          add(at, "is every address: every client's X-Forwarded-For would be believed; name the proxies in front "
+                  "of sluice");
         }
       }
     }

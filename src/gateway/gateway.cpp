@@ -1520,12 +1520,39 @@ void Worker::assign_request_id(Exchange& x) {
   }
 }
 
+// An X-Forwarded-For entry's address: "203.0.113.7", "2001:db8::1", with a port "203.0.113.7:5555"
+// or "[2001:db8::1]:443". nullopt for anything else (a zone id too: it names no host elsewhere).
+std::optional<asio::ip::address> forwarded_address(std::string_view entry) {
+  const auto port_ok = [](std::string_view port) {
+    return !port.empty() && port.size() <= 5 &&
+           std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if (entry.starts_with('[')) {
+    const std::size_t close = entry.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    const std::string_view after = entry.substr(close + 1);
+    if (!after.empty() && !(after.front() == ':' && port_ok(after.substr(1)))) return std::nullopt;
+    entry = entry.substr(1, close - 1);
+    if (entry.find(':') == std::string_view::npos) return std::nullopt;  // an IPv4 address is not bracketed
+  } else if (const std::size_t colon = entry.find(':'); colon != std::string_view::npos && colon == entry.rfind(':')) {
+    if (!port_ok(entry.substr(colon + 1))) return std::nullopt;
+    entry = entry.substr(0, colon);  // IPv4 with a port (an IPv6 address has several colons)
+  }
+  if (entry.find('%') != std::string_view::npos) return std::nullopt;
+  error_code ec;
+  const asio::ip::address address = asio::ip::make_address(entry, ec);
+  if (ec) return std::nullopt;
+  return address;
+}
+
 // X-Forwarded-For lists the addresses each proxy on the way was connected from, each appending its
 // peer's: read from the right, the first entry that is not a trusted proxy is the client (or the
 // first proxy not trusted), and what is left of it anyone could have written. All trusted: the
-// leftmost. An entry that is not an address (with a port, "1.2.3.4:5678" and "[::1]:80" are) leaves
-// the peer's own. X-Forwarded-Proto's first entry is the protocol the client used, if http or https.
+// leftmost. An entry that is not an address, or more than kMaxTrustedHops trusted ones in a row,
+// leave the peer's own. The protocol is what the nearest proxy said: X-Forwarded-Proto's last
+// entry, https or http.
 void Worker::take_forwarded(Exchange& x) {
+  constexpr int kMaxTrustedHops = 32;
   const Snapshot& snap = *x.snapshot;
   if (!snap.trusts_proxies() || !snap.trusts(x.client_ip)) return;
   boost::container::small_vector<std::string_view, 8> entries;
@@ -1534,27 +1561,19 @@ void Worker::take_forwarded(Exchange& x) {
     if (f.name() != http::field::unknown) continue;
     if (beast::iequals(f.name_string(), "X-Forwarded-For")) {
       for_each_token(f.value(), [&](std::string_view entry) { entries.push_back(entry); });
-    } else if (proto.empty() && beast::iequals(f.name_string(), "X-Forwarded-Proto")) {
-      for_each_token(f.value(), [&](std::string_view p) {
-        if (proto.empty()) proto = p;
-      });
+    } else if (beast::iequals(f.name_string(), "X-Forwarded-Proto")) {
+      for_each_token(f.value(), [&](std::string_view p) { proto = p; });
     }
   }
   if (beast::iequals(proto, "https")) x.proto = "https";
+  int hops = 0;
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
-    std::string_view entry = *it;
-    if (entry.starts_with('[')) {
-      entry = entry.substr(1, entry.find(']') - 1);
-    } else if (entry.find(':') == entry.rfind(':')) {
-      entry = entry.substr(0, entry.find(':'));  // IPv4 with a port (an IPv6 address has several)
-    }
-    error_code ec;
-    const asio::ip::address address = asio::ip::make_address(entry, ec);
-    if (ec) {
+    const std::optional<asio::ip::address> address = forwarded_address(*it);
+    if (!address || ++hops > kMaxTrustedHops) {
       x.counted_ip = x.client_ip;
       return;
     }
-    x.forwarded_ip = client_address(address);
+    x.forwarded_ip = client_address(*address);
     x.counted_ip = x.forwarded_ip;
     if (!snap.trusts(x.forwarded_ip)) return;
   }
@@ -1768,7 +1787,9 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
   boost::system::error_code jec;
   const boost::json::value doc = boost::json::parse(body, jec);
   const boost::json::object* o = !jec && doc.is_object() ? &doc.as_object() : nullptr;
-  if (const std::string why = decide_refusal(body, o, cfg.language == config::Language::kChinese, x.client_ip,
+  // Behind a trusted proxy, the client it names is who asks (the proxy's own address, loopback
+  // say, would let every client behind it name any address).
+  if (const std::string why = decide_refusal(body, o, cfg.language == config::Language::kChinese, x.counted_ip,
                                              cfg.decide_client_ip_from);
       !why.empty()) {
     const bool ok = co_await respond_json(x, 400, R"({"code":400,"reason":"bad_request","msg":)" + json_string(why) + "}", {},

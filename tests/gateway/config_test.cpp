@@ -692,10 +692,12 @@ TEST(ConfigYaml, TrustedProxiesAreReadExportedAndChecked) {
   EXPECT_TRUE(load_ok(kMinimal)->trusted_proxies.empty());
   EXPECT_FALSE(config::to_json(*load_ok(kMinimal)).contains("trusted_proxies"));
   EXPECT_EQ(config::to_yaml(*load_ok(kMinimal)).find("trusted_proxies"), std::string::npos);
-  EXPECT_EQ(problems_of("trusted_proxies: [10.0.0.1/8, lb.internal]\n" + std::string(kMinimal)),
+  EXPECT_EQ(problems_of("trusted_proxies: [10.0.0.1/8, lb.internal, 0.0.0.0/0]\n" + std::string(kMinimal)),
             (std::vector<std::string>{
                 "test.yaml:1:19: trusted_proxies[0]: must be an IP address or a range such as 10.0.0.0/8, got \"10.0.0.1/8\"",
-                "test.yaml:1:31: trusted_proxies[1]: must be an IP address or a range such as 10.0.0.0/8, got \"lb.internal\""}));
+                "test.yaml:1:31: trusted_proxies[1]: must be an IP address or a range such as 10.0.0.0/8, got \"lb.internal\"",
+                "test.yaml:1:44: trusted_proxies[2]: is every address: every client's X-Forwarded-For would be believed; "
+                "name the proxies in front of sluice"}));
 }
 
 // decide_client_ip_from: read, written back, stored only when not the default, checked.

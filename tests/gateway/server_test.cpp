@@ -1655,9 +1655,37 @@ TEST_F(GatewayTest, ARequestFromATrustedProxyIsItsClients) {
   EXPECT_EQ(via("203.0.113.9, 10.1.2.3").status, 429);
   EXPECT_EQ(via("[2001:db8::1]:443").status, 200);
   EXPECT_EQ(via("2001:db8::1").status, 429);
-  // An entry that is not an address leaves the peer's own, as does a request without the field.
+  // Several fields are one list, in order; every entry trusted: the leftmost.
+  EXPECT_EQ(c.request("GET", "/per-ip", {{"X-Forwarded-For", "198.51.100.5"}, {"X-Forwarded-For", "10.0.0.1"}}).status,
+            200);
+  EXPECT_EQ(via("198.51.100.5").status, 429);
+  EXPECT_EQ(via("10.0.0.2, 10.0.0.1").status, 200);
+  EXPECT_EQ(via("10.0.0.2").status, 429);
+  // An entry that is not an address (a zone id, a bracket not closed, a port that is none) leaves
+  // the peer's own, as does a request without the field.
   EXPECT_EQ(via("unknown").status, 200);
+  for (const std::string entry : {"2001:db8::5%7", "[2001:db8::6", "[2001:db8::7]x", "198.51.100.6:", "198.51.100.7:ab",
+                                  "[198.51.100.8]:1"}) {
+    EXPECT_EQ(via(entry).status, 429) << entry;
+  }
   EXPECT_EQ(c.get("/per-ip").status, 429);
+  // The protocol is the nearest proxy's word: the last entry.
+  const auto proto = [&](const std::vector<std::pair<std::string, std::string>>& fields) {
+    const HttpResponse r = c.request("GET", "/echo/x", fields);
+    return str(json(r.body).at("headers").as_object(), "X-Forwarded-Proto");
+  };
+  EXPECT_EQ(proto({{"X-System-Key", "crm"}, {"X-Forwarded-Proto", "HTTPS"}}), "https");
+  EXPECT_EQ(proto({{"X-System-Key", "crm"}, {"X-Forwarded-Proto", "https, http"}}), "http");
+  EXPECT_EQ(proto({{"X-System-Key", "crm"}, {"X-Forwarded-Proto", "http"}, {"X-Forwarded-Proto", "https"}}), "https");
+  EXPECT_EQ(proto({{"X-System-Key", "crm"}, {"X-Forwarded-Proto", "wss"}}), "http");
+  // /decide from behind the proxy: the client it names asks, and may not name another address.
+  const HttpResponse other = c.request("POST", "/_sluice/v1/decide", {{"X-Forwarded-For", "203.0.113.66"}},
+                                       R"({"path":"/per-ip","client_ip":"192.0.2.99"})");
+  EXPECT_EQ(other.status, 400);
+  EXPECT_NE(other.body.find("this request came from 203.0.113.66"), std::string::npos) << other.body;
+  EXPECT_EQ(c.request("POST", "/_sluice/v1/decide", {{"X-Forwarded-For", "203.0.113.66"}}, R"({"path":"/per-ip"})").status,
+            200);
+  EXPECT_EQ(via("203.0.113.66").status, 429);
 
   gw_.reset();
   start(config_text("trusted_proxies: [10.0.0.0/8]\n"));
