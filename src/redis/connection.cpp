@@ -136,6 +136,7 @@ void Connection::handshake() {
 void Connection::set_ready() {
   state_ = State::kReady;
   answered_ = false;
+  last_heard_ = std::chrono::steady_clock::now();
   first_attempt_ = false;
   connect_timer_.cancel();
   // Queued ahead of every caller's command; a failure here only means NOSCRIPT later.
@@ -216,6 +217,7 @@ void Connection::read() {
 }
 
 void Connection::on_read(std::uint64_t generation, std::size_t n) {
+  last_heard_ = std::chrono::steady_clock::now();
   reader_.feed(in_.data(), n);
   for (;;) {
     Result<std::optional<Reply>> next = reader_.next();
@@ -266,6 +268,12 @@ void Connection::arm_timer() {
 
 // Fails the commands whose deadline has passed. Deadlines never decrease along the queue, so the
 // timed-out commands are always its first entries.
+//
+// A connection on which the server has sent nothing for kSilentFor while a command waited past its
+// deadline is given up and made again: the path to the server may have died without a FIN or an
+// RST (a NAT or firewall that dropped its state, a host gone), which the kernel notices only after
+// minutes of retransmits, while a new connection may well get through. (A server that is itself
+// stopped keeps failing the new connection's handshake, with backoff, as when it is down.)
 void Connection::on_timer(std::uint64_t generation) {
   const auto now = std::chrono::steady_clock::now();
   while (dead_ < pending_.size() && pending_[dead_].deadline <= now) {
@@ -275,6 +283,13 @@ void Connection::on_timer(std::uint64_t generation) {
                    "redis " + options_.endpoint.to_string() + " did not answer within " +
                        std::to_string(options_.command_timeout.count()) + "ms" + std::string(kMayHaveRun)});
     if (generation != generation_) return;
+  }
+  const auto silent_for = std::max<SteadyTime::duration>(kSilentFor, 2 * options_.command_timeout);
+  if (dead_ > 0 && now - last_heard_ >= silent_for) {
+    return disconnect(unavailable(
+        "sent nothing for " +
+        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now - last_heard_).count()) +
+        "ms while commands waited: connecting again"));
   }
   arm_timer();
 }

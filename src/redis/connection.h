@@ -79,6 +79,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   enum class State { kIdle, kConnecting, kHandshake, kReady, kStopped };
+  // How long a server may send nothing while a command waits past its deadline before the
+  // connection is made again (at least two command timeouts; see on_timer).
+  static constexpr auto kSilentFor = std::chrono::seconds(1);
   struct Pending {
     Callback callback;  // empty once completed by a timeout: its reply is discarded
     SteadyTime deadline;
@@ -118,6 +121,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   std::deque<Pending> pending_;  // in the order the replies will come
   std::size_t dead_ = 0;         // how many of pending_'s first entries timed out
+  SteadyTime last_heard_{};      // when the server last sent anything (or the connection became ready)
   bool timer_armed_ = false;
   SteadyTime timer_expiry_{};    // when command_timer_ fires, while armed
   std::string out_;              // what is yet to be written

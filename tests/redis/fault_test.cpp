@@ -527,6 +527,91 @@ TEST(RedisFaults, AServerThatClosesAtOnceIsRetriedWithBackoff) {
   ::close(listener);
 }
 
+// A TCP relay to a server that can go silent on the connections it carries, as a path through a NAT
+// or firewall that dropped its state does: no FIN, no RST, nothing more in either direction, while
+// new connections go through.
+class SilencingRelay {
+ public:
+  explicit SilencingRelay(int server_port) : server_port_(server_port), listener_(loopback_listener(port_)) {
+    acceptor_ = std::thread([this] {
+      for (int client; (client = ::accept(listener_, nullptr, nullptr)) >= 0;) {
+        const int server = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        addr.sin_port = htons(static_cast<std::uint16_t>(server_port_));
+        if (::connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+          ::close(client);
+          ::close(server);
+          continue;
+        }
+        std::lock_guard lock(mu_);
+        const int generation = generation_;
+        fds_.push_back(client);
+        fds_.push_back(server);
+        ++connections_;
+        for (const auto& [from, to] : {std::pair{client, server}, std::pair{server, client}}) {
+          pumps_.emplace_back([this, from, to, generation] {
+            char buf[4096];
+            for (ssize_t n; (n = ::recv(from, buf, sizeof buf, 0)) > 0;) {
+              if (silenced_ > generation) continue;  // dropped on the floor
+              if (::send(to, buf, static_cast<std::size_t>(n), MSG_NOSIGNAL) != n) break;
+            }
+          });
+        }
+      }
+    });
+  }
+  ~SilencingRelay() {
+    ::shutdown(listener_, SHUT_RDWR);
+    ::close(listener_);
+    acceptor_.join();
+    {
+      std::lock_guard lock(mu_);
+      for (const int fd : fds_) ::shutdown(fd, SHUT_RDWR);
+    }
+    for (std::thread& t : pumps_) t.join();
+    for (const int fd : fds_) ::close(fd);
+  }
+  int port() const { return port_; }
+  int connections() const { return connections_; }
+  // The connections made so far carry nothing more; later ones do.
+  void silence_existing() {
+    std::lock_guard lock(mu_);
+    silenced_ = ++generation_;
+  }
+
+ private:
+  int server_port_;
+  int port_ = 0;
+  int listener_;
+  std::thread acceptor_;
+  std::mutex mu_;
+  int generation_ = 0;
+  std::atomic<int> silenced_{0};
+  std::atomic<int> connections_{0};
+  std::vector<int> fds_;
+  std::vector<std::thread> pumps_;
+};
+
+// A connection that goes silent without closing is given up once nothing has come on it for a
+// second while a command waited past its deadline, and made again: decisions are back on Redis
+// within seconds, where they waited for the kernel to give up on the dead one (minutes).
+TEST(RedisFaults, AConnectionThatGoesSilentIsMadeAgain) {
+  auto server = RedisServer::start();
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  SilencingRelay relay((*server)->port());
+  auto store = open_store("redis://127.0.0.1:" + std::to_string(relay.port()), {}, Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  const Limit limit = plenty();
+  ASSERT_TRUE(store->acquire("k", limit).ok());
+  ASSERT_EQ(relay.connections(), 1);
+  relay.silence_existing();
+  EXPECT_FALSE(store->acquire("k", limit).ok());  // timed out
+  EXPECT_TRUE(eventually([&] { return store->acquire("k", limit).ok(); }, 20s));
+  EXPECT_EQ(relay.connections(), 2);
+}
+
 // A server that accepts connections and never answers (a Redis stopped with SIGSTOP, or a host that
 // is not Redis) is not taken for connected: connect() says so after connect_timeout.
 TEST(RedisFaults, AServerThatNeverAnswersIsNotConnected) {
