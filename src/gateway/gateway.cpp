@@ -361,19 +361,27 @@ class TimedSocket : public DeadlineHook {
     // ticks more, so that the time given is never cut short, even when a busy machine (a VM whose
     // timer interrupts come late) lets the clock fall a little more than a tick behind (a 300ms
     // timeout was seen to end after 299.6ms under AddressSanitizer with one).
+    if (cut_) return;  // the drain's end: no read or write gets more time
     const Nanos now = coarse_now() + 2 * kCoarseTick;
     deadline_ = timeout >= Nanos::max() - now ? Nanos::max() : now + timeout;  // 106751d: never
     timed_out_ = false;
   }
   void disarm() {
+    if (cut_) return;
     deadline_ = Nanos::max();
     timed_out_ = false;
     seen_ = false;  // for the next request (it goes back to its pool)
   }
   error_code timed(const error_code& ec) const { return ec && timed_out_ ? error_code(beast::error::timeout) : ec; }
-  // The drain's end: the deadline passes now (the next sweep cancels what waits, as a timeout), so
-  // that the request waiting is answered and logged.
-  void cut() { deadline_ = Nanos{0}; }
+  // The drain's end: the deadline passes now, for good (the next sweep cancels what waits, as a
+  // timeout, and every operation after), so that the request waiting is answered and logged —
+  // also one whose reads and writes succeed as fast as they are made (a stream, an upload), whose
+  // next arm() would otherwise have given it a new deadline before the sweep saw this one.
+  void cut() {
+    cut_ = true;
+    deadline_ = Nanos{0};
+  }
+  bool is_cut() const { return cut_; }
   // What watching another socket looks for.
   enum class Watch : std::uint8_t { kClientGone, kUpstreamAnswered };
   // Once gone, the client stays gone for the rest of the exchange, whatever phase watches next; an
@@ -440,6 +448,7 @@ class TimedSocket : public DeadlineHook {
   Socket socket_;
   Nanos deadline_ = Nanos::max();
   bool timed_out_ = false;
+  bool cut_ = false;  // see cut()
   TimedSocket* watched_ = nullptr;
   Nanos peek_wait_{0};
   Nanos next_peek_{0};
@@ -735,6 +744,9 @@ Task<RelayResult> relay(TimedSocket& from, beast::flat_buffer& buffer,
   bool head_sent = false;
   bool first_in = false;  // on_first() has run
   while (true) {
+    // The drain's end (TimedSocket::cut) ends the relay as a read that timed out: one whose reads
+    // and writes all complete at once has nothing pending for the sweep to cancel.
+    if (from.is_cut() || to.is_cut()) co_return RelayResult{beast::error::timeout, {}, head_sent};
     std::size_t n = 0;
     if (!parser.is_done()) {
       parser.body().data = chunk;

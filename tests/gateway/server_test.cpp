@@ -2805,6 +2805,48 @@ TEST_F(GatewayTest, ARequestLeftAtTheDrainTimeoutIsAnsweredAndLogged) {
   EXPECT_EQ(str(o, "reason"), "upstream_timeout");
 }
 
+// A stream still flowing at the drain timeout, its every read and write done at once, is cut and
+// logged too: its reads and writes got no new deadline after the cut.
+TEST_F(GatewayTest, AStreamStillFlowingAtTheDrainTimeoutIsCutAndLogged) {
+  std::uint16_t port = 0;
+  const int listener = listen_on_loopback(1, &port);
+  ASSERT_GE(listener, 0);
+  std::atomic<bool> streaming{true};
+  std::thread upstream([&] {
+    const int c = ::accept(listener, nullptr, nullptr);
+    if (c < 0) return;
+    read_until(c, "\r\n\r\n");
+    const std::string head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+    const std::string chunk = "400\r\n" + std::string(1024, 'x') + "\r\n";
+    bool ok = ::send(c, head.data(), head.size(), MSG_NOSIGNAL) > 0;
+    while (ok && streaming) ok = ::send(c, chunk.data(), chunk.size(), MSG_NOSIGNAL) > 0;
+    ::close(c);
+  });
+  gw_.reset();
+  start("drain_timeout: 200ms\n" + config_text("", port));
+  const int fd = connect_and_send(gw_->port(),
+                                  "GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nX-Request-Id: stream-cut\r\n\r\n");
+  ASSERT_GE(fd, 0);
+  std::thread reader([fd] {
+    char buf[16384];
+    while (::recv(fd, buf, sizeof buf, 0) > 0) {
+    }
+  });
+  ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 1; }));
+  gw_->drain();
+  gw_->wait();
+  gw_.reset();  // the access log is written out as the process exits
+  reader.join();
+  ::close(fd);
+  streaming = false;
+  ::shutdown(listener, SHUT_RDWR);
+  upstream.join();
+  ::close(listener);
+  const auto o = json(access_log_line("stream-cut"));
+  EXPECT_EQ(o.at("status").as_int64(), 200);
+  EXPECT_EQ(str(o, "reason"), "upstream_timeout");  // as for a stream that stalled
+}
+
 // An upload still coming at the drain timeout is answered 408 and logged.
 TEST_F(GatewayTest, AnUploadLeftAtTheDrainTimeoutIsAnsweredAndLogged) {
   gw_.reset();
