@@ -160,13 +160,33 @@ AccessLog::~AccessLog() {
   }
 }
 
+namespace {
+
+// Opens the log's file for appending, without waiting: a named pipe that nobody reads yet would
+// hold the open (the start, or a worker's loop at SIGHUP: every request) until someone did; it
+// fails with ENXIO instead. Writes then block as before (see the log's thread).
+int open_for_append(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0666);
+  if (fd >= 0) {
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  }
+  return fd;
+}
+
+}  // namespace
+
+std::string AccessLog::open_error(int error) {
+  return error == ENXIO ? "a named pipe that nobody reads: start its reader first" : std::strerror(error);
+}
+
 Result<std::unique_ptr<AccessLog>> AccessLog::open(const std::string& where) {
   if (where == "off") return std::unique_ptr<AccessLog>(new AccessLog(nullptr, ""));
   auto shared = std::make_shared<Shared>();
   shared->fd = STDOUT_FILENO;
   if (where != "stdout") {
-    shared->fd = ::open(where.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
-    if (shared->fd < 0) return invalid_argument("cannot open the access log " + where + ": " + std::strerror(errno));
+    shared->fd = open_for_append(where);
+    if (shared->fd < 0) return invalid_argument("cannot open the access log " + where + ": " + open_error(errno));
     shared->owned = true;
   }
   struct stat st {};
@@ -294,7 +314,7 @@ bool AccessLog::reopen() {
   if (!shared_ || !shared_->owned) return true;
   // Opened first, so that a path that cannot be opened leaves the log where it was; put in place by
   // the log's thread (it may be stuck in a write: this, on a worker's loop, must not wait for it).
-  const int fresh = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+  const int fresh = open_for_append(path_);
   if (fresh < 0) return false;
   {
     std::lock_guard lock(shared_->mu);

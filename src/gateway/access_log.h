@@ -64,6 +64,8 @@ class AccessLog {
   // queued before going to the old file; false, with errno, when the path cannot be opened (the old
   // file is then kept).
   bool reopen();
+  // What an errno of open() or reopen() says, for a message.
+  static std::string open_error(int error);
   const std::string& path() const { return path_; }  // of a file; empty for stdout or off
   // Lines lost since the last call (dropped while too much waited, or a write that failed: a full
   // disk, a reader gone), and why the last was; nullopt when none.

@@ -2713,7 +2713,7 @@ void Gateway::Impl::wait_signal() {
       // As logrotate's postrotate expects: the access log file is opened again, then the
       // configuration reloaded.
       if (!access_log->reopen()) {
-        log("access log: cannot open " + access_log->path() + " again (" + std::strerror(errno) +
+        log("access log: cannot open " + access_log->path() + " again (" + AccessLog::open_error(errno) +
             "); still writing to the file it had open");
       }
       (void)reload_from_file();

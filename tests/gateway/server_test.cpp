@@ -2143,8 +2143,6 @@ TEST(AccessLogTest, LinesGoOutWholeBetweenOtherWriters) {
   EXPECT_EQ(messages, 429);
 }
 
-// After logrotate moves the file away, reopen() writes to a new file at the path; what was
-// buffered goes to the old one.
 // Makes a FIFO at path and opens its reading end (non-blocking, so that a writer can open it);
 // the reader's descriptor, or -1.
 int fifo_with_reader(const std::string& path) {
@@ -2286,6 +2284,29 @@ TEST(AccessLogTest, AFailedWriteLeavesOnlyWholeLines) {
   EXPECT_EQ(whole + static_cast<int>(lost->first), 21);
 }
 
+// A named pipe that nobody reads holds nothing up: the start is refused, saying so, and a reopen
+// (a SIGHUP, on a worker's loop) fails at once and leaves the log where it was.
+TEST(AccessLogTest, APipeThatNobodyReadsIsSaidNotWaitedFor) {
+  ::signal(SIGPIPE, SIG_IGN);  // as main() does
+  const std::string fifo = testing::temp_dir() + "/access.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto refused = AccessLog::open(fifo);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().message,
+            "cannot open the access log " + fifo + ": a named pipe that nobody reads: start its reader first");
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(reader, 0);
+  auto log = AccessLog::open(fifo);
+  ASSERT_TRUE(log.ok()) << log.error().message;
+  ::close(reader);  // the log shipper goes away
+  errno = 0;
+  EXPECT_FALSE((*log)->reopen());
+  EXPECT_EQ(errno, ENXIO);
+  EXPECT_EQ(AccessLog::open_error(ENXIO), "a named pipe that nobody reads: start its reader first");
+}
+
+// After logrotate moves the file away, reopen() writes to a new file at the path; what was
+// buffered goes to the old one.
 TEST(AccessLogTest, ReopenWritesToANewFileAtThePath) {
   const std::string path = testing::temp_dir() + "/access.log";
   auto log = AccessLog::open(path);
