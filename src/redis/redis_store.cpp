@@ -731,7 +731,14 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
       give_back_leases();
     }
     if (error && error->code == ErrorCode::kProtocol && impl->refusal) {
-      impl->refusal(error->message + " (key " + requests.front().state + ")");
+      // Redis does not say which key held what sluice did not write: every key of the call.
+      std::string keys;
+      for (const Request& q : requests) {
+        for (const std::string* k : {&q.state, &q.state2}) {
+          if (!k->empty()) keys += (keys.empty() ? "" : ", ") + *k;
+        }
+      }
+      impl->refusal(error->message + " (keys " + keys + ")");
     }
     if (error) {
       const Result<std::vector<Decision>> decided = impl->on_failure(requests, *error);

@@ -485,7 +485,7 @@ TEST_F(RedisGatewayTest, RateLimitFieldsComeFromRedisDecisions) {
 }
 
 // A limit's key holding what sluice did not write (WRONGTYPE) fails that limit to its
-// on_store_failure while Redis is up: said in the log, with the key, not only counted.
+// on_store_failure while Redis is up: said in the log, with the call's keys, not only counted.
 TEST_F(RedisGatewayTest, AKeyHoldingSomethingElseIsSaidInTheLogWithTheKey) {
   HttpClient c(gw_->port());
   ASSERT_EQ(c.get("/other", "crm").status, 200);
@@ -501,7 +501,7 @@ TEST_F(RedisGatewayTest, AKeyHoldingSomethingElseIsSaidInTheLogWithTheKey) {
                                  [](const std::string& l) { return l.starts_with("limit store refused a call ("); });
   ASSERT_NE(line, log_.end());
   EXPECT_NE(line->find("WRONGTYPE"), std::string::npos) << *line;
-  EXPECT_NE(line->find("(key " + key + ")"), std::string::npos) << *line;
+  EXPECT_NE(line->find("(keys " + key + ")"), std::string::npos) << *line;
 }
 
 TEST_F(RedisGatewayTest, TheInFlightLeaseIsGivenBackWhenTheUpstreamHasAnswered) {
