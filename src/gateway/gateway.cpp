@@ -2958,7 +2958,15 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
       return invalid_argument("cannot listen on " + admin + " (admin_listen): listen is the same address");
     }
     auto admin_acceptor = listen_on(g.workers[0]->ioc, admin, "admin_listen");
-    if (!admin_acceptor.ok()) return admin_acceptor.error();
+    if (!admin_acceptor.ok()) {
+      // In use on listen's port: by the data plane's own listener, most likely, written another
+      // way (0.0.0.0:8080 and 127.0.0.1:8080, localhost:8080), not another process.
+      if (a && a->port == g.port && admin_acceptor.error().message.find("already in use") != std::string::npos) {
+        return invalid_argument("cannot listen on " + admin + " (admin_listen): its port is listen's (" +
+                                g.start_only.listen + "), on an address that overlaps; give it a port of its own");
+      }
+      return admin_acceptor.error();
+    }
     g.admin_acceptor = std::move(*admin_acceptor);
     g.admin_port = g.admin_acceptor->local_endpoint().port();
     g.start_only.admin_listen = with_port(admin, g.admin_port);

@@ -99,6 +99,15 @@ TEST_F(ProcessTest, OneAddressForBothListenersIsSaid) {
   Child child({SLUICE_BINARY, "serve", "--config", config_path_, "--listen", both, "--admin-listen", both}, dir_);
   EXPECT_EQ(child.wait_exit(10s), 1);
   EXPECT_NE(child.stderr_text().find("listen is the same address"), std::string::npos) << child.stderr_text();
+  // Written another way, it is the same socket: said so, not as another process listening there.
+  const std::string port = std::to_string(port_);
+  for (const auto& [listen, admin] : {std::pair{both, "localhost:" + port}, std::pair{"0.0.0.0:" + port, both}}) {
+    Child other({SLUICE_BINARY, "serve", "--config", config_path_, "--listen", listen, "--admin-listen", admin}, dir_);
+    EXPECT_EQ(other.wait_exit(10s), 1);
+    EXPECT_NE(other.stderr_text().find("(admin_listen): its port is listen's (" + listen + "), on an address that overlaps"),
+              std::string::npos)
+        << other.stderr_text();
+  }
 }
 
 TEST_F(ProcessTest, HelpDescribesServe) {
