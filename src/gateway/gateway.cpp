@@ -604,9 +604,9 @@ void append_field(std::string& out, std::string_view name, std::string_view valu
 // (kNotFromTheClient), which the gateway did not route or permit by; each also spelt with '_'
 // (which a CGI-style upstream reads as the same). X-Forwarded-For keeps what earlier proxies said,
 // X-Forwarded-Proto says `proto` (the client's protocol: see take_forwarded), and Via gets the
-// gateway. An HTTP/1.0 request without Host (which HTTP/1.1 requires, and the parser requires of an HTTP/1.1 one) gets
-// the upstream target's. The request's target goes in origin form; one that came in absolute form
-// has its authority as the Host, in place of the client's (RFC 9112 3.2.2).
+// gateway. An HTTP/1.0 request without Host (which HTTP/1.1 requires, and the parser requires of
+// an HTTP/1.1 one) gets the upstream target's. The request's target goes in origin form; one that
+// came in absolute form has its authority as the Host, in place of the client's (RFC 9112 3.2.2).
 void append_upstream_head(std::string& out, const RequestParser& p, std::string_view origin, std::string_view authority,
                           std::string_view client_ip, std::string_view proto, std::string_view request_id,
                           std::string_view system, std::span<const std::string> kept, const config::Target& target) {
@@ -1332,8 +1332,8 @@ Task<void> Worker::session(Socket socket) {
     }
     conn.busy = true;
     Exchange x{.client = stream, .buffer = buffer, .parser = *parser, .ctx = ctx, .client_ip = client_ip,
-               .counted_ip = client_ip, .snapshot = snap, .start = first_byte.value_or(Clock::now()), .chunk = chunk.get(),
-               .up_buffer = &up_buffer, .head = &head,
+               .counted_ip = client_ip, .snapshot = snap, .start = first_byte.value_or(Clock::now()),
+               .chunk = chunk.get(), .up_buffer = &up_buffer, .head = &head,
                .up_parser = &up_parser, .up_head = &up_head};
     bool keep = false;
     if (prepare(x)) {
