@@ -158,8 +158,8 @@ struct Config {
   std::vector<std::string> decide_client_ip_from = {"127.0.0.0/8", "::1"};
   // Proxies in front of the gateway (IP addresses or ranges, parse_network) taken at their word
   // about the client: a request from one is counted, keyed and logged by the client address its
-  // X-Forwarded-For gives, and its X-Forwarded-Proto (http or https) goes up as it came. Empty:
-  // none, every request is its peer's, in http.
+  // X-Forwarded-For gives, and the protocol its X-Forwarded-Proto gives (https or http) goes up.
+  // Empty: none, every request is its peer's, in http.
   std::vector<std::string> trusted_proxies;
   std::vector<Upstream> upstreams;
   std::vector<System> systems;
