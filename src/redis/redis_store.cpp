@@ -1,5 +1,6 @@
 #include "sluice/redis/redis_store.h"
 
+#include <boost/asio/any_completion_executor.hpp>
 #include <boost/asio/append.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/executor_work_guard.hpp>
@@ -158,17 +159,32 @@ Limit divided(const Limit& limit, int fleet) {
   return r.ok() ? *r : limit;
 }
 
-// Runs the handler with the value on its associated executor, if it has one, else on `fallback`.
+// Where answers go when their handler has no executor of its own: the store's executor, twice.
+// A handler's associated executor is asked for with this fallback, and an any_completion_handler
+// (every handler, once the public API has erased it) makes its answer an any_completion_executor:
+// from an any_io_executor that is an allocation per answer, from the same type a copy. Made from
+// the concrete executor when it is an io_context's, which then fits in the object.
+struct AnswerExecutors {
+  explicit AnswerExecutors(asio::any_io_executor ex)
+      : io(std::move(ex)),
+        completion(io.target<asio::io_context::executor_type>() != nullptr
+                       ? asio::any_completion_executor(*io.target<asio::io_context::executor_type>())
+                       : asio::any_completion_executor(io)) {}
+  asio::any_io_executor io;  // to post to (any_completion_executor cannot promise never to block)
+  asio::any_completion_executor completion;  // to dispatch to
+};
+
+// Runs the handler with the value on its associated executor, if it has one, else on the store's.
 // Posted by default, and always from inside the initiating call (a call that fails at once), so
 // that the handler does not run before that call has returned. Decisions read from a reply are
 // dispatched (`post` false): run at once when already on that executor, which saves a trip
 // through its queue per decision (see Acquire::deliver()).
 template <class Handler, class Value>
-void complete(Handler handler, const asio::any_io_executor& fallback, Value value, bool post = true) {
+void complete(Handler handler, const AnswerExecutors& ex, Value value, bool post = true) {
   if (post) {
-    asio::post(fallback, asio::append(std::move(handler), std::move(value)));
+    asio::post(ex.io, asio::append(std::move(handler), std::move(value)));
   } else {
-    asio::dispatch(fallback, asio::append(std::move(handler), std::move(value)));
+    asio::dispatch(ex.completion, asio::append(std::move(handler), std::move(value)));
   }
 }
 
@@ -203,6 +219,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   Impl(asio::any_io_executor ex, RedisStoreOptions o, detail::ClientOptions co)
       : options(std::move(o)),
         executor(std::move(ex)),
+        answer(executor),
         strand(asio::make_strand(executor)),
         client(detail::make_client(strand, co)),
         breaker(options.breaker),
@@ -561,6 +578,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
 
   RedisStoreOptions options;
   asio::any_io_executor executor;
+  AnswerExecutors answer;  // see complete()
   detail::Strand strand;
   std::shared_ptr<Client> client;
   CircuitBreaker breaker;
@@ -590,7 +608,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
 // lease was held. Runs on the strand.
 struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
   // Given the decisions (valid during the call), and whether to post the answer (see complete())
-  // rather than dispatch it.
+  // rather than dispatch it. Only the Acquire, which holds the Impl, calls it: it may point into it.
   using Done = detail::UniqueFunction<void(Result<std::span<const Decision>>, bool post)>;
 
   // The deadline counts from here, when the caller asked.
@@ -1229,8 +1247,8 @@ void RedisStore::on_availability(AvailabilityListener listener) {
 void RedisStore::start_connect(StatusHandler handler) {
   asio::dispatch(impl_->strand, [impl = impl_, handler = std::move(handler)]() mutable {
     impl->client->when_connected(
-        [ex = impl->executor, handler = std::move(handler)](Status s) mutable {
-          complete(std::move(handler), ex, std::move(s));
+        [impl, handler = std::move(handler)](Status s) mutable {
+          complete(std::move(handler), impl->answer, std::move(s));
         });
   });
 }
@@ -1252,21 +1270,21 @@ void RedisStore::start_decide(const LimitRequest& request, DecisionHandler handl
   requests.push_back(impl_->make_request(request));
   auto op = std::make_shared<Impl::Acquire>(
       impl_, std::move(requests),
-      [ex = impl_->executor, handler = std::move(handler)](
+      [ex = &impl_->answer, handler = std::move(handler)](
           Result<std::span<const Decision>> r, bool post) mutable {
-        if (!r) return complete(std::move(handler), ex, Result<Decision>(r.error()), post);
-        complete(std::move(handler), ex, Result<Decision>(r->front()), post);
+        if (!r) return complete(std::move(handler), *ex, Result<Decision>(r.error()), post);
+        complete(std::move(handler), *ex, Result<Decision>(r->front()), post);
       });
   asio::dispatch(impl_->strand, [op] { op->start(); });
 }
 
 void RedisStore::start_acquire(const LimitRequest& request, DecisionHandler handler) {
   if (request.limit == nullptr) {
-    return complete(std::move(handler), impl_->executor,
+    return complete(std::move(handler), impl_->answer,
                     Result<Decision>(invalid_argument("a limit request has no limit")));
   }
   if (Status s = check_cost(request.cost); !s) {
-    return complete(std::move(handler), impl_->executor, Result<Decision>(s.error()));
+    return complete(std::move(handler), impl_->answer, Result<Decision>(s.error()));
   }
   start_decide(request, std::move(handler));
 }
@@ -1293,33 +1311,33 @@ void RedisStore::start_acquire_all(std::span<const LimitRequest> requests,
                                    DecisionsHandler handler) {
   std::vector<Decision> slots(requests.size());
   if (Status s = validate(requests, slots); !s) {
-    return complete(std::move(handler), impl_->executor,
+    return complete(std::move(handler), impl_->answer,
                     Result<std::vector<Decision>>(s.error()));
   }
   if (requests.empty()) {
-    return complete(std::move(handler), impl_->executor,
+    return complete(std::move(handler), impl_->answer,
                     Result<std::vector<Decision>>(std::move(slots)));
   }
   start_calls(impl_, requests,
-              [ex = impl_->executor, handler = std::move(handler), slots = std::move(slots)](
+              [ex = &impl_->answer, handler = std::move(handler), slots = std::move(slots)](
                   Result<std::span<const Decision>> r, bool post) mutable {
-                if (!r) return complete(std::move(handler), ex, Result<std::vector<Decision>>(r.error()), post);
+                if (!r) return complete(std::move(handler), *ex, Result<std::vector<Decision>>(r.error()), post);
                 std::copy(r->begin(), r->end(), slots.begin());
-                complete(std::move(handler), ex, Result<std::vector<Decision>>(std::move(slots)), post);
+                complete(std::move(handler), *ex, Result<std::vector<Decision>>(std::move(slots)), post);
               });
 }
 
 void RedisStore::start_acquire_into(std::span<const LimitRequest> requests, std::span<Decision> decisions,
                                     StatusHandler handler) {
   if (Status s = validate(requests, decisions); !s || requests.empty()) {
-    return complete(std::move(handler), impl_->executor, std::move(s));
+    return complete(std::move(handler), impl_->answer, std::move(s));
   }
   start_calls(impl_, requests,
-              [ex = impl_->executor, handler = std::move(handler), decisions](
+              [ex = &impl_->answer, handler = std::move(handler), decisions](
                   Result<std::span<const Decision>> r, bool post) mutable {
-                if (!r) return complete(std::move(handler), ex, Status(r.error()), post);
+                if (!r) return complete(std::move(handler), *ex, Status(r.error()), post);
                 std::copy(r->begin(), r->end(), decisions.begin());
-                complete(std::move(handler), ex, Status{}, post);
+                complete(std::move(handler), *ex, Status{}, post);
               });
 }
 
@@ -1332,7 +1350,7 @@ void RedisStore::start_reset(std::string_view key, const Limit& limit, StatusHan
                                  handler = std::move(handler)]() mutable {
     BreakerPermit permit;
     if (auto refused = impl->admit(permit)) {
-      return complete(std::move(handler), impl->executor, Status(*refused));
+      return complete(std::move(handler), impl->answer, Status(*refused));
     }
     impl->client->send(slot, *owned, [impl, permit, owned,
                                       handler = std::move(handler)](Result<Reply> reply) mutable {
@@ -1340,7 +1358,7 @@ void RedisStore::start_reset(std::string_view key, const Limit& limit, StatusHan
       if (!reply.ok()) error = reply.error();
       else if (detail::is_error(*reply)) error = reply_error(detail::text(*reply), impl->client->cluster());
       impl->record(permit, error);
-      complete(std::move(handler), impl->executor, error ? Status(*error) : Status());
+      complete(std::move(handler), impl->answer, error ? Status(*error) : Status());
     }, deadline);
   });
 }
@@ -1348,7 +1366,7 @@ void RedisStore::start_reset(std::string_view key, const Limit& limit, StatusHan
 void RedisStore::start_release(std::string_view key, const Limit& limit, std::uint64_t lease,
                                ReleaseHandler handler) {
   if (limit.algorithm() != Algorithm::kConcurrency) {
-    return complete(std::move(handler), impl_->executor,
+    return complete(std::move(handler), impl_->answer,
                     Result<bool>(invalid_argument(
                         "release applies to concurrency limits only, not " +
                         std::string(to_string(limit.algorithm())))));
@@ -1357,7 +1375,7 @@ void RedisStore::start_release(std::string_view key, const Limit& limit, std::ui
   // that is all (Redis's lease ids are random 64-bit numbers: none is both).
   if (const Result<bool> local = impl_->local->release_held(key, divided(limit, options_.fleet_size), lease);
       local.ok() && *local) {
-    return complete(std::move(handler), impl_->executor, Result<bool>(true));
+    return complete(std::move(handler), impl_->answer, Result<bool>(true));
   }
   // Queued and sent as acquires are, so that under load it goes in a batch with them. Its cost is
   // an acquire's usual 1, so that in a batch it shares their limit and entry.
@@ -1368,10 +1386,10 @@ void RedisStore::start_release(std::string_view key, const Limit& limit, std::ui
   requests.front().lease = lease;
   auto op = std::make_shared<Impl::Acquire>(
       impl_, std::move(requests),
-      [ex = impl_->executor, handler = std::move(handler)](
+      [ex = &impl_->answer, handler = std::move(handler)](
           Result<std::span<const Decision>> r, bool post) mutable {
-        if (!r) return complete(std::move(handler), ex, Result<bool>(r.error()), post);
-        complete(std::move(handler), ex, Result<bool>(r->front().allowed), post);
+        if (!r) return complete(std::move(handler), *ex, Result<bool>(r.error()), post);
+        complete(std::move(handler), *ex, Result<bool>(r->front().allowed), post);
       });
   asio::dispatch(impl_->strand, [op] { op->start(); });
 }
