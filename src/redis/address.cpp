@@ -53,6 +53,35 @@ Result<Endpoint> parse_endpoint(std::string_view s) {
   return e;
 }
 
+// RFC 3986 percent-decoding, as a URL's userinfo is written: a password holding '@', ':' or '/' comes
+// as %40, %3A or %2F, and a '%' as %25. The error names `part` and never shows the text: it may be a
+// password.
+Result<std::string> percent_decoded(std::string_view s, const char* part) {
+  const auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    const int high = i + 1 < s.size() ? hex(s[i + 1]) : -1;
+    const int low = i + 2 < s.size() ? hex(s[i + 2]) : -1;
+    if (high < 0 || low < 0) {
+      return invalid_argument(std::string("redis address: the ") + part +
+                              " has a '%' that is not followed by two hex digits (write '%' as %25)");
+    }
+    out += static_cast<char>(high * 16 + low);
+    i += 2;
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<Address> parse_address(std::string_view text) {
@@ -84,13 +113,18 @@ Result<Address> parse_address(std::string_view text) {
       return invalid_argument("redis address: the credentials go once, before the first host "
                               "(redis-cluster://:password@host:port,host:port)");
     }
+    // Split before decoding: a user's %3A is part of its name. Without a ':' the credentials are a
+    // password (redis://secret@host), as redis-cli reads them.
     const auto colon = credentials.find(':');
-    if (colon == std::string_view::npos) {
-      a.password = std::string(credentials);
-    } else {
-      a.user = std::string(credentials.substr(0, colon));
-      a.password = std::string(credentials.substr(colon + 1));
+    if (colon != std::string_view::npos) {
+      auto user = percent_decoded(credentials.substr(0, colon), "user");
+      if (!user) return user.error();
+      a.user = std::move(*user);
     }
+    auto password = percent_decoded(colon == std::string_view::npos ? credentials : credentials.substr(colon + 1),
+                                    "password");
+    if (!password) return password.error();
+    a.password = std::move(*password);
     // "redis://:@host", say from a variable left empty: no AUTH would be sent, unnoticed.
     if (a.password.empty()) return invalid_argument("redis address: an empty password before '@'");
     text.remove_prefix(at + 1);

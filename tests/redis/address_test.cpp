@@ -34,6 +34,24 @@ TEST(Address, PasswordAndUser) {
   EXPECT_EQ(b->password, "pw");
 }
 
+// The user and password are percent-decoded, as in any URL (RFC 3986) and as redis-cli reads them:
+// a password may hold '@', ':', '/' or '%'. Without a ':' the credentials are a password.
+TEST(Address, PercentDecodesTheUserAndPassword) {
+  auto a = parse_address("redis://:p%40ss@host:1");
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_EQ(a->user, "");
+  EXPECT_EQ(a->password, "p@ss");
+  auto b = parse_address("redis://app%3a1:p%2Fw%25d%3A@host:1");
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  EXPECT_EQ(b->user, "app:1");
+  EXPECT_EQ(b->password, "p/w%d:");
+  auto c = parse_address("redis-cluster://s%40cret@a:1,b:2");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->user, "");
+  EXPECT_EQ(c->password, "s@cret");
+  EXPECT_EQ(c->nodes.size(), 2u);
+}
+
 TEST(Address, ClusterSeeds) {
   auto a = parse_address("redis-cluster://127.0.0.1:7000,127.0.0.1:7001,[::1]:7002");
   ASSERT_TRUE(a.ok()) << a.error().message;
@@ -68,6 +86,15 @@ TEST(Address, SaysWhatIsWrongWithoutShowingThePassword) {
             "redis address: the credentials go once, before the first host "
             "(redis-cluster://:password@host:port,host:port)");
   EXPECT_EQ(message("redis://h :1"), "redis address: a space or control character in the host 'h '");
+  // A '%' that begins no escape: the part is named, the text (a password) is not shown.
+  const std::string bad_password =
+      "redis address: the password has a '%' that is not followed by two hex digits (write '%' as %25)";
+  EXPECT_EQ(message("redis://:s3cret%@host:1"), bad_password);
+  EXPECT_EQ(message("redis://:s3cret%4@host:1"), bad_password);
+  EXPECT_EQ(message("redis://:s3%zzcret@host:1"), bad_password);
+  EXPECT_EQ(message("redis://s3cret%g1@host:1"), bad_password);
+  EXPECT_EQ(message("redis://app%:s3cret@host:1"),
+            "redis address: the user has a '%' that is not followed by two hex digits (write '%' as %25)");
 }
 
 }  // namespace

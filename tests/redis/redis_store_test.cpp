@@ -401,6 +401,23 @@ TEST_F(RedisStoreTest, AuthenticatesAndSelectsTheDatabase) {
   EXPECT_NE(s.error().message.find("give the password in the address"), std::string::npos) << s.error().message;
 }
 
+// The address's user and password are percent-decoded before AUTH: a password holding '@', ':', '/'
+// or '%' can be given (redis://:p%40ss@host sends AUTH p@ss), and so can a user's name.
+TEST_F(RedisStoreTest, AuthenticatesWithAPercentEncodedUserAndPassword) {
+  auto secured = RedisServer::start({.password = "p@ss:w/rd%"});
+  ASSERT_TRUE(secured.ok()) << secured.error().message;
+  ASSERT_EQ((*secured)->cli({"ACL", "SETUSER", "app@1", "on", ">x:y@z", "~*", "&*", "+@all"}), "OK");
+  const std::string at = "@127.0.0.1:" + std::to_string((*secured)->port());
+  const Limit limit = make(Limit::fixed_window({.limit = 5, .period = 1h}));
+  for (const char* credentials : {":p%40ss%3Aw%2Frd%25", "p%40ss%3aw%2frd%25", "app%401:x%3Ay%40z"}) {
+    auto store = open_store(std::string("redis://") + credentials + at);
+    ASSERT_NE(store, nullptr) << credentials;
+    const auto d = store->acquire("k", limit);
+    ASSERT_TRUE(d.ok()) << credentials << ": " << d.error().message;
+    EXPECT_TRUE(d->allowed) << credentials;
+  }
+}
+
 // The handshake's PING refused by the user's ACL (NOPERM) is still an answer: such a user may run
 // the scripts.
 TEST_F(RedisStoreTest, AUserWhoseAclLeavesOutPingConnects) {

@@ -2,7 +2,8 @@
 // Plain value types and a pure function; not synchronised, like any value.
 //
 // redis://[[user]:password@]host:port[/db] names one node;
-// redis-cluster://[[user]:password@]host:port,host:port,... the seeds of a Redis Cluster.
+// redis-cluster://[[user]:password@]host:port,host:port,... the seeds of a Redis Cluster. The user
+// and password are percent-decoded (RFC 3986); credentials without a ':' are a password.
 #pragma once
 
 #include <cstdint>
