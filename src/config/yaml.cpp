@@ -1,14 +1,18 @@
 #include "config/yaml.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <boost/json/parse.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <set>
@@ -928,13 +932,33 @@ EntityResult<Grant> parse_grant(std::string_view text, Grant* read) {
 }
 
 LoadResult load_yaml_file(const std::string& path, LoadFor purpose) {
-  std::error_code dir_ec;
-  if (std::filesystem::is_directory(path, dir_ec)) return std::vector<Problem>{Problem{"", "is a directory, not a file", path}};
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::vector<Problem>{Problem{"", "cannot read the file", path}};
-  std::ostringstream text;
-  text << in.rdbuf();
-  return load_yaml(text.str(), path, purpose);
+  // Said with the system's reason (No such file or directory, Permission denied): "cannot read the
+  // file" alone left a mistyped path, a file's mode and a missing mount to be told apart by hand.
+  const auto problem = [&](std::string message) { return std::vector<Problem>{Problem{"", std::move(message), path}}; };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return problem(std::string("cannot read the file: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return problem("is a directory, not a file");
+  }
+  std::string text;
+  int error = 0;
+  char buffer[16384];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n > 0) {
+      text.append(buffer, static_cast<std::size_t>(n));
+    } else if (n == 0) {
+      break;
+    } else if (errno != EINTR) {
+      error = errno;
+      break;
+    }
+  }
+  ::close(fd);
+  if (error != 0) return problem(std::string("cannot read the file: ") + std::strerror(error));
+  return load_yaml(text, path, purpose);
 }
 
 std::string to_yaml(const Config& c) {

@@ -6,6 +6,7 @@
 
 #include <pwd.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <stdlib.h>
 
@@ -1045,6 +1046,36 @@ TEST_F(ControlProcessTest, AConfigurationThatIsADirectoryIsSaidToBeOne) {
   std::string err;
   EXPECT_EQ(sluice({"config", "check", dir_}, nullptr, &err), 1);
   EXPECT_NE(err.find("is a directory, not a file"), std::string::npos) << err;
+}
+
+// A configuration file that cannot be read is said with the system's reason, by every command that
+// reads one; import makes no database of it.
+TEST_F(ControlProcessTest, AConfigurationFileThatCannotBeReadIsSaidWithTheReason) {
+  const std::string missing = dir_ + "/missing.yaml";
+  const std::string locked = dir_ + "/locked.yaml";
+  testing::write_file(locked, control_test::base_yaml(upstream_->port()));
+  ASSERT_EQ(::chmod(locked.c_str(), 0), 0);
+  const std::pair<std::string, std::string> files[] = {{missing, "No such file or directory"},
+                                                       {locked, "Permission denied"}};
+  for (const auto& [file, reason] : files) {
+    const std::string said = file + ": cannot read the file: " + reason + "\n";
+    const std::pair<std::vector<std::string>, std::string> commands[] = {
+        {{"serve", "--config", file}, "sluice serve: 1 problem in " + file + "; not started\n"},
+        {{"serve", "--config", file, "--check"}, "sluice serve: 1 problem in " + file + "; not started\n"},
+        {{"config", "check", file}, "sluice config check: 1 problem in " + file + "\n"},
+        {{"config", "import", file, "--db", db_}, "sluice config import: 1 problem in " + file + "\n"},
+        {{"config", "apply", file, "--admin", "http://127.0.0.1:1", "--token", "t"},
+         "sluice config apply: 1 problem in " + file + "\n"},
+    };
+    for (const auto& [args, last] : commands) {
+      std::vector<std::string> argv{SLUICE_BINARY};
+      argv.insert(argv.end(), args.begin(), args.end());
+      Child child(testing::held_to_file_modes(argv), testing::temp_dir());
+      EXPECT_EQ(child.wait_exit(30s), 1) << args[0] << " " << args[1] << " " << file;
+      EXPECT_EQ(child.stderr_text(), said + last);
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(db_));
 }
 
 // The file's admin_listen takes off as the flag does.

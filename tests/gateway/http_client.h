@@ -78,6 +78,11 @@ class Child {
   std::string err_path_;
 };
 
+// argv, to be run so that a file's mode keeps it out (a file made mode 0 cannot be read): as it is,
+// or under root, whom no mode keeps out, through setpriv with the capabilities that override modes
+// (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH) taken from what it runs.
+std::vector<std::string> held_to_file_modes(std::vector<std::string> argv);
+
 // Polls cond every few milliseconds until it holds or the deadline passes; returns its last value.
 template <class F>
 bool eventually(F&& cond, std::chrono::milliseconds deadline = std::chrono::seconds(10));

@@ -145,6 +145,33 @@ TEST_F(ProcessTest, SighupReloadsKeepingCountersAndRefusesAnInvalidFile) {
   EXPECT_NE(child->stderr_text().find("enabled: must be true or false"), std::string::npos);
 }
 
+// A reload from a file that cannot be read says why, with the file; the configuration in use keeps
+// serving.
+TEST_F(ProcessTest, AReloadFromAFileThatCannotBeReadSaysWhy) {
+  testing::write_file(config_path_, config_yaml(upstream_->port(), 5, "first"));
+  Child child(testing::held_to_file_modes({SLUICE_BINARY, "serve", "--config", config_path_, "--listen",
+                                           "127.0.0.1:" + std::to_string(port_), "--admin-listen",
+                                           "127.0.0.1:" + std::to_string(admin_port_), "--access-log", "off"}),
+              dir_);
+  ASSERT_TRUE(serving()) << child.stderr_text();
+  auto refused = [&](int n) {
+    return testing::eventually([&] {
+      return HttpClient(admin_port_).get("/metrics").body.find("sluice_config_reloads_total{result=\"error\"} " +
+                                                               std::to_string(n)) != std::string::npos;
+    });
+  };
+  const std::string said = " sluice: reload refused: " + config_path_ + ": cannot read the file: Permission denied\n";
+  ASSERT_EQ(::chmod(config_path_.c_str(), 0), 0);  // its inode changed: the watcher reads it again
+  ASSERT_TRUE(refused(1)) << child.stderr_text();
+  EXPECT_NE(child.stderr_text().find(said), std::string::npos) << child.stderr_text();
+  child.signal(SIGHUP);
+  ASSERT_TRUE(refused(2)) << child.stderr_text();
+  const std::string err = child.stderr_text();
+  EXPECT_NE(err.find(said, err.find(said) + 1), std::string::npos) << err;
+  EXPECT_EQ(generation(), 1);
+  EXPECT_EQ(HttpClient(port_).get("/echo/x", "crm").status, 200);
+}
+
 // A configuration file that is removed is said once; the last configuration goes on serving, and
 // the file is read again when it is back.
 TEST_F(ProcessTest, ARemovedFileIsSaidOnceAndReadAgainWhenBack) {
