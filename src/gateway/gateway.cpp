@@ -876,6 +876,7 @@ struct Gateway::Impl {
 
   std::atomic<bool> draining{false};
   std::atomic<bool> cutting{false};  // the drain timeout passed: what is left is cut
+  std::atomic<Clock::time_point> drain_deadline{};  // once draining: when drain_timeout cuts what is left
   std::atomic<int> admin_in_flight{0};  // admin requests read and not yet answered: a drain waits for them
   std::atomic<bool> stopped{false};
   std::atomic<int> stores_down{0};  // workers whose limit store's breaker is open
@@ -988,6 +989,8 @@ struct Gateway::Impl {
   Status reload_from_file();
   FileStamp stat_config() const;
   void begin_drain();
+  // For a stop signal that comes while draining: what the drain waits for, and until when.
+  std::string drain_progress() const;
   // Connects every worker's limiter and waits until each has answered; logs those that failed.
   void connect_limiters();
   // Each limiter once, with the first worker it serves.
@@ -2670,7 +2673,9 @@ Task<void> Gateway::Impl::housekeeping() {
 }
 
 void Gateway::Impl::begin_drain() {
+  const Clock::time_point deadline = Clock::now() + snapshot()->config().drain_timeout;
   if (draining.exchange(true)) return;
+  drain_deadline.store(deadline);
   log("draining: no new connections; waiting for requests in flight");
   asio::post(workers[0]->ioc, [this] {
     error_code ec;
@@ -2680,8 +2685,22 @@ void Gateway::Impl::begin_drain() {
   for (auto& w : workers) asio::post(w->ioc, [wp = w.get()] { wp->close_idle_conns(); });
 }
 
+std::string Gateway::Impl::drain_progress() const {
+  const auto count = [](std::int64_t n, const char* one, const char* many) {
+    return std::to_string(n) + " " + (n == 1 ? one : many);
+  };
+  const std::string left = count(sessions.load(), "client connection", "client connections") + " and " +
+                           count(admin_in_flight.load(), "admin request", "admin requests");
+  const auto until = std::chrono::ceil<std::chrono::seconds>(drain_deadline.load() - Clock::now());
+  if (until.count() <= 0) {
+    return "already draining, and drain_timeout has passed: cutting " + left + "; the gateway stops within a second";
+  }
+  return "already draining, waiting for " + left + "; drain_timeout cuts them in " + std::to_string(until.count()) +
+         "s, then the gateway stops";
+}
+
 Task<void> Gateway::Impl::drain_watch() {
-  const auto deadline = Clock::now() + snapshot()->config().drain_timeout;
+  const auto deadline = drain_deadline.load();
   Timer timer(workers[0]->ioc);
   while ((sessions.load() > 0 || admin_in_flight.load() > 0) && Clock::now() < deadline) {
     // Sessions that were between requests when the drain began close as they notice it.
@@ -2717,6 +2736,11 @@ void Gateway::Impl::wait_signal() {
             "); still writing to the file it had open");
       }
       (void)reload_from_file();
+    } else if (draining.load(std::memory_order_acquire)) {
+      // A stop signal sent again (an impatient operator, a supervisor repeating its stop) does not
+      // cut the drain short: drain_timeout bounds it already. It is said, with what the drain waits
+      // for and until when, so that it is not taken for a signal lost.
+      log(std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") + " again: " + drain_progress());
     } else {
       begin_drain();
     }

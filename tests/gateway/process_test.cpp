@@ -2,13 +2,18 @@
 // carried over, an invalid file refused while the old configuration serves), SIGTERM drain.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <sstream>
 #include <thread>
 
 #include "config/store.h"
@@ -235,6 +240,62 @@ TEST_F(ProcessTest, SigtermDrainsRequestsInFlightAndExitsZero) {
   EXPECT_EQ(status.load(), 200);
   EXPECT_EQ(child->wait_exit(10s), 0);
   EXPECT_FALSE(testing::can_connect(port_));
+}
+
+// A second SIGTERM (or a SIGINT) during the drain does not cut it short, and is not ignored in
+// silence: it is said, with what the drain waits for and how long until drain_timeout cuts it. The
+// drain then ends as ever, with exit 0.
+TEST_F(ProcessTest, AStopSignalDuringTheDrainSaysWhatTheDrainWaitsFor) {
+  testing::write_file(config_path_, config_yaml(upstream_->port(), 100, "drain"));
+  auto child = serve();
+  ASSERT_TRUE(serving());
+  // An upload half sent: in flight until the rest comes.
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port_);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string head = "POST /echo/x HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nContent-Length: 10\r\n\r\nhalf-";
+  ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  ASSERT_TRUE(testing::eventually([&] {
+    return HttpClient(admin_port_).get("/metrics").body.find("\nsluice_in_flight_requests 1\n") != std::string::npos;
+  }));
+  child->signal(SIGTERM);
+  ASSERT_TRUE(testing::eventually([&] { return child->stderr_text().find("sluice: draining: ") != std::string::npos; }));
+  // The lines said for each signal that comes again, in order.
+  const auto again = [&] {
+    std::vector<std::string> lines;
+    std::istringstream in(child->stderr_text());
+    for (std::string line; std::getline(in, line);) {
+      if (line.find(" again: ") != std::string::npos) lines.push_back(line);
+    }
+    return lines;
+  };
+  child->signal(SIGTERM);
+  ASSERT_TRUE(testing::eventually([&] { return again().size() == 1; })) << child->stderr_text();
+  child->signal(SIGINT);
+  ASSERT_TRUE(testing::eventually([&] { return again().size() == 2; })) << child->stderr_text();
+  const std::vector<std::string> said = again();
+  for (std::size_t i = 0; i < said.size(); ++i) {
+    const std::regex line("\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z sluice: " +
+                          std::string(i == 0 ? "SIGTERM" : "SIGINT") +
+                          " again: already draining, waiting for 1 client connection and 0 admin requests; "
+                          "drain_timeout cuts them in (\\d+)s, then the gateway stops");
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(said[i], m, line)) << said[i];
+    EXPECT_GE(std::stoi(m[1]), 1) << said[i];
+    EXPECT_LE(std::stoi(m[1]), 30) << said[i];  // drain_timeout's default
+  }
+  // The drain goes on: the upload ends, is answered, and the gateway exits 0.
+  const std::string rest = "rest!";
+  ASSERT_EQ(::send(fd, rest.data(), rest.size(), MSG_NOSIGNAL), static_cast<ssize_t>(rest.size()));
+  std::string answer;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) answer.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  EXPECT_TRUE(answer.starts_with("HTTP/1.1 200 OK\r\n")) << answer;
+  EXPECT_EQ(child->wait_exit(10s), 0) << child->stderr_text();
 }
 
 // make run: the demo keeps its configuration in a database, serves the console with a token made for
