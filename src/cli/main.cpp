@@ -9,6 +9,7 @@
 #include "cli/bench_command.h"
 #include "cli/config_command.h"
 #include "cli/serve_command.h"
+#include "cli/standard_descriptors.h"
 #include "cli/token_command.h"
 
 namespace {
@@ -18,6 +19,7 @@ constexpr int kUsageError = 2;
 }  // namespace
 
 int main(int argc, char** argv) {
+  sluice::cli::open_standard_descriptors();  // before anything opens a descriptor
   // A reader of stdout or stderr that goes away (a log shipper restarted, `| head`) fails the
   // writes to it, and costs what they carried; it does not kill the gateway, or a bench run.
   std::signal(SIGPIPE, SIG_IGN);

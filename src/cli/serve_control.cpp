@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/standard_descriptors.h"
 #include "config/store.h"
 #include "config/yaml.h"
 #include "gateway/access_log.h"
@@ -121,7 +122,7 @@ bool start(const ServeSettings& s, const std::shared_ptr<const config::Config>& 
            Running& out) {
   gateway::GatewayOptions options;
   if (!limit_store(s, *cfg, s.primary.empty() ? s.db : s.primary, options)) return false;
-  if (!admin_listen_ok(s, *cfg, !auth->empty())) return false;
+  if (!admin_listen_ok(s, *cfg, !auth->empty()) || !access_log_ok(s, *cfg)) return false;
   if (options.make_limiter) {
     // The admin API peeks and resets in Redis from its own thread: a store of its own, with one.
     auto admin_store = redis::RedisStore::open(redis_options(s, *cfg));
@@ -296,7 +297,16 @@ bool listen_flags_ok(const ServeSettings& s) {
 }
 
 bool access_log_ok(const ServeSettings& s, const config::Config& cfg) {
-  const Status ok = gateway::AccessLog::check(s.access_log.empty() ? cfg.access_log : s.access_log);
+  const std::string& where = s.access_log.empty() ? cfg.access_log : s.access_log;
+  // Refused rather than written to /dev/null, which stands in for it: whoever closed stdout did not
+  // mean the access log to go nowhere without a word (it went into a socket before).
+  if (where == "stdout" && stdout_was_closed()) {
+    std::fprintf(stderr,
+                 "sluice serve: the access log goes to stdout, which was closed when sluice started: start it "
+                 "with stdout open (>/dev/null to drop the log), or give --access-log FILE or off\n");
+    return false;
+  }
+  const Status ok = gateway::AccessLog::check(where);
   if (!ok) std::fprintf(stderr, "sluice serve: %s\n", ok.error().message.c_str());
   return ok.ok();
 }

@@ -50,8 +50,9 @@ int serve_follower(const ServeSettings& settings);
 // admin listener), as --check must find before a start does; false, having said why on stderr.
 bool listen_flags_ok(const ServeSettings& settings);
 
-// Whether the access log (--access-log, else the configuration's) can be opened, as --check must
-// find before a start does; false, having said why on stderr.
+// Whether the access log (--access-log, else the configuration's) can be opened (stdout: was open
+// when the process started), as --check must find before a start does; false, having said why on
+// stderr.
 bool access_log_ok(const ServeSettings& settings, const config::Config& cfg);
 
 // "<time> sluice: serving on port P (admin on port A), ..." on stderr, with `source` (where the

@@ -444,6 +444,57 @@ TEST_F(ProcessTest, AReaderOfItsLogThatGoesAwayDoesNotStopIt) {
   EXPECT_EQ(child.wait_exit(10s), 0) << child.stderr_text();
 }
 
+// Started with stdin, stdout and stderr closed, the gateway has /dev/null on them: the descriptors it
+// opens (an eventfd, its sockets) do not take their numbers, for stdout's writes to go into.
+TEST_F(ProcessTest, StandardDescriptorsClosedAtStartAreDevNull) {
+  testing::write_file(config_path_, config_yaml(upstream_->port(), 100, "closed"));
+  const std::string log = dir_ + "/access.log";
+  Child child({"/bin/sh", "-c",
+               std::string("exec ") + SLUICE_BINARY + " serve --config " + config_path_ + " --listen 127.0.0.1:" +
+                   std::to_string(port_) + " --admin-listen 127.0.0.1:" + std::to_string(admin_port_) +
+                   " --access-log " + log + " <&- >&- 2>&-"},
+              dir_);
+  ASSERT_TRUE(serving());
+  for (int fd = 0; fd <= 2; ++fd) {
+    const std::string link = "/proc/" + std::to_string(child.pid()) + "/fd/" + std::to_string(fd);
+    std::error_code ec;
+    EXPECT_EQ(std::filesystem::read_symlink(link, ec).string(), "/dev/null") << link << ": " << ec.message();
+  }
+  ASSERT_EQ(HttpClient(port_).request("GET", "/echo/closed", {{"X-System-Key", "crm"}}).status, 200);
+  child.signal(SIGTERM);
+  EXPECT_EQ(child.wait_exit(10s), 0);
+  std::ifstream in(log);
+  std::stringstream logged;
+  logged << in.rdbuf();
+  EXPECT_NE(logged.str().find("\"path\":\"/echo/closed\""), std::string::npos) << logged.str();
+}
+
+// An access log to stdout, when stdout was closed at start, is refused (a start and a check), rather
+// than written nowhere without a word.
+TEST_F(ProcessTest, AnAccessLogToAStdoutThatWasClosedIsRefused) {
+  testing::write_file(config_path_, config_yaml(upstream_->port(), 100, "closed"));
+  for (const std::string flag : {"", " --check"}) {
+    Child child({"/bin/sh", "-c",
+                 std::string("exec ") + SLUICE_BINARY + " serve --config " + config_path_ + " --listen 127.0.0.1:" +
+                     std::to_string(port_) + " --admin-listen 127.0.0.1:" + std::to_string(admin_port_) + flag +
+                     " >&-"},
+                dir_);
+    EXPECT_EQ(child.wait_exit(10s), 1) << flag;
+    EXPECT_EQ(child.stderr_text(),
+              "sluice serve: the access log goes to stdout, which was closed when sluice started: start it with "
+              "stdout open (>/dev/null to drop the log), or give --access-log FILE or off\n");
+  }
+  // From a database too.
+  Child db({"/bin/sh", "-c",
+            std::string("exec ") + SLUICE_BINARY + " serve --db " + dir_ + "/sluice.db --listen 127.0.0.1:0 " +
+                "--admin-listen off >&-"},
+           dir_);
+  EXPECT_EQ(db.wait_exit(10s), 1);
+  EXPECT_EQ(db.stderr_text(),
+            "sluice serve: the access log goes to stdout, which was closed when sluice started: start it with "
+            "stdout open (>/dev/null to drop the log), or give --access-log FILE or off\n");
+}
+
 // `make run` typed twice: the second run cannot listen, and says so before it touches the database,
 // so the first keeps its echo upstream and its console token.
 TEST_F(ProcessTest, ASecondDemoThatCannotListenLeavesTheFirstAsItWas) {
