@@ -1316,6 +1316,9 @@ Task<void> Worker::session(Socket socket) {
                          (rec == beast::error::timeout && !parser->got_some() && buffer.size() == 0);
       if (!quiet) {
         conn.busy = true;
+        // A head that did not end (timed out, too large): its request line, when it came, says what
+        // the request was, in the log.
+        parser->read_request_line(buffer.data());
         Exchange x{.client = stream, .buffer = buffer, .parser = *parser, .ctx = ctx, .client_ip = client_ip,
                    .counted_ip = client_ip, .snapshot = snap, .start = first_byte.value_or(Clock::now())};
         assign_request_id(x);  // from what the parser read of the head

@@ -246,6 +246,26 @@ void MessageParser<isRequest>::put_eof(error_code& ec) {
 }
 
 template <bool isRequest>
+void MessageParser<isRequest>::read_request_line(boost::asio::const_buffer input)
+  requires isRequest
+{
+  if (state_ != State::kHead || !head_.text.empty()) return;
+  std::string_view in(static_cast<const char*>(input.data()), std::min(input.size(), header_limit_));
+  while (in.starts_with("\r\n")) in.remove_prefix(2);
+  const std::size_t end = in.find("\r\n");
+  if (end == std::string_view::npos) return;
+  head_.text.assign(in.substr(0, end + 2));
+  const char* p = head_.text.data();
+  if (parse_start_line(p)) {  // not a request line: nothing of it is said
+    method_ = http::verb::unknown;
+    method_string_ = {};
+    target_ = {};
+    http11_ = true;
+    head_.text.clear();
+  }
+}
+
+template <bool isRequest>
 std::size_t MessageParser<isRequest>::put_head(const char* data, std::size_t size, error_code& ec) {
   std::string_view in(data, size);
   // Empty lines before a request line are ignored (RFC 9112 2.2): a client may send one after a body

@@ -113,6 +113,13 @@ class MessageParser {
   // The connection's end: ends a body that runs to it; before the end of a message, ec is
   // http::error::partial_message.
   void put_eof(error_code& ec);
+  // A request whose head did not end (its client stopped sending it, or it outgrew the limit): reads
+  // its request line from `input`, what came of the head, when the line came whole and is one, for
+  // method(), method_string(), target() and http11(): the answer goes in the client's version, and
+  // the log says what the request was. Nothing once a head has ended (it was parsed, as far as it
+  // went).
+  void read_request_line(boost::asio::const_buffer input)
+    requires isRequest;
 
   bool got_some() const { return got_some_; }
   bool is_header_done() const { return state_ > State::kHead; }

@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include <boost/asio/buffer.hpp>
@@ -45,6 +47,35 @@ struct ChunkedRequest {
   RequestParser p{text};
   char buf[64];
 };
+
+// Of a head that did not end, the request line is read when it came whole and is one; a head that
+// ended keeps what its parse read.
+TEST(MessageParserTest, TheRequestLineOfAHeadThatDidNotEndIsReadOnRequest) {
+  const auto read = [](std::string_view wire) {
+    auto text = std::make_unique<HeadText>();
+    auto p = std::make_unique<RequestParser>(*text);
+    error_code ec;
+    EXPECT_EQ(put(*p, wire, ec), 0u);
+    EXPECT_EQ(ec, http::error::need_more) << wire;
+    p->read_request_line(boost::asio::buffer(wire.data(), wire.size()));
+    return std::tuple{std::string(p->method_string()), std::string(p->target()), p->http11(), p->method()};
+  };
+  EXPECT_EQ(read("\r\nHEAD /a?b=1 HTTP/1.0\r\nHost: x\r\n"),
+            std::tuple(std::string("HEAD"), std::string("/a?b=1"), false, http::verb::head));
+  EXPECT_EQ(read("GET /a HTTP/1.1\r\n"), std::tuple(std::string("GET"), std::string("/a"), true, http::verb::get));
+  for (std::string_view unread : {"GET /a HTTP/1.1", "GET /a\r\n", "GET /a HTTP/2.0\r\nHost: x\r\n", "get /a HTTP/1.1\r\n"}) {
+    EXPECT_EQ(read(unread), std::tuple(std::string(), std::string(), true, http::verb::unknown)) << unread;
+  }
+  HeadText text;
+  RequestParser p(text);
+  error_code ec;
+  const std::string wire = "GET /a HTTP/1.1\r\nHost: x\r\n\r\n";
+  EXPECT_EQ(put(p, wire, ec), wire.size());
+  const std::string other = "POST /b HTTP/1.1\r\n";
+  p.read_request_line(boost::asio::buffer(other));
+  EXPECT_EQ(p.method_string(), "GET");
+  EXPECT_EQ(p.target(), "/a");
+}
 
 TEST(MessageParserTest, ARequestsHeadIsKeptAsItCame) {
   HeadText text;

@@ -2681,6 +2681,40 @@ TEST_F(GatewayTest, AHeaderThatTakesTooLongGets408AndTheConnectionClosed) {
   EXPECT_GT(logged.at("latency_ms").to_number<double>(), 400.0) << "header_timeout is 500ms";
 }
 
+// A head refused before it ended, for its time (408) or its size (431), names the method and path of
+// its request line in the log when that line came whole (the path without its query, as for every
+// request); one whose request line did not end names none.
+TEST_F(GatewayTest, AHeadRefusedBeforeItEndedLogsItsRequestLine) {
+  const auto logged = [&](const std::string& bytes, int status) {
+    const std::string out = raw(bytes, 5s);
+    EXPECT_EQ(testing::raw_status(out), status) << out;
+    const std::size_t at = out.find("X-Request-Id: ");
+    if (at == std::string::npos) {
+      ADD_FAILURE() << "no X-Request-Id: " << out;
+      return boost::json::object{};
+    }
+    return json(access_log_line(out.substr(at + 14, out.find("\r\n", at) - at - 14)));
+  };
+  const auto expect = [](const boost::json::object& o, const std::string& method, const std::string& path,
+                         int status, const std::string& reason) {
+    EXPECT_EQ(str(o, "method"), method);
+    EXPECT_EQ(str(o, "path"), path);
+    EXPECT_EQ(o.at("status").as_int64(), status);
+    EXPECT_EQ(str(o, "reason"), reason);
+    EXPECT_EQ(str(o, "system"), "");
+    EXPECT_EQ(str(o, "interface"), "");
+    EXPECT_EQ(str(o, "client_ip"), "127.0.0.1");
+    EXPECT_TRUE(o.at("upstream_latency_ms").is_null());
+  };
+  expect(logged("POST /echo/x?token=secret HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n", 408), "POST", "/echo/x", 408,
+         "request_timeout");
+  expect(logged("\r\nGET /echo/y HTTP/1.1\r\n", 408), "GET", "/echo/y", 408, "request_timeout");
+  expect(logged("POST /echo/x?token=sec", 408), "", "", 408, "request_timeout");
+  expect(logged("GET /echo/x HTTP/1.1\r\nHost: a\r\nX-Big: " + std::string(9000, 'a') + "\r\n\r\n", 431), "GET",
+         "/echo/x", 431, "header_too_large");
+  EXPECT_EQ(upstream_->requests(), 0);
+}
+
 TEST_F(GatewayTest, AnIdleConnectionIsClosedQuietly) {
   EXPECT_EQ(raw("", 5s), "");
 }
