@@ -2587,12 +2587,24 @@ Status Gateway::Impl::install(std::shared_ptr<const config::Config> config) {
   std::lock_guard lock(reload_mu);
   std::shared_ptr<const Snapshot> old = snapshot();
   if (old) {
+    // Each start-only setting the reload changed, by name: the six listed whatever changed left the
+    // operator to diff the files to find which one would wait for a restart.
     const config::Config& was = old->config();
-    if (was.listen != config->listen || was.admin_listen != config->admin_listen || was.store != config->store ||
-        was.fleet_size != config->fleet_size || was.store_timeout != config->store_timeout ||
-        was.access_log != config->access_log) {
-      log("listen, admin_listen, store, fleet_size, store_timeout and access_log take effect at the next start "
-          "only (/config shows those in effect)");
+    std::vector<std::string_view> changed;
+    if (was.listen != config->listen) changed.push_back("listen");
+    if (was.admin_listen != config->admin_listen) changed.push_back("admin_listen");
+    if (was.store != config->store) changed.push_back("store");
+    if (was.fleet_size != config->fleet_size) changed.push_back("fleet_size");
+    if (was.store_timeout != config->store_timeout) changed.push_back("store_timeout");
+    if (was.access_log != config->access_log) changed.push_back("access_log");
+    if (!changed.empty()) {
+      std::string names;
+      for (std::size_t i = 0; i < changed.size(); ++i) {
+        names += i == 0 ? "" : i + 1 == changed.size() ? " and " : ", ";
+        names += changed[i];
+      }
+      log(names + (changed.size() == 1 ? " changed: it takes" : " changed: they take") +
+          " effect at the next start only (/config shows what is in effect)");
     }
   }
   const std::uint64_t g = generation.load() + 1;

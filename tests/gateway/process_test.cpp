@@ -177,6 +177,43 @@ TEST_F(ProcessTest, AReloadFromAFileThatCannotBeReadSaysWhy) {
   EXPECT_EQ(HttpClient(port_).get("/echo/x", "crm").status, 200);
 }
 
+// A reload that changes settings taken at start only names each of them (and only them); the rest
+// of the reload is served.
+TEST_F(ProcessTest, AReloadNamesTheStartOnlySettingsItChanged) {
+  testing::write_file(config_path_, config_yaml(upstream_->port(), 5, "first"));
+  auto child = serve();
+  ASSERT_TRUE(serving());
+  // (The file's watcher may reload it before the signal does: the next generation, or one past.)
+  const auto reload = [&](const std::string& settings) {
+    const int before = generation();
+    testing::write_file(config_path_, settings + config_yaml(upstream_->port(), 5, "g" + std::to_string(before)));
+    child->signal(SIGHUP);
+    ASSERT_TRUE(testing::eventually([&] { return generation() > before; })) << child->stderr_text();
+  };
+  // The lines that say so, without their times.
+  const auto said = [&] {
+    std::vector<std::string> lines;
+    std::istringstream in(child->stderr_text());
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("at the next start") != std::string::npos) lines.push_back(line.substr(line.find(" sluice: ") + 9));
+    }
+    return lines;
+  };
+  reload("store_timeout: 80ms\nfleet_size: 2\naccess_log: \"off\"\n");
+  reload("store_timeout: 80ms\nfleet_size: 2\naccess_log: \"off\"\nlisten: 127.0.0.1:1\n");
+  reload("store_timeout: 80ms\nfleet_size: 2\naccess_log: \"off\"\nlisten: 127.0.0.1:1\n");  // none changed
+  reload("listen: 127.0.0.1:1\nadmin_listen: 127.0.0.1:2\nstore: redis://:s3cret@127.0.0.1:1\n");
+  EXPECT_EQ(said(), (std::vector<std::string>{
+                        "fleet_size, store_timeout and access_log changed: they take effect at the next start only "
+                        "(/config shows what is in effect)",
+                        "listen changed: it takes effect at the next start only (/config shows what is in effect)",
+                        "admin_listen, store, fleet_size, store_timeout and access_log changed: they take effect at "
+                        "the next start only (/config shows what is in effect)",
+                    }));
+  EXPECT_EQ(child->stderr_text().find("s3cret"), std::string::npos) << child->stderr_text();
+  EXPECT_EQ(HttpClient(port_).get("/echo/x", "crm").status, 200);
+}
+
 // A configuration file that is removed is said once; the last configuration goes on serving, and
 // the file is read again when it is back.
 TEST_F(ProcessTest, ARemovedFileIsSaidOnceAndReadAgainWhenBack) {
