@@ -1383,7 +1383,7 @@ void Worker::release_leases(Exchange& x) {
 
 void Worker::judge_limits(Exchange& x, const Status& status) {
   Context& ctx = x.ctx;
-  judge(status, ctx);
+  judge(status, ctx, *limiter);
   x.leases_held = true;
   bool failed = !status.ok();
   for (std::size_t i = 0; i < ctx.decisions.size() && status.ok(); ++i) {

@@ -42,6 +42,11 @@ class Limiter {
   using RefusalListener = std::function<void(const std::string& why)>;
   virtual void watch_refusals(RefusalListener /*f*/) {}
 
+  // The limit a decision made by on_store_failure: local followed (Decision::fallback): this
+  // process's share of `limit` in a fleet on a shared store; the limit itself for a store in this
+  // process, which never falls back.
+  virtual Limit local_share(const Limit& limit) const { return limit; }
+
   // Store::acquire_all: all or nothing. Calls done exactly once with the store's status, the
   // decisions filled in when it is ok. requests, their keys and decisions must stay valid until then.
   virtual void acquire_all(std::span<const LimitRequest> requests, std::span<Decision> decisions,

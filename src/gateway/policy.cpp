@@ -330,7 +330,7 @@ void plan_limits(const Request& request, Context& ctx) {
   ctx.shadow_decisions.resize(ctx.shadow.size());
 }
 
-void judge(const Status& store, Context& ctx) {
+void judge(const Status& store, Context& ctx, const Limiter& limiter) {
   Verdict& v = ctx.verdict;
   if (!store.ok()) {
     v.store_failed = true;
@@ -396,7 +396,12 @@ void judge(const Status& store, Context& ctx) {
     std::int64_t remaining = quota->remaining;
     const bool only_looked_at = quota->fallback && made_up_refusal;
     if (rejected && quota->allowed && !only_looked_at) remaining = std::min(quota->limit, remaining + quota_cost);
-    v.quota = Quota{quota_limit->field_name, quota->limit, quota_limit->rule->limit.window(), remaining,
+    // A limit decided in this process while the store could not (on_store_failure: local) was
+    // decided on this gateway's share of it: the decision's limit is the share's quota, and the
+    // window is the share's too (a token bucket's or GCRA's share refills over a longer period).
+    const Limit& rule = quota_limit->rule->limit;
+    const Nanos window = quota->fallback ? limiter.local_share(rule).window() : rule.window();
+    v.quota = Quota{quota_limit->field_name, quota->limit, window, remaining,
                     until_full ? quota->reset_after : quota->retry_after};
   }
   if (rejected) return;
@@ -424,7 +429,7 @@ const Verdict& decide_now(const Request& request, const Snapshot& snapshot, Cont
   plan_limits(request, ctx);
   bool done = false;
   limiter.acquire_all(ctx.enforced, ctx.decisions, [&](Status s) {
-    judge(s, ctx);
+    judge(s, ctx, limiter);
     done = true;
   });
   assert(done && "decide_now needs a limiter that completes inline");

@@ -154,8 +154,9 @@ Reason check_access(const Request& request, const Snapshot& snapshot, Context& c
 void plan_limits(const Request& request, Context& ctx);
 
 // Step 3, after the store: turns the decisions (or the store's failure) into the verdict, and
-// notes the leases an admitted request holds.
-void judge(const Status& store, Context& ctx);
+// notes the leases an admitted request holds. The limiter is the one that decided (for the share
+// of a limit it decided in this process while its store could not: Limiter::local_share).
+void judge(const Status& store, Context& ctx, const Limiter& limiter);
 
 // The same for the shadow limits of an admitted request: which of them would have rejected it.
 void judge_shadow(const Status& store, Context& ctx);

@@ -20,6 +20,7 @@ class RedisLimiter final : public Limiter {
 
   void connect(Handler done) override;
   std::optional<BreakerState> store_breaker() const override { return store_->breaker().state(); }
+  Limit local_share(const Limit& limit) const override { return store_->local_share(limit); }
   void watch_store(AvailabilityListener f) override { store_->on_availability(std::move(f)); }
   void watch_refusals(RefusalListener f) override { store_->on_refusal(std::move(f)); }
   void acquire_all(std::span<const LimitRequest> requests, std::span<Decision> decisions,

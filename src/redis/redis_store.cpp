@@ -1232,6 +1232,8 @@ RedisStore::~RedisStore() {
 
 CircuitBreaker& RedisStore::breaker() { return impl_->breaker; }
 
+Limit RedisStore::local_share(const Limit& limit) const { return divided(limit, options_.fleet_size); }
+
 void RedisStore::on_refusal(RefusalListener listener) {
   asio::dispatch(impl_->strand, [impl = impl_, listener = std::move(listener)]() mutable {
     impl->refusal = std::move(listener);
@@ -1373,7 +1375,7 @@ void RedisStore::start_release(std::string_view key, const Limit& limit, std::ui
   }
   // A lease that OnStoreFailure::kLocal gave is held in the local store: it goes back there, and
   // that is all (Redis's lease ids are random 64-bit numbers: none is both).
-  if (const Result<bool> local = impl_->local->release_held(key, divided(limit, options_.fleet_size), lease);
+  if (const Result<bool> local = impl_->local->release_held(key, local_share(limit), lease);
       local.ok() && *local) {
     return complete(std::move(handler), impl_->answer, Result<bool>(true));
   }

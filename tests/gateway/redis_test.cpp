@@ -630,5 +630,85 @@ TEST_F(RedisGatewayTest, RedisKilledUnderLoadEachLimitFollowsItsPolicyAndDecisio
   EXPECT_GE(count_keys(*redis_), 1u);
 }
 
+// One in-process gateway of a fleet of 3 on a Redis of the test's own, which the test kills: its
+// limits then follow their on_store_failure, `local` ones counted in this process on a clock the
+// test holds still.
+class RedisDownTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = testing::RedisServer::start();
+    ASSERT_TRUE(server.ok()) << server.error().message;
+    redis_ = std::move(*server);
+    auto up = DemoUpstream::start();
+    ASSERT_TRUE(up.ok());
+    upstream_ = std::move(*up);
+    auto factory = redis_limiters({.address = redis_->address(),
+                                   .command_timeout = 200ms,
+                                   .fleet_size = 3,
+                                   .local_store = std::make_shared<LocalStore>(LocalStoreOptions{.clock = &clock_})});
+    ASSERT_TRUE(factory.ok()) << factory.error().message;
+    GatewayOptions o;
+    o.listen = "127.0.0.1:0";
+    o.admin_listen = "127.0.0.1:0";
+    o.access_log = "off";
+    o.log = [](std::string_view) {};
+    o.make_limiter = std::move(*factory);
+    auto g = Gateway::start(o, testing::load_config(config_text()));
+    ASSERT_TRUE(g.ok()) << g.error().message;
+    gw_ = std::move(*g);
+  }
+
+  std::string config_text() const {
+    return "fleet_size: 3\n"
+           "store_timeout: 200ms\n"
+           "upstreams: [{name: app, targets: [127.0.0.1:" + std::to_string(upstream_->port()) + "]}]\n"
+           "systems: [{key: crm, interfaces: [\"*\"]}]\n"
+           "interfaces:\n"
+           "  - {id: bucket, path: /bucket, upstream: app, limits: [{algorithm: token_bucket, capacity: 10, rate: 1, "
+           "per: 3s, on_store_failure: local}]}\n"
+           "  - {id: gcra, path: /gcra, upstream: app, limits: [{algorithm: gcra, limit: 5, period: 1m, burst: 5, "
+           "on_store_failure: local}]}\n";
+  }
+
+  // Kills Redis and waits until the gateway's store says it is down.
+  void kill_redis() {
+    redis_->kill();
+    ASSERT_TRUE(testing::eventually([&] { return metric(metrics(), "sluice_store_up") == 0; }));
+  }
+
+  HttpResponse get(const std::string& target) { return HttpClient(gw_->port()).get(target, "crm"); }
+  std::string metrics() { return HttpClient(gw_->admin_port()).get("/metrics").body; }
+
+  ManualClock clock_{std::chrono::hours(1)};
+  std::unique_ptr<testing::RedisServer> redis_;
+  std::unique_ptr<DemoUpstream> upstream_;
+  std::unique_ptr<Gateway> gw_;
+};
+
+// With Redis down, a token bucket's or GCRA's local share is described as it is counted: its own
+// quota over its own window (the rate is divided by spreading it over a period 3 times longer).
+TEST_F(RedisDownTest, ALocalShareIsDescribedWithTheWindowItIsCountedOver) {
+  // Redis decides: 10 tokens, one back every 3 s, 30 s from empty to full.
+  HttpResponse r = get("/bucket");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("ratelimit-policy"), "\"bucket\";q=10;w=30");
+  kill_redis();
+  // This gateway's share: 3 tokens, one back every 9 s, 27 s from empty to full.
+  r = get("/bucket");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("ratelimit-policy"), "\"bucket\";q=3;w=27");
+  EXPECT_EQ(r.header("ratelimit"), "\"bucket\";r=2;t=9");
+  // 5 a minute, 5 at once (60 s from empty to full); the share: 5 every 3 minutes, 1 at once, so
+  // 36 s from empty to full.
+  r = get("/gcra");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("ratelimit-policy"), "\"gcra\";q=1;w=36");
+  EXPECT_EQ(r.header("ratelimit"), "\"gcra\";r=0;t=36");
+  r = get("/gcra");
+  EXPECT_EQ(r.status, 429);
+  EXPECT_EQ(r.header("ratelimit-policy"), "\"gcra\";q=1;w=36");
+  EXPECT_EQ(r.header("retry-after"), "36");
+}
+
 }  // namespace
 }  // namespace sluice::gateway

@@ -191,6 +191,9 @@ class RedisStore final : public Store {
   }
 
   const RedisStoreOptions& options() const { return options_; }
+  // The limit OnStoreFailure::kLocal decides by: this instance's share of `limit`, its counts divided
+  // by fleet_size (at least 1) and a rate's period made fleet_size times longer.
+  Limit local_share(const Limit& limit) const;
   // The breaker around Redis, for metrics and operators (force_open, reset, ...).
   CircuitBreaker& breaker();
 
