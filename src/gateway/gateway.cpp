@@ -1385,21 +1385,19 @@ void Worker::judge_limits(Exchange& x, const Status& status) {
   Context& ctx = x.ctx;
   judge(status, ctx, *limiter);
   x.leases_held = true;
-  bool failed = !status.ok();
   for (std::size_t i = 0; i < ctx.decisions.size() && status.ok(); ++i) {
-    if (!ctx.decisions[i].fallback) continue;
-    failed = true;
-    gw.metrics->count_fallback(ctx.enforced[i].on_store_failure);
+    if (ctx.decisions[i].fallback) gw.metrics->count_fallback(ctx.enforced[i].on_store_failure);
   }
-  if (failed) gw.metrics->count_store_error();
+  if (ctx.verdict.store_failed) gw.metrics->count_store_error();
 }
 
 void Worker::judge_shadow_limits(Exchange& x, const Status& status) {
   Context& ctx = x.ctx;
+  // sluice_store_errors_total counts requests: one whose enforced limits the store could not decide
+  // either was counted already (judge_limits).
+  const bool counted = ctx.verdict.store_failed;
   judge_shadow(status, ctx);
-  const bool failed = !status.ok() || std::any_of(ctx.shadow_decisions.begin(), ctx.shadow_decisions.end(),
-                                                  [](const Decision& d) { return d.fallback; });
-  if (failed) gw.metrics->count_store_error();
+  if (ctx.verdict.store_failed && !counted) gw.metrics->count_store_error();
 }
 
 std::optional<Reason> Worker::decide_limits_now(Exchange& x, const Request& r) {

@@ -167,7 +167,8 @@ std::string Metrics::render(const Snapshot& snapshot, std::span<const BreakerSta
     out += std::string("sluice_upstream_resolutions_total{result=\"") + name + "\"} " +
            std::to_string(resolutions_[static_cast<std::size_t>(result)].load(std::memory_order_relaxed)) + "\n";
   }
-  out += "# HELP sluice_store_errors_total Limit store calls that failed.\n";
+  out += "# HELP sluice_store_errors_total Requests whose limits the limit store could not decide, and lease "
+         "releases that failed.\n";
   out += "# TYPE sluice_store_errors_total counter\n";
   out += "sluice_store_errors_total " + std::to_string(store_errors_.load(std::memory_order_relaxed)) + "\n";
   out += "# HELP sluice_store_fallbacks_total Limit decisions made by on_store_failure, the store unable to decide.\n";

@@ -38,7 +38,8 @@ class Metrics {
   // How long the access checks and the limits took for one request.
   void observe_decision(std::size_t shard, Nanos duration);
   void count_shadow_rejection(std::size_t shard, const CompiledLimit& limit);
-  // A limit store call that failed (its limits then followed on_store_failure).
+  // A request whose limits the store could not decide (they followed on_store_failure), counted
+  // once however many calls failed for it; or a lease's release that failed.
   void count_store_error() { store_errors_.fetch_add(1, std::memory_order_relaxed); }
   // A limit decided by its on_store_failure because the store could not decide.
   void count_fallback(OnStoreFailure policy) {

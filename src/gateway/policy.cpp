@@ -413,9 +413,13 @@ void judge(const Status& store, Context& ctx, const Limiter& limiter) {
 }
 
 void judge_shadow(const Status& store, Context& ctx) {
-  if (!store.ok()) return;
+  if (!store.ok()) {
+    ctx.verdict.store_failed = true;
+    return;
+  }
   for (std::size_t i = 0; i < ctx.shadow_decisions.size(); ++i) {
     const Decision& d = ctx.shadow_decisions[i];
+    ctx.verdict.store_failed = ctx.verdict.store_failed || d.fallback;
     if (!d.allowed) ctx.verdict.shadow_rejected.push_back(ctx.shadow_limits[i]);
     if (d.lease != 0) ctx.leases.push_back(Lease{ctx.shadow[i].key, ctx.shadow[i].limit, d.lease});
   }

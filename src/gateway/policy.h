@@ -112,7 +112,8 @@ struct Verdict {
   std::optional<Nanos> retry_after;  // Retry-After is sent when set
   std::optional<Quota> quota;
   std::vector<const CompiledLimit*> shadow_rejected;
-  // The store could not decide: it failed, or some decisions were made by on_store_failure.
+  // The store could not decide: it failed, or some decisions (shadow ones too) were made by
+  // on_store_failure.
   bool store_failed = false;
 };
 
@@ -158,7 +159,8 @@ void plan_limits(const Request& request, Context& ctx);
 // of a limit it decided in this process while its store could not: Limiter::local_share).
 void judge(const Status& store, Context& ctx, const Limiter& limiter);
 
-// The same for the shadow limits of an admitted request: which of them would have rejected it.
+// The same for the shadow limits of an admitted request: which of them would have rejected it
+// (and, in verdict.store_failed, whether the store could not decide them either).
 void judge_shadow(const Status& store, Context& ctx);
 
 // Checks 1 to 3 in one go, for a limiter that completes before it returns (StoreLimiter).

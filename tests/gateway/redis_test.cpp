@@ -667,7 +667,10 @@ class RedisDownTest : public ::testing::Test {
            "  - {id: bucket, path: /bucket, upstream: app, limits: [{algorithm: token_bucket, capacity: 10, rate: 1, "
            "per: 3s, on_store_failure: local}]}\n"
            "  - {id: gcra, path: /gcra, upstream: app, limits: [{algorithm: gcra, limit: 5, period: 1m, burst: 5, "
-           "on_store_failure: local}]}\n";
+           "on_store_failure: local}]}\n"
+           "  - {id: shadowed, path: /shadowed, upstream: app, limits: [{algorithm: fixed_window, limit: 1000, "
+           "period: 1h, on_store_failure: allow}, {name: preview, algorithm: fixed_window, limit: 1000, period: 1h, "
+           "on_store_failure: allow, shadow: true}]}\n";
   }
 
   // Kills Redis and waits until the gateway's store says it is down.
@@ -708,6 +711,16 @@ TEST_F(RedisDownTest, ALocalShareIsDescribedWithTheWindowItIsCountedOver) {
   EXPECT_EQ(r.status, 429);
   EXPECT_EQ(r.header("ratelimit-policy"), "\"gcra\";q=1;w=36");
   EXPECT_EQ(r.header("retry-after"), "36");
+}
+
+// A request whose limits and shadow limits Redis could not decide is one request the store failed,
+// not one for each call that failed for it.
+TEST_F(RedisDownTest, AStoreFailureIsCountedOncePerRequestShadowLimitsIncluded) {
+  ASSERT_EQ(get("/shadowed").status, 200);
+  EXPECT_EQ(metric(metrics(), "sluice_store_errors_total"), 0);
+  kill_redis();
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(get("/shadowed").status, 200) << i;
+  EXPECT_EQ(metric(metrics(), "sluice_store_errors_total"), 3);
 }
 
 }  // namespace
