@@ -1397,6 +1397,9 @@ void Worker::judge_shadow_limits(Exchange& x, const Status& status) {
   // either was counted already (judge_limits).
   const bool counted = ctx.verdict.store_failed;
   judge_shadow(status, ctx);
+  for (std::size_t i = 0; i < ctx.shadow_decisions.size() && status.ok(); ++i) {
+    if (ctx.shadow_decisions[i].fallback) gw.metrics->count_fallback(ctx.shadow[i].on_store_failure);
+  }
   if (ctx.verdict.store_failed && !counted) gw.metrics->count_store_error();
 }
 

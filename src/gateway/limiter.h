@@ -52,7 +52,8 @@ class Limiter {
   virtual void acquire_all(std::span<const LimitRequest> requests, std::span<Decision> decisions,
                            Handler done) = 0;
   // Each request decided on its own (shadow limits, which must not veto one another). A request
-  // the store could not decide gets a Decision with allowed and fallback set.
+  // the store could not decide is decided by its on_store_failure (Decision::fallback set), and one
+  // not even so gets a Decision with allowed and fallback set.
   virtual void acquire_each(std::span<const LimitRequest> requests, std::span<Decision> decisions,
                             Handler done) = 0;
   // Gives back a concurrency lease. done says whether the store could be told (when not, the lease

@@ -420,6 +420,8 @@ void judge_shadow(const Status& store, Context& ctx) {
   for (std::size_t i = 0; i < ctx.shadow_decisions.size(); ++i) {
     const Decision& d = ctx.shadow_decisions[i];
     ctx.verdict.store_failed = ctx.verdict.store_failed || d.fallback;
+    // A refusal by on_store_failure (deny, or local's share spent) is one too: enforced, the limit
+    // would have refused the request.
     if (!d.allowed) ctx.verdict.shadow_rejected.push_back(ctx.shadow_limits[i]);
     if (d.lease != 0) ctx.leases.push_back(Lease{ctx.shadow[i].key, ctx.shadow[i].limit, d.lease});
   }

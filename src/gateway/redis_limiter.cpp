@@ -37,12 +37,12 @@ void RedisLimiter::acquire_each(std::span<const LimitRequest> requests, std::spa
   const auto ex = asio::get_associated_executor(done, executor_);
   auto join = std::make_shared<Join>(decisions, std::move(done), requests.size());
   for (std::size_t i = 0; i < requests.size(); ++i) {
-    LimitRequest r = requests[i];
-    r.on_store_failure = OnStoreFailure::kError;
-    store_->async_acquire(r, asio::bind_executor(ex, [join, i](Result<Decision> d) {
+    store_->async_acquire(requests[i], asio::bind_executor(ex, [join, i](Result<Decision> d) {
       if (d) {
         join->decisions[i] = *d;
       } else {
+        // Not decided even by its policy (a request the store refuses as such): admitted, and
+        // marked as a fallback.
         join->decisions[i] = Decision{};
         join->decisions[i].allowed = true;
         join->decisions[i].fallback = true;

@@ -25,8 +25,8 @@ class RedisLimiter final : public Limiter {
   void watch_refusals(RefusalListener f) override { store_->on_refusal(std::move(f)); }
   void acquire_all(std::span<const LimitRequest> requests, std::span<Decision> decisions,
                    Handler done) override;
-  // The store's failure policies do not apply here: a shadow limit never rejects, so what the
-  // store cannot decide is admitted (and marked as a fallback).
+  // Each request follows its own on_store_failure while Redis cannot decide, as in acquire_all: a
+  // shadow limit reports what it would have done, and a shadow limit never rejects.
   void acquire_each(std::span<const LimitRequest> requests, std::span<Decision> decisions,
                     Handler done) override;
   void release(std::string_view key, const Limit& limit, std::uint64_t lease, Handler done) override;

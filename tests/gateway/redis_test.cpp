@@ -670,7 +670,15 @@ class RedisDownTest : public ::testing::Test {
            "on_store_failure: local}]}\n"
            "  - {id: shadowed, path: /shadowed, upstream: app, limits: [{algorithm: fixed_window, limit: 1000, "
            "period: 1h, on_store_failure: allow}, {name: preview, algorithm: fixed_window, limit: 1000, period: 1h, "
-           "on_store_failure: allow, shadow: true}]}\n";
+           "on_store_failure: allow, shadow: true}]}\n"
+           "  - {id: previewed, path: /previewed, upstream: app, limits: [{algorithm: fixed_window, limit: 1000, "
+           "period: 1h, on_store_failure: allow},\n"
+           "     {name: would-allow, algorithm: fixed_window, limit: 1, period: 1h, on_store_failure: allow, "
+           "shadow: true},\n"
+           "     {name: would-deny, algorithm: fixed_window, limit: 1000, period: 1h, on_store_failure: deny, "
+           "shadow: true},\n"
+           "     {name: would-share, algorithm: fixed_window, limit: 6, period: 1h, on_store_failure: local, "
+           "shadow: true}]}\n";
   }
 
   // Kills Redis and waits until the gateway's store says it is down.
@@ -721,6 +729,25 @@ TEST_F(RedisDownTest, AStoreFailureIsCountedOncePerRequestShadowLimitsIncluded) 
   kill_redis();
   for (int i = 0; i < 3; ++i) ASSERT_EQ(get("/shadowed").status, 200) << i;
   EXPECT_EQ(metric(metrics(), "sluice_store_errors_total"), 3);
+}
+
+// With Redis down, a shadow limit follows its own on_store_failure as an enforced one would, and
+// reports what that would have done, refusing nothing: deny would have refused every request,
+// local refuses past this gateway's share (6 / 3), allow admits.
+TEST_F(RedisDownTest, AShadowLimitFollowsItsOwnOnStoreFailureAndOnlyReports) {
+  kill_redis();
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(get("/previewed").status, 200) << i;
+  const std::string m = metrics();
+  const std::string shadow = "sluice_shadow_rejections_total{scope=\"interface\",owner=\"previewed\",limit=";
+  EXPECT_EQ(metric(m, shadow + "\"would-deny\"}"), 3) << m;
+  EXPECT_EQ(metric(m, shadow + "\"would-share\"}"), 1) << m;
+  EXPECT_EQ(m.find(shadow + "\"would-allow\"}"), std::string::npos) << m;
+  // Every decision made by a policy, the shadow limits' too: 3 requests, each with an enforced
+  // allow limit and one shadow limit of each policy.
+  EXPECT_EQ(metric(m, "sluice_store_fallbacks_total{policy=\"allow\"}"), 6);
+  EXPECT_EQ(metric(m, "sluice_store_fallbacks_total{policy=\"deny\"}"), 3);
+  EXPECT_EQ(metric(m, "sluice_store_fallbacks_total{policy=\"local\"}"), 3);
+  EXPECT_EQ(metric(m, "sluice_store_errors_total"), 3);
 }
 
 }  // namespace
