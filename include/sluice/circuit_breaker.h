@@ -77,6 +77,8 @@ struct CircuitBreakerOptions {
 
 // What the window holds now, for metrics and the admin API.
 struct BreakerStats {
+  // The state a call would find now: an open breaker whose open period is over is half-open (it
+  // turns so, and says so in state(), only when that call comes: reading changes nothing).
   BreakerState state = BreakerState::kClosed;
   std::int64_t calls = 0;
   std::int64_t failures = 0;

@@ -252,7 +252,16 @@ BreakerStats CircuitBreaker::stats() const {
       s.slow_calls += b.slow;
     }
   }
-  if (s.state == BreakerState::kOpen) s.open_remaining = std::max(Nanos{0}, open_until_ - clock_->now());
+  if (s.state == BreakerState::kOpen) {
+    // Past its open period the breaker lets the next call through as a probe (try_acquire): a
+    // view that said open would tell an operator, or an alert, of an outage no call would meet.
+    const Nanos now = clock_->now();
+    if (now >= open_until_) {
+      s.state = BreakerState::kHalfOpen;
+    } else {
+      s.open_remaining = open_until_ - now;
+    }
+  }
   return s;
 }
 

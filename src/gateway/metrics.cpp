@@ -134,7 +134,9 @@ std::string Metrics::render(const Snapshot& snapshot, std::span<const BreakerSta
                                              BreakerState::kHalfOpen, BreakerState::kForcedOpen,
                                              BreakerState::kForcedClosed, BreakerState::kDisabled};
   for (const UpstreamEntry& u : snapshot.upstreams()) {
-    const BreakerState current = u.breaker ? u.breaker->state() : BreakerState::kDisabled;
+    // As the next request would find it (stats(), not state(): an open breaker whose time is up,
+    // with no request since, is half-open to that request).
+    const BreakerState current = u.breaker ? u.breaker->stats().state : BreakerState::kDisabled;
     for (BreakerState s : kStates) {
       out += "sluice_breaker_state{upstream=\"" + label(u.upstream->name) + "\",state=\"" + to_string(s) +
              "\"} " + (s == current ? "1" : "0") + "\n";

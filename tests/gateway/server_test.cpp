@@ -1190,6 +1190,32 @@ TEST_F(GatewayTest, TheBreakerOpensOnUpstreamFailuresAndClosesAfterRecovery) {
   EXPECT_NE(m.find("sluice_breaker_transitions_total{upstream=\"app\",state=\"half_open\"} 1"), std::string::npos);
 }
 
+// A scrape once the open period is over, with no request since, says what the next request would
+// find: half-open, its probe let through. The scrape changes nothing: the request makes the
+// transition (and it is counted then).
+TEST_F(GatewayTest, AScrapeAfterTheOpenPeriodSaysHalfOpenWithoutARequest) {
+  HttpClient c(gw_->port());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(c.get("/flaky?status=500", "crm").status, 500);
+  const std::string state = "sluice_breaker_state{upstream=\"app\",state=";
+  const std::string half_opened = "sluice_breaker_transitions_total{upstream=\"app\",state=\"half_open\"}";
+  clock_.advance(9s);
+  std::string m = metrics();
+  EXPECT_NE(m.find(state + "\"open\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find(state + "\"half_open\"} 0"), std::string::npos) << m;
+
+  clock_.advance(1s);
+  m = metrics();
+  EXPECT_NE(m.find(state + "\"open\"} 0"), std::string::npos) << m;
+  EXPECT_NE(m.find(state + "\"half_open\"} 1"), std::string::npos) << m;
+  EXPECT_EQ(m.find(half_opened), std::string::npos) << m;
+  EXPECT_EQ(upstream_->requests(), 4);
+
+  EXPECT_EQ(c.get("/echo/probe", "crm").status, 200);  // the probe, which closes it
+  m = metrics();
+  EXPECT_NE(m.find(state + "\"closed\"} 1"), std::string::npos) << m;
+  EXPECT_NE(m.find(half_opened + " 1"), std::string::npos) << m;
+}
+
 // A half-open breaker judges its probe once the first piece of the body is in: a stream that goes
 // on for long closes the breaker when it starts, rather than holding the only probe until it ends.
 TEST_F(GatewayTest, AHalfOpenBreakerJudgesAStreamingProbeByItsFirstPiece) {

@@ -59,6 +59,28 @@ TEST_F(BreakerTest, FiveFailuresThenOpenForSixtySeconds) {
   EXPECT_EQ(b.state(), BreakerState::kHalfOpen);
 }
 
+// stats() says the state a call would find: past the open period, half-open, though the breaker
+// turns so only when that call comes (reading it changes nothing).
+TEST_F(BreakerTest, StatsSayHalfOpenOnceTheOpenPeriodIsOver) {
+  CircuitBreakerOptions o = options();
+  o.consecutive_failures = 1;
+  o.failure_rate = 0;
+  o.open_for = 60s;
+  CircuitBreaker b(o);
+  calls(b, 1, true);
+  clock_.advance(59s);
+  EXPECT_EQ(b.stats().state, BreakerState::kOpen);
+  EXPECT_EQ(b.stats().open_remaining, 1s);
+  clock_.advance(1s);
+  EXPECT_EQ(b.stats().state, BreakerState::kHalfOpen);
+  EXPECT_EQ(b.stats().open_remaining, 0s);
+  EXPECT_EQ(b.state(), BreakerState::kOpen);
+  EXPECT_EQ(changes_.size(), 1u);
+  EXPECT_TRUE(b.try_acquire().admitted());
+  EXPECT_EQ(b.state(), BreakerState::kHalfOpen);
+  EXPECT_EQ(changes_.back(), std::make_pair(BreakerState::kOpen, BreakerState::kHalfOpen));
+}
+
 TEST_F(BreakerTest, FailureRateJudgedOnlyAfterMinimumCalls) {
   CircuitBreakerOptions o = options();
   o.window_size = 10;
