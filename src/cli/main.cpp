@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <string_view>
 
 #include "cli/bench_command.h"
 #include "cli/config_command.h"
@@ -20,6 +21,13 @@ constexpr int kUsageError = 2;
 
 int main(int argc, char** argv) {
   sluice::cli::open_standard_descriptors();  // before anything opens a descriptor
+  // A command run for its output (a token shown once, an export, a report) would write it to the
+  // /dev/null that stands in for a closed stdout and succeed: refused instead. The gateway refuses
+  // only an access log there (see access_log_ok()).
+  if (sluice::cli::stdout_was_closed() && !(argc > 1 && std::string_view(argv[1]) == "serve")) {
+    std::fprintf(stderr, "sluice: stdout is closed: start sluice with it open (>/dev/null to drop what it writes)\n");
+    return 1;
+  }
   // A reader of stdout or stderr that goes away (a log shipper restarted, `| head`) fails the
   // writes to it, and costs what they carried; it does not kill the gateway, or a bench run.
   std::signal(SIGPIPE, SIG_IGN);

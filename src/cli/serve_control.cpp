@@ -300,7 +300,7 @@ bool access_log_ok(const ServeSettings& s, const config::Config& cfg) {
   const std::string& where = s.access_log.empty() ? cfg.access_log : s.access_log;
   // Refused rather than written to /dev/null, which stands in for it: whoever closed stdout did not
   // mean the access log to go nowhere without a word (it went into a socket before).
-  if (where == "stdout" && stdout_was_closed()) {
+  if ((where == "stdout" || where == "/dev/stdout") && stdout_was_closed()) {
     std::fprintf(stderr,
                  "sluice serve: the access log goes to stdout, which was closed when sluice started: start it "
                  "with stdout open (>/dev/null to drop the log), or give --access-log FILE or off\n");

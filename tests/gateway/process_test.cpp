@@ -521,6 +521,14 @@ TEST_F(ProcessTest, AnAccessLogToAStdoutThatWasClosedIsRefused) {
               "sluice serve: the access log goes to stdout, which was closed when sluice started: start it with "
               "stdout open (>/dev/null to drop the log), or give --access-log FILE or off\n");
   }
+  // Named as a file too.
+  Child named({"/bin/sh", "-c",
+               std::string("exec ") + SLUICE_BINARY + " serve --config " + config_path_ +
+                   " --listen 127.0.0.1:0 --admin-listen off --access-log /dev/stdout >&-"},
+              dir_);
+  EXPECT_EQ(named.wait_exit(10s), 1);
+  EXPECT_NE(named.stderr_text().find("which was closed when sluice started"), std::string::npos)
+      << named.stderr_text();
   // From a database too.
   Child db({"/bin/sh", "-c",
             std::string("exec ") + SLUICE_BINARY + " serve --db " + dir_ + "/sluice.db --listen 127.0.0.1:0 " +
@@ -530,6 +538,22 @@ TEST_F(ProcessTest, AnAccessLogToAStdoutThatWasClosedIsRefused) {
   EXPECT_EQ(db.stderr_text(),
             "sluice serve: the access log goes to stdout, which was closed when sluice started: start it with "
             "stdout open (>/dev/null to drop the log), or give --access-log FILE or off\n");
+}
+
+// The other commands are run for what they write to stdout (a token shown once, an export): with it
+// closed they refuse to run, rather than write it to the /dev/null standing in for it.
+TEST_F(ProcessTest, ACommandOtherThanServeRefusesAClosedStdout) {
+  testing::write_file(config_path_, config_yaml(upstream_->port(), 100, "closed"));
+  const std::vector<std::string> commands{"token create --role admin --db " + dir_ + "/tokens.db",
+                                          "config export --db " + dir_ + "/tokens.db", "config check " + config_path_};
+  for (const std::string& command : commands) {
+    Child child({"/bin/sh", "-c", std::string("exec ") + SLUICE_BINARY + " " + command + " >&-"}, dir_);
+    EXPECT_EQ(child.wait_exit(10s), 1) << command;
+    EXPECT_EQ(child.stderr_text(),
+              "sluice: stdout is closed: start sluice with it open (>/dev/null to drop what it writes)\n")
+        << command;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/tokens.db")) << "a token was made and shown to nobody";
 }
 
 // `make run` typed twice: the second run cannot listen, and says so before it touches the database,
