@@ -870,6 +870,10 @@ struct Gateway::Impl {
   std::shared_ptr<const Snapshot> current;  // guarded by snapshot_mu
   std::atomic<std::uint64_t> generation{0};
   std::mutex reload_mu;  // one reload at a time
+  // One reload from the file at a time (the watcher's, on worker 0, and SIGHUP's, on the main
+  // thread): each stats the file and then loads it, and two interleaved could install the older
+  // text last, under the newer stamp, which the watcher would then never read again.
+  std::mutex file_reload_mu;
 
   std::mutex admin_mu;
   std::vector<std::tuple<std::string, std::string, AdminHandler>> admin_routes;  // guarded by admin_mu
@@ -2589,23 +2593,35 @@ Status Gateway::Impl::install(std::shared_ptr<const config::Config> config) {
   std::shared_ptr<const Snapshot> old = snapshot();
   if (old) {
     // Each start-only setting the reload changed, by name: the six listed whatever changed left the
-    // operator to diff the files to find which one would wait for a restart.
+    // operator to diff the files to find which one would wait for a restart. Not one changed back
+    // to what is in effect; and one a flag gave at start is said apart: the flag overrides it.
     const config::Config& was = old->config();
-    std::vector<std::string_view> changed;
-    if (was.listen != config->listen) changed.push_back("listen");
-    if (was.admin_listen != config->admin_listen) changed.push_back("admin_listen");
-    if (was.store != config->store) changed.push_back("store");
-    if (was.fleet_size != config->fleet_size) changed.push_back("fleet_size");
-    if (was.store_timeout != config->store_timeout) changed.push_back("store_timeout");
-    if (was.access_log != config->access_log) changed.push_back("access_log");
-    if (!changed.empty()) {
-      std::string names;
-      for (std::size_t i = 0; i < changed.size(); ++i) {
-        names += i == 0 ? "" : i + 1 == changed.size() ? " and " : ", ";
-        names += changed[i];
+    std::vector<std::string_view> changed, overridden;
+    const auto note = [&](std::string_view name, const auto member, bool flag) {
+      if (was.*member == (*config).*member || (*config).*member == start_only.*member) return;
+      (flag ? overridden : changed).push_back(name);
+    };
+    note("listen", &config::Config::listen, !options.listen.empty());
+    note("admin_listen", &config::Config::admin_listen, !options.admin_listen.empty());
+    note("store", &config::Config::store, !options.store.empty());
+    note("fleet_size", &config::Config::fleet_size, options.fleet_size > 0);
+    note("store_timeout", &config::Config::store_timeout, false);
+    note("access_log", &config::Config::access_log, !options.access_log.empty());
+    const auto listed = [](const std::vector<std::string_view>& names) {
+      std::string out;
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        out += i == 0 ? "" : i + 1 == names.size() ? " and " : ", ";
+        out += names[i];
       }
-      log(names + (changed.size() == 1 ? " changed: it takes" : " changed: they take") +
+      return out;
+    };
+    if (!changed.empty()) {
+      log(listed(changed) + (changed.size() == 1 ? " changed: it takes" : " changed: they take") +
           " effect at the next start only (/config shows what is in effect)");
+    }
+    if (!overridden.empty()) {
+      log(listed(overridden) + (overridden.size() == 1 ? " changed, but it is" : " changed, but they are") +
+          " given on the command line, which the file does not override");
     }
   }
   const std::uint64_t g = generation.load() + 1;
@@ -2633,6 +2649,7 @@ Gateway::Impl::FileStamp Gateway::Impl::stat_config() const {
 
 Status Gateway::Impl::reload_from_file() {
   if (options.config_path.empty()) return invalid_argument("no configuration file to reload from");
+  std::lock_guard reloading(file_reload_mu);
   {
     std::lock_guard lock(stamp_mu);
     stamp = stat_config();
@@ -2689,9 +2706,11 @@ Task<void> Gateway::Impl::housekeeping() {
 }
 
 void Gateway::Impl::begin_drain() {
-  const Clock::time_point deadline = Clock::now() + snapshot()->config().drain_timeout;
+  // The deadline first, so that whoever sees `draining` sees it too (a stop signal sent again, see
+  // drain_progress()); only the first drain sets it.
+  Clock::time_point unset{};
+  drain_deadline.compare_exchange_strong(unset, Clock::now() + snapshot()->config().drain_timeout);
   if (draining.exchange(true)) return;
-  drain_deadline.store(deadline);
   log("draining: no new connections; waiting for requests in flight");
   asio::post(workers[0]->ioc, [this] {
     error_code ec;
