@@ -384,8 +384,8 @@ TEST(RedisAddressTest, WithRedisDownALocalLimitBesideADenyRefusalReportsWhatItHa
   EXPECT_FALSE(spent.header("retry-after").empty());
 }
 
-// One in-process gateway on a Redis of the test's own; the limits' clock is Redis's.
-class RedisGatewayTest : public ::testing::Test {
+// A Redis and an upstream of the test's own.
+class RedisAndUpstreamTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto server = testing::RedisServer::start();
@@ -394,6 +394,18 @@ class RedisGatewayTest : public ::testing::Test {
     auto up = DemoUpstream::start();
     ASSERT_TRUE(up.ok());
     upstream_ = std::move(*up);
+  }
+
+  std::unique_ptr<testing::RedisServer> redis_;
+  std::unique_ptr<DemoUpstream> upstream_;
+};
+
+// One in-process gateway on a Redis of the test's own; the limits' clock is Redis's.
+class RedisGatewayTest : public RedisAndUpstreamTest {
+ protected:
+  void SetUp() override {
+    RedisAndUpstreamTest::SetUp();
+    if (HasFatalFailure()) return;
     start(config_text());
   }
 
@@ -461,8 +473,6 @@ class RedisGatewayTest : public ::testing::Test {
                                           [&](const std::string& l) { return l.starts_with(prefix); }));
   }
 
-  std::unique_ptr<testing::RedisServer> redis_;
-  std::unique_ptr<DemoUpstream> upstream_;
   std::mutex log_mu_;
   std::vector<std::string> log_;  // guarded by log_mu_
   std::unique_ptr<Gateway> gw_;
@@ -633,15 +643,11 @@ TEST_F(RedisGatewayTest, RedisKilledUnderLoadEachLimitFollowsItsPolicyAndDecisio
 // One in-process gateway of a fleet of 3 on a Redis of the test's own, which the test kills: its
 // limits then follow their on_store_failure, `local` ones counted in this process on a clock the
 // test holds still.
-class RedisDownTest : public ::testing::Test {
+class RedisDownTest : public RedisAndUpstreamTest {
  protected:
   void SetUp() override {
-    auto server = testing::RedisServer::start();
-    ASSERT_TRUE(server.ok()) << server.error().message;
-    redis_ = std::move(*server);
-    auto up = DemoUpstream::start();
-    ASSERT_TRUE(up.ok());
-    upstream_ = std::move(*up);
+    RedisAndUpstreamTest::SetUp();
+    if (HasFatalFailure()) return;
     auto factory = redis_limiters({.address = redis_->address(),
                                    .command_timeout = 200ms,
                                    .fleet_size = 3,
@@ -691,8 +697,6 @@ class RedisDownTest : public ::testing::Test {
   std::string metrics() { return HttpClient(gw_->admin_port()).get("/metrics").body; }
 
   ManualClock clock_{std::chrono::hours(1)};
-  std::unique_ptr<testing::RedisServer> redis_;
-  std::unique_ptr<DemoUpstream> upstream_;
   std::unique_ptr<Gateway> gw_;
 };
 
