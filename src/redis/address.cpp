@@ -116,6 +116,7 @@ Result<Address> parse_address(std::string_view text) {
     // Split before decoding: a user's %3A is part of its name. Without a ':' the credentials are a
     // password (redis://secret@host), as redis-cli reads them.
     const auto colon = credentials.find(':');
+    a.escaped_credentials = credentials.find('%') != std::string_view::npos;
     if (colon != std::string_view::npos) {
       auto user = percent_decoded(credentials.substr(0, colon), "user");
       if (!user) return user.error();

@@ -20,6 +20,7 @@ ConnectionOptions connection_options(const ClientOptions& o, const Endpoint& end
   c.endpoint = endpoint;
   c.user = o.address.user;
   c.password = o.address.password;
+  c.escaped_credentials = o.address.escaped_credentials;
   c.db = o.address.db;
   c.connect_timeout = o.connect_timeout;
   c.command_timeout = o.command_timeout;

@@ -113,18 +113,28 @@ void Connection::handshake() {
   auto left = std::make_shared<std::size_t>(commands.size());
   const std::uint64_t generation = generation_;
   const SteadyTime deadline = std::chrono::steady_clock::now() + options_.connect_timeout;
-  for (const std::string& c : commands) {
-    enqueue(c, [this, left, generation, ping](Result<Reply> r) {
+  const bool auth = !options_.password.empty();
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    const bool is_auth = auth && i == 0;
+    enqueue(commands[i], [this, left, generation, ping, is_auth](Result<Reply> r) {
       if (generation != generation_) return;
       if (!r.ok()) return disconnect(r.error());
       // A user whose ACL leaves PING out (NOPERM) has been answered, and may still run the scripts.
       if (is_error(*r) && !(ping && text(*r).starts_with("NOPERM"))) {
         const std::string_view why = text(*r);
-        return disconnect(unavailable("refused the handshake: " + std::string(why) +
-                                      (why.starts_with("NOAUTH")
-                                           ? " (give the password in the address: redis://:password@host:port, "
-                                             "or redis-cluster://:password@host:port,host:port)"
-                                           : "")));
+        std::string hint;
+        if (why.starts_with("NOAUTH")) {
+          hint = " (give the password in the address: redis://:password@host:port, "
+                 "or redis-cluster://:password@host:port,host:port)";
+        } else if (is_auth && options_.escaped_credentials &&
+                   (why.starts_with("WRONGPASS") || why.find("invalid") != std::string_view::npos)) {
+          // Sent decoded: an address written for a version that sent a '%' as written now
+          // authenticates with another password. Said without the user or password.
+          hint = " (the address's user or password holds a '%', which sluice reads as an escape, as "
+                 "in any URL: %41 is 'A'; versions before percent-decoding sent it as written; "
+                 "write a '%' itself as %25)";
+        }
+        return disconnect(unavailable("refused the handshake: " + std::string(why) + hint));
       }
       if (--*left == 0) set_ready();
     }, deadline);

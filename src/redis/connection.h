@@ -35,6 +35,7 @@ struct ConnectionOptions {
   Endpoint endpoint;
   std::string user;
   std::string password;
+  bool escaped_credentials = false;  // see Address::escaped_credentials
   int db = 0;
   std::chrono::milliseconds connect_timeout{200};
   std::chrono::milliseconds command_timeout{50};

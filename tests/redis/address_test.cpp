@@ -50,6 +50,9 @@ TEST(Address, PercentDecodesTheUserAndPassword) {
   EXPECT_EQ(c->user, "");
   EXPECT_EQ(c->password, "s@cret");
   EXPECT_EQ(c->nodes.size(), 2u);
+  // Each said to hold an escape, for the hint a refused AUTH gets (see connection.cpp).
+  EXPECT_TRUE(a->escaped_credentials && b->escaped_credentials && c->escaped_credentials);
+  EXPECT_FALSE(parse_address("redis://app:pw@host:1")->escaped_credentials);
 }
 
 TEST(Address, ClusterSeeds) {

@@ -418,6 +418,43 @@ TEST_F(RedisStoreTest, AuthenticatesWithAPercentEncodedUserAndPassword) {
   }
 }
 
+// A '%' in the address's user or password is an escape since percent-decoding came in: an address
+// written for a version that sent it as written (redis://:ab%5A@host, the password being "ab%5A")
+// now sends AUTH abZ, and the refusal says why, without showing the password. A wrong password
+// with no '%' gets no such hint.
+TEST_F(RedisStoreTest, ARefusedPasswordWithAPercentSaysItIsAnEscape) {
+  auto secured = RedisServer::start({.password = "ab%5A"});
+  ASSERT_TRUE(secured.ok()) << secured.error().message;
+  ASSERT_EQ((*secured)->cli({"ACL", "SETUSER", "app", "on", ">x%5A", "~*", "&*", "+@all"}), "OK");
+  const std::string at = "@127.0.0.1:" + std::to_string((*secured)->port());
+  const std::string hint = "the address's user or password holds a '%', which sluice reads as an escape";
+  for (const char* credentials : {":ab%5A", "app:x%5A"}) {
+    auto store = RedisStore::open({.address = std::string("redis://") + credentials + at});
+    ASSERT_TRUE(store.ok()) << credentials;
+    const Status s = (*store)->connect();
+    ASSERT_FALSE(s.ok()) << credentials;
+    const std::string& m = s.error().message;
+    EXPECT_NE(m.find("refused the handshake: WRONGPASS"), std::string::npos) << m;
+    EXPECT_NE(m.find(hint), std::string::npos) << m;
+    EXPECT_NE(m.find("write a '%' itself as %25"), std::string::npos) << m;
+    EXPECT_EQ(m.find("%5A"), std::string::npos) << m;
+    EXPECT_EQ(m.find("abZ"), std::string::npos) << m;
+    EXPECT_EQ(m.find("xZ"), std::string::npos) << m;
+  }
+  auto wrong = RedisStore::open({.address = "redis://:wrong" + at});
+  ASSERT_TRUE(wrong.ok());
+  const Status s = (*wrong)->connect();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("WRONGPASS"), std::string::npos) << s.error().message;
+  EXPECT_EQ(s.error().message.find("'%'"), std::string::npos) << s.error().message;
+  // Written as %25, the same password authenticates.
+  auto store = open_store("redis://:ab%255A" + at);
+  ASSERT_NE(store, nullptr);
+  const auto d = store->acquire("k", make(Limit::fixed_window({.limit = 5, .period = 1h})));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_TRUE(d->allowed);
+}
+
 // The handshake's PING refused by the user's ACL (NOPERM) is still an answer: such a user may run
 // the scripts.
 TEST_F(RedisStoreTest, AUserWhoseAclLeavesOutPingConnects) {

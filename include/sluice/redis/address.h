@@ -28,6 +28,9 @@ struct Address {
   std::vector<Endpoint> nodes;  // one for a single node; the seeds of a cluster
   std::string user;             // empty: the default user
   std::string password;         // empty: no AUTH
+  // The user or password as written held a '%', an escape since percent-decoding came in: a server
+  // that refuses them is told of it (earlier versions sent a '%' as written).
+  bool escaped_credentials = false;
   int db = 0;                   // single node only (a cluster has database 0 only)
 };
 
