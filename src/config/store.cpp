@@ -292,6 +292,27 @@ Error explained(Error e, const std::string& path) {
   return e;
 }
 
+// What `path` points at when it is a symbolic link to nothing (the link's text, and the file it
+// comes to when that differs, as for a relative link or a chain of them); empty otherwise.
+std::string dangling_link_target(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_symlink(fs::symlink_status(path, ec)) || fs::exists(fs::status(path, ec)) ||
+      ec != std::errc::no_such_file_or_directory) {
+    return "";
+  }
+  const fs::path target = fs::read_symlink(path, ec);
+  if (ec) return "";
+  fs::path end = fs::absolute(path, ec);
+  for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(end, ec)); ++hops) {
+    const fs::path next = fs::read_symlink(end, ec);
+    if (ec) break;
+    end = next.is_absolute() ? next : end.parent_path() / next;
+  }
+  end = fs::weakly_canonical(end, ec);
+  return ec || end == target ? target.string() : target.string() + " (" + end.string() + ")";
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ConfigStore>> ConfigStore::open(StoreOptions options) {
@@ -299,6 +320,14 @@ Result<std::unique_ptr<ConfigStore>> ConfigStore::open(StoreOptions options) {
   std::unique_ptr<ConfigStore> store(new ConfigStore(std::move(options)));
   const std::string& path = store->options_.path;
   const Access mode = store->options_.access;
+  // A link to nothing: SQLite says only "unable to open database file", or, where it may create,
+  // makes the file at the link's end with the umask's mode rather than its owner's alone (the
+  // 0600 file below is not made through a link: O_EXCL does not follow one).
+  if (const std::string target = dangling_link_target(path); !target.empty()) {
+    return Error{ErrorCode::kInvalidArgument,
+                 path + " is a symbolic link to " + target +
+                     ", which does not exist: point the link at the database, or give the database's own path"};
+  }
   if (mode != Access::kCreate && ::access(path.c_str(), F_OK) != 0) {
     return Error{ErrorCode::kInvalidArgument, "there is no database at " + path};
   }

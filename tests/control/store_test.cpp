@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <boost/json/serialize.hpp>
@@ -82,6 +84,32 @@ TEST_F(StoreTest, ADatabaseThatCannotBeOpenedSaysWhy) {
   ASSERT_FALSE(in_no_directory.ok());
   EXPECT_NE(in_no_directory.error().message.find("there is no directory " + dir + "/none"), std::string::npos)
       << in_no_directory.error().message;
+}
+
+// A --db that is a symbolic link to nothing is said to be one, naming where it points (and the file
+// that comes to, for a relative link), in every mode: SQLite said only "unable to open database
+// file", or made the file at the link's end with the umask's mode.
+TEST_F(StoreTest, ADanglingSymbolicLinkIsSaidToBeOneNamingItsTarget) {
+  namespace fs = std::filesystem;
+  const std::string dir = fs::canonical(testing::temp_dir()).string();
+  const std::string tail = ", which does not exist: point the link at the database, or give the database's own path";
+  ASSERT_EQ(::symlink("gone.db", (dir + "/relative.db").c_str()), 0);
+  ASSERT_EQ(::symlink((dir + "/none/sluice.db").c_str(), (dir + "/absolute.db").c_str()), 0);
+  ASSERT_EQ(::symlink("relative.db", (dir + "/chain.db").c_str()), 0);
+  const std::pair<std::string, std::string> cases[] = {
+      {dir + "/relative.db", dir + "/relative.db is a symbolic link to gone.db (" + dir + "/gone.db)" + tail},
+      {dir + "/absolute.db", dir + "/absolute.db is a symbolic link to " + dir + "/none/sluice.db" + tail},
+      {dir + "/chain.db", dir + "/chain.db is a symbolic link to relative.db (" + dir + "/gone.db)" + tail},
+  };
+  for (const auto& [path, message] : cases) {
+    for (const auto access : {StoreOptions::Access::kCreate, StoreOptions::Access::kExisting,
+                              StoreOptions::Access::kReadOnly}) {
+      auto store = ConfigStore::open({.path = path, .access = access});
+      ASSERT_FALSE(store.ok()) << path;
+      EXPECT_EQ(store.error().message, message);
+    }
+  }
+  EXPECT_FALSE(fs::exists(dir + "/gone.db")) << "nothing is made at the link's end";
 }
 
 TEST_F(StoreTest, ANewDatabaseAndItsLogAreItsOwnersAlone) {
