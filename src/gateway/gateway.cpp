@@ -1815,8 +1815,10 @@ Task<bool> Worker::decide_endpoint(Exchange& x) {
   if (const std::string why = decide_refusal(body, o, cfg.language == config::Language::kChinese, x.counted_ip,
                                              cfg.decide_client_ip_from);
       !why.empty()) {
+    // The body was read whole (read_body), so the connection carries on, as after a 200 or a 429: a
+    // client that keeps its connection alive need not open another for its next question.
     const bool ok = co_await respond_json(x, 400, R"({"code":400,"reason":"bad_request","msg":)" + json_string(why) + "}", {},
-                                          true);
+                                          false);
     finish(x, 400, Reason::kBadRequest, std::nullopt);
     co_return ok;
   }

@@ -1807,6 +1807,37 @@ TEST_F(GatewayTest, DecideRefusesAFieldItDoesNotKnow) {
             200);
 }
 
+// A 400 for a /decide body read whole (bad JSON, an unknown field) keeps the connection, as a 200 or
+// a 429 does: a keep-alive client asks again on it. A body not read whole (too large) still closes it.
+TEST_F(GatewayTest, DecideKeepsTheConnectionAfterA400ForABodyItReadWhole) {
+  auto decide = [](const std::string& body, const std::string& more = "") {
+    return "POST /_sluice/v1/decide HTTP/1.1\r\nHost: a\r\n" + more + "Content-Length: " + std::to_string(body.size()) +
+           "\r\n\r\n" + body;
+  };
+  const std::string valid = R"({"system":"crm","path":"/echo/x"})";
+  // Each response's status and whether its head says the connection closes, in order.
+  auto responses = [](const std::string& out) {
+    std::vector<std::pair<int, bool>> found;
+    for (std::size_t at = out.find("HTTP/1.1 "); at != std::string::npos; at = out.find("HTTP/1.1 ", at + 1)) {
+      const std::string head = out.substr(at, out.find("\r\n\r\n", at) - at);
+      found.emplace_back(testing::raw_status(out.substr(at)), head.find("\r\nConnection: close") != std::string::npos);
+    }
+    return found;
+  };
+  const std::string out = raw(decide("not json") + decide(R"({"system":"crm","path":"/echo/x","cots":2})") +
+                              decide(valid, "Connection: close\r\n"));
+  EXPECT_EQ(responses(out), (std::vector<std::pair<int, bool>>{{400, false}, {400, false}, {200, true}})) << out;
+  HttpClient c(gw_->port());
+  const HttpResponse bad = c.request("POST", "/_sluice/v1/decide", {}, "{");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_TRUE(bad.keep_alive);
+  EXPECT_EQ(c.request("POST", "/_sluice/v1/decide", {}, valid).status, 200);
+  EXPECT_EQ(c.connections(), 1);
+  // Too large: the rest of the body is unread, and would be taken for the next request.
+  const std::string large = raw(decide(std::string(64 * 1024 + 1, 'x')) + decide(valid));
+  EXPECT_EQ(responses(large), (std::vector<std::pair<int, bool>>{{413, true}})) << large.substr(0, 300);
+}
+
 // An HTTP/1.0 client knows no chunking: a chunked body (or one without a length) reaches it
 // unframed, ended by the connection's close.
 TEST_F(GatewayTest, AnHttp10ClientGetsABodyWithoutALengthUnframedAndTheConnectionClosed) {
