@@ -2595,8 +2595,8 @@ Status Gateway::Impl::install(std::shared_ptr<const config::Config> config) {
   std::shared_ptr<const Snapshot> old = snapshot();
   if (old) {
     // Each start-only setting the reload changed, by name: the six listed whatever changed left the
-    // operator to diff the files to find which one would wait for a restart. Not one changed back
-    // to what is in effect; and one a flag gave at start is said apart: the flag overrides it.
+    // operator to diff the files to find which one would wait for a restart. One changed back to
+    // what is in effect is not named; one a flag gave at start is named apart: the flag overrides it.
     const config::Config& was = old->config();
     std::vector<std::string_view> changed, overridden;
     const auto note = [&](std::string_view name, const auto member, bool flag) {
