@@ -372,11 +372,13 @@ void judge(const Status& store, Context& ctx, const Limiter& limiter) {
     if (made_up || l->scope == Scope::kInFlight || l->rule->limit.algorithm() == Algorithm::kConcurrency) {
       continue;
     }
-    // The limit the RateLimit fields describe: a rejecting one with the longest wait, or else the
-    // one with the smallest share left.
+    // The limit the RateLimit fields describe: a rejecting one that no wait turns around (a cost
+    // over the limit: another's reset would tell the client to wait for what never comes), else a
+    // rejecting one with the longest wait, or else the one with the smallest share left.
     const bool better =
         quota == nullptr ||
-        (!d.allowed && (quota->allowed || d.retry_after > quota->retry_after)) ||
+        (!d.allowed && (quota->allowed || (!quota->cost_exceeds_limit &&
+                                           (d.cost_exceeds_limit || d.retry_after > quota->retry_after)))) ||
         (d.allowed && quota->allowed && closer_to_exhaustion(d, *quota));
     if (better) {
       quota = &d;

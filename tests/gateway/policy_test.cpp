@@ -455,6 +455,32 @@ TEST_F(PolicyTest, ACostNoWaitCanAdmitGetsNoRetryAfter) {
   EXPECT_NE(headers().find("RateLimit: \"crm/users\";r=1;t=60\n"), std::string::npos) << headers();
 }
 
+// Of two refusals, one no wait turns around (a cost over the limit) and one that a long wait would,
+// the RateLimit fields describe the first: the other's reset would tell the client to wait for
+// what never comes.
+TEST_F(PolicyTest, TheFieldsDescribeTheLimitNoWaitCanSatisfy) {
+  auto two = parse(R"(
+upstreams: [{name: app, targets: [127.0.0.1:1]}]
+interfaces:
+  - id: two
+    path: /two
+    upstream: app
+    public: true
+    limits:
+      - {name: per-second, algorithm: fixed_window, limit: 2, period: 1s}
+      - {name: per-hour, algorithm: fixed_window, limit: 3, period: 1h}
+)");
+  snapshot_ = std::make_shared<Snapshot>(two, breakers_, 2);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(call("GET", "/two"), Reason::kOk);
+    clock_.advance(1s);
+  }
+  EXPECT_EQ(call("GET", "/two", "", "", 3), Reason::kInterfaceRateLimited);
+  EXPECT_TRUE(ctx_.decisions[0].cost_exceeds_limit);
+  EXPECT_EQ(headers().find("Retry-After"), std::string::npos) << headers();
+  EXPECT_NE(headers().find("RateLimit-Policy: \"per-second\";q=2;w=1\n"), std::string::npos) << headers();
+}
+
 TEST_F(PolicyTest, ErrorBodiesAreJsonInEnglishOrChinese) {
   EXPECT_EQ(error_body(Reason::kInterfaceForbidden, config::Language::kEnglish),
             R"({"code":403,"reason":"interface_forbidden","msg":"The system may not call this interface."})");
