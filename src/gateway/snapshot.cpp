@@ -34,6 +34,14 @@ std::string key_part(std::string_view name) {
   return out;
 }
 
+// A header's name as part of a store key, as the request's header is found (config::cgi_alias_of):
+// "X-User", "x-user" and "X_USER" read the same header, so they count under the same key.
+std::string header_key_name(std::string_view name) {
+  std::string out(name);
+  for (char& c : out) c = c == '_' ? '-' : static_cast<char>(c >= 'A' && c <= 'Z' ? c | 0x20 : c);
+  return out;
+}
+
 // A limit's name as the RateLimit fields give it, a quoted string (RFC 8941 sf-string: printable
 // ASCII): a name from an id in another script ("限流") has its bytes outside that percent-encoded,
 // and its '%', '"' and '\' too (%25, %22, %5C), so that the field stays valid and the name can
@@ -75,7 +83,8 @@ std::vector<CompiledLimit> compile(Scope scope, const std::string& owner, const 
     }
     c.field_name = field_name(c.name);
     std::string by = config::to_string(r.key_by);
-    if (r.key_by == config::KeyBy::kHeader || r.key_by == config::KeyBy::kQuery) by += ":" + key_part(r.key_name);
+    if (r.key_by == config::KeyBy::kHeader) by += ":" + key_part(header_key_name(r.key_name));
+    if (r.key_by == config::KeyBy::kQuery) by += ":" + key_part(r.key_name);
     const std::string description = r.limit.to_string() + "|" + by;
     const std::string tag = r.name.empty() ? "#" + std::to_string(seen[description]++) : "=" + key_part(r.name);
     c.key = std::string(1, scope_char(scope)) + "|" + key_part(key_owner) + "|" + description + "|" + tag + "|";

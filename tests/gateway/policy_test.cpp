@@ -57,9 +57,11 @@ std::shared_ptr<const config::Config> parse(const std::string& text) { return te
 class MapHeaders final : public HeaderLookup {
  public:
   std::map<std::string, std::string> values;
-  std::string_view get(std::string_view name) const override {
-    auto it = values.find(std::string(name));
-    return it == values.end() ? std::string_view() : std::string_view(it->second);
+  std::string_view get(std::string_view name) const override {  // as the gateway finds a header
+    for (const auto& [k, v] : values) {
+      if (config::cgi_alias_of(k, name)) return v;
+    }
+    return {};
   }
   bool repeated(std::string_view name) const override { return twice.count(std::string(name)) != 0; }
   std::set<std::string> twice;  // headers given twice
@@ -520,7 +522,29 @@ systems:
   headers_.values["X-User"] = "v";
   EXPECT_EQ(call("GET", "/c", "coll"), Reason::kOk);
   const SystemEntry* coll = snapshot_->system("coll");
-  EXPECT_EQ(coll->limits[1].key, "s|coll|" + coll->limits[1].rule->limit.to_string() + "|header:X-User|=p%7Cq|");
+  EXPECT_EQ(coll->limits[1].key, "s|coll|" + coll->limits[1].rule->limit.to_string() + "|header:x-user|=p%7Cq|");
+}
+
+// Header names are the same in any case, and with '_' for '-' (as the header is found): a limit
+// keyed by "header:X-User" that a reload spells "x_user" reads the same header and keeps counting.
+TEST_F(PolicyTest, AHeaderNameSpeltOtherwiseKeepsItsCounters) {
+  const auto config = [](const std::string& header) {
+    return parse(R"(
+upstreams: [{name: app, targets: ["127.0.0.1:1"]}]
+interfaces:
+  - {id: c, path: /c, upstream: app}
+systems:
+  - key: coll
+    interfaces: [c]
+    limits: [{algorithm: fixed_window, limit: 2, period: 1h, key_by: "header:)" + header + R"("}]
+)");
+  };
+  snapshot_ = std::make_shared<Snapshot>(config("X-User"), breakers_, 2);
+  headers_.values["X-User"] = "v";
+  EXPECT_EQ(call("GET", "/c", "coll"), Reason::kOk);
+  snapshot_ = std::make_shared<Snapshot>(config("x_user"), breakers_, 3);
+  EXPECT_EQ(call("GET", "/c", "coll"), Reason::kOk);
+  EXPECT_EQ(call("GET", "/c", "coll"), Reason::kSystemRateLimited);
 }
 
 // Ids may hold a '/': the grants (a/b, c) and (a, b/c) are two grants with two counters.
