@@ -188,6 +188,7 @@ class DemoLock {
 // --demo: the demo configuration, kept in the database like any other, in front of a built-in echo
 // upstream, with a token for the web console.
 int serve_demo(const ServeSettings& settings) {
+  if (!access_log_ok_before_database(settings)) return 1;
   auto lock = DemoLock::take(settings.db);
   if (!lock.ok()) {
     std::fprintf(stderr, "sluice serve --demo: %s: %s\n", settings.db.c_str(), lock.error().message.c_str());
@@ -211,6 +212,7 @@ int serve_demo(const ServeSettings& settings) {
       admin_listen = settings.admin_listen.empty() ? config->admin_listen : settings.admin_listen;
       ready = can_listen(listen, "listen");
       if (ready.ok()) ready = can_listen(admin_listen, "admin_listen");
+      if (ready.ok() && !access_log_ok(settings, *config)) return 1;  // said why; before the demo is seeded
     }
     if (ready.ok()) ready = seed_demo(**store, (*upstream)->port(), &own);
     if (ready.ok()) {

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -296,16 +297,30 @@ bool listen_flags_ok(const ServeSettings& s) {
   return true;
 }
 
+namespace {
+
+// Refused rather than written to /dev/null, which stands in for it: whoever closed stdout did not
+// mean the access log to go nowhere without a word (it went into a socket before).
+bool logs_to_closed_stdout(const std::string& where) {
+  if ((where != "stdout" && where != "/dev/stdout") || !stdout_was_closed()) return false;
+  std::fprintf(stderr,
+               "sluice serve: the access log goes to stdout, which was closed when sluice started: start it "
+               "with stdout open (>/dev/null to drop the log), or give --access-log FILE or off\n");
+  return true;
+}
+
+}  // namespace
+
+bool access_log_ok_before_database(const ServeSettings& s) {
+  if (!s.access_log.empty()) return !logs_to_closed_stdout(s.access_log);
+  struct stat st {};
+  if (::stat(s.db.c_str(), &st) == 0) return true;  // its configuration decides, once read
+  return !logs_to_closed_stdout(config::Config{}.access_log);
+}
+
 bool access_log_ok(const ServeSettings& s, const config::Config& cfg) {
   const std::string& where = s.access_log.empty() ? cfg.access_log : s.access_log;
-  // Refused rather than written to /dev/null, which stands in for it: whoever closed stdout did not
-  // mean the access log to go nowhere without a word (it went into a socket before).
-  if ((where == "stdout" || where == "/dev/stdout") && stdout_was_closed()) {
-    std::fprintf(stderr,
-                 "sluice serve: the access log goes to stdout, which was closed when sluice started: start it "
-                 "with stdout open (>/dev/null to drop the log), or give --access-log FILE or off\n");
-    return false;
-  }
+  if (logs_to_closed_stdout(where)) return false;
   const Status ok = gateway::AccessLog::check(where);
   if (!ok) std::fprintf(stderr, "sluice serve: %s\n", ok.error().message.c_str());
   return ok.ok();
@@ -352,6 +367,7 @@ int serve_database(const ServeSettings& s,
   // Only serving makes the database when it is missing: a check of a mistyped path must not pass.
   // A check or a print writes nothing to it.
   const bool looks = s.check || s.print_config;
+  if (!looks && !access_log_ok_before_database(s)) return 1;
   auto opened = config::ConfigStore::open(
       {.path = s.db, .access = looks ? config::StoreOptions::Access::kReadOnly : config::StoreOptions::Access::kCreate});
   if (!opened.ok()) {

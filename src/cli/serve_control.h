@@ -55,6 +55,11 @@ bool listen_flags_ok(const ServeSettings& settings);
 // stderr.
 bool access_log_ok(const ServeSettings& settings, const config::Config& cfg);
 
+// access_log_ok's refusal of a closed stdout, found before the database is made or written: with no
+// --access-log, a database that does not exist yet would hold the default configuration, whose
+// access log goes to stdout; one that exists is judged once its configuration is read.
+bool access_log_ok_before_database(const ServeSettings& settings);
+
 // "<time> sluice: serving on port P (admin on port A), ..." on stderr, with `source` (where the
 // configuration comes from) after it when not empty.
 void say_serving(const gateway::Gateway& gw, int threads, const std::string& limits, const std::string& source = "");

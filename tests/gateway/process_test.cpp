@@ -534,15 +534,31 @@ TEST_F(ProcessTest, AnAccessLogToAStdoutThatWasClosedIsRefused) {
   EXPECT_EQ(named.wait_exit(10s), 1);
   EXPECT_NE(named.stderr_text().find("which was closed when sluice started"), std::string::npos)
       << named.stderr_text();
-  // From a database too.
-  Child db({"/bin/sh", "-c",
-            std::string("exec ") + SLUICE_BINARY + " serve --db " + dir_ + "/sluice.db --listen 127.0.0.1:0 " +
-                "--admin-listen off >&-"},
-           dir_);
-  EXPECT_EQ(db.wait_exit(10s), 1);
-  EXPECT_EQ(db.stderr_text(),
-            "sluice serve: the access log goes to stdout, which was closed when sluice started: start it with "
-            "stdout open (>/dev/null to drop the log), or give --access-log FILE or off\n");
+  // From a database too, and the demo's: refused before the database is made (or the demo seeded).
+  for (const std::string demo : {"", " --demo"}) {
+    Child db({"/bin/sh", "-c",
+              std::string("exec ") + SLUICE_BINARY + " serve" + demo + " --db " + dir_ +
+                  "/sluice.db --listen 127.0.0.1:0 --admin-listen off >&-"},
+             dir_);
+    EXPECT_EQ(db.wait_exit(10s), 1) << demo;
+    EXPECT_EQ(db.stderr_text(),
+              "sluice serve: the access log goes to stdout, which was closed when sluice started: start it with "
+              "stdout open (>/dev/null to drop the log), or give --access-log FILE or off\n")
+        << demo;
+    EXPECT_FALSE(std::filesystem::exists(dir_ + "/sluice.db")) << demo;
+  }
+  // A demo database that exists, its access log to stdout: refused before the demo is seeded (its
+  // upstream moved to this run's echo server, a console token made).
+  Child made({SLUICE_BINARY, "config", "import", "--db", dir_ + "/sluice.db", config_path_}, dir_);
+  ASSERT_EQ(made.wait_exit(10s), 0) << made.stderr_text();
+  const auto before = std::filesystem::last_write_time(dir_ + "/sluice.db");
+  Child demo({"/bin/sh", "-c",
+              std::string("exec ") + SLUICE_BINARY + " serve --demo --db " + dir_ +
+                  "/sluice.db --listen 127.0.0.1:0 --admin-listen off >&-"},
+             dir_);
+  EXPECT_EQ(demo.wait_exit(10s), 1);
+  EXPECT_NE(demo.stderr_text().find("which was closed when sluice started"), std::string::npos) << demo.stderr_text();
+  EXPECT_EQ(std::filesystem::last_write_time(dir_ + "/sluice.db"), before);
 }
 
 // The other commands are run for what they write to stdout (a token shown once, an export): with it
