@@ -107,8 +107,9 @@ Decision decide(GcraState& state, const Limit& limit, Nanos now, std::int64_t co
     d.reset_after = from_us(ceil_div(next - now_u, p.by_units_per_us));
     return d;
   }
-  // Never negative, even when an earlier `now` puts the TAT more than a full bucket ahead.
-  d.remaining = std::max<std::int64_t>(0, p.quota - ceil_div(base - now_u, p.by_units_per_token));
+  // None when an earlier `now` puts the TAT a full bucket or more ahead (where the tokens it is ahead
+  // by, hours of a fast meter's, may not fit in 64 bits).
+  d.remaining = base - now_u >= capacity ? 0 : p.quota - ceil_div(base - now_u, p.by_units_per_token);
   d.reset_after = from_us(ceil_div(base - now_u, p.by_units_per_us));
   if (cost > p.quota) {
     d.cost_exceeds_limit = true;

@@ -108,6 +108,19 @@ TEST(TokenBucket, EarlierTimeGrantsNothing) {
   EXPECT_TRUE(decide(s, limit, at_ms(11'000), 1).allowed);
 }
 
+// A fast meter seen from a clock stepped back hours: its tokens over that time overflow 64 bits, and
+// must still read as none remaining, not as more than the capacity.
+TEST(TokenBucket, AFastMeterFromAClockSteppedBackHoursHasNoneRemaining) {
+  const Limit limit = make(Limit::token_bucket({.capacity = kMaxLimit, .refill_tokens = kMaxLimit, .refill_period = 1ms}));
+  GcraState s;
+  ASSERT_TRUE(decide(s, limit, at_ms(10 * 3'600'000), kMaxLimit).allowed);
+  ASSERT_TRUE(decide(s, limit, at_ms(10 * 3'600'000) + 1ms, kMaxLimit).allowed);
+  const Decision d = decide(s, limit, at_ms(10 * 3'600'000) - 3h, 1);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.remaining, 0);
+  EXPECT_GE(d.reset_after, 3h);
+}
+
 TEST(TokenBucket, PeekConsumesNothing) {
   const Limit limit = make(Limit::token_bucket({.capacity = 5, .refill_tokens = 1, .refill_period = 1s}));
   GcraState s;
