@@ -656,6 +656,7 @@ class Validator {
       add(at + ".name", "\"" + u.name + "\" is the name of another upstream too");
     }
     if (u.targets.empty()) add(at + ".targets", "needs at least one host:port");
+    for (std::size_t j = 0; j < u.targets.size(); ++j) target(at + ".targets[" + std::to_string(j) + "]", u.targets[j]);
     if (u.connect_timeout < std::chrono::milliseconds(1)) add(at + ".connect_timeout", "must be at least 1ms");
     if (u.timeout < std::chrono::milliseconds(1)) add(at + ".timeout", "must be at least 1ms");
     if (u.max_idle_connections < 0) add(at + ".max_idle_connections", "must not be negative");
@@ -680,6 +681,21 @@ class Validator {
           add(at + ".breaker", m);
         }
       }
+    }
+  }
+
+  // A target host:port reads (parse_target) that no connection could reach: a URL, as nginx's
+  // proxy_pass takes ("http://app:8081" reads as the host "http://app"), or port 0.
+  void target(const std::string& at, const Target& t) {
+    const std::size_t scheme = t.host.find("://");
+    const std::string text = scheme == std::string::npos ? to_string(t) : t.host + ":" + std::to_string(t.port);
+    if (scheme != std::string::npos) {
+      add(at, "\"" + text + "\" is a URL: give host:port (" + to_string(Target{t.host.substr(scheme + 3), t.port}) +
+                  "); sluice speaks plain HTTP/1.1 to its upstreams");
+    } else if (t.host.find_first_of("/?#@ \t") != std::string::npos) {
+      add(at, "\"" + text + "\" is not host:port");
+    } else if (t.port == 0) {
+      add(at, "\"" + text + "\": port 0 is no port to connect to");
     }
   }
 

@@ -344,6 +344,22 @@ TEST(ConfigYaml, AFailureStatusOutOfRangeIsNamedByItsPlaceInTheList) {
   EXPECT_EQ(p[0], "test.yaml:2:73: upstreams[0].failure_statuses[2]: must be an HTTP status from 100 to 599");
 }
 
+// A target written as a URL (nginx's proxy_pass takes one) or with port 0 reads as host:port, but
+// every request to it would fail to connect: refused, saying what to write.
+TEST(ConfigYaml, ATargetThatNoConnectionCouldReachIsRefused) {
+  const auto p = problems_of(
+      "upstreams:\n"
+      "  - {name: app, targets: [\"http://127.0.0.1:8081\", \"https://api.example.com:443\", 127.0.0.1:0,\n"
+      "                          \"a/b:80\", \"[::1]:8081\", app-1.internal:8081]}\n");
+  ASSERT_EQ(p.size(), 4u);
+  EXPECT_EQ(p[0], "test.yaml:2:27: upstreams[0].targets[0]: \"http://127.0.0.1:8081\" is a URL: give host:port "
+                  "(127.0.0.1:8081); sluice speaks plain HTTP/1.1 to its upstreams");
+  EXPECT_EQ(p[1], "test.yaml:2:52: upstreams[0].targets[1]: \"https://api.example.com:443\" is a URL: give "
+                  "host:port (api.example.com:443); sluice speaks plain HTTP/1.1 to its upstreams");
+  EXPECT_EQ(p[2], "test.yaml:2:83: upstreams[0].targets[2]: \"127.0.0.1:0\": port 0 is no port to connect to");
+  EXPECT_EQ(p[3], "test.yaml:3:27: upstreams[0].targets[3]: \"a/b:80\" is not host:port");
+}
+
 // An id longer than 256 bytes could be made, but a key would not fit the header it travels in, nor
 // an id the admin API path that changes or deletes it.
 TEST(ConfigYaml, IdsKeysAndNamesAreAtMost256Bytes) {
