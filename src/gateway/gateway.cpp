@@ -838,8 +838,17 @@ void log_to_stderr(std::string_view message) {
   ::gmtime_r(&seconds, &utc);
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &utc);
-  std::fprintf(stderr, "%s.%03dZ sluice: %.*s\n", stamp, static_cast<int>(ms), static_cast<int>(message.size()),
-               message.data());
+  char head[48];
+  std::snprintf(head, sizeof head, "%s.%03dZ sluice: ", stamp, static_cast<int>(ms));
+  // A message of several lines (a refused configuration's problems) is as many lines, each stamped,
+  // as a log shipper reads them; written at once, so that another thread's line comes between none.
+  std::string out;
+  for (std::size_t start = 0; start <= message.size();) {
+    const std::size_t end = std::min(message.find('\n', start), message.size());
+    out.append(head).append(message.substr(start, end - start)).push_back('\n');
+    start = end + 1;
+  }
+  std::fwrite(out.data(), 1, out.size(), stderr);
 }
 
 // --- the shared state ---------------------------------------------------------------------------

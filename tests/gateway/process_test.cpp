@@ -18,6 +18,7 @@
 
 #include "config/store.h"
 #include "gateway/demo.h"
+#include "gateway/gateway.h"
 #include "http_client.h"
 
 namespace sluice::gateway {
@@ -484,6 +485,19 @@ TEST_F(ProcessTest, AReaderOfItsLogThatGoesAwayDoesNotStopIt) {
   EXPECT_NE(child.stderr_text().find("lines lost (Broken pipe)"), std::string::npos) << child.stderr_text();
   child.signal(SIGTERM);
   EXPECT_EQ(child.wait_exit(10s), 0) << child.stderr_text();
+}
+
+// What the gateway says goes one thing a line, each line stamped: a message of several (a refused
+// configuration's problems) is as many lines, as a log shipper splits them.
+TEST(LogToStderr, AMessageOfSeveralLinesIsAsManyStampedLines) {
+  ::testing::internal::CaptureStderr();
+  log_to_stderr("configuration refused:\n  upstreams[0].targets: needs at least one host:port\n  b");
+  const std::string out = ::testing::internal::GetCapturedStderr();
+  const std::string stamp = R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z sluice: )";
+  EXPECT_TRUE(std::regex_match(out, std::regex(stamp + "configuration refused:\n" + stamp +
+                                               "  upstreams\\[0\\]\\.targets: needs at least one host:port\n" +
+                                               stamp + "  b\n")))
+      << out;
 }
 
 // Started with stdin, stdout and stderr closed, the gateway has /dev/null on them: the descriptors it
