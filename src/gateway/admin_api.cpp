@@ -1112,7 +1112,10 @@ AdminResponse AdminApi::credentials_route(Call& call) const {
   } else {
     credential.sealed_secret = options_.secret_key->seal(secret);
   }
-  const std::int64_t until = now + std::chrono::duration_cast<std::chrono::seconds>(overlap).count();
+  // Expiries are whole seconds: the old keys' is rounded up, so that they overlap the new one for
+  // `overlap` at least (rounded down, "1s" could have been a few milliseconds).
+  const Clock& clock = options_.clock != nullptr ? *options_.clock : SystemClock::instance();
+  const std::int64_t until = std::chrono::ceil<std::chrono::seconds>(clock.now() + overlap).count();
   json::array rotated;
   const config::WriteResult w = options_.store->update(
       call.actor, [&](config::Config& c, config::ChangeRecord& record, std::int64_t revision) -> std::optional<Refusal> {

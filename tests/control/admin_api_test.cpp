@@ -1257,6 +1257,16 @@ TEST_F(AdminApiTest, RotatingGivesTheOldKeysAnOverlapBeforeTheyExpire) {
   EXPECT_EQ(call("DELETE", "/admin/v1/systems/crm/credentials/" + first).status, 404);
 }
 
+// Expiries are whole seconds: a rotation's overlap is rounded up, never down to less than asked.
+TEST_F(AdminApiTest, ARotationsOverlapIsAtLeastWhatWasAsked) {
+  call("POST", "/admin/v1/systems/crm/credentials", R"({"kind":"api_key"})");
+  clock_.advance(std::chrono::milliseconds(900));
+  ASSERT_EQ(call("POST", "/admin/v1/systems/crm/credentials", R"({"kind":"api_key","rotate":true,"overlap":"1s"})")
+                .status,
+            201);
+  EXPECT_EQ(store_->load()->config->systems[0].credentials.at(0).expires, 1'800'000'000 + 2);
+}
+
 TEST_F(AdminApiTest, ASigningSecretIsShownOnceAndKeptSealed) {
   const Reply r = call("POST", "/admin/v1/systems/erp/credentials", R"({"kind":"hmac"})");
   ASSERT_EQ(r.status, 201) << r.raw.body;
