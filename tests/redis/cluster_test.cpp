@@ -105,26 +105,6 @@ TEST_F(ClusterTest, KeysThatAreNoHashTagAsTheyAreStillKeepTheirStateInOneSlot) {
   }
 }
 
-// The master that serves a slot, another to move it to, and their ids; none when the cluster has
-// no two masters up.
-struct SlotMove {
-  RedisServer* from = nullptr;
-  RedisServer* to = nullptr;
-  std::string from_id;
-  std::string to_id;
-};
-
-std::optional<SlotMove> slot_move(RedisCluster& cluster, int slot) {
-  SlotMove m;
-  m.from = cluster.master_of(slot);
-  m.to = cluster.master_of((slot + 8192) % 16384);
-  if (m.to == m.from) m.to = cluster.master_of((slot + 12000) % 16384);
-  if (m.from == nullptr || m.to == nullptr || m.from == m.to) return std::nullopt;
-  m.from_id = m.from->cli({"CLUSTER", "MYID"});
-  m.to_id = m.to->cli({"CLUSTER", "MYID"});
-  return m;
-}
-
 TEST_F(ClusterTest, FollowsAskAndMovedWhileASlotMigrates) {
   auto store = open_store(cluster_->address());
   ASSERT_NE(store, nullptr);
@@ -192,13 +172,6 @@ TEST_F(JoinedNodeTest, ACallAskedToANodeThatJoinedSinceWaitsForItsConnection) {
   EXPECT_EQ(d->remaining, 9);
   EXPECT_FALSE(d->fallback);
   EXPECT_EQ(to.cli({"CLUSTER", "COUNTKEYSINSLOT", std::to_string(slot)}), "1");
-}
-
-// How many times `node` answered MOVED (INFO errorstats).
-long long moved_answers(RedisServer& node) {
-  const std::string stats = node.cli({"INFO", "errorstats"});
-  const auto at = stats.find("errorstat_MOVED:count=");
-  return at == std::string::npos ? 0 : std::stoll(stats.substr(at + 22));
 }
 
 // A slot handed over with its old master told first: the old master redirects to the new one,
