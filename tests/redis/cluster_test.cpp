@@ -74,6 +74,84 @@ TEST_F(ClusterTest, AcquireAllMakesOneCallPerSlotAndRefundsWhenOneRejects) {
   EXPECT_EQ(store->peek("b", jobs)->remaining, 8);
 }
 
+// A refund that Redis refuses (an error reply: TRYAGAIN while its slot moves, OOM; here NOPERM, for
+// a user whose ACL lets it call scripts by EVALSHA but neither by FCALL nor by EVAL) did not run: the
+// lease it was to give back goes back as a give-back (by EVALSHA), rather than hold its place, for
+// the whole fleet, until the lease times out (an hour here).
+TEST_F(ClusterTest, TheLeasesOfARefundRedisRefusedAreGivenBack) {
+  const ClusterUser user(*cluster_, "norefund", {"+@all", "-eval", "-fcall"});
+  auto store = open_store(user.address());
+  ASSERT_NE(store, nullptr);
+  const Limit jobs = make(Limit::concurrency({.limit = 5, .lease_timeout = 1h}));
+  const Limit narrow = make(Limit::fixed_window({.limit = 1, .period = 1h}));
+  ASSERT_NE(key_slot("sluice:{a}:cc"), key_slot("sluice:{c}:fw"));
+  ASSERT_TRUE(store->acquire("c", narrow)->allowed);
+  // "c" rejects: the lease "a" took is refunded, by FCALL (NOPERM), then by EVAL (NOPERM again).
+  const LimitRequest requests[] = {{"a", &jobs, 1}, {"c", &narrow, 1}};
+  Decision d[2];
+  const Status s = store->acquire_all(requests, d);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_FALSE(d[1].allowed);
+  EXPECT_EQ(errors("NOPERM"), 2) << "the refund was not refused as this test means it to be";
+  EXPECT_TRUE(eventually(
+      [&] {
+        const Result<Decision> p = store->peek("a", jobs);
+        return p.ok() && p->remaining == 5;
+      },
+      5s))
+      << "the refused refund's lease is still taken";
+}
+
+// A refund that fails (here: never sent, the connection to its node lost and not made again before
+// it goes) may leave the leases it was to give back taken: they go back as give-backs, sent again
+// until the node answers, rather than hold their places until the lease times out (an hour here).
+TEST_F(ClusterTest, TheLeasesOfARefundThatFailedAreGivenBack) {
+  const ClusterUser user(*cluster_, "refunds");
+  auto store = open_store(user.address(), {.reconnect_min = 1ms, .reconnect_max = 20ms});
+  ASSERT_NE(store, nullptr);
+  const Limit jobs = make(Limit::concurrency({.limit = 5, .lease_timeout = 1h}));
+  const Limit narrow = make(Limit::fixed_window({.limit = 1, .period = 1h}));
+  // A lease's key and a narrow limit's key on two masters.
+  const std::string leased = "leased";
+  const std::string leases = "sluice:{leased}:cc";
+  RedisServer* a = cluster_->master_of(key_slot(leases));
+  ASSERT_NE(a, nullptr);
+  std::string full;
+  RedisServer* c = nullptr;
+  for (int i = 0; c == nullptr || c == a; ++i) {
+    full = "full" + std::to_string(i);
+    c = cluster_->master_of(key_slot("sluice:{" + full + "}:fw"));
+  }
+  ASSERT_TRUE(store->acquire(full, narrow)->allowed);
+
+  // The narrow limit's master holds the call's write back while the lease is taken...
+  ASSERT_EQ(c->cli({"CLIENT", "PAUSE", "10000", "WRITE"}), "OK");
+  struct Unpause {
+    RedisServer* server;
+    ~Unpause() { server->cli({"CLIENT", "UNPAUSE"}); }
+  } unpause{c};
+  const LimitRequest requests[] = {{leased, &jobs, 1}, {full, &narrow, 1}};
+  auto pending = std::async(std::launch::async, [&] {
+    Decision d[2];
+    const Status s = store->acquire_all(requests, d);
+    return std::pair{s, d[1].allowed};
+  });
+  ASSERT_TRUE(eventually([&] { return a->cli({"ZCARD", leases}) == "1"; }, 5s));
+  // ...and the store's connection to the lease's master is lost, and not made again (its user gone
+  // there), before the narrow limit rejects and the refund goes.
+  ASSERT_EQ(a->cli({"ACL", "DELUSER", "refunds"}), "1");
+  ASSERT_EQ(c->cli({"CLIENT", "UNPAUSE"}), "OK");
+  const auto [status, narrow_allowed] = pending.get();
+  ASSERT_TRUE(status.ok()) << status.error().message;
+  EXPECT_FALSE(narrow_allowed);
+  EXPECT_EQ(a->cli({"ZCARD", leases}), "1") << "the refund reached the lease's master";
+
+  // Once the master can be reached again, the lease is given back.
+  ASSERT_EQ(user.add_to(*a), "OK");
+  EXPECT_TRUE(eventually([&] { return a->cli({"ZCARD", leases}) == "0"; }, 10s))
+      << "the failed refund's lease is still taken";
+}
+
 TEST_F(ClusterTest, APrefixWithAHashTagPutsEveryKeyInOneSlot) {
   auto store = open_store(cluster_->address(), {.prefix = "app{rl}:"});
   ASSERT_NE(store, nullptr);
