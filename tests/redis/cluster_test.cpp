@@ -152,6 +152,62 @@ TEST_F(ClusterTest, TheLeasesOfARefundThatFailedAreGivenBack) {
       << "the failed refund's lease is still taken";
 }
 
+// A call made right after open() waits for the slot map; when that wait ends without every master
+// connected (one refuses the store's user: its ACL lacks it), the call still goes to the master of
+// its own slot, which answers it, rather than fail with the wait.
+TEST_F(ClusterTest, ACallWaitingForTheSlotMapGoesToItsMasterWhenTheWaitEndsWithoutEveryMaster) {
+  const ClusterUser user(*cluster_, "mapwait");
+  const std::string key = "mapwait";
+  RedisServer* master = cluster_->master_of(key_slot("sluice:{mapwait}:fw"));
+  ASSERT_NE(master, nullptr);
+  RedisServer* refusing = cluster_->master_of((key_slot("sluice:{mapwait}:fw") + 8192) % 16384);
+  if (refusing == master) refusing = cluster_->master_of((key_slot("sluice:{mapwait}:fw") + 12000) % 16384);
+  ASSERT_TRUE(refusing != nullptr && refusing != master);
+  ASSERT_EQ(refusing->cli({"ACL", "DELUSER", "mapwait"}), "1");
+  auto opened = redis::RedisStore::open(
+      {.address = user.address(), .connect_timeout = 100ms, .command_timeout = 5s});
+  ASSERT_TRUE(opened.ok()) << opened.error().message;
+  redis::RedisStore& store = **opened;
+  const Limit limit = make(Limit::fixed_window({.limit = 10, .period = 1h}));
+  const Result<Decision> d = store.acquire(key, limit);  // at once: the first wait is under way
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_TRUE(d->allowed);
+  EXPECT_FALSE(d->fallback);
+  EXPECT_EQ(master->cli({"EXISTS", "sluice:{mapwait}:fw"}), "1");
+  // The wait did end without every master.
+  const Status connected = store.connect();
+  ASSERT_FALSE(connected.ok());
+  EXPECT_NE(connected.error().message.find("not connected to every master in time"), std::string::npos)
+      << connected.error().message;
+  EXPECT_EQ(store.breaker().state(), BreakerState::kClosed);
+}
+
+// A call that waited for the slot map past its own deadline fails without being sent: sent, it
+// could still take from a limit after its caller was told it failed.
+TEST_F(ClusterTest, ACallWaitingForTheSlotMapIsNotSentPastItsDeadline) {
+  const ClusterUser user(*cluster_, "mapwait");
+  const std::string key = "mapwait";
+  RedisServer* master = cluster_->master_of(key_slot("sluice:{mapwait}:fw"));
+  ASSERT_NE(master, nullptr);
+  RedisServer* refusing = cluster_->master_of((key_slot("sluice:{mapwait}:fw") + 8192) % 16384);
+  if (refusing == master) refusing = cluster_->master_of((key_slot("sluice:{mapwait}:fw") + 12000) % 16384);
+  ASSERT_TRUE(refusing != nullptr && refusing != master);
+  ASSERT_EQ(refusing->cli({"ACL", "DELUSER", "mapwait"}), "1");
+  // The wait ends at 5 connect timeouts (500 ms), the call's deadline at 100 ms.
+  auto opened = redis::RedisStore::open(
+      {.address = user.address(), .connect_timeout = 100ms, .command_timeout = 100ms});
+  ASSERT_TRUE(opened.ok()) << opened.error().message;
+  const Limit limit = make(Limit::fixed_window({.limit = 10, .period = 1h}));
+  const Result<Decision> d = (*opened)->acquire(key, limit);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.error().code, ErrorCode::kStoreUnavailable);
+  EXPECT_NE(d.error().message.find("no slot map within the command's deadline"), std::string::npos)
+      << d.error().message;
+  // Once the store has answered other calls on that master, the one that was not sent has not run.
+  ASSERT_TRUE(eventually([&] { return (*opened)->peek(key, limit).ok(); }, 5s));
+  EXPECT_EQ((*opened)->peek(key, limit)->remaining, 10) << "the call that was not sent ran";
+}
+
 TEST_F(ClusterTest, APrefixWithAHashTagPutsEveryKeyInOneSlot) {
   auto store = open_store(cluster_->address(), {.prefix = "app{rl}:"});
   ASSERT_NE(store, nullptr);
