@@ -130,7 +130,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     return c != nullptr && c->ready();
   }
   bool a_master_answering() const override {
-    const SteadyTime recently = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+    const Nanos recently = clock().now() - std::chrono::seconds(1);
     const Connection* last = nullptr;  // slots come in ranges of one master: each range looked at once
     for (const Connection* c : slots_) {
       if (c == last || c == nullptr) continue;
@@ -214,17 +214,22 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
       const bool failed = !r.ok() && (r.error().code == ErrorCode::kTimeout ||
                                       r.error().code == ErrorCode::kStoreUnavailable);
       gate->breaker.record(permit, failed);
-      if (!failed) gate->answered = std::chrono::steady_clock::now();
+      if (!failed) gate->answered = self->clock().now();
       self->on_reply(slot, command, std::move(callback), deadline, hops, std::move(r));
     }, deadline);
   }
 
-  // A node's breaker, and when it last answered.
+  // A node's breaker, and when it last answered (on the breaker's clock; never: Nanos::min()).
   struct Gate {
     explicit Gate(const CircuitBreakerOptions& options) : breaker(options) {}
     CircuitBreaker breaker;
-    SteadyTime answered{};
+    Nanos answered = Nanos::min();
   };
+
+  // The node breakers' clock, which also says when a node answered (see a_master_answering).
+  const Clock& clock() const {
+    return options_.node_breaker.clock != nullptr ? *options_.node_breaker.clock : SteadyClock::instance();
+  }
 
   // The gate of the node `c` is a connection to (made with it, dropped with it).
   std::shared_ptr<Gate> gate_of(const Connection& c) {

@@ -44,7 +44,8 @@ struct ClientOptions {
   std::function<void(const Error&)> on_attempt_failed;  // see ConnectionOptions: any node's
   // A cluster: each node's calls go through a breaker of their own, which a node that stops
   // answering (hung, paused, cut off without a FIN) opens, so that its slots' calls fail at once
-  // (kNodeNotAnswering) while the other masters' are decided as ever.
+  // (kNodeNotAnswering) while the other masters' are decided as ever. Its clock (nullptr:
+  // SteadyClock) also times "within the last second" of Client::a_master_answering.
   CircuitBreakerOptions node_breaker;
 };
 
