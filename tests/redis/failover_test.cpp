@@ -201,6 +201,51 @@ TEST_F(ClusterTest, WhenEveryMasterHangsTheStoresBreakerOpens) {
   EXPECT_EQ(store->breaker().state(), BreakerState::kOpen);
 }
 
+// A master answers, for the store's breaker, only if it answered a call within the last second (on
+// the breaker's clock, here a manual one): one that answered once, long ago, and hangs now with the
+// others does not keep the breaker closed. Every master hung, and calls for one master's key only:
+// while another master answered within the second, their failures are that master's alone and the
+// store's breaker stays closed; a second later, nothing has answered, and it opens.
+TEST_F(ClusterTest, AMasterThatAnsweredOverASecondAgoDoesNotKeepTheStoresBreakerClosed) {
+  ManualClock clock{std::chrono::hours(1)};
+  redis::RedisStoreOptions options;
+  options.breaker.clock = &clock;
+  auto store = open_store(cluster_->address(), options, Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
+  std::vector<std::string> keys;  // the keys of two masters: one called once, one called while hung
+  std::vector<RedisServer*> masters;
+  for (int i = 0; keys.size() < 2; ++i) {
+    const std::string k = "once" + std::to_string(i);
+    RedisServer* m = cluster_->master_of(redis::detail::key_slot("sluice:{" + k + "}:fw"));
+    if (m == nullptr || (!masters.empty() && masters.front() == m)) continue;
+    keys.push_back(k);
+    masters.push_back(m);
+  }
+  ASSERT_TRUE(store->acquire(keys[0], limit).ok());  // the one answer
+  std::vector<RedisServer*> all;
+  for (std::size_t i = 0; i < cluster_->size(); ++i) {
+    if (cluster_->node(i).cli({"ROLE"}).starts_with("master")) all.push_back(&cluster_->node(i));
+  }
+  ASSERT_EQ(all.size(), 3u);
+  struct Resume {
+    std::vector<RedisServer*> servers;
+    ~Resume() {
+      for (RedisServer* s : servers) s->resume();
+    }
+  } resume{all};
+  for (RedisServer* m : all) m->pause();
+  // 5 timeouts open the hung master's node breaker (it stays open: the clock stands still), then its
+  // calls fail at once.
+  for (int i = 0; i < 12; ++i) EXPECT_FALSE(store->acquire(keys[1], limit).ok());
+  EXPECT_EQ(store->breaker().state(), BreakerState::kClosed) << "a master that answered within the second";
+  clock.advance(std::chrono::seconds(1) + Nanos{1});
+  for (int i = 0; i < 12 && store->breaker().state() == BreakerState::kClosed; ++i) {
+    EXPECT_FALSE(store->acquire(keys[1], limit).ok());
+  }
+  EXPECT_EQ(store->breaker().state(), BreakerState::kOpen) << "a master that answered over a second ago";
+}
+
 // A master that answers CLUSTERDOWN (here: a slot it no longer serves, which it then says of the
 // whole cluster's state) answers: it is Redis refusing to decide, which the store's breaker counts,
 // as it counts a cluster that says so from every node (a master lost with its replicas under
