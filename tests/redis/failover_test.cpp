@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <optional>
 #include <thread>
 
 #include "cluster_fixture.h"
@@ -272,6 +273,64 @@ TEST_F(ClusterTest, CallsAnsweredClusterDownOpenTheStoresBreaker) {
   }
   EXPECT_NE(error.find("CLUSTERDOWN"), std::string::npos) << error;
   EXPECT_EQ(store->breaker().state(), BreakerState::kOpen);
+}
+
+// A half-open breaker's probe that fails for its slot alone (here: the probe key's slot handed over
+// half-way, its call redirected back and forth until its deadline) is not counted, and frees its
+// place: another probe follows open_for later, rather than the breaker staying half-open until a
+// caller's call comes. Once the slot has moved, a probe passes and the breaker closes, with no call
+// from anyone. (The breaker's clock is a manual one: it lets the first probe through when told.)
+TEST_F(ClusterTest, AProbeThatFailedForItsSlotAloneIsFollowedByAnother) {
+  ManualClock clock{std::chrono::hours(1)};
+  redis::RedisStoreOptions options;
+  options.breaker.clock = &clock;
+  auto store = open_store(cluster_->address(), options, Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
+  // The store's breaker opened by calls answered CLUSTERDOWN (see the test above).
+  const std::string key = "down";
+  const int down = redis::detail::key_slot("sluice:{down}:fw");
+  const int slot = redis::detail::key_slot("sluice:{sluice-probe}:fw");
+  ASSERT_NE(down, slot);
+  RedisServer* master = cluster_->master_of(down);
+  ASSERT_NE(master, nullptr);
+  ASSERT_TRUE(store->acquire(key, limit).ok());
+  ASSERT_EQ(master->cli({"CLUSTER", "DELSLOTS", std::to_string(down)}), "OK");
+  for (int i = 0; i < 20 && store->breaker().state() == BreakerState::kClosed; ++i) (void)store->acquire(key, limit);
+  ASSERT_EQ(master->cli({"CLUSTER", "ADDSLOTS", std::to_string(down)}), "OK");
+  ASSERT_EQ(store->breaker().state(), BreakerState::kOpen);
+
+  // The probe's slot handed over with its old master told first: it redirects to the new one, which
+  // redirects back (see cluster_test.cpp), until every node is told.
+  const std::optional<SlotMove> move = slot_move(*cluster_, slot);
+  ASSERT_TRUE(move.has_value()) << "no other master to move slot " << slot << " to";
+  const std::string s = std::to_string(slot);
+  struct Settle {
+    RedisCluster& cluster;
+    std::string slot;
+    std::string to;
+    void operator()() const {
+      for (std::size_t i = 0; i < cluster.size(); ++i) {
+        if (cluster.node(i).running()) cluster.node(i).cli({"CLUSTER", "SETSLOT", slot, "NODE", to});
+      }
+    }
+    ~Settle() { (*this)(); }
+  } settle{*cluster_, s, move->to_id};
+  ASSERT_EQ(move->to->cli({"CLUSTER", "SETSLOT", s, "IMPORTING", move->from_id}), "OK");
+  ASSERT_EQ(move->from->cli({"CLUSTER", "SETSLOT", s, "MIGRATING", move->to_id}), "OK");
+  ASSERT_EQ(move->from->cli({"CLUSTER", "SETSLOT", s, "NODE", move->to_id}), "OK");
+  const auto moved = [&] { return moved_answers(*move->from) + moved_answers(*move->to); };
+  const long long before = moved();
+
+  // The breaker's open period is over: the store's next probe is let through, and is redirected
+  // until its deadline, 13 times at most. More than 13 redirections: a probe followed it.
+  clock.advance(options.breaker.open_for + Nanos{1});
+  ASSERT_TRUE(eventually([&] { return moved() >= before + 14; }, 5s))
+      << moved() - before << " redirections: no probe after the first one's slot failure";
+  EXPECT_EQ(store->breaker().state(), BreakerState::kHalfOpen);
+  settle();
+  EXPECT_TRUE(eventually([&] { return store->breaker().state() == BreakerState::kClosed; }, 5s))
+      << "the breaker stayed " << to_string(store->breaker().state());
 }
 
 // A cluster of its own: this one's replica stays lost.
