@@ -554,6 +554,10 @@ class Validator {
     if (c_.max_body_bytes < 0) add("max_body_bytes", "must not be negative");
     if (c_.header_timeout < std::chrono::milliseconds(1)) add("header_timeout", "must be at least 1ms");
     if (c_.send_timeout < std::chrono::milliseconds(1)) add("send_timeout", "must be at least 1ms");
+    if (c_.drain_delay < Nanos{0} || c_.drain_delay > Config::kMaxDrainDelay) {
+      add("drain_delay", "must be between 0s and " + format_duration(Config::kMaxDrainDelay) + ", got " +
+                             format_duration(c_.drain_delay));
+    }
     if (c_.drain_timeout < Nanos{0}) add("drain_timeout", "must not be negative");
     if (c_.access_log.empty()) add("access_log", "must be stdout, off or a file path");
     using Networks = std::pair<const char*, const std::vector<std::string>*>;

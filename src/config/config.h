@@ -150,6 +150,10 @@ struct Config {
   Nanos header_timeout = std::chrono::seconds(10);
   // How long a write to a client may wait while the client reads nothing (nginx's send_timeout).
   Nanos send_timeout = std::chrono::seconds(60);
+  // On SIGTERM, how long /_sluice/healthz says draining while connections are still accepted and
+  // served as usual (so that a load balancer takes the instance out first), before the drain begins.
+  Nanos drain_delay{0};
+  static constexpr Nanos kMaxDrainDelay = std::chrono::hours(1);
   Nanos drain_timeout = std::chrono::seconds(30);
   std::string access_log = "stdout";  // stdout, off, or a file path
   // Peers (IP addresses or ranges, parse_network) whose /_sluice/v1/decide requests may name the

@@ -193,6 +193,7 @@ json::object settings_json(const Config& c) {
   // Newer than the other settings: left out at its default, so that a database this version writes
   // still reads in the one before (a fleet upgraded one gateway at a time).
   if (c.send_timeout != Config{}.send_timeout) out["send_timeout"] = format_duration(c.send_timeout);
+  if (c.drain_delay != Config{}.drain_delay) out["drain_delay"] = format_duration(c.drain_delay);  // as send_timeout
   out["drain_timeout"] = format_duration(c.drain_timeout);
   out["access_log"] = c.access_log;
   if (c.decide_client_ip_from != Config{}.decide_client_ip_from) {  // as send_timeout

@@ -230,7 +230,7 @@ class Reader {
     mark("", root);
     fields(root, "", {"listen", "admin_listen", "store", "fleet_size", "store_timeout", "system_key_header",
                       "language", "rate_limit_headers", "max_body_bytes", "header_timeout", "send_timeout",
-                      "drain_timeout", "access_log", "decide_client_ip_from", "trusted_proxies", "upstreams",
+                      "drain_delay", "drain_timeout", "access_log", "decide_client_ip_from", "trusted_proxies", "upstreams",
                       "systems", "interfaces", "grants"});
     string(root, "", "listen", c.listen);
     string(root, "", "admin_listen", c.admin_listen);
@@ -263,6 +263,7 @@ class Reader {
     integer(root, "", "max_body_bytes", c.max_body_bytes);
     duration(root, "", "header_timeout", c.header_timeout);
     duration(root, "", "send_timeout", c.send_timeout);
+    duration(root, "", "drain_delay", c.drain_delay);
     duration(root, "", "drain_timeout", c.drain_timeout);
     string(root, "", "access_log", c.access_log);
     if (root["decide_client_ip_from"].IsDefined()) {
@@ -974,6 +975,7 @@ std::string to_yaml(const Config& c) {
   out << "max_body_bytes: " << c.max_body_bytes << "\n";
   out << "header_timeout: " << format_duration(c.header_timeout) << "\n";
   out << "send_timeout: " << format_duration(c.send_timeout) << "\n";
+  out << "drain_delay: " << format_duration(c.drain_delay) << "\n";
   out << "drain_timeout: " << format_duration(c.drain_timeout) << "\n";
   out << "access_log: " << quote(c.access_log) << "\n";
   out << "decide_client_ip_from: " << strings_flow(c.decide_client_ip_from) << "\n";

@@ -125,11 +125,11 @@ TEST(ConfigYaml, JsonSurrogatePairEscapesAreReadAsTheirCharacter) {
             (std::vector<std::string>{
                 "test.yaml:2:2: x: unknown field \"x\" (known here: listen, admin_listen, store, fleet_size, store_timeout, "
                 "system_key_header, language, rate_limit_headers, max_body_bytes, header_timeout, send_timeout, "
-                "drain_timeout, access_log, decide_client_ip_from, trusted_proxies, upstreams, systems, interfaces, "
+                "drain_delay, drain_timeout, access_log, decide_client_ip_from, trusted_proxies, upstreams, systems, interfaces, "
                 "grants)",
                 "test.yaml:2:23: y: unknown field \"y\" (known here: listen, admin_listen, store, fleet_size, store_timeout, "
                 "system_key_header, language, rate_limit_headers, max_body_bytes, header_timeout, send_timeout, "
-                "drain_timeout, access_log, decide_client_ip_from, trusted_proxies, upstreams, systems, interfaces, "
+                "drain_delay, drain_timeout, access_log, decide_client_ip_from, trusted_proxies, upstreams, systems, interfaces, "
                 "grants)"}));
 }
 
@@ -249,6 +249,33 @@ TEST(ConfigYaml, ASendTimeoutIsReadExportedAndChecked) {
   EXPECT_FALSE(config::to_json(*load_ok(kMinimal)).contains("send_timeout"));
   EXPECT_EQ(problems_of("send_timeout: 0s\n" + std::string(kMinimal)),
             (std::vector<std::string>{"test.yaml:1:15: send_timeout: must be at least 1ms"}));
+}
+
+// drain_delay is read, written back and checked: 0s (the drain begins at the signal) when left out,
+// and left out of the JSON a database holds at that default, as send_timeout is.
+TEST(ConfigYaml, ADrainDelayIsReadExportedAndChecked) {
+  auto c = load_ok("drain_delay: 15s\n" + std::string(kMinimal));
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->drain_delay, 15s);
+  const std::string exported = config::to_yaml(*c);
+  EXPECT_NE(exported.find("\ndrain_delay: 15s\ndrain_timeout: 30s\n"), std::string::npos) << exported;
+  auto again = load_ok(exported);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->drain_delay, 15s);
+  EXPECT_EQ(load_ok(kMinimal)->drain_delay, 0s);
+  EXPECT_NE(config::to_yaml(*load_ok(kMinimal)).find("\ndrain_delay: 0s\n"), std::string::npos);
+  EXPECT_EQ(config::to_json(*c).at("drain_delay").as_string(), "15s");
+  EXPECT_FALSE(config::to_json(*load_ok(kMinimal)).contains("drain_delay"));
+  EXPECT_EQ(load_ok(config::pretty(config::to_json(*c)))->drain_delay, 15s);
+  EXPECT_EQ(load_ok("drain_delay: 1h\n" + std::string(kMinimal))->drain_delay, 1h);
+  EXPECT_EQ(problems_of("drain_delay: 61m\n" + std::string(kMinimal)),
+            (std::vector<std::string>{"test.yaml:1:14: drain_delay: must be between 0s and 1h, got 61m"}));
+  Config negative = *c;
+  negative.drain_delay = -1s;
+  const std::vector<Problem> problems = validate(negative);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].path, "drain_delay");
+  EXPECT_EQ(problems[0].message, "must be between 0s and 1h, got -1s");
 }
 
 TEST(ConfigYaml, DefaultsApplyWhenFieldsAreLeftOut) {
