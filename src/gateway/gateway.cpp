@@ -46,6 +46,7 @@
 #include "config/crypto.h"
 #include "config/json.h"
 #include "config/yaml.h"
+#include "core/duration.h"
 #include "gateway/access_log.h"
 #include "gateway/caller_auth.h"
 #include "gateway/message_parser.h"
@@ -887,6 +888,9 @@ struct Gateway::Impl {
   std::mutex admin_mu;
   std::vector<std::tuple<std::string, std::string, AdminHandler>> admin_routes;  // guarded by admin_mu
 
+  // A stop signal came and drain_delay runs: healthz says draining, all else goes on as usual until
+  // the drain begins (draining), at the delay's end or on the next stop signal.
+  std::atomic<bool> delaying{false};
   std::atomic<bool> draining{false};
   std::atomic<bool> cutting{false};  // the drain timeout passed: what is left is cut
   std::atomic<Clock::time_point> drain_deadline{};  // once draining: when drain_timeout cuts what is left
@@ -1002,6 +1006,8 @@ struct Gateway::Impl {
   Status reload_from_file();
   FileStamp stat_config() const;
   void begin_drain();
+  // On a stop signal: the drain, after drain_delay when the configuration sets one.
+  void on_stop_signal(int sig);
   // For a stop signal that comes while draining: what the drain waits for, and until when.
   std::string drain_progress() const;
   // Connects every worker's limiter and waits until each has answered; logs those that failed.
@@ -1016,6 +1022,7 @@ struct Gateway::Impl {
   Task<void> admin_session(Socket socket);
   Task<void> housekeeping();
   Task<void> drain_watch();
+  Task<void> drain_delay_watch(Clock::time_point until);
   void wait_signal();
 };
 
@@ -1646,7 +1653,8 @@ Task<bool> Worker::answer(Exchange& x) {
   }
   if (x.path == "/_sluice/healthz") {
     if (req.method() != http::verb::get && req.method() != http::verb::head) co_return co_await not_allowed(x, "GET, HEAD");
-    const bool draining = gw.draining.load(std::memory_order_acquire);
+    // From the stop signal on, drain_delay included: a load balancer takes the instance out first.
+    const bool draining = gw.delaying.load(std::memory_order_acquire) || gw.draining.load(std::memory_order_acquire);
     const bool ok = co_await respond_json(x, draining ? 503 : 200,
                                           draining ? R"({"status":"draining"})" : R"({"status":"ok"})", {}, false);
     finish(x, draining ? 503 : 200, draining ? Reason::kDraining : Reason::kOk, std::nullopt);
@@ -2488,8 +2496,8 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
     } else if (method == http::verb::get && path == "/metrics") {
       out = {200, "text/plain; version=0.0.4; charset=utf-8", metrics->render(*snapshot(), store_breakers())};
     } else if (method == http::verb::get && path == "/healthz") {
-      out = draining ? AdminResponse{503, "application/json", R"({"status":"draining"})"}
-                     : AdminResponse{200, "application/json", R"({"status":"ok"})"};
+      out = delaying.load() || draining.load() ? AdminResponse{503, "application/json", R"({"status":"draining"})"}
+                                               : AdminResponse{200, "application/json", R"({"status":"ok"})"};
     } else if (method == http::verb::get && path == "/config") {
       // Without the store's password: a read token or a loopback caller may see this.
       config::Config shown = in_effect(snapshot()->config());
@@ -2788,10 +2796,41 @@ void Gateway::Impl::wait_signal() {
       // for and until when, so that it is not taken for a signal lost.
       log(std::string(sig == SIGINT ? "SIGINT" : "SIGTERM") + " again: " + drain_progress());
     } else {
-      begin_drain();
+      on_stop_signal(sig);
     }
     wait_signal();
   });
+}
+
+void Gateway::Impl::on_stop_signal(int sig) {
+  const std::string name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+  if (delaying.load()) {
+    // One sent again during the delay (the load balancer is known to have let go, or an operator
+    // will not wait) ends it: the drain begins now.
+    log(name + " again: drain_delay ended early; draining now");
+    begin_drain();
+    return;
+  }
+  const config::Config& cfg = snapshot()->config();
+  if (cfg.drain_delay <= Nanos{0}) {
+    begin_drain();
+    return;
+  }
+  delaying.store(true);
+  log(name + ": healthz says draining; still accepting for " + format_duration(cfg.drain_delay) +
+      " (drain_delay), then draining (drain_timeout " + format_duration(cfg.drain_timeout) + ")");
+  asio::co_spawn(workers[0]->ioc, drain_delay_watch(Clock::now() + cfg.drain_delay), asio::detached);
+}
+
+Task<void> Gateway::Impl::drain_delay_watch(Clock::time_point until) {
+  Timer timer(workers[0]->ioc);
+  // Looked at every 100 ms, so that a drain begun meanwhile (a second signal) ends it.
+  while (!draining.load() && Clock::now() < until) {
+    timer.expires_after(std::min<Clock::duration>(until - Clock::now(), std::chrono::milliseconds(100)));
+    auto [ec] = co_await timer.async_wait(kTok);
+    if (ec) co_return;
+  }
+  begin_drain();
 }
 
 void Gateway::Impl::connect_limiters() {

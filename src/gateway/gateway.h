@@ -78,7 +78,9 @@ struct GatewayOptions {
   // and on SIGHUP. Empty: reload() only.
   std::string config_path;
   Nanos watch_interval = std::chrono::seconds(1);
-  bool handle_signals = false;  // SIGHUP reloads; SIGTERM and SIGINT drain
+  // SIGHUP reloads; SIGTERM and SIGINT drain, after the configuration's drain_delay (during which
+  // healthz says draining; a second one ends it).
+  bool handle_signals = false;
   // The clock of the limits and the breakers (tests pass a ManualClock); nullptr: the real ones.
   const Clock* clock = nullptr;
   // Where limits are decided: make_limiter, when set, is called for each worker thread with that
@@ -123,7 +125,8 @@ class Gateway {
   Status reload_from_file();
 
   // Stops accepting, closes idle connections, lets requests in flight finish (up to the
-  // configuration's drain_timeout), then stops. Returns at once.
+  // configuration's drain_timeout), then stops. Returns at once. It begins at once: drain_delay is
+  // the stop signal's (handle_signals); called during that delay, it ends it.
   void drain();
   // Stops at once.
   void stop();

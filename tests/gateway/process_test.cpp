@@ -341,6 +341,71 @@ TEST_F(ProcessTest, AStopSignalDuringTheDrainSaysWhatTheDrainWaitsFor) {
   EXPECT_EQ(child->wait_exit(10s), 0) << child->stderr_text();
 }
 
+// With drain_delay, SIGTERM first makes healthz say draining (on both listeners, GET and HEAD) while
+// the gateway goes on accepting and serving as usual, keeping connections alive; a second SIGTERM
+// ends the delay: the listener closes, and the drain ends as ever, with exit 0. (The delay is long
+// enough that the test never waits for it.)
+TEST_F(ProcessTest, DuringTheDrainDelayHealthzSaysDrainingWhileRequestsAreStillServed) {
+  testing::write_file(config_path_, "drain_delay: 60s\n" + config_yaml(upstream_->port(), 100, "delay"));
+  auto child = serve();
+  ASSERT_TRUE(serving()) << child->stderr_text();
+  HttpClient kept(port_);
+  ASSERT_EQ(kept.get("/echo/before", "crm").status, 200);  // a connection kept alive from before
+  child->signal(SIGTERM);
+  ASSERT_TRUE(testing::eventually([&] { return HttpClient(port_).get("/_sluice/healthz").status == 503; }))
+      << child->stderr_text();
+  EXPECT_EQ(HttpClient(port_).get("/_sluice/healthz").body, R"({"status":"draining"})");
+  EXPECT_EQ(HttpClient(port_).request("HEAD", "/_sluice/healthz").status, 503);
+  const testing::HttpResponse admin = HttpClient(admin_port_).get("/healthz");
+  EXPECT_EQ(admin.status, 503);
+  EXPECT_EQ(admin.body, R"({"status":"draining"})");
+  // A new connection is accepted, and its request proxied and kept alive.
+  HttpClient fresh(port_);
+  const testing::HttpResponse r = fresh.get("/echo/during", "crm");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(r.keep_alive);
+  EXPECT_EQ(fresh.get("/echo/during", "crm").status, 200);
+  EXPECT_EQ(fresh.connections(), 1);
+  // The connection from before is not closed either.
+  EXPECT_EQ(kept.get("/echo/before", "crm").status, 200);
+  EXPECT_EQ(kept.connections(), 1);
+  EXPECT_TRUE(testing::can_connect(port_));
+  const std::regex said(
+      "\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z sluice: SIGTERM: healthz says draining; still accepting "
+      "for 1m \\(drain_delay\\), then draining \\(drain_timeout 30s\\)\\n");
+  EXPECT_TRUE(std::regex_search(child->stderr_text(), said)) << child->stderr_text();
+  EXPECT_EQ(child->stderr_text().find("sluice: draining: "), std::string::npos) << child->stderr_text();
+
+  child->signal(SIGTERM);
+  EXPECT_TRUE(testing::eventually([&] { return !testing::can_connect(port_); })) << child->stderr_text();
+  EXPECT_EQ(child->wait_exit(10s), 0) << child->stderr_text();
+  const std::string err = child->stderr_text();
+  const std::size_t ended = err.find(" sluice: SIGTERM again: drain_delay ended early; draining now\n");
+  ASSERT_NE(ended, std::string::npos) << err;
+  EXPECT_NE(err.find(" sluice: draining: no new connections; waiting for requests in flight\n", ended),
+            std::string::npos)
+      << err;
+}
+
+// At the end of drain_delay the drain begins by itself, and the gateway exits 0.
+TEST_F(ProcessTest, AtTheEndOfTheDrainDelayTheDrainBegins) {
+  testing::write_file(config_path_, "drain_delay: 200ms\n" + config_yaml(upstream_->port(), 100, "delay"));
+  auto child = serve();
+  ASSERT_TRUE(serving()) << child->stderr_text();
+  child->signal(SIGTERM);
+  EXPECT_EQ(child->wait_exit(10s), 0) << child->stderr_text();
+  EXPECT_FALSE(testing::can_connect(port_));
+  const std::string err = child->stderr_text();
+  const std::size_t delay =
+      err.find(" sluice: SIGTERM: healthz says draining; still accepting for 200ms (drain_delay), then draining "
+               "(drain_timeout 30s)\n");
+  ASSERT_NE(delay, std::string::npos) << err;
+  EXPECT_NE(err.find(" sluice: draining: no new connections; waiting for requests in flight\n", delay),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find(" again: "), std::string::npos) << err;
+}
+
 // make run: the demo keeps its configuration in a database, serves the console with a token made for
 // the run, and on a second run keeps the database, moves the demo upstream to the new echo server
 // and replaces the token.
