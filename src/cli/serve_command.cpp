@@ -347,7 +347,9 @@ void add_serve_command(CLI::App& app) {
       "Run the gateway: identify the calling system, check its permissions and limits, then proxy "
       "to the upstream.\nThe configuration comes from a database (--db, the default ./sluice.db; "
       "changes are served within a second), a YAML file (--config; SIGHUP or a change to the file "
-      "reloads it) or a primary (--config-from). SIGTERM drains and exits 0.");
+      "reloads it) or a primary (--config-from). SIGTERM drains and exits 0; with the configuration's "
+      "drain_delay, /_sluice/healthz says draining for that long first while requests are still served (a "
+      "second SIGTERM ends the delay).");
   serve->add_option("--db", o->db, "The configuration database (SQLite; default ./sluice.db), edited with "
                                    "the admin API or sluice config import")
       ->check(kNotEmpty);

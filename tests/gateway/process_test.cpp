@@ -121,6 +121,7 @@ TEST_F(ProcessTest, HelpDescribesServe) {
   EXPECT_EQ(help.wait_exit(10s), 0);
   EXPECT_NE(help.stdout_text().find("--config"), std::string::npos);
   EXPECT_NE(help.stdout_text().find("SIGHUP"), std::string::npos);
+  EXPECT_NE(help.stdout_text().find("drain_delay"), std::string::npos);
 }
 
 TEST_F(ProcessTest, SighupReloadsKeepingCountersAndRefusesAnInvalidFile) {
