@@ -395,6 +395,7 @@ TEST_F(AdminApiTest, EveryValidationErrorIsRefusedWholeWithItsFieldPath) {
       {"max_body_bytes", [](Config& c) { c.max_body_bytes = -1; }, "max_body_bytes", "must not be negative"},
       {"header_timeout", [](Config& c) { c.header_timeout = Nanos{0}; }, "header_timeout", "at least 1ms"},
       {"send_timeout", [](Config& c) { c.send_timeout = Nanos{0}; }, "send_timeout", "at least 1ms"},
+      {"drain_delay", [](Config& c) { c.drain_delay = std::chrono::hours(2); }, "drain_delay", "between 0s and 1h"},
       {"access_log", [](Config& c) { c.access_log = ""; }, "access_log", "stdout, off or a file path"},
       {"upstream name", [](Config& c) { c.upstreams[1].name = ""; }, "upstreams[1].name", "is required"},
       {"upstream twice", [](Config& c) { c.upstreams[1].name = "app"; }, "upstreams[1].name", "another upstream"},
