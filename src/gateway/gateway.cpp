@@ -2727,8 +2727,11 @@ Task<void> Gateway::Impl::housekeeping() {
 void Gateway::Impl::begin_drain() {
   // The deadline first, so that whoever sees `draining` sees it too (a stop signal sent again, see
   // drain_progress()); only the first drain sets it.
+  // A drain_timeout past the clock's end (about 292 years from its epoch) is the clock's end.
+  const Clock::time_point now = Clock::now();
+  const auto timeout = std::min<Clock::duration>(snapshot()->config().drain_timeout, Clock::time_point::max() - now);
   Clock::time_point unset{};
-  drain_deadline.compare_exchange_strong(unset, Clock::now() + snapshot()->config().drain_timeout);
+  drain_deadline.compare_exchange_strong(unset, now + timeout);
   if (draining.exchange(true)) return;
   log("draining: no new connections; waiting for requests in flight");
   asio::post(workers[0]->ioc, [this] {

@@ -2841,6 +2841,20 @@ TEST_F(GatewayTest, DrainFinishesRequestsInFlightAndRefusesNewConnections) {
   gw_->wait();
 }
 
+// A drain_timeout as long as a duration can be (about 292 years) is a deadline that never comes,
+// not one past already (its end overflowing the clock), which would cut what is in flight at once.
+TEST_F(GatewayTest, TheLongestDrainTimeoutCutsNothing) {
+  gw_.reset();
+  start(config_text("drain_timeout: 106751d\n"));
+  std::atomic<int> status{0};
+  std::thread slow([&] { status = HttpClient(gw_->port()).get("/slow?delay_ms=300", "crm").status; });
+  ASSERT_TRUE(testing::eventually([&] { return gw_->metrics().in_flight() == 1; }));
+  gw_->drain();
+  slow.join();
+  EXPECT_EQ(status.load(), 200);
+  gw_->wait();
+}
+
 // An admin long poll held when the gateway drains is answered at once with what it has (here "not
 // modified") and its connection closed, not cut off by the stop without an answer; one that comes
 // while it drains is told so (503, Retry-After), not held nor answered at once again and again.
