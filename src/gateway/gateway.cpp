@@ -1264,14 +1264,6 @@ struct Worker::Exchange {
   char generated_id[24] = {};
 };
 
-// An address as limits count it, logs show it and X-Forwarded-For passes it on: an IPv4 client of
-// a dual-stack listener ("[::]:8080") in its IPv4 form, not as ::ffff:10.0.0.1, so that it is one
-// client however it came (and as /decide is told of it).
-std::string client_address(const asio::ip::address& a) {
-  if (a.is_v6() && a.to_v6().is_v4_mapped()) return asio::ip::make_address_v4(asio::ip::v4_mapped, a.to_v6()).to_string();
-  return a.to_string();
-}
-
 Task<void> Worker::session(Socket socket) {
   error_code ec;
   const std::string client_ip = client_address(socket.remote_endpoint(ec).address());

@@ -666,4 +666,20 @@ std::string_view query_param(std::string_view query, std::string_view name) {
   return param_in(query, name, Reading::kStandard, twice).value_or(std::string_view());
 }
 
+std::string client_address(const boost::asio::ip::address& a) {
+  if (a.is_v6() && a.to_v6().is_v4_mapped()) {
+    return boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, a.to_v6()).to_string();
+  }
+  return a.to_string();
+}
+
+std::optional<std::string> client_address(std::string_view text) {
+  // (make_address reads a C string: what follows a NUL would go unread.)
+  if (text.find('\0') != std::string_view::npos) return std::nullopt;
+  boost::system::error_code ec;
+  const boost::asio::ip::address address = boost::asio::ip::make_address(text, ec);
+  if (ec) return std::nullopt;
+  return client_address(address);
+}
+
 }  // namespace sluice::gateway

@@ -3,6 +3,7 @@
 // reason, message, Retry-After, RateLimit fields). Thread-compatible: one Context per request.
 #pragma once
 
+#include <boost/asio/ip/address.hpp>
 #include <boost/container/static_vector.hpp>
 #include <cstdint>
 #include <optional>
@@ -144,6 +145,15 @@ struct Context {
 
   void clear();
 };
+
+// An address as limits keyed by client_ip count it, logs show it and X-Forwarded-For passes it on:
+// asio's form (lower case, zeros compressed), and an IPv4 client of a dual-stack listener
+// ("[::]:8080") in its IPv4 form, not as ::ffff:10.0.0.1, so that it is one client however it came
+// (and as /decide and the admin API's /limits are told of it).
+std::string client_address(const boost::asio::ip::address& address);
+// text read as an IP address ("2001:DB8:0::1", "::ffff:10.0.0.1"), in that form; nullopt when it
+// is not one.
+std::optional<std::string> client_address(std::string_view text);
 
 // Step 1 and 2: identifies the system and the interface and checks permissions, in the documented
 // order. Fills ctx.system / interface / grant as far as it got; kOk when the request may go on. A
