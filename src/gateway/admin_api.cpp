@@ -515,6 +515,26 @@ json::value expiry_json(std::int64_t expires) {
   return expires == 0 ? json::value(nullptr) : json::value(config::format_time(expires));
 }
 
+// What a keyed limit's rule reads its value from, for messages: "header X-User",
+// "query parameter user", "client address".
+std::string counted_name(const config::LimitRule& rule) {
+  switch (rule.key_by) {
+    case config::KeyBy::kHeader: return "header " + rule.key_name;
+    case config::KeyBy::kQuery: return "query parameter " + rule.key_name;
+    case config::KeyBy::kClientIp: return "client address";
+    case config::KeyBy::kOwner: break;
+  }
+  return "owner";
+}
+
+// What it counts apart: "each value of header X-User apart (key_by: header:X-User)".
+std::string counted_by(const config::LimitRule& rule) {
+  std::string by = config::to_string(rule.key_by);
+  if (rule.key_by == config::KeyBy::kHeader || rule.key_by == config::KeyBy::kQuery) by += ":" + rule.key_name;
+  return (rule.key_by == config::KeyBy::kClientIp ? std::string("each client address") : "each value of " + counted_name(rule)) +
+         " apart (key_by: " + by + ")";
+}
+
 }  // namespace
 
 // --- AdminAuth ------------------------------------------------------------------------------------
@@ -1305,12 +1325,49 @@ AdminResponse AdminApi::limits_route(Call& call) const {
   std::vector<const CompiledLimit*> selected;
   for (const CompiledLimit& l : *limits) selected.push_back(&l);
   if (itf != nullptr && itf->in_flight_limit) selected.push_back(&itf->in_flight);
-  json::array items;
+  if (!only.empty()) {
+    std::erase_if(selected, [&](const CompiledLimit* l) { return l->name != only; });
+    if (selected.empty()) {
+      return not_found("\"" + key + "\" has no limit named \"" + only + "\"" + (reset ? ": nothing was reset." : "."));
+    }
+  }
+  // A value="" given empty names the one count of requests without the header or parameter (or
+  // with it empty), which is not the same as no value given: then a keyed limit has no one state to
+  // show, and none to reset.
+  const bool valued = call.query.contains("value");
+  const std::string nothing = reset ? ": nothing was reset." : ".";
+  struct Item {
+    const CompiledLimit* limit;
+    std::string store_key;
+    std::string note;  // why it has no state to show: no value given, or one it cannot count
+  };
+  std::vector<Item> chosen;
+  // Each selected limit's store key, every one checked before anything is reset.
   for (const CompiledLimit* l : selected) {
-    if (!only.empty() && l->name != only) continue;
+    Item item{l, l->key, {}};
+    const config::LimitRule* rule = l->rule;
+    const bool keyed = rule != nullptr && rule->key_by != config::KeyBy::kOwner;
+    const std::string which = "limit \"" + l->name + "\" of \"" + config::as_utf8(key) + "\"";
+    const std::string how = rule == nullptr || rule->key_by == config::KeyBy::kClientIp
+                                ? std::string("value=ADDRESS")
+                                : "value=VALUE (value= left empty: the requests without " + counted_name(*rule) +
+                                      ", or with it empty)";
+    if (keyed && !valued) {
+      item.note = "The " + which + " counts " + counted_by(*rule) + ": say which count with " + how + ".";
+      if (reset) {
+        return error(400, "bad_request",
+                     "The " + which + " counts " + counted_by(*rule) + ": say which count to reset with " + how +
+                         (selected.size() > 1 ? ", or pick a limit with limit=NAME" : "") + nothing);
+      }
+    } else if (keyed) {
+      item.store_key += value;
+    }
+    chosen.push_back(std::move(item));
+  }
+  json::array items;
+  for (const Item& c : chosen) {
+    const CompiledLimit* l = c.limit;
     const Limit& limit = l->rule != nullptr ? l->rule->limit : *itf->in_flight_limit;
-    const bool keyed = l->rule != nullptr && l->rule->key_by != config::KeyBy::kOwner;
-    const std::string store_key = l->key + (keyed ? value : std::string());
     json::object o;
     o["name"] = l->name;
     o["scope"] = l->scope == Scope::kSystem ? "system" : l->scope == Scope::kInterface ? "interface"
@@ -1321,30 +1378,28 @@ AdminResponse AdminApi::limits_route(Call& call) const {
     } else {
       o["limit"] = json::object{{"algorithm", "concurrency"}, {"limit", limit.params().quota}};
     }
-    o["store_key"] = config::as_utf8(store_key);
-    if (keyed && value.empty()) {
+    o["store_key"] = config::as_utf8(c.store_key);
+    if (!c.note.empty()) {
       o["state"] = nullptr;  // one state per value: say which with value=
+      o["note"] = c.note;
       items.push_back(std::move(o));
       continue;
     }
     if (reset) {
-      if (Status s = options_.limits->reset(store_key, limit); !s) {
+      if (Status s = options_.limits->reset(c.store_key, limit); !s) {
         return error(503, "store_unavailable", s.error().message);
       }
     }
-    auto d = options_.limits->peek(store_key, limit);
+    auto d = options_.limits->peek(c.store_key, limit);
     if (!d.ok()) return error(503, "store_unavailable", d.error().message);
     // (No retry_after: a peek asks for a cost of 0, which always passes.)
     o["state"] = json::object{
         {"limit", d->limit}, {"remaining", d->remaining}, {"reset_after_ms", millis(d->reset_after)}};
     items.push_back(std::move(o));
   }
-  if (!only.empty() && items.empty()) {
-    return not_found("\"" + key + "\" has no limit named \"" + only + "\"" + (reset ? ": nothing was reset." : "."));
-  }
   // A value may be any bytes the counter was keyed by; JSON is UTF-8 (so too the audit log's rows).
   const std::string shown_key = config::as_utf8(key);
-  const std::string shown_value = config::as_utf8(value);
+  const json::value shown_value = valued ? json::value(config::as_utf8(value)) : json::value(nullptr);
   if (reset) {
     const json::object what{{"key", shown_key}, {"value", shown_value}, {"limit", config::as_utf8(only)}};
     if (auto unsaid = note(call, "limits.reset", "limits", what)) return *unsaid;

@@ -16,6 +16,8 @@
 #include "config/json.h"
 #include "control_test.h"
 #include "gateway/admin_api.h"
+#include "gateway/limiter.h"
+#include "gateway/policy.h"
 #include "sluice/local_store.h"
 
 namespace sluice::gateway {
@@ -111,6 +113,7 @@ class AdminApiTest : public ::testing::Test {
   }
 
   std::int64_t revision() { return *store_->revision(); }
+  Reason decide(const std::string& system, const std::string& path, const std::string& client_ip = "10.0.0.1");
 
   ManualClock clock_{kT0};
   std::string db_;
@@ -1154,6 +1157,69 @@ TEST_F(AdminApiTest, KeyedLimitsNeedAValueAndGrantsAndInFlightLimitsAreFound) {
   const auto nobody = call("GET", "/admin/v1/limits?key=system:%FF");
   EXPECT_EQ(nobody.status, 404);
   EXPECT_NE(nobody.str("msg").find("\xEF\xBF\xBD"), std::string::npos) << nobody.raw.body;
+}
+
+// What the gateway's policy decides for a request of system `system` to `path` from `client_ip`,
+// counting in limits_ as a gateway on this snapshot would.
+Reason AdminApiTest::decide(const std::string& system, const std::string& path, const std::string& client_ip) {
+  const auto snap = snapshot();
+  StoreLimiter limiter(limits_);
+  Context ctx;
+  Request r;
+  r.method = "GET";
+  r.path = path;
+  r.has_system_key = true;
+  r.system_key = system;
+  r.client_ip = client_ip;
+  return decide_now(r, *snap, ctx, limiter).reason;
+}
+
+// key_by: header:X-User counts the requests without X-User (or with it empty) in one count: value=
+// given empty is that count, to read and to reset; no value at all names no count, and a reset
+// without one is refused, saying what the limit is keyed by, rather than answered 200 unreset.
+TEST_F(AdminApiTest, AnEmptyValueIsTheCountOfRequestsWithoutOneAndAResetWithoutAValueIsRefused) {
+  ASSERT_EQ(call("POST", "/admin/v1/systems", R"({"key":"s","interfaces":["*"]})").status, 201);
+  ASSERT_EQ(call("POST", "/admin/v1/interfaces",
+                 R"({"id":"kq","path":"/kq","upstream":"app",)"
+                 R"("limits":[{"algorithm":"fixed_window","limit":1,"period":"1h","key_by":"header:X-User"}]})").status,
+            201);
+  ASSERT_EQ(decide("s", "/kq"), Reason::kOk);
+  ASSERT_EQ(decide("s", "/kq"), Reason::kInterfaceRateLimited);
+  const auto state = [](const Reply& r) { return r.obj().at("items").as_array().at(0).as_object().at("state"); };
+
+  const Reply peek = call("GET", "/admin/v1/limits?key=interface:kq&value=");
+  ASSERT_EQ(peek.status, 200) << peek.raw.body;
+  ASSERT_TRUE(state(peek).is_object()) << peek.raw.body;
+  EXPECT_EQ(state(peek).as_object().at("remaining").as_int64(), 0);
+  EXPECT_EQ(peek.str("value"), "");
+  // No value: no one count to show, and the answer says how to name one.
+  const Reply none = call("GET", "/admin/v1/limits?key=interface:kq");
+  ASSERT_EQ(none.status, 200);
+  EXPECT_TRUE(state(none).is_null());
+  EXPECT_TRUE(none.obj().at("value").is_null()) << none.raw.body;
+  const std::string note(none.obj().at("items").as_array().at(0).as_object().at("note").as_string());
+  EXPECT_NE(note.find("header X-User"), std::string::npos) << note;
+  EXPECT_NE(note.find("value= left empty"), std::string::npos) << note;
+
+  const Reply refused = call("POST", "/admin/v1/limits/reset?key=interface:kq");
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(refused.str("reason"), "bad_request");
+  for (const char* said : {"\"kq\"", "header X-User", "key_by: header:X-User", "value=", "requests without header X-User",
+                           "nothing was reset"}) {
+    EXPECT_NE(refused.str("msg").find(said), std::string::npos) << said << " in " << refused.str("msg");
+  }
+  EXPECT_EQ(decide("s", "/kq"), Reason::kInterfaceRateLimited);  // still
+
+  const Reply reset = call("POST", "/admin/v1/limits/reset?key=interface:kq&value=");
+  ASSERT_EQ(reset.status, 200) << reset.raw.body;
+  EXPECT_EQ(state(reset).as_object().at("remaining").as_int64(), 1);
+  EXPECT_EQ(decide("s", "/kq"), Reason::kOk);
+  // The audit log tells the count of requests without a value ("") from no value given (null).
+  const auto audit = store_->audit(1);
+  ASSERT_TRUE(audit.ok());
+  EXPECT_EQ(json::parse(audit->at(0).after).as_object().at("value"), json::value(""));
+  ASSERT_EQ(call("POST", "/admin/v1/limits/reset?key=system:crm").status, 200);
+  EXPECT_TRUE(json::parse(store_->audit(1)->at(0).after).as_object().at("value").is_null());
 }
 
 TEST_F(AdminApiTest, AGrantKeyThatCouldNameTwoGrantsIsRefusedUntilTheSystemIsGiven) {
