@@ -1335,6 +1335,11 @@ AdminResponse AdminApi::limits_route(Call& call) const {
   // with it empty), which is not the same as no value given: then a keyed limit has no one state to
   // show, and none to reset.
   const bool valued = call.query.contains("value");
+  // Whether the value is meant for a limit keyed by a header or a query parameter: one that is no
+  // address then leaves the client_ip limits beside it without a state rather than refuse the look.
+  const bool for_names = std::any_of(selected.begin(), selected.end(), [](const CompiledLimit* l) {
+    return l->rule != nullptr && (l->rule->key_by == config::KeyBy::kHeader || l->rule->key_by == config::KeyBy::kQuery);
+  });
   const std::string nothing = reset ? ": nothing was reset." : ".";
   struct Item {
     const CompiledLimit* limit;
@@ -1349,7 +1354,7 @@ AdminResponse AdminApi::limits_route(Call& call) const {
     const bool keyed = rule != nullptr && rule->key_by != config::KeyBy::kOwner;
     const std::string which = "limit \"" + l->name + "\" of \"" + config::as_utf8(key) + "\"";
     const std::string how = rule == nullptr || rule->key_by == config::KeyBy::kClientIp
-                                ? std::string("value=ADDRESS")
+                                ? std::string("value=ADDRESS (203.0.113.7, 2001:db8::1)")
                                 : "value=VALUE (value= left empty: the requests without " + counted_name(*rule) +
                                       ", or with it empty)";
     if (keyed && !valued) {
@@ -1358,6 +1363,19 @@ AdminResponse AdminApi::limits_route(Call& call) const {
         return error(400, "bad_request",
                      "The " + which + " counts " + counted_by(*rule) + ": say which count to reset with " + how +
                          (selected.size() > 1 ? ", or pick a limit with limit=NAME" : "") + nothing);
+      }
+    } else if (keyed && rule->key_by == config::KeyBy::kClientIp) {
+      // As the gateway counts the address: 2001:DB8:0::1 is 2001:db8::1, ::ffff:10.0.0.1 is 10.0.0.1.
+      if (const std::optional<std::string> address = client_address(value)) {
+        item.store_key += *address;
+      } else {
+        const std::string why = "value \"" + config::as_utf8(value) + "\" is not an IP address, and the " + which +
+                                " counts " + counted_by(*rule);
+        if (reset || !for_names) {
+          return error(400, "bad_request",
+                       why + (selected.size() > 1 ? "; limit=NAME picks one of the others" : "") + nothing);
+        }
+        item.note = why + ".";
       }
     } else if (keyed) {
       item.store_key += value;

@@ -1145,10 +1145,14 @@ TEST_F(AdminApiTest, KeyedLimitsNeedAValueAndGrantsAndInFlightLimitsAreFound) {
   EXPECT_EQ(call("GET", "/admin/v1/limits?key=crm").status, 400);
   // A value of bytes that are not UTF-8 (a counter keyed by a query parameter counts any): read and
   // reset, and said in JSON that parses (each such byte as U+FFFD), in the answer and the audit log.
-  const auto odd = call("GET", "/admin/v1/limits?key=interface:orders&value=%FF");
+  ASSERT_EQ(call("POST", "/admin/v1/interfaces",
+                 R"({"id":"search","path":"/search","upstream":"app",)"
+                 R"("limits":[{"algorithm":"fixed_window","limit":5,"period":"1h","key_by":"query:q"}]})").status,
+            201);
+  const auto odd = call("GET", "/admin/v1/limits?key=interface:search&value=%FF");
   ASSERT_EQ(odd.status, 200) << odd.raw.body;
   EXPECT_EQ(odd.str("value"), "\xEF\xBF\xBD");
-  ASSERT_EQ(call("POST", "/admin/v1/limits/reset?key=interface:orders&value=%FF").status, 200);
+  ASSERT_EQ(call("POST", "/admin/v1/limits/reset?key=interface:search&value=%FF").status, 200);
   const auto audit = store_->audit(1);
   ASSERT_TRUE(audit.ok());
   boost::system::error_code ec;
@@ -1220,6 +1224,74 @@ TEST_F(AdminApiTest, AnEmptyValueIsTheCountOfRequestsWithoutOneAndAResetWithoutA
   EXPECT_EQ(json::parse(audit->at(0).after).as_object().at("value"), json::value(""));
   ASSERT_EQ(call("POST", "/admin/v1/limits/reset?key=system:crm").status, 200);
   EXPECT_TRUE(json::parse(store_->audit(1)->at(0).after).as_object().at("value").is_null());
+}
+
+// The gateway counts a client by its address in one form (lower case, zeros compressed, an IPv4
+// client of a dual-stack listener as IPv4): a value for a client_ip limit is read as an address and
+// put in that form, and one that is no address is refused, naming it.
+TEST_F(AdminApiTest, AClientIpValueIsReadAsTheAddressTheGatewayCounts) {
+  ASSERT_EQ(decide("crm", "/orders/1", "2001:db8::1"), Reason::kOk);
+  ASSERT_EQ(decide("crm", "/orders/1", "10.1.1.1"), Reason::kOk);
+  const auto window = [&](const std::string& value) {
+    const Reply r = call("GET", "/admin/v1/limits?key=interface:orders&limit=orders&value=" + value);
+    EXPECT_EQ(r.status, 200) << value << ": " << r.raw.body;
+    const auto& item = r.obj().at("items").as_array().at(0).as_object();
+    EXPECT_TRUE(item.at("state").is_object()) << value << ": " << r.raw.body;
+    return std::make_pair(std::string(item.at("store_key").as_string()),
+                          item.at("state").is_object() ? item.at("state").as_object().at("remaining").as_int64() : -1);
+  };
+  for (const char* v : {"2001:db8::1", "2001:DB8::1", "2001:db8:0::1", "2001:0db8:0000:0000:0000:0000:0000:0001"}) {
+    const auto [key, remaining] = window(v);
+    EXPECT_TRUE(key.ends_with("|2001:db8::1")) << v << ": " << key;
+    EXPECT_EQ(remaining, 19) << v;
+  }
+  for (const char* v : {"10.1.1.1", "::ffff:10.1.1.1", "::FFFF:10.1.1.1", "::ffff:a01:101"}) {
+    const auto [key, remaining] = window(v);
+    EXPECT_TRUE(key.ends_with("|10.1.1.1")) << v << ": " << key;
+    EXPECT_EQ(remaining, 19) << v;
+  }
+  const Reply reset = call("POST", "/admin/v1/limits/reset?key=interface:orders&limit=orders&value=2001:DB8:0::1");
+  ASSERT_EQ(reset.status, 200) << reset.raw.body;
+  EXPECT_EQ(window("2001:db8::1").second, 20);
+  for (const std::string v : {"nope", "10.1.1", "10.1.1.1 ", ""}) {
+    for (const std::string route : {"GET /admin/v1/limits", "POST /admin/v1/limits/reset"}) {
+      const Reply r = call(route.substr(0, route.find(' ')), route.substr(route.find(' ') + 1) +
+                                                                 "?key=interface:orders&value=" + v);
+      EXPECT_EQ(r.status, 400) << route << " " << v << ": " << r.raw.body;
+      EXPECT_NE(r.str("msg").find("\"" + v + "\" is not an IP address"), std::string::npos) << r.str("msg");
+      EXPECT_NE(r.str("msg").find("\"orders\""), std::string::npos) << r.str("msg");
+    }
+  }
+  // (An address and a NUL is none: what follows the NUL is not ignored.)
+  EXPECT_EQ(call("GET", "/admin/v1/limits?key=interface:orders&value=10.1.1.1%00x").status, 400);
+  EXPECT_EQ(window("10.1.1.1").second, 19);  // the refused resets reset nothing
+}
+
+// A value is for the limits keyed by something: the others ignore it (as they always have). Beside
+// a header limit, a value that is no address leaves a client_ip limit without a state (said why)
+// rather than refuse the look; a reset must reset every limit it selects, or is refused.
+TEST_F(AdminApiTest, AValueAClientIpLimitCannotCountIsSaidBesideTheLimitsItNames) {
+  const Reply plain = call("GET", "/admin/v1/limits?key=system:crm&value=anything");
+  ASSERT_EQ(plain.status, 200);
+  EXPECT_EQ(plain.obj().at("items").as_array().at(0).as_object().at("state").as_object().at("remaining").as_int64(), 100);
+  ASSERT_EQ(call("POST", "/admin/v1/interfaces",
+                 R"({"id":"both","path":"/both","upstream":"app","limits":[)"
+                 R"({"name":"per-ip","algorithm":"fixed_window","limit":5,"period":"1h","key_by":"client_ip"},)"
+                 R"({"name":"per-user","algorithm":"fixed_window","limit":5,"period":"1h","key_by":"header:X-User"}]})")
+                .status,
+            201);
+  const Reply look = call("GET", "/admin/v1/limits?key=interface:both&value=alice");
+  ASSERT_EQ(look.status, 200) << look.raw.body;
+  const auto& items = look.obj().at("items").as_array();
+  ASSERT_EQ(items.size(), 2u);
+  EXPECT_TRUE(items[0].as_object().at("state").is_null()) << look.raw.body;
+  EXPECT_NE(std::string(items[0].as_object().at("note").as_string()).find("\"alice\" is not an IP address"),
+            std::string::npos) << look.raw.body;
+  EXPECT_EQ(items[1].as_object().at("state").as_object().at("remaining").as_int64(), 5);
+  const Reply all = call("POST", "/admin/v1/limits/reset?key=interface:both&value=alice");
+  EXPECT_EQ(all.status, 400);
+  EXPECT_NE(all.str("msg").find("limit=NAME"), std::string::npos) << all.str("msg");
+  EXPECT_EQ(call("POST", "/admin/v1/limits/reset?key=interface:both&value=alice&limit=per-user").status, 200);
 }
 
 TEST_F(AdminApiTest, AGrantKeyThatCouldNameTwoGrantsIsRefusedUntilTheSystemIsGiven) {

@@ -908,6 +908,52 @@ TEST_F(ControlProcessTest, ACreatedTokenOpensTheAdminApiUntilRevoked) {
   EXPECT_TRUE(testing::eventually([&] { return admin(s, t, "GET", "/admin/v1/whoami").status == 401; }, 5s));
 }
 
+// The admin API of `sluice serve` reads and resets the counts its gateway keeps: a header limit's
+// count of requests without the header (value= empty; a reset without value is refused, and resets
+// nothing), and a client_ip limit's count of an address however it is spelt.
+TEST_F(ControlProcessTest, TheAdminApiReadsAndResetsTheCountsItsGatewayKeeps) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  const std::string t = token("admin");
+  Server s = serve({"--db", db_});
+  ASSERT_EQ(admin(s, t, "POST", "/admin/v1/systems", R"({"key":"s","interfaces":["*"]})").status, 201);
+  for (const std::string by : {"header:X-User", "client_ip"}) {
+    const std::string id = by == "client_ip" ? "ki" : "kq";
+    const HttpResponse r = admin(s, t, "POST", "/admin/v1/interfaces",
+                                 R"({"id":")" + id + R"(","path":"/)" + id + R"(","upstream":"app","limits":)"
+                                 R"([{"algorithm":"fixed_window","limit":1,"period":"1h","key_by":")" + by + R"("}]})");
+    ASSERT_EQ(r.status, 201) << r.body;
+  }
+  // Served once the gateway's snapshot, which the admin API reads its limits from, has them.
+  ASSERT_TRUE(testing::eventually([&] { return admin(s, t, "GET", "/admin/v1/limits?key=interface:ki").status == 200; }));
+  const auto remaining = [&](const std::string& query) -> std::int64_t {
+    const HttpResponse r = admin(s, t, "GET", "/admin/v1/limits?" + query);
+    EXPECT_EQ(r.status, 200) << query << ": " << r.body;
+    boost::system::error_code ec;
+    const auto v = boost::json::parse(r.body, ec);
+    const auto* state = ec ? nullptr : v.at_pointer("/items/0/state").if_object();
+    return state != nullptr ? state->at("remaining").as_int64() : -1;
+  };
+
+  EXPECT_EQ(status(s, "/kq", "s"), 200);
+  EXPECT_EQ(status(s, "/kq", "s"), 429);
+  EXPECT_EQ(remaining("key=interface:kq&value="), 0);
+  const HttpResponse refused = admin(s, t, "POST", "/admin/v1/limits/reset?key=interface:kq");
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_NE(refused.body.find("header X-User"), std::string::npos) << refused.body;
+  EXPECT_EQ(status(s, "/kq", "s"), 429);
+  EXPECT_EQ(admin(s, t, "POST", "/admin/v1/limits/reset?key=interface:kq&value=").status, 200);
+  EXPECT_EQ(status(s, "/kq", "s"), 200);
+
+  EXPECT_EQ(status(s, "/ki", "s"), 200);  // from 127.0.0.1
+  EXPECT_EQ(status(s, "/ki", "s"), 429);
+  EXPECT_EQ(remaining("key=interface:ki&value=::ffff:127.0.0.1"), 0);
+  EXPECT_EQ(admin(s, t, "POST", "/admin/v1/limits/reset?key=interface:ki&value=::FFFF:7F00:1").status, 200);
+  EXPECT_EQ(status(s, "/ki", "s"), 200);
+  const HttpResponse named = admin(s, t, "GET", "/admin/v1/limits?key=interface:ki&value=localhost");
+  EXPECT_EQ(named.status, 400);
+  EXPECT_NE(named.body.find(R"(\"localhost\" is not an IP address)"), std::string::npos) << named.body;
+}
+
 // `token create --expires-in` makes a token the list shows with its expiry; a lifetime that is not
 // a duration from 1m to 3650d is misuse (2) and makes no token: not one that never expires for 0s,
 // or for nothing given.
