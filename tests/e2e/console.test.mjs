@@ -853,3 +853,27 @@ for (const [device, options] of [
     await closePage(page);
   });
 }
+
+// A limit counted per header value keeps one count of the requests without the header: the
+// inspector shows and resets it with "Requests without a value"; without a value it shows no count,
+// and offers no reset (there is no one count to reset).
+test('the limit inspector shows and resets the count of requests without a value', async () => {
+  assert.equal((await admin('PUT', 'interfaces/keyed', { path: '/api/keyed', upstream: 'app',
+    limits: [{ name: 'per-user', algorithm: 'fixed_window', limit: 1, period: '1h', key_by: 'header:X-User' }] })).status, 201);
+  assert.equal((await admin('PUT', 'systems/keyer', { interfaces: ['*'] })).status, 201);
+  await eventually('the keyed interface to be served', async () => (await gateway('/api/keyed', 'keyer')).status === 200);
+  assert.equal((await gateway('/api/keyed', 'keyer')).reason, 'interface_rate_limited');
+  const page = await newPage();
+  await signIn(page, env.adminToken);
+  await page.goto(`${env.base}#/limits?key=interface:keyed`);
+  const row = page.locator('tr[data-name="per-user"]');
+  await textMatches(row.locator('.remaining'), /give a value/);
+  assert.equal(await row.getByRole('button', { name: 'Reset per-user' }).count(), 0);
+  await page.getByLabel('Requests without a value').check();
+  await page.getByRole('button', { name: 'Look up' }).click();
+  await textMatches(row.locator('.remaining'), /0 of 1/);
+  await row.getByRole('button', { name: 'Reset per-user' }).click();
+  await textMatches(row.locator('.remaining'), /1 of 1/);
+  assert.equal((await gateway('/api/keyed', 'keyer')).status, 200);
+  await closePage(page);
+});

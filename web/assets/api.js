@@ -39,8 +39,8 @@ export function path(...parts) {
 }
 
 // api('GET', 'systems') → {data, etag, status}. Options: body (sent as JSON), ifMatch (an ETag),
-// query (an object of parameters), as (a token to try instead of the session's). Throws ApiError
-// for any status but 2xx.
+// query (an object of parameters; one undefined or null is left out, an empty string is sent
+// empty), as (a token to try instead of the session's). Throws ApiError for any status but 2xx.
 export async function api(method, route, { body, ifMatch, query, as } = {}) {
   const headers = { Accept: 'application/json' };
   const bearer = as ?? token();
@@ -49,7 +49,7 @@ export async function api(method, route, { body, ifMatch, query, as } = {}) {
   if (ifMatch) headers['If-Match'] = ifMatch;
   let url = `/admin/v1/${route}`;
   const params = new URLSearchParams();
-  for (const [k, v] of Object.entries(query ?? {})) if (v !== undefined && v !== '') params.set(k, v);
+  for (const [k, v] of Object.entries(query ?? {})) if (v !== undefined && v !== null) params.set(k, v);
   if ([...params].length) url += `?${params}`;
   let res;
   try {

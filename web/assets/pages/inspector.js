@@ -1,9 +1,11 @@
 // The limit inspector: an owner's limits with their live state (remaining, when full again), and for
 // an admin a reset of one or all. The address keeps the lookup
-// (#/limits?key=system:crm&value=...), so a lookup can be shared and reloaded.
+// (#/limits?key=system:crm&value=...), so a lookup can be shared and reloaded. "value=" left empty
+// is the one count of requests without the header or parameter a limit is keyed by; no value at
+// all shows a keyed limit without a state (it has one per value), and offers no reset of it.
 import { api } from '../api.js';
 import { h, replace } from '../dom.js';
-import { field, input, select } from '../forms.js';
+import { checkbox, field, input, select } from '../forms.js';
 import { duration, limitSummary, number, t } from '../i18n.js';
 import { messages, pageHead, table } from '../page.js';
 
@@ -12,11 +14,14 @@ const KINDS = ['system', 'interface', 'grant'];
 export function render(view, ctx) {
   const msg = messages();
   const key = ctx.query.get('key') ?? '';
-  const value = ctx.query.get('value') ?? '';
+  // null: none given; '': the requests without one.
+  const value = ctx.query.get('value');
   const colon = key.indexOf(':');
   const kind = select(colon > 0 ? key.slice(0, colon) : 'system', KINDS.map((k) => [k, t(`scope.${k}`)]));
   const owner = input(colon > 0 ? key.slice(colon + 1) : '', { required: true });
-  const valueInput = input(value);
+  const valueInput = input(value ?? '', { disabled: value === '' });
+  const without = checkbox(value === '');
+  without.addEventListener('change', () => { valueInput.disabled = without.checked; });
   const system = ctx.query.get('system') ?? '';
   const systemInput = input(system);
   const form = h('form', { class: 'card inspector', role: 'search' },
@@ -25,12 +30,14 @@ export function render(view, ctx) {
       field('kind', t('inspector.kind'), kind),
       field('owner', t('inspector.owner'), owner, t('inspector.ownerHint')),
       field('value', t('inspector.value'), valueInput, t('inspector.valueHint')),
+      field('without', t('inspector.without'), without, t('inspector.withoutHint')),
       field('system', t('inspector.system'), systemInput, t('inspector.systemHint'))),
     h('div', { class: 'actions' }, h('button', { type: 'submit' }, t('inspector.lookUp'))));
   form.addEventListener('submit', (e) => {
     e.preventDefault();
     const q = new URLSearchParams({ key: `${kind.value}:${owner.value.trim()}` });
-    if (valueInput.value.trim()) q.set('value', valueInput.value.trim());
+    if (without.checked) q.set('value', '');
+    else if (valueInput.value.trim()) q.set('value', valueInput.value.trim());
     if (kind.value === 'grant' && systemInput.value.trim()) q.set('system', systemInput.value.trim());
     ctx.navigate(`#/limits?${q}`);
   });
@@ -39,7 +46,7 @@ export function render(view, ctx) {
   if (!key) return;
 
   // system= says which grant a grant:a/b/c means when ids hold slashes (the API asks for it then).
-  const query = { key, value, system };
+  const query = { key, value: value ?? undefined, system: system || undefined };
   function draw(answer) {
     results.hidden = false;
     if (!answer.items.length) {
@@ -54,10 +61,11 @@ export function render(view, ctx) {
       const row = h('tr', { dataset: { name: item.name } },
         h('th', { scope: 'row' }, limitSummary(item.limit)),
         h('td', {}, t(`scope.${item.scope}`)),
-        h('td', { class: 'remaining' }, s ? t('inspector.remainingOf', { r: number(s.remaining), l: number(s.limit) }) : t('inspector.needValue')),
+        h('td', { class: 'remaining' }, s ? t('inspector.remainingOf', { r: number(s.remaining), l: number(s.limit) }) : t(value === null ? 'inspector.needValue' : 'inspector.notAddress')),
         h('td', {}, s ? duration(s.reset_after_ms) : ''));
       if (ctx.admin) {
-        row.append(h('td', { class: 'actions-cell' }, h('button', {
+        // Without a state (a keyed limit without a value it can count) there is no one count to reset.
+        row.append(h('td', { class: 'actions-cell' }, !s ? null : h('button', {
           type: 'button',
           class: 'secondary small',
           'aria-label': `${t('inspector.reset')} ${item.name}`,
@@ -66,7 +74,8 @@ export function render(view, ctx) {
       }
       tbl.body.append(row);
     }
-    const all = ctx.admin ? h('button', { type: 'button', class: 'secondary', onclick: () => reset() }, t('inspector.resetAllButton')) : null;
+    const all = ctx.admin && answer.items.every((item) => item.state)
+      ? h('button', { type: 'button', class: 'secondary', onclick: () => reset() }, t('inspector.resetAllButton')) : null;
     replace(results, h('div', { class: 'page-head' }, h('h2', {}, t('inspector.results')), all), tbl.el);
   }
 
