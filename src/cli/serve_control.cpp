@@ -169,9 +169,10 @@ void serve_admin_api(Running& r, gateway::AdminApiOptions options) {
   options.limit_store = r.limit_store;
   options.store_breakers = [gw] { return gw->store_breakers(); };
   r.api = std::make_unique<gateway::AdminApi>(std::move(options));
-  gw->add_admin_route("*", "/admin/v1/", [api = r.api.get()](const gateway::AdminRequest& req) {
-    return api->handle(req);
-  });
+  gateway::AdminApi* api = r.api.get();
+  gw->add_admin_route(
+      "*", "/admin/v1/", [api](const gateway::AdminRequest& req) { return api->handle(req); },
+      [api](const gateway::AdminRequest& head) { return api->screen(head); });
   gw->add_admin_route("GET", "/", gateway::serve_console);  // the web console, on the admin API
 }
 

@@ -690,12 +690,14 @@ Result<config::StoredConfig> AdminApi::current(std::vector<Problem>* problems) c
   return pulled;
 }
 
-AdminResponse AdminApi::handle(const AdminRequest& request) const {
+// Everything asked of a request before its route: that it is under /admin/v1/, its token and role,
+// its query; fills call's segments, query and principal. The refusal, or nullopt to go on.
+std::optional<AdminResponse> AdminApi::admit(Call& call) const {
+  const AdminRequest& request = call.request;
   const std::string_view target = request.target;
   const std::size_t q = target.find('?');
   const std::string_view path = target.substr(0, q);
   if (!path.starts_with(kPrefix)) return not_found("No such admin API route.");
-  Call call{request, request.method, {}, {}, {}, {}};
   bool bad_escape = false;
   for (std::string_view rest = path.substr(kPrefix.size()); !rest.empty();) {
     const std::size_t slash = rest.find('/');
@@ -755,7 +757,19 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
                   [](const std::string& s) { return config::invalid_utf8_at(s) != std::string_view::npos; })) {
     return error(400, "bad_request", "The URL's path has escapes that decode to bytes that are not UTF-8 text.");
   }
+  return std::nullopt;
+}
 
+std::optional<AdminResponse> AdminApi::screen(const AdminRequest& head) const {
+  Call call{head, head.method, {}, {}, {}, {}};
+  return admit(call);
+}
+
+AdminResponse AdminApi::handle(const AdminRequest& request) const {
+  Call call{request, request.method, {}, {}, {}, {}};
+  if (auto refused = admit(call)) return *refused;
+  const bool reads = call.method == "GET";
+  const std::string& what = call.segments[0];
   if (what == "config") return config_route(call);
   if (what == "systems") return entity_route<config::System>(call);
   if (what == "interfaces") return entity_route<config::Interface>(call);
@@ -768,9 +782,10 @@ AdminResponse AdminApi::handle(const AdminRequest& request) const {
   if (what == "tokens") return tokens_route(call);
   if (what == "whoami" && call.segments.size() == 1) {
     if (!reads) return method_not_allowed("GET");
-    return json_response(200, json::object{{"id", principal->id}, {"name", principal->name},
-                                           {"role", config::to_string(principal->role)},
-                                           {"expires", expiry_json(principal->expires)}});
+    const AdminAuth::Principal& principal = call.principal;
+    return json_response(200, json::object{{"id", principal.id}, {"name", principal.name},
+                                           {"role", config::to_string(principal.role)},
+                                           {"expires", expiry_json(principal.expires)}});
   }
   return not_found("No such admin API route.");
 }

@@ -102,9 +102,14 @@ class AdminApi {
   explicit AdminApi(AdminApiOptions options);
 
   AdminResponse handle(const AdminRequest& request) const;
+  // What handle() would refuse a request with before it reads the body (a 401 without a token, a
+  // 403 for a read token's change, a malformed URL), from its head alone; nullopt when the body is
+  // needed to answer. The admin listener asks it before it answers "100 Continue".
+  std::optional<AdminResponse> screen(const AdminRequest& head) const;
 
  private:
   struct Call;
+  std::optional<AdminResponse> admit(Call& call) const;
   AdminResponse config_route(Call& call) const;
   AdminResponse audit_route(Call& call) const;
   AdminResponse stats_route(Call& call) const;

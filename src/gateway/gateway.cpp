@@ -886,7 +886,13 @@ struct Gateway::Impl {
   std::mutex file_reload_mu;
 
   std::mutex admin_mu;
-  std::vector<std::tuple<std::string, std::string, AdminHandler>> admin_routes;  // guarded by admin_mu
+  struct AdminRoute {
+    std::string method;  // "*": any
+    std::string prefix;
+    AdminHandler handler;
+    AdminScreen screen;
+  };
+  std::vector<AdminRoute> admin_routes;  // guarded by admin_mu
 
   // A stop signal came and drain_delay runs: healthz says draining, all else goes on as usual until
   // the drain begins (draining), at the delay's end or on the next stop signal.
@@ -2415,6 +2421,13 @@ bool asks_for_itself(const http::request<http::string_body>& req) {
 // The largest body the admin listener reads (PUT /admin/v1/config carries a whole configuration).
 constexpr std::uint64_t kAdminBodyLimit = std::uint64_t{16} << 20;
 
+// The admin listener's answers of its own: a built-in route without a token off loopback, and no
+// route.
+const AdminResponse kAdminUnauthorized{
+    401, "application/json",
+    R"({"code":401,"reason":"unauthorized","msg":"From off loopback (or through a proxy, or by a name other than localhost), this needs an admin token: Authorization: Bearer <token>."})"};
+const AdminResponse kAdminNotFound{404, "application/json", R"({"code":404,"reason":"not_found","msg":"Not found."})"};
+
 Task<void> Gateway::Impl::admin_session(Socket socket) {
   error_code pec;
   const auto peer = socket.remote_endpoint(pec).address();
@@ -2424,16 +2437,17 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
   Stream stream(std::move(socket));
   beast::flat_buffer buffer;
   Timer hold_timer(stream.get_executor());
+  // The client may still be sending what was not read (a body refused before it came): the close
+  // lingers, as the data plane's does (kLingerTime).
+  bool unread = false;
   while (true) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(kHeaderLimit);
     parser.body_limit(kAdminBodyLimit);
     stream.expires_after(std::chrono::seconds(30));
-    auto [ec, n] = co_await http::async_read(stream, buffer, parser, kTok);
-    // A request that cannot be read is answered, not just hung up on (a whole configuration may be
-    // what is too big), and ends the connection; one that ended or stalled just ends.
-    const bool unreadable = ec && ec.category() == http::make_error_code(http::error::body_limit).category() &&
-                            ec != http::error::end_of_stream && ec != http::error::partial_message;
+    // The head first: a request that waits for "100 Continue" before it sends its body gets it (or
+    // its refusal) once the head is in.
+    auto [ec, n] = co_await http::async_read_header(stream, buffer, parser, kTok);
     auto refuse = [&](http::status status, std::string body) -> Task<void> {
       http::response<http::string_body> res{status, 11};
       res.set(http::field::date, http_date_now());
@@ -2445,6 +2459,77 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
       stream.expires_after(std::chrono::seconds(30));
       co_await http::async_write(stream, res, kTok);
     };
+    // Framing the data plane refuses as ambiguous (RFC 9112 6.1, 3.2): a body read one way here
+    // could be read another way by a proxy in front, and a request hidden in it answered. Refused
+    // from the head, its body unread.
+    if (!ec) {
+      const auto& head = parser.get();
+      const std::size_t codings = head.count(http::field::transfer_encoding);
+      if (codings > 1 || (codings == 1 && !beast::iequals(head[http::field::transfer_encoding], "chunked")) ||
+          head.count(http::field::host) > 1 || (head.version() == 11 && head.count(http::field::host) == 0)) {
+        co_await refuse(http::status::bad_request,
+                        R"({"code":400,"reason":"bad_request","msg":"The request's framing or Host is not one the admin listener takes."})");
+        unread = !parser.is_done();
+        break;
+      }
+    }
+    // HEAD is answered as GET, without the body (RFC 9110 9.3.2).
+    const bool head = !ec && parser.get().method() == http::verb::head;
+    const std::string_view method_string = head ? "GET" : std::string_view(parser.get().method_string());
+    const std::string path(parser.get().target().substr(0, parser.get().target().find('?')));
+    const bool builtin = path == "/metrics" || path == "/healthz" || path == "/config";
+    auto request_of = [&](const http::request<http::string_body>& req) {
+      AdminRequest request{std::string(method_string), std::string(req.target()), req.body(), {},
+                           loopback && asks_for_itself(req)};
+      for (const auto& f : req) request.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
+      return request;
+    };
+    AdminHandler handler;
+    AdminScreen screen;
+    if (!ec && !builtin) {
+      std::lock_guard lock(admin_mu);
+      std::size_t longest = 0;  // the route with the longest matching prefix answers
+      for (const AdminRoute& route : admin_routes) {
+        if ((route.method == "*" || method_string == route.method) && path.starts_with(route.prefix) &&
+            (!handler || route.prefix.size() >= longest)) {
+          handler = route.handler;
+          screen = route.screen;
+          longest = route.prefix.size();
+        }
+      }
+    }
+    // A body to come that the client holds back until told to send it (RFC 9110 10.1.1): a request
+    // refused from its head alone gets that answer instead, and its connection ends (the data
+    // plane's way: the body is never read, so nothing after it can be); any other gets "100
+    // Continue" at once. An HTTP/1.0 client gets no 1xx, which it would take for the answer.
+    std::optional<AdminResponse> early;
+    if (!ec && !parser.is_done() && parser.get().version() == 11 &&
+        beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+      if (builtin) {
+        if (options.admin_guard && !options.admin_guard(request_of(parser.get()))) early = kAdminUnauthorized;
+      } else if (!handler) {
+        early = kAdminNotFound;
+      } else if (screen) {
+        const AdminRequest request = request_of(parser.get());
+        auto ask = [&]() -> Task<std::optional<AdminResponse>> { co_return screen(request); };
+        early = co_await asio::co_spawn(admin_ioc->get_executor(), ask, asio::use_awaitable_t<Executor>{});
+      }
+      if (!early) {
+        static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+        stream.expires_after(std::chrono::seconds(30));
+        auto [wec, wn] = co_await asio::async_write(stream, asio::buffer(kContinue), kTok);
+        if (wec) break;
+      }
+    }
+    if (!ec && !early && !parser.is_done()) {
+      stream.expires_after(std::chrono::seconds(30));
+      auto [bec, bn] = co_await http::async_read(stream, buffer, parser, kTok);
+      ec = bec;
+    }
+    // A request that cannot be read is answered, not just hung up on (a whole configuration may be
+    // what is too big), and ends the connection; one that ended or stalled just ends.
+    const bool unreadable = ec && ec.category() == http::make_error_code(http::error::body_limit).category() &&
+                            ec != http::error::end_of_stream && ec != http::error::partial_message;
     if (unreadable) {
       if (ec == http::error::body_limit) {
         co_await refuse(http::status::payload_too_large,
@@ -2456,35 +2541,20 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
         co_await refuse(http::status::bad_request, R"({"code":400,"reason":"bad_request","msg":)" +
                                                        json_string("The request is malformed: " + ec.message()) + "}");
       }
+      unread = true;
       break;
     }
     if (ec) break;
     // From here to its answer's end, a drain waits for it (a long poll held is answered first).
     const Counting answering(admin_in_flight);
     auto& req = parser.get();
-    // Framing the data plane refuses as ambiguous (RFC 9112 6.1, 3.2): a body read one way here
-    // could be read another way by a proxy in front, and a request hidden in it answered.
-    const std::size_t codings = req.count(http::field::transfer_encoding);
-    if (codings > 1 || (codings == 1 && !beast::iequals(req[http::field::transfer_encoding], "chunked")) ||
-        req.count(http::field::host) > 1 || (req.version() == 11 && req.count(http::field::host) == 0)) {
-      co_await refuse(http::status::bad_request,
-                      R"({"code":400,"reason":"bad_request","msg":"The request's framing or Host is not one the admin listener takes."})");
-      break;
-    }
-    // HEAD is answered as GET, without the body (RFC 9110 9.3.2).
-    const bool head = req.method() == http::verb::head;
     const http::verb method = head ? http::verb::get : req.method();
-    const std::string_view method_string = head ? "GET" : req.method_string();
-    const std::string_view target = req.target();
-    const std::string_view path = target.substr(0, target.find('?'));
-    AdminRequest request{std::string(method_string), std::string(target), req.body(), {},
-                         loopback && asks_for_itself(req)};
-    for (const auto& f : req) request.headers.emplace_back(std::string(f.name_string()), std::string(f.value()));
-    AdminResponse out{404, "application/json", R"({"code":404,"reason":"not_found","msg":"Not found."})"};
-    const bool builtin = path == "/metrics" || path == "/healthz" || path == "/config";
-    if (builtin && options.admin_guard && !options.admin_guard(request)) {
-      out = {401, "application/json",
-             R"({"code":401,"reason":"unauthorized","msg":"From off loopback (or through a proxy, or by a name other than localhost), this needs an admin token: Authorization: Bearer <token>."})"};
+    const AdminRequest request = request_of(req);
+    AdminResponse out = kAdminNotFound;
+    if (early) {
+      out = std::move(*early);
+    } else if (builtin && options.admin_guard && !options.admin_guard(request)) {
+      out = kAdminUnauthorized;
     } else if (method == http::verb::get && path == "/metrics") {
       out = {200, "text/plain; version=0.0.4; charset=utf-8", metrics->render(*snapshot(), store_breakers())};
     } else if (method == http::verb::get && path == "/healthz") {
@@ -2499,38 +2569,24 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
       out = {405, "application/json",
              R"({"code":405,"reason":"method_not_allowed","msg":"Method not allowed: GET or HEAD."})",
              {{"Allow", "GET, HEAD"}}};
-    } else {
-      AdminHandler handler;
-      {
-        std::lock_guard lock(admin_mu);
-        std::size_t longest = 0;  // the route with the longest matching prefix answers
-        for (const auto& [route_method, prefix, h] : admin_routes) {
-          if ((route_method == "*" || method_string == route_method) && path.starts_with(prefix) &&
-              (!handler || prefix.size() >= longest)) {
-            handler = h;
-            longest = prefix.size();
-          }
-        }
+    } else if (handler) {
+      auto call = [&]() -> Task<AdminResponse> { co_return handler(request); };
+      out = co_await asio::co_spawn(admin_ioc->get_executor(), call, asio::use_awaitable_t<Executor>{});
+      // A long poll: asked again until it has news or its time is up. One held when the gateway
+      // begins to drain is answered then with what it has, its connection closed, rather than cut
+      // by the stop; one that comes while it drains is told so (503, Retry-After), so that a
+      // replica asks again in a while rather than at once, until the instance is gone.
+      if (out.hold > Nanos{0} && draining.load()) {
+        out = {503, "application/json",
+               R"({"code":503,"reason":"draining","msg":"This instance is stopping: ask again in a while, or ask another."})",
+               {{"Retry-After", "1"}}};
       }
-      if (handler) {
-        auto call = [&]() -> Task<AdminResponse> { co_return handler(request); };
+      const auto until = Clock::now() + out.hold;
+      while (out.hold > Nanos{0} && Clock::now() < until && !draining.load() && !stopped.load()) {
+        hold_timer.expires_after(std::chrono::milliseconds(50));
+        auto [tec] = co_await hold_timer.async_wait(kTok);
+        if (tec) break;
         out = co_await asio::co_spawn(admin_ioc->get_executor(), call, asio::use_awaitable_t<Executor>{});
-        // A long poll: asked again until it has news or its time is up. One held when the gateway
-        // begins to drain is answered then with what it has, its connection closed, rather than cut
-        // by the stop; one that comes while it drains is told so (503, Retry-After), so that a
-        // replica asks again in a while rather than at once, until the instance is gone.
-        if (out.hold > Nanos{0} && draining.load()) {
-          out = {503, "application/json",
-                 R"({"code":503,"reason":"draining","msg":"This instance is stopping: ask again in a while, or ask another."})",
-                 {{"Retry-After", "1"}}};
-        }
-        const auto until = Clock::now() + out.hold;
-        while (out.hold > Nanos{0} && Clock::now() < until && !draining.load() && !stopped.load()) {
-          hold_timer.expires_after(std::chrono::milliseconds(50));
-          auto [tec] = co_await hold_timer.async_wait(kTok);
-          if (tec) break;
-          out = co_await asio::co_spawn(admin_ioc->get_executor(), call, asio::use_awaitable_t<Executor>{});
-        }
       }
     }
     http::response<http::string_body> res{static_cast<http::status>(out.status), 11};
@@ -2539,7 +2595,9 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
     res.set("X-Content-Type-Options", "nosniff");  // every answer is what its type says
     for (const auto& [name, value] : out.headers) res.set(name, value);
     res.body() = std::move(out.body);
-    res.keep_alive(req.keep_alive() && !draining.load());
+    // The connection carries on only when the whole request was read: an unread body would be taken
+    // for the next request.
+    res.keep_alive(req.keep_alive() && parser.is_done() && !draining.load());
     res.prepare_payload();
     stream.expires_after(std::chrono::seconds(30));
     http::response_serializer<http::string_body> serializer(res);
@@ -2551,9 +2609,25 @@ Task<void> Gateway::Impl::admin_session(Socket socket) {
       auto [bec, bn] = co_await http::async_write(stream, serializer, kTok);
       wec = bec;
     }
-    if (wec || !res.keep_alive()) break;
+    if (wec) break;
+    if (!res.keep_alive()) {
+      unread = !parser.is_done();
+      break;
+    }
   }
   error_code ec;
+  if (unread) {
+    // As the data plane's lingering close: the answer is not lost to a reset while the client
+    // still sends.
+    stream.socket().shutdown(Socket::shutdown_send, ec);
+    stream.expires_after(kLingerTime);
+    char drop[4096];
+    for (std::size_t dropped = 0; dropped < kLingerBytes;) {
+      auto [read_ec, got] = co_await stream.async_read_some(asio::buffer(drop), kTok);
+      if (read_ec) break;
+      dropped += got;
+    }
+  }
   stream.socket().shutdown(Socket::shutdown_both, ec);
 }
 
@@ -3147,9 +3221,9 @@ void Gateway::wait() {
   impl_->stop_cv.wait(lock, [&] { return impl_->threads_done; });
 }
 
-void Gateway::add_admin_route(std::string method, std::string prefix, AdminHandler handler) {
+void Gateway::add_admin_route(std::string method, std::string prefix, AdminHandler handler, AdminScreen screen) {
   std::lock_guard lock(impl_->admin_mu);
-  impl_->admin_routes.emplace_back(std::move(method), std::move(prefix), std::move(handler));
+  impl_->admin_routes.push_back({std::move(method), std::move(prefix), std::move(handler), std::move(screen)});
 }
 
 std::shared_ptr<const Snapshot> Gateway::snapshot() const { return impl_->snapshot(); }

@@ -57,6 +57,11 @@ struct AdminResponse {
   Nanos hold{0};
 };
 using AdminHandler = std::function<AdminResponse(const AdminRequest&)>;
+// What a route answers from a request's head alone (its body empty), when that answer needs no
+// body: a refusal (401 without a token); nullopt when it needs the body. Asked for a request that
+// waits for "100 Continue" (Expect: 100-continue) before it sends its body: a refusal is sent
+// instead of the 100, and the body is not read.
+using AdminScreen = std::function<std::optional<AdminResponse>(const AdminRequest&)>;
 
 // "<time> sluice: <message>" on stderr: the time it was said, UTC to the millisecond (a log kept in
 // a file says when the store went down and came back).
@@ -136,7 +141,9 @@ class Gateway {
   // Adds a route to the admin listener: requests whose path starts with prefix and whose method
   // matches ("*": any) go to handler, on the admin listener's own thread (a slow handler delays
   // other admin requests, never proxied ones). Where several match, the longest prefix wins.
-  void add_admin_route(std::string method, std::string prefix, AdminHandler handler);
+  // screen, when set, is asked first for a request that expects "100 Continue" (see AdminScreen);
+  // without it such a request gets its 100 at once.
+  void add_admin_route(std::string method, std::string prefix, AdminHandler handler, AdminScreen screen = {});
 
   std::shared_ptr<const Snapshot> snapshot() const;
   Metrics& metrics();

@@ -954,6 +954,26 @@ TEST_F(ControlProcessTest, TheAdminApiReadsAndResetsTheCountsItsGatewayKeeps) {
   EXPECT_NE(named.body.find(R"(\"localhost\" is not an IP address)"), std::string::npos) << named.body;
 }
 
+// The admin listener of `sluice serve` tells a client that waits for it to send its body to go on,
+// and refuses one without a token from its head, without reading the body.
+TEST_F(ControlProcessTest, TheAdminApiAnswersExpectContinueAndRefusesATokenlessWriteWithoutIt) {
+  ASSERT_EQ(sluice({"config", "import", yaml_, "--db", db_}), 0);
+  const std::string t = token("admin");
+  Server s = serve({"--db", db_});
+  const std::string body = R"({"interfaces":["*"]})";
+  const std::string head = "PUT /admin/v1/systems/x HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: 100-continue\r\n"
+                           "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  testing::RawConnection c(s.admin);
+  ASSERT_TRUE(c.send(head + "Authorization: Bearer " + t + "\r\n\r\n"));
+  EXPECT_EQ(c.read_until("\r\n\r\n"), "HTTP/1.1 100 Continue\r\n\r\n");
+  ASSERT_TRUE(c.send(body));
+  const std::string created = c.read_until("\r\n\r\n");
+  EXPECT_EQ(testing::raw_status(created), 201) << created;
+  const std::string tokenless = testing::raw_exchange(s.admin, head + "\r\n");
+  EXPECT_EQ(testing::raw_status(tokenless), 401) << tokenless;
+  EXPECT_EQ(tokenless.find("100 Continue"), std::string::npos) << tokenless;
+}
+
 // `token create --expires-in` makes a token the list shows with its expiry; a lifetime that is not
 // a duration from 1m to 3650d is misuse (2) and makes no token: not one that never expires for 0s,
 // or for nothing given.

@@ -15,7 +15,9 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/json.hpp>
+#include <atomic>
 #include <numeric>
+#include <optional>
 
 #include "config/crypto.h"
 #include "control_test.h"
@@ -355,6 +357,73 @@ TEST_F(ServerAuthTest, TheAdminListenerTakesAWholeConfigurationsBodyAndAnswers41
   const std::string answer = testing::raw_exchange(gw_->admin_port(), too_big);
   EXPECT_EQ(testing::raw_status(answer), 413) << answer;
   EXPECT_NE(answer.find("\"reason\":\"body_too_large\""), std::string::npos) << answer;
+}
+
+// A route that answers with its body's length, and refuses without "Bearer t" from the head alone.
+void add_counting_route(Gateway& gw, std::atomic<int>& handled) {
+  gw.add_admin_route(
+      "PUT", "/admin/v1/",
+      [&handled](const AdminRequest& r) {
+        ++handled;
+        return AdminResponse{200, "application/json", "{\"bytes\":" + std::to_string(r.body.size()) + "}"};
+      },
+      [](const AdminRequest& head) -> std::optional<AdminResponse> {
+        if (head.header("Authorization") == "Bearer t") return std::nullopt;
+        return AdminResponse{401, "application/json", R"({"code":401,"reason":"unauthorized","msg":"no"})"};
+      });
+}
+
+// A client that sends "Expect: 100-continue" waits for "100 Continue" before it sends its body (a
+// strict one for ever): the admin listener says it once it has the head, as the data plane does, on
+// every request of a connection; an HTTP/1.0 client, which knows no 1xx, sends its body at once.
+TEST_F(ServerAuthTest, TheAdminListenerAnswersExpectContinueOnceItHasTheHead) {
+  std::atomic<int> handled{0};
+  add_counting_route(*gw_, handled);
+  testing::RawConnection c(gw_->admin_port());
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(c.send("PUT /admin/v1/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n"
+                       "Expect: 100-continue\r\nContent-Length: 5\r\n\r\n"));
+    EXPECT_EQ(c.read_until("\r\n\r\n"), "HTTP/1.1 100 Continue\r\n\r\n") << "request " << i;
+    EXPECT_EQ(handled, i);
+    ASSERT_TRUE(c.send("hello"));
+    const std::string answer = c.read_until("{\"bytes\":5}");
+    EXPECT_EQ(testing::raw_status(answer), 200) << answer;
+    EXPECT_NE(answer.find("{\"bytes\":5}"), std::string::npos) << answer;
+  }
+  const std::string old = testing::raw_exchange(
+      gw_->admin_port(), "PUT /admin/v1/x HTTP/1.0\r\nAuthorization: Bearer t\r\nExpect: 100-continue\r\n"
+                         "Content-Length: 5\r\n\r\nhello");
+  EXPECT_EQ(testing::raw_status(old), 200) << old;
+  EXPECT_EQ(old.find("100 Continue"), std::string::npos) << old;
+}
+
+// What would be refused whatever the body (no token, no route, a body too large) is answered from
+// the head, without "100 Continue", and the connection ends: the body is never read, so the client
+// need not send it.
+TEST_F(ServerAuthTest, TheAdminListenerRefusesFromTheHeadWhatItWouldRefuseWhateverTheBody) {
+  std::atomic<int> handled{0};
+  add_counting_route(*gw_, handled);
+  const auto exchange = [&](const std::string& head) {
+    return testing::raw_exchange(gw_->admin_port(), head + "Expect: 100-continue\r\nContent-Length: 5\r\n\r\n");
+  };
+  const std::string tokenless = exchange("PUT /admin/v1/x HTTP/1.1\r\nHost: x\r\n");
+  EXPECT_EQ(testing::raw_status(tokenless), 401) << tokenless;
+  EXPECT_NE(tokenless.find("Connection: close"), std::string::npos) << tokenless;
+  const std::string routeless = exchange("PUT /elsewhere HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\n");
+  EXPECT_EQ(testing::raw_status(routeless), 404) << routeless;
+  const std::string address = non_loopback_address();
+  ASSERT_FALSE(address.empty()) << "this test needs a network interface with an IPv4 address besides loopback";
+  EXPECT_EQ(status_from(address, gw_->admin_port(),
+                        "PUT /metrics HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"),
+            401);
+  const std::string too_big = testing::raw_exchange(
+      gw_->admin_port(), "PUT /admin/v1/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\nExpect: 100-continue\r\n"
+                         "Content-Length: " + std::to_string((16 << 20) + 1) + "\r\n\r\n");
+  EXPECT_EQ(testing::raw_status(too_big), 413) << too_big;
+  for (const std::string* out : {&tokenless, &routeless, &too_big}) {
+    EXPECT_EQ(out->find("100 Continue"), std::string::npos) << *out;
+  }
+  EXPECT_EQ(handled, 0);
 }
 
 }  // namespace

@@ -143,6 +143,40 @@ std::string raw_exchange(std::uint16_t port, const std::string& bytes, std::chro
   return out;
 }
 
+RawConnection::RawConnection(std::uint16_t port) : fd_(connect_fd(port)) {}
+
+RawConnection::~RawConnection() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool RawConnection::send(const std::string& bytes) {
+  for (std::size_t sent = 0; sent < bytes.size();) {
+    const ssize_t n = fd_ < 0 ? -1 : ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    sent += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+std::string RawConnection::read_until(const std::string& end, std::chrono::milliseconds wait) {
+  const auto until = std::chrono::steady_clock::now() + wait;
+  while (pending_.find(end) == std::string::npos && fd_ >= 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    char buf[65536];
+    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    pending_.append(buf, static_cast<std::size_t>(n));
+  }
+  const std::size_t at = pending_.find(end);
+  const std::size_t taken = at == std::string::npos ? pending_.size() : at + end.size();
+  std::string out = pending_.substr(0, taken);
+  pending_.erase(0, taken);
+  return out;
+}
+
 int raw_status(const std::string& response) {
   if (response.rfind("HTTP/1.1 ", 0) != 0 || response.size() < 12) return 0;
   return std::atoi(response.substr(9, 3).c_str());

@@ -54,6 +54,25 @@ std::string raw_exchange(std::uint16_t port, const std::string& bytes,
 // The status code of the first response in raw bytes (0 when there is none).
 int raw_status(const std::string& response);
 
+// One connection to 127.0.0.1:port whose bytes go a step at a time: a head, what the server says to
+// it ("100 Continue"), then the body.
+class RawConnection {
+ public:
+  explicit RawConnection(std::uint16_t port);
+  ~RawConnection();
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  bool send(const std::string& bytes);
+  // What the server sent up to and including `end` (what came after it is kept for the next read),
+  // or all it sent when it closed, or when `wait` passed first.
+  std::string read_until(const std::string& end, std::chrono::milliseconds wait = std::chrono::seconds(5));
+
+ private:
+  int fd_ = -1;
+  std::string pending_;
+};
+
 // Whether a TCP connection to 127.0.0.1:port is accepted.
 bool can_connect(std::uint16_t port);
 
