@@ -47,7 +47,9 @@ class SingleClient final : public Client {
     connection_->send(command, std::move(callback), deadline);
   }
   bool cluster() const override { return false; }
-  bool slot_ready(int) const override { return connection_->ready(); }
+  Readiness readiness(int) const override {
+    return {.level = connection_->ready() ? Readiness::kReady : Readiness::kNotConnected};
+  }
   bool a_master_answering() const override { return true; }
 
  private:
@@ -125,9 +127,25 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   }
 
   bool cluster() const override { return true; }
-  bool slot_ready(int slot) const override {
+  Readiness readiness(int slot) const override {
     const Connection* c = slots_[static_cast<std::size_t>(slot)];
-    return c != nullptr && c->ready();
+    if (c == nullptr || !c->ready()) return {};
+    const auto gate = gates_.find(c);
+    if (gate == gates_.end()) return {.level = Readiness::kReady};  // not called yet: nothing against it
+    Readiness r{.failed = gate->second->failed};
+    // The state a call would find now: an open breaker whose open period is over lets one through.
+    switch (gate->second->breaker.stats().state) {
+      case BreakerState::kOpen:
+      case BreakerState::kForcedOpen:
+        r.level = Readiness::kNotAnswering;
+        break;
+      case BreakerState::kHalfOpen:
+        r.level = Readiness::kProbing;
+        break;
+      default:
+        r.level = Readiness::kReady;
+    }
+    return r;
   }
   bool a_master_answering() const override {
     const Nanos recently = clock().now() - std::chrono::seconds(1);
@@ -214,16 +232,18 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
       const bool failed = !r.ok() && (r.error().code == ErrorCode::kTimeout ||
                                       r.error().code == ErrorCode::kStoreUnavailable);
       gate->breaker.record(permit, failed);
-      if (!failed) gate->answered = self->clock().now();
+      (failed ? gate->failed : gate->answered) = self->clock().now();
       self->on_reply(slot, command, std::move(callback), deadline, hops, std::move(r));
     }, deadline);
   }
 
-  // A node's breaker, and when it last answered (on the breaker's clock; never: Nanos::min()).
+  // A node's breaker, and when it last answered and last failed a call (on the breaker's clock;
+  // never: Nanos::min()).
   struct Gate {
     explicit Gate(const CircuitBreakerOptions& options) : breaker(options) {}
     CircuitBreaker breaker;
     Nanos answered = Nanos::min();
+    Nanos failed = Nanos::min();
   };
 
   // The node breakers' clock, which also says when a node answered (see a_master_answering).

@@ -2,6 +2,7 @@
 // Not thread-safe: every call and every callback runs on the strand the client was made with.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string_view>
 
@@ -10,6 +11,27 @@
 #include "sluice/redis/address.h"
 
 namespace sluice::redis::detail {
+
+// How ready a slot's node is to take a command now: the store's probe goes to the readiest (see
+// RedisStore::Impl::probe).
+struct Readiness {
+  enum Level : std::uint8_t {
+    kNotConnected,  // no connected node serves the slot
+    kNotAnswering,  // a cluster: its master's node breaker is open, and fails its calls at once
+    kProbing,       // a cluster: its master's node breaker, opened lately, lets a call through to see
+    kReady,         // connected, and on a cluster its master's node breaker closed
+  };
+  Level level = kNotConnected;
+  // A cluster: when its master last failed a call (a timeout, a lost connection), on the node
+  // breakers' clock; never: Nanos::min().
+  Nanos failed = Nanos::min();
+
+  // A better level, or the same with the last failure longer ago: of two masters whose node breakers
+  // both let a call through, the one that failed a call later is the likelier to fail the next.
+  bool readier_than(const Readiness& other) const {
+    return level != other.level ? level > other.level : failed < other.failed;
+  }
+};
 
 class Client {
  public:
@@ -26,8 +48,8 @@ class Client {
   virtual void send(int slot, std::string_view command, Callback callback, SteadyTime deadline) = 0;
   // Whether every command of a call must stay within one slot.
   virtual bool cluster() const = 0;
-  // Whether a command for `slot` would go to a connected node now.
-  virtual bool slot_ready(int slot) const = 0;
+  // How ready the node that serves `slot` is to take a command now (see Readiness).
+  virtual Readiness readiness(int slot) const = 0;
   // A cluster: whether some master that serves a slot is connected, answered a call within the last
   // second, and is let called by its node breaker (see ClientOptions::node_breaker). One node:
   // always.

@@ -857,15 +857,34 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
 
 // The probe is an acquire as a caller's is, on a key of its own that it leaves for at most a second:
 // what fails a caller's call fails it too (a Redis out of memory or read-only refuses its write,
-// which a PING, or a peek that writes nothing, would not show). On a cluster, its key is one on a
-// connected master when there is one: a master lost with its replicas fails its own slots' calls,
-// not the store (see record()), and a probe bound to its slot would keep the breaker open for all.
+// which a PING, or a peek that writes nothing, would not show). On a cluster, its key is the first
+// of 64 on the readiest master (Client::readiness): a connected one whose node breaker is closed,
+// else one whose node breaker lets a call through, and of those alike the one that failed a call
+// longest ago. A master lost with its replicas, or one that hangs (its node breaker open), fails
+// its own slots' calls, not the store (see record()); but while the breaker is open no caller's
+// call reaches the other masters, so that after a second none has answered lately, and a probe sent
+// to the lost or hung master (failing for its slot, or counted as Redis failing) would keep the
+// breaker open for every key for as long as that master is lost or hangs. (A hung master's node breaker, reopened by a probe that failed there, lets a
+// call through again just as the next probe comes: having failed last, it goes after the others.)
 void RedisStore::Impl::probe() {
   static const Limit kProbeLimit = *Limit::fixed_window({.limit = kMaxLimit, .period = std::chrono::seconds(1)});
+  constexpr int kProbeKeys = 64;
   Requests requests;
   requests.push_back(make_request(LimitRequest{"sluice-probe", &kProbeLimit, 1, OnStoreFailure::kError}));
-  for (int i = 1; i < 64 && client->cluster() && !client->slot_ready(requests.back().slot); ++i) {
-    requests.back() = make_request(LimitRequest{"sluice-probe-" + std::to_string(i), &kProbeLimit, 1, OnStoreFailure::kError});
+  if (client->cluster()) {
+    const auto flawless = [](const detail::Readiness& r) {
+      return r.level == detail::Readiness::kReady && r.failed == Nanos::min();
+    };
+    detail::Readiness best = client->readiness(requests.back().slot);
+    for (int i = 1; i < kProbeKeys && !flawless(best); ++i) {
+      Request other =
+          make_request(LimitRequest{"sluice-probe-" + std::to_string(i), &kProbeLimit, 1, OnStoreFailure::kError});
+      const detail::Readiness readiness = client->readiness(other.slot);
+      if (readiness.readier_than(best)) {
+        best = readiness;
+        requests.back() = std::move(other);
+      }
+    }
   }
   auto op = std::make_shared<Acquire>(shared_from_this(), std::move(requests),
                                       [](Result<std::span<const Decision>>, bool) {});
