@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <optional>
 #include <thread>
@@ -54,6 +55,38 @@ class ClosingListener {
   bool listening_ = false;
   std::atomic<int> accepted_{0};
   std::thread closer_;
+};
+
+// A key ("sluice:{key}:fw") of `master`, and one of each other master.
+struct KeysByMaster {
+  std::string mine;
+  std::vector<std::string> others;
+  std::vector<RedisServer*> other_masters;
+};
+
+KeysByMaster keys_by_master(RedisCluster& cluster, const RedisServer* master, const std::string& stem) {
+  KeysByMaster keys;
+  for (int i = 0; i < 1000 && (keys.mine.empty() || keys.others.size() < 2); ++i) {
+    const std::string k = stem + std::to_string(i);
+    RedisServer* m = cluster.master_of(redis::detail::key_slot("sluice:{" + k + "}:fw"));
+    if (m == master) {
+      if (keys.mine.empty()) keys.mine = k;
+    } else if (m != nullptr && std::find(keys.other_masters.begin(), keys.other_masters.end(), m) ==
+                                   keys.other_masters.end()) {
+      keys.others.push_back(k);
+      keys.other_masters.push_back(m);
+    }
+  }
+  return keys;
+}
+
+// Servers paused with CLIENT PAUSE, which cannot be ended early (CLIENT UNPAUSE waits too), waited
+// out when this goes.
+struct WaitOutPauses {
+  std::vector<RedisServer*> servers;
+  ~WaitOutPauses() {
+    for (RedisServer* s : servers) EXPECT_TRUE(eventually([&] { return s->cli({"PING"}) == "PONG"; }, 10s));
+  }
 };
 
 TEST_F(ClusterTest, DecisionsResumeAfterAMasterDiesAndItsReplicaTakesOver) {
@@ -331,6 +364,126 @@ TEST_F(ClusterTest, AProbeThatFailedForItsSlotAloneIsFollowedByAnother) {
   settle();
   EXPECT_TRUE(eventually([&] { return store->breaker().state() == BreakerState::kClosed; }, 5s))
       << "the breaker stayed " << to_string(store->breaker().state());
+}
+
+// The master of the store's probe key's slot hangs (connected, answering nothing), its node breaker
+// open; the other masters answer, but no call of theirs is let through while the store's breaker is
+// open, so none has answered within the last second. The probe does not go to the hung master,
+// whose failure would then count as Redis failing and keep the breaker open for every key for as
+// long as it hangs: it goes to a master whose node breaker lets its calls through, and closes the
+// breaker. (The breakers' clock is a manual one. CLIENT PAUSE, unlike SIGSTOP, leaves the master's
+// cluster bus answering, so no failover comes however long it lasts.)
+TEST_F(ClusterTest, AHungMasterOfTheProbesSlotDoesNotKeepTheStoresBreakerOpen) {
+  ManualClock clock{std::chrono::hours(1)};
+  redis::RedisStoreOptions options;
+  options.breaker.clock = &clock;
+  auto store = open_store(cluster_->address(), options, Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
+  RedisServer* hung_master = cluster_->master_of(redis::detail::key_slot("sluice:{sluice-probe}:fw"));
+  ASSERT_NE(hung_master, nullptr);
+  const KeysByMaster keys = keys_by_master(*cluster_, hung_master, "probed");
+  const std::string& hung = keys.mine;
+  const std::vector<std::string>& kept = keys.others;
+  ASSERT_FALSE(hung.empty());
+  ASSERT_EQ(kept.size(), 2u);
+  ASSERT_TRUE(store->acquire(hung, limit).ok());
+  for (const std::string& k : kept) ASSERT_TRUE(store->acquire(k, limit).ok());
+
+  const WaitOutPauses wait_out{{hung_master}};
+  ASSERT_EQ(hung_master->cli({"CLIENT", "PAUSE", "3000", "ALL"}), "OK");
+  // 5 timeouts open the hung master's node breaker (for good: the clock stands still); the others
+  // answered within the second, so the store's breaker does not count them.
+  std::string error;
+  for (int i = 0; i < 12; ++i) {
+    const Result<Decision> d = store->acquire(hung, limit);
+    ASSERT_FALSE(d.ok());
+    error = d.error().message;
+  }
+  ASSERT_TRUE(error.starts_with(redis::detail::kNodeNotAnswering)) << error;
+  ASSERT_EQ(store->breaker().state(), BreakerState::kClosed);
+  // A second later no master has answered within the second: the hung master's failures count, and
+  // open the store's breaker.
+  clock.advance(std::chrono::seconds(1) + Nanos{1});
+  for (int i = 0; i < 12 && store->breaker().state() == BreakerState::kClosed; ++i) {
+    EXPECT_FALSE(store->acquire(hung, limit).ok());
+  }
+  ASSERT_EQ(store->breaker().state(), BreakerState::kOpen);
+
+  // Its open period over (and the hung master's node breaker's too: they opened together), the
+  // store's next probe goes to a master that answers.
+  clock.advance(store->options().breaker.open_for + Nanos{1});
+  EXPECT_TRUE(eventually([&] { return store->breaker().state() == BreakerState::kClosed; }, 5s))
+      << "the breaker stayed " << to_string(store->breaker().state());
+  for (const std::string& k : kept) {
+    const Result<Decision> d = store->acquire(k, limit);
+    ASSERT_TRUE(d.ok()) << d.error().message;
+    EXPECT_FALSE(d->fallback);
+  }
+  // ...while the probe key's master still hangs.
+  EXPECT_FALSE(store->acquire(hung, limit).ok());
+  EXPECT_EQ(store->breaker().state(), BreakerState::kClosed);
+}
+
+// Every master hung for a moment, the probe key's last, and it hangs on: once their node breakers'
+// open periods are over, each lets a call through, and the probe goes to a master that failed
+// longest ago, which answers again, not to the one that failed last and still hangs. (So too a probe
+// after one that failed on a hung master: the hung master's node breaker reopens with the store's,
+// and would otherwise take every probe.)
+TEST_F(ClusterTest, TheProbeGoesToTheMasterThatFailedLongestAgo) {
+  ManualClock clock{std::chrono::hours(1)};
+  redis::RedisStoreOptions options;
+  options.breaker.clock = &clock;
+  auto store = open_store(cluster_->address(), options, Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
+  RedisServer* hung_master = cluster_->master_of(redis::detail::key_slot("sluice:{sluice-probe}:fw"));
+  ASSERT_NE(hung_master, nullptr);
+  const KeysByMaster keys = keys_by_master(*cluster_, hung_master, "longest");
+  const std::string& hung = keys.mine;
+  const std::vector<std::string>& kept = keys.others;
+  ASSERT_FALSE(hung.empty());
+  ASSERT_EQ(kept.size(), 2u);
+  ASSERT_TRUE(store->acquire(hung, limit).ok());
+  for (const std::string& k : kept) ASSERT_TRUE(store->acquire(k, limit).ok());
+
+  WaitOutPauses wait_out{keys.other_masters};
+  wait_out.servers.push_back(hung_master);
+  // The other two hang for a moment: 5 timeouts open each one's node breaker (for good: the clock
+  // stands still), and the store's breaker counts none while the probe key's master answers.
+  for (RedisServer* m : keys.other_masters) ASSERT_EQ(m->cli({"CLIENT", "PAUSE", "1500", "ALL"}), "OK");
+  for (const std::string& k : kept) {
+    std::string error;
+    for (int i = 0; i < 8; ++i) {
+      const Result<Decision> d = store->acquire(k, limit);
+      ASSERT_FALSE(d.ok());
+      error = d.error().message;
+    }
+    ASSERT_TRUE(error.starts_with(redis::detail::kNodeNotAnswering)) << error;
+  }
+  ASSERT_EQ(store->breaker().state(), BreakerState::kClosed);
+  // A moment later the probe key's master hangs too, for longer: once its node breaker has opened,
+  // no master answers, and the store's breaker opens.
+  clock.advance(std::chrono::milliseconds(1));
+  ASSERT_TRUE(store->acquire(hung, limit).ok());  // (its connection heard from just now: not given up as silent)
+  ASSERT_EQ(hung_master->cli({"CLIENT", "PAUSE", "4000", "ALL"}), "OK");
+  for (int i = 0; i < 24 && store->breaker().state() == BreakerState::kClosed; ++i) {
+    EXPECT_FALSE(store->acquire(hung, limit).ok());
+  }
+  ASSERT_EQ(store->breaker().state(), BreakerState::kOpen);
+  // The other two answer again.
+  for (RedisServer* m : keys.other_masters) ASSERT_TRUE(eventually([&] { return m->cli({"PING"}) == "PONG"; }, 10s));
+
+  // Every open period over: the probe goes to one of the two, and closes the breaker.
+  clock.advance(store->options().breaker.open_for + Nanos{1});
+  EXPECT_TRUE(eventually([&] { return store->breaker().state() == BreakerState::kClosed; }, 5s))
+      << "the breaker stayed " << to_string(store->breaker().state());
+  for (const std::string& k : kept) {
+    const Result<Decision> d = store->acquire(k, limit);
+    ASSERT_TRUE(d.ok()) << d.error().message;
+    EXPECT_FALSE(d->fallback);
+  }
+  EXPECT_FALSE(store->acquire(hung, limit).ok()) << "the probe key's master no longer hangs";
 }
 
 // A cluster of its own: this one's replica stays lost.
