@@ -586,10 +586,13 @@ using UpConn = std::unique_ptr<TimedSocket>;
 // caller's API key, and those an upstream framework may take as the request's method
 // (method-override middleware) or path (X-Original-URL, X-Rewrite-URL) in place of its request
 // line's, which the gateway routed and permitted it by (a POST to a permitted route with
-// "X-HTTP-Method-Override: DELETE" would run a DELETE no check has seen).
-constexpr FieldNameSet<10> kNotFromTheClient{{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override",
+// "X-HTTP-Method-Override: DELETE" would run a DELETE no check has seen); and Proxy, which a CGI-style
+// upstream (PHP, Go's net/http/cgi) gives the application as HTTP_PROXY, the variable its HTTP
+// clients take their outgoing proxy from (httpoxy, CVE-2016-5385).
+constexpr FieldNameSet<11> kNotFromTheClient{{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override",
                                               "X-Original-URL", "X-Rewrite-URL", "X-Forwarded-For",
-                                              "X-Forwarded-Proto", "X-Request-Id", "X-Sluice-System", kApiKeyHeader}};
+                                              "X-Forwarded-Proto", "X-Request-Id", "X-Sluice-System", kApiKeyHeader,
+                                              "Proxy"}};
 
 void append_field(std::string& out, std::string_view name, std::string_view value) {
   out.append(name).append(": ", 2).append(value).append("\r\n", 2);

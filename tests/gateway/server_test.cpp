@@ -542,6 +542,20 @@ TEST_F(GatewayTest, FieldsThatWouldOverrideTheMethodOrPathDoNotGoUp) {
   EXPECT_EQ(str(h, "X-Custom"), "kept");
 }
 
+// A client's "Proxy" field does not go up: CGI-style upstreams (PHP, Go's net/http/cgi) give it to
+// the application as HTTP_PROXY, which HTTP clients there take as their outgoing proxy (httpoxy,
+// CVE-2016-5385). Other Proxy- fields that are not hop-by-hop go on.
+TEST_F(GatewayTest, AClientsProxyFieldDoesNotGoUp) {
+  HttpClient c(gw_->port());
+  const HttpResponse r =
+      c.request("GET", "/echo/a", {{"X-System-Key", "crm"}, {"Proxy", "http://evil:3128"}, {"Proxy-Foo", "kept"}}, "");
+  ASSERT_EQ(r.status, 200);
+  const auto echo = json(r.body);
+  const auto& h = echo.at("headers").as_object();
+  EXPECT_EQ(h.count("Proxy"), 0u);
+  EXPECT_EQ(str(h, "Proxy-Foo"), "kept");
+}
+
 // Via lists the intermediaries in order: the client's own entries, then the gateway's, with the
 // protocol the request came in.
 TEST_F(GatewayTest, ViaGetsTheGatewayAfterWhatTheClientSaid) {
