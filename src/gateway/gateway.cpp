@@ -81,6 +81,13 @@ using Resolver = asio::ip::basic_resolver<tcp, Executor>;
 constexpr auto kTok = asio::as_tuple(asio::use_awaitable_t<Executor>{});
 constexpr std::size_t kHeaderLimit = 8 * 1024;
 constexpr std::size_t kDecideBodyLimit = 64 * 1024;
+// The most of a refused request's body the gateway reads and drops to keep its connection (wire
+// bytes: a chunked body's framing counts). A refusal is meant to be the gateway's cheapest answer:
+// 64 KiB is a few reads, what a rate-limited API call's JSON body almost always fits in, and it is
+// the largest body the gateway reads for itself elsewhere (/decide). A larger body costs the client
+// less to send again on a new connection than the gateway to take in for nothing: it is answered
+// with the connection closed, as before.
+constexpr std::uint64_t kDiscardLimit = 64 * 1024;
 constexpr std::size_t kRelayChunk = 16 * 1024;
 
 using Clock = std::chrono::steady_clock;
@@ -1186,6 +1193,9 @@ struct Worker {
                                bool close);
   // Reads the request's body, up to limit bytes, into body: kOk, or why it could not.
   Task<Reason> read_body(Exchange& x, std::size_t limit, std::string& body);
+  // The body of a request refused before it was proxied, read and dropped, so that the answer can
+  // keep the connection: true when it was read whole. See the definition for when it is not tried.
+  Task<bool> discard_body(Exchange& x);
   // Writes "100 Continue" (within send_timeout): false when it could not.
   Task<bool> send_continue(Exchange& x);
   // A new connection to target, within timeout (name resolution included), for as long as the client
@@ -1269,6 +1279,7 @@ struct Worker::Exchange {
   std::string forwarded_ip{};  // counted_ip, as a trusted proxy said it
   std::string body{};  // read before proxying when a signature covers it
   bool body_read = false;
+  bool body_begun = false;     // read_body began on the body (it may have stopped part-way)
   bool continue_sent = false;  // "100 Continue" already written
   char generated_id[24] = {};
 };
@@ -1522,6 +1533,7 @@ Task<bool> Worker::respond(Exchange& x, Reason reason, const Verdict* verdict, b
 }
 
 Task<Reason> Worker::read_body(Exchange& x, std::size_t limit, std::string& body) {
+  x.body_begun = true;
   char chunk[4096];
   while (!x.parser.is_done()) {
     x.parser.body().data = chunk;
@@ -1538,6 +1550,52 @@ Task<Reason> Worker::read_body(Exchange& x, std::size_t limit, std::string& body
     if (body.size() > limit) co_return Reason::kBodyTooLarge;
   }
   co_return Reason::kOk;
+}
+
+// As nginx's ngx_http_discard_request_body does for a request it refuses (limit_req's 429): a
+// client refused with a body that has come (or comes at once) is answered on a connection that
+// carries on, and its pipelined next request is served, rather than every refused POST of a
+// rate-limited client costing it a new connection just when the gateway should be cheapest.
+//
+// The body is framed by the request's own parser, the one a proxied body goes through (its
+// Content-Length, or its chunks and trailers, with their bounds): what follows it in the buffer is
+// the next request, and nothing of the body can be taken for one. Bounded in bytes (kDiscardLimit,
+// of what comes on the wire) and in time (header_timeout, once, for the whole body, not per
+// read: a client that trickles cannot hold the connection longer). It is not tried, and the
+// answer then closes the connection (lingering, as for any body left unread), when:
+// - the client asked to close, or the gateway drains: the connection ends anyway;
+// - the request expects 100-continue and was sent none: its client waits to be told to send the
+//   body, and a refusal tells it not to (reading would only wait out the timeout);
+// - its Content-Length is over the bound;
+// - read_body already began on it and stopped part-way (too large, too slow, bad): the body is
+//   not one to go on reading.
+// Returns whether the body was read whole (the parser is done).
+Task<bool> Worker::discard_body(Exchange& x) {
+  RequestParser& req = x.parser;
+  if (req.is_done()) co_return true;
+  if (x.body_begun || !req.keep_alive() || gw.draining.load(std::memory_order_acquire)) co_return false;
+  if (!x.continue_sent && beast::iequals(find_field(req.fields(), http::field::expect), "100-continue")) {
+    co_return false;
+  }
+  if (req.content_length().value_or(0) > kDiscardLimit) co_return false;
+  x.client.arm(x.snapshot->config().header_timeout);  // for the whole body
+  std::uint64_t taken = 0;  // of the body, on the wire
+  while (!req.is_done()) {
+    req.body().data = x.chunk;
+    req.body().size = kRelayChunk;
+    const std::size_t before = x.buffer.size();
+    const error_code ec = parse_buffered(req, x.buffer);
+    taken += before - x.buffer.size();
+    if (taken > kDiscardLimit) co_return false;
+    if (ec == http::error::need_buffer || (!ec && !req.is_done())) continue;  // the scratch space is full
+    if (ec != http::error::need_more) co_return !ec;  // done, or a bad body (the answer closes)
+    // All that the buffer holds is of the body (the parser needs more to go on): it counts too.
+    if (taken + x.buffer.size() > kDiscardLimit) co_return false;
+    auto [read_ec, n] = co_await read_more(x.client, x.buffer);
+    if (read_ec) co_return false;  // timed out, or the client left: the answer (if any) closes
+    x.buffer.commit(n);
+  }
+  co_return true;
 }
 
 void Worker::assign_request_id(Exchange& x) {
@@ -2225,6 +2283,9 @@ Task<bool> Worker::proxy(Exchange& x) {
   gw.metrics->observe_decision(index, since(t0));
   if (reason != Reason::kOk) {
     ctx.verdict.reason = reason;
+    // A small body that comes at once is dropped, and the connection carries on (respond_json
+    // keeps it when the request was read whole).
+    if (!req.is_done()) co_await discard_body(x);
     const bool ok = co_await respond(x, reason, &ctx.verdict, false);
     finish(x, status_of(reason), reason, std::nullopt);
     co_return ok;
@@ -2238,6 +2299,7 @@ Task<bool> Worker::proxy(Exchange& x) {
     permit = up.breaker->try_acquire();
     if (!permit.admitted()) {
       ctx.verdict.retry_after = std::max(permit.retry_after(), Nanos{1});
+      if (!req.is_done()) co_await discard_body(x);
       const bool ok = co_await respond(x, Reason::kUpstreamUnavailable, &ctx.verdict, false);
       finish(x, 503, Reason::kUpstreamUnavailable, std::nullopt);
       co_return ok;

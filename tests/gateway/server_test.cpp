@@ -892,6 +892,95 @@ TEST_F(GatewayTest, AnUnreadBodyClosesTheConnectionEvenAfterHealthz) {
   EXPECT_EQ(upstream_->requests(), 0);
 }
 
+// Each response on a connection, in order: its status and whether its head says the connection
+// closes.
+std::vector<std::pair<int, bool>> statuses_and_closes(const std::string& out) {
+  std::vector<std::pair<int, bool>> found;
+  for (std::size_t at = out.find("HTTP/1.1 "); at != std::string::npos; at = out.find("HTTP/1.1 ", at + 1)) {
+    const std::string head = out.substr(at, out.find("\r\n\r\n", at) - at);
+    found.emplace_back(testing::raw_status(out.substr(at)), head.find("\r\nConnection: close") != std::string::npos);
+  }
+  return found;
+}
+
+// A POST to /per-user (a limit of 1 per X-User) with this body, framed by framing.
+std::string post_per_user(const std::string& user, const std::string& framing, const std::string& body) {
+  return "POST /per-user HTTP/1.1\r\nHost: a\r\nX-User: " + user + "\r\n" + framing + "\r\n" + body;
+}
+const std::string kNextGet = "GET /echo/next HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nConnection: close\r\n\r\n";
+
+// A refused POST whose small body came is answered on a connection that carries on (its body read
+// and dropped, as nginx's limit_req does), and the request pipelined after it is served.
+TEST_F(GatewayTest, ARefusedPostWithASmallBodyKeepsItsConnection) {
+  const std::string post = post_per_user("u1", "Content-Length: 5\r\n", "hello");
+  const std::string out = raw(post + post + kNextGet);
+  EXPECT_EQ(statuses_and_closes(out), (std::vector<std::pair<int, bool>>{{200, false}, {429, false}, {200, true}}))
+      << out;
+  EXPECT_EQ(upstream_->requests(), 2);
+}
+
+// The same with a chunked body (an extension, a trailer): the parser that frames a proxied body
+// frames it, so a request written inside it is never taken for the next one.
+TEST_F(GatewayTest, ARefusedPostWithASmallChunkedBodyKeepsItsConnection) {
+  const std::string inner = "GET /echo/smuggled HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n\r\n";
+  char size[16];
+  std::snprintf(size, sizeof size, "%zx", inner.size());
+  const std::string body = std::string(size) + ";ext=1\r\n" + inner + "\r\n3\r\nabc\r\n0\r\nX-Trailer: t\r\n\r\n";
+  const std::string post = post_per_user("u2", "Transfer-Encoding: chunked\r\n", body);
+  const std::string out = raw(post + post + kNextGet);
+  EXPECT_EQ(statuses_and_closes(out), (std::vector<std::pair<int, bool>>{{200, false}, {429, false}, {200, true}}))
+      << out;
+  EXPECT_EQ(upstream_->requests(), 2) << "the body's GET never went up on its own";
+}
+
+// A refused body is dropped up to 64 KiB on the wire: one of 64 KiB keeps the connection, one a
+// byte over it (by its length, or chunks that run past it) is answered with it closed, unread.
+TEST_F(GatewayTest, ARefusedBodyOverTheDiscardBoundClosesTheConnection) {
+  gw_.reset();
+  start(replace_all(config_text(), "max_body_bytes: 4096", "max_body_bytes: 1048576"));
+  ASSERT_EQ(testing::raw_status(raw(post_per_user("u3", "Content-Length: 1\r\nConnection: close\r\n", "x"))), 200);
+  const std::size_t bound = 64 * 1024;
+  const std::string at = raw(post_per_user("u3", "Content-Length: " + std::to_string(bound) + "\r\n",
+                                           std::string(bound, 'x')) + kNextGet);
+  EXPECT_EQ(statuses_and_closes(at), (std::vector<std::pair<int, bool>>{{429, false}, {200, true}})) << at.substr(0, 400);
+  const std::string over = raw(post_per_user("u3", "Content-Length: " + std::to_string(bound + 1) + "\r\n",
+                                             std::string(bound + 1, 'x')) + kNextGet);
+  EXPECT_EQ(statuses_and_closes(over), (std::vector<std::pair<int, bool>>{{429, true}})) << over.substr(0, 400);
+  const std::string chunked =
+      raw(post_per_user("u3", "Transfer-Encoding: chunked\r\n", "8000\r\n" + std::string(0x8000, 'x') + "\r\n8000\r\n" +
+                                                                   std::string(0x8000, 'x') + "\r\n0\r\n\r\n") +
+          kNextGet);
+  EXPECT_EQ(statuses_and_closes(chunked), (std::vector<std::pair<int, bool>>{{429, true}})) << chunked.substr(0, 400);
+}
+
+// A refused request that expects 100-continue gets no 100 (its client is told not to send the
+// body) and its connection closes, the body unread; the same request without the expectation keeps
+// its connection.
+TEST_F(GatewayTest, ARefusedPostExpecting100ContinueGetsNoneAndCloses) {
+  ASSERT_EQ(testing::raw_status(raw(post_per_user("u4", "Content-Length: 1\r\nConnection: close\r\n", "x"))), 200);
+  const std::string expecting = raw(post_per_user("u4", "Expect: 100-continue\r\nContent-Length: 5\r\n", ""), 2s);
+  EXPECT_EQ(statuses_and_closes(expecting), (std::vector<std::pair<int, bool>>{{429, true}})) << expecting;
+  EXPECT_EQ(expecting.find("100 Continue"), std::string::npos) << expecting;
+  const std::string plain = raw(post_per_user("u4", "Content-Length: 5\r\n", "hello") + kNextGet);
+  EXPECT_EQ(statuses_and_closes(plain), (std::vector<std::pair<int, bool>>{{429, false}, {200, true}})) << plain;
+}
+
+// A refused body that does not come whole within header_timeout (500ms here) is not waited for
+// longer: the refusal goes out with the connection closed. One sent in two pieces that both come
+// keeps it.
+TEST_F(GatewayTest, ARefusedBodySlowerThanTheTimeoutClosesTheConnection) {
+  ASSERT_EQ(testing::raw_status(raw(post_per_user("u5", "Content-Length: 1\r\nConnection: close\r\n", "x"))), 200);
+  testing::RawConnection split(gw_->port());
+  ASSERT_TRUE(split.send(post_per_user("u5", "Content-Length: 10\r\n", "hello")));
+  ASSERT_TRUE(split.send("world" + kNextGet));
+  const std::string out = split.read_until("(until the connection closes)");
+  EXPECT_EQ(statuses_and_closes(out), (std::vector<std::pair<int, bool>>{{429, false}, {200, true}})) << out;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string stalled = raw(post_per_user("u5", "Content-Length: 10\r\n", "hello"), 5s);  // and then nothing
+  EXPECT_EQ(statuses_and_closes(stalled), (std::vector<std::pair<int, bool>>{{429, true}})) << stalled;
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 4s) << "the refusal was not held past the timeout";
+}
+
 // A request that is not proxied (healthz here) counts under no system: nothing of the previous
 // request on the same connection carries over.
 TEST_F(GatewayTest, ARequestOnAKeptAliveConnectionStartsWithAFreshContext) {
