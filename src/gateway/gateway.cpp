@@ -1560,8 +1560,8 @@ Task<Reason> Worker::read_body(Exchange& x, std::size_t limit, std::string& body
 // The body is framed by the request's own parser, the one a proxied body goes through (its
 // Content-Length, or its chunks and trailers, with their bounds): what follows it in the buffer is
 // the next request, and nothing of the body can be taken for one. Bounded in bytes (kDiscardLimit,
-// of what comes on the wire) and in time (header_timeout, once, for the whole body, not per
-// read: a client that trickles cannot hold the connection longer). It is not tried, and the
+// of what comes on the wire) and in time (header_timeout, and a second at most, once, for the
+// whole body, not per read: a client that trickles cannot hold the connection longer). It is not tried, and the
 // answer then closes the connection (lingering, as for any body left unread), when:
 // - the client asked to close, or the gateway drains: the connection ends anyway;
 // - the request expects 100-continue and was sent none: its client waits to be told to send the
@@ -1578,7 +1578,9 @@ Task<bool> Worker::discard_body(Exchange& x) {
     co_return false;
   }
   if (req.content_length().value_or(0) > kDiscardLimit) co_return false;
-  x.client.arm(x.snapshot->config().header_timeout);  // for the whole body
+  // For the whole body, and a second at most: a refusal is not held back long for a body that
+  // does not come (the answer then closes the connection).
+  x.client.arm(std::min<Nanos>(x.snapshot->config().header_timeout, std::chrono::seconds(1)));
   std::uint64_t taken = 0;  // of the body, on the wire
   while (!req.is_done()) {
     req.body().data = x.chunk;
