@@ -1245,6 +1245,38 @@ TEST_F(GatewayTest, BodiesStreamBothWays) {
   EXPECT_EQ(big.body.size(), 300000u);
 }
 
+// A body is relayed in pieces of what one read brought, up to 16 KiB: a close-delimited response
+// of 300 KB, all there to read, reaches an HTTP/1.1 client re-chunked in pieces larger than the
+// 512 bytes a read was once held to (which took a read and a write per 512 bytes).
+TEST_F(GatewayTest, ABodyIsRelayedInPiecesOfUpTo16KiBNot512Bytes) {
+  constexpr std::size_t kBytes = 300000;
+  ClosingUpstream up("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n" + std::string(kBytes, 'x'));
+  restart_in_front_of(up);
+  const int fd = connect_and_send(gw_->port(), "GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\n"
+                                               "Connection: close\r\n\r\n");
+  ASSERT_GE(fd, 0);
+  const std::string out = read_until(fd, "\r\n0\r\n\r\n");
+  ::close(fd);
+  ASSERT_EQ(testing::raw_status(out), 200) << out.substr(0, 200);
+  const std::size_t head_end = out.find("\r\n\r\n");
+  ASSERT_NE(out.substr(0, head_end).find("Transfer-Encoding: chunked"), std::string::npos);
+  std::size_t total = 0, largest = 0, chunks = 0;
+  for (std::size_t i = head_end + 4;;) {
+    const std::size_t eol = out.find("\r\n", i);
+    ASSERT_NE(eol, std::string::npos);
+    const std::size_t n = std::stoul(out.substr(i, eol - i), nullptr, 16);
+    if (n == 0) break;
+    total += n;
+    largest = std::max(largest, n);
+    ++chunks;
+    i = eol + 2 + n + 2;
+  }
+  EXPECT_EQ(total, kBytes);
+  EXPECT_GT(largest, 512u) << "over " << chunks << " chunks";
+  EXPECT_LE(largest, 16u * 1024);
+  EXPECT_LT(chunks, kBytes / 1024) << "most pieces are small";
+}
+
 // A client with a small receive window takes a large body a little at a time, so the gateway waits
 // on it between pieces: every byte arrives, once.
 TEST_F(GatewayTest, ALargeBodyToAClientWithASmallWindowArrivesWhole) {
