@@ -702,10 +702,23 @@ void append_client_head(std::string& out, const ResponseParser& p, const Verdict
   // A 204 has no framing fields (RFC 9110 8.6, RFC 9112 6.1), whatever the upstream sent.
   const bool unframed = status == 204;
   bool dated = false;
+  bool length_sent = false;
   for (const HeadField& f : p.fields()) {
     if (hop.drops(f) || (!client11 && f.name() == http::field::transfer_encoding)) continue;
     dated = dated || f.name() == http::field::date;
     if (unframed && (f.name() == http::field::content_length || f.name() == http::field::transfer_encoding)) continue;
+    // Several Content-Length fields (the parser accepts only repeats of one value) go on as one,
+    // the value as parsed, where the first was (RFC 9110 8.6): a client that refuses repeats, or
+    // reads only the last, gets the length the gateway framed the body by.
+    if (f.name() == http::field::content_length) {
+      if (!length_sent && p.content_length()) {
+        char digits[24];
+        const auto [end, ec] = std::to_chars(digits, digits + sizeof digits, *p.content_length());
+        append_field(out, "Content-Length", std::string_view(digits, static_cast<std::size_t>(end - digits)));
+      }
+      length_sent = true;
+      continue;
+    }
     const std::string_view name = f.name_string();
     const bool replaced = std::any_of(set.begin(), set.end(), [&](std::string_view n) { return beast::iequals(n, name); }) ||
                           (f.name() == http::field::unknown && beast::iequals(name, "X-Request-Id"));

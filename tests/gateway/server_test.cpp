@@ -3,6 +3,7 @@
 // under load, bad input written as raw bytes, and drain.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <condition_variable>
@@ -1275,6 +1276,23 @@ TEST_F(GatewayTest, ABodyIsRelayedInPiecesOfUpTo16KiBNot512Bytes) {
   EXPECT_GT(largest, 512u) << "over " << chunks << " chunks";
   EXPECT_LE(largest, 16u * 1024);
   EXPECT_LT(chunks, kBytes / 1024) << "most pieces are small";
+}
+
+// An upstream's repeated Content-Length of one value reaches the client as one field (RFC 9110
+// 8.6), as a request's goes up: a client that refuses repeats, or reads the last, is not misled.
+TEST_F(GatewayTest, RepeatedContentLengthsOfOneValueReachTheClientAsOne) {
+  ClosingUpstream up("HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-A: 1\r\ncontent-length: 5\r\n\r\nhello");
+  restart_in_front_of(up);
+  const std::string out = raw("GET /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nConnection: close\r\n\r\n");
+  ASSERT_EQ(testing::raw_status(out), 200) << out;
+  const std::size_t head_end = out.find("\r\n\r\n");
+  std::string head = out.substr(0, head_end + 2);
+  std::transform(head.begin(), head.end(), head.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::size_t fields = 0;
+  for (std::size_t at = 0; (at = head.find("\r\ncontent-length:", at)) != std::string::npos; ++at) ++fields;
+  EXPECT_EQ(fields, 1u) << out;
+  EXPECT_NE(head.find("\r\ncontent-length: 5\r\n"), std::string::npos) << out;
+  EXPECT_EQ(out.substr(head_end + 4), "hello");
 }
 
 // A client with a small receive window takes a large body a little at a time, so the gateway waits
