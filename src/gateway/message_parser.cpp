@@ -256,7 +256,12 @@ void MessageParser<isRequest>::read_request_line(boost::asio::const_buffer input
   if (end == std::string_view::npos) return;
   head_.text.assign(in.substr(0, end + 2));
   const char* p = head_.text.data();
-  if (parse_start_line(p)) {  // not a request line: nothing of it is said
+  const error_code ec = parse_start_line(p);
+  // A line with a good method and target but no version, or another (HTTP/0.9's "GET /", "GET /
+  // HTTP/2.0"), says those two; one that is not a request line at all, nothing.
+  if (ec == http::error::bad_version && !target_.empty()) {
+    http11_ = true;
+  } else if (ec) {
     method_ = http::verb::unknown;
     method_string_ = {};
     target_ = {};
@@ -299,6 +304,27 @@ std::size_t MessageParser<isRequest>::put_head(const char* data, std::size_t siz
       if (in[cr + 1] != '\n') {
         ec = http::error::bad_line_ending;
         return 0;
+      }
+    }
+    // A request line that came whole and is not one ("GET /", which HTTP/0.9 sent, or a version
+    // this is not) is refused now, as nginx does, rather than waited on for the rest of a head
+    // until the header timeout. Read apart from the head (read_request_line reads it again).
+    if constexpr (isRequest) {
+      const std::size_t eol = line_checked_ ? std::string_view::npos : in.find("\r\n", skipped);
+      if (eol != std::string_view::npos && eol < header_limit_) {
+        line_checked_ = true;
+        head_.text.assign(in.substr(skipped, eol + 2 - skipped));
+        const char* p = head_.text.data();
+        const error_code line_ec = parse_start_line(p);
+        head_.text.clear();
+        method_ = http::verb::unknown;
+        method_string_ = {};
+        target_ = {};
+        http11_ = true;
+        if (line_ec) {
+          ec = line_ec;
+          return 0;
+        }
       }
     }
     if (size >= header_limit_) {
@@ -373,6 +399,11 @@ error_code MessageParser<isRequest>::parse_start_line(const char*& p) {
     // with no fragment ('#'), which a request does not carry and servers would cut the path at.
     const char* target = ++p;
     while (kTargetChar[static_cast<unsigned char>(*p)]) ++p;
+    // A line that ends after its target has no version (HTTP/0.9's "GET /"): the version is bad.
+    if (p != target && *p == '\r') {
+      target_ = std::string_view(target, static_cast<std::size_t>(p - target));
+      return http::error::bad_version;
+    }
     if (p == target || *p != ' ') return http::error::bad_target;
     target_ = std::string_view(target, static_cast<std::size_t>(p - target));
     ++p;

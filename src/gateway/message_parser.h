@@ -116,8 +116,9 @@ class MessageParser {
   // A request whose head did not end (its client stopped sending it, or it outgrew the limit): reads
   // its request line from `input`, what came of the head, when the line came whole and is one, for
   // method(), method_string(), target() and http11(): the answer goes in the client's version, and
-  // the log says what the request was. Nothing once a head has ended (it was parsed, as far as it
-  // went).
+  // the log says what the request was. A line with a good method and target and a version missing
+  // or other (put() refuses it at once, not waiting for the head's end) says those two, in HTTP/1.1.
+  // Nothing once a head has ended (it was parsed, as far as it went).
   void read_request_line(boost::asio::const_buffer input)
     requires isRequest;
 
@@ -165,6 +166,7 @@ class MessageParser {
   State state_ = State::kHead;
   bool got_some_ = false;
   std::size_t scanned_ = 0;  // bytes of an incomplete head already searched for its end
+  bool line_checked_ = false;  // the request line of an incomplete head was checked
 
   boost::beast::http::verb method_ = boost::beast::http::verb::unknown;
   std::string_view method_string_;

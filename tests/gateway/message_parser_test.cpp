@@ -48,24 +48,29 @@ struct ChunkedRequest {
   char buf[64];
 };
 
-// Of a head that did not end, the request line is read when it came whole and is one; a head that
-// ended keeps what its parse read.
+// Of a head that did not end, the request line is read when it came whole and is one, or has a good
+// method and target and a version missing or other (refused at once, not waited on: see below); a
+// head that ended keeps what its parse read.
 TEST(MessageParserTest, TheRequestLineOfAHeadThatDidNotEndIsReadOnRequest) {
-  const auto read = [](std::string_view wire) {
+  const auto read = [](std::string_view wire, error_code want = http::error::need_more) {
     auto text = std::make_unique<HeadText>();
     auto p = std::make_unique<RequestParser>(*text);
     error_code ec;
     EXPECT_EQ(put(*p, wire, ec), 0u);
-    EXPECT_EQ(ec, http::error::need_more) << wire;
+    EXPECT_EQ(ec, want) << wire;
     p->read_request_line(boost::asio::buffer(wire.data(), wire.size()));
     return std::tuple{std::string(p->method_string()), std::string(p->target()), p->http11(), p->method()};
   };
   EXPECT_EQ(read("\r\nHEAD /a?b=1 HTTP/1.0\r\nHost: x\r\n"),
             std::tuple(std::string("HEAD"), std::string("/a?b=1"), false, http::verb::head));
   EXPECT_EQ(read("GET /a HTTP/1.1\r\n"), std::tuple(std::string("GET"), std::string("/a"), true, http::verb::get));
-  for (std::string_view unread : {"GET /a HTTP/1.1", "GET /a\r\n", "GET /a HTTP/2.0\r\nHost: x\r\n", "get /a HTTP/1.1\r\n"}) {
-    EXPECT_EQ(read(unread), std::tuple(std::string(), std::string(), true, http::verb::unknown)) << unread;
-  }
+  EXPECT_EQ(read("GET /a\r\n", http::error::bad_version),
+            std::tuple(std::string("GET"), std::string("/a"), true, http::verb::get));
+  EXPECT_EQ(read("POST /a HTTP/2.0\r\nHost: x\r\n", http::error::bad_version),
+            std::tuple(std::string("POST"), std::string("/a"), true, http::verb::post));
+  EXPECT_EQ(read("GET /a HTTP/1.1"), std::tuple(std::string(), std::string(), true, http::verb::unknown));
+  EXPECT_EQ(read("get /a HTTP/1.1\r\n", http::error::bad_method),
+            std::tuple(std::string(), std::string(), true, http::verb::unknown));
   HeadText text;
   RequestParser p(text);
   error_code ec;
@@ -256,7 +261,12 @@ TEST(MessageParserTest, BadRequestHeadsAreRefusedWithTheirReason) {
       {"GET / HTTP/1.2\r\n\r\n", http::error::bad_version},
       {"GET / http/1.1\r\n\r\n", http::error::bad_version},
       {"GET / HTTP/1.1 \r\n\r\n", http::error::bad_version},
-      {"GET /\r\n\r\n", http::error::bad_target},
+      {"GET /\r\n\r\n", http::error::bad_version},
+      // A request line that came whole and is not one is refused before the head ends.
+      {"GET /\r\n", http::error::bad_version},
+      {"GET / HTTP/2.0\r\nHost: h\r\n", http::error::bad_version},
+      {"GET /a b HTTP/1.1\r\n", http::error::bad_version},
+      {" / HTTP/1.1\r\n", http::error::bad_method},
       {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", http::error::bad_transfer_encoding},
       {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip\r\n\r\n", http::error::bad_transfer_encoding},
       {"POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",

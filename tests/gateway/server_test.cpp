@@ -2925,6 +2925,27 @@ TEST_F(GatewayTest, AHeadRefusedBeforeItEndedLogsItsRequestLine) {
   EXPECT_EQ(upstream_->requests(), 0);
 }
 
+// A request line that came whole and is not one (HTTP/0.9's "GET /", no version; another version)
+// is a 400 at once, not a 408 once header_timeout has passed for a head that would never be whole;
+// the log names its method and path.
+TEST_F(GatewayTest, ARequestLineWithoutAVersionIs400AtOnce) {
+  gw_.reset();
+  start(replace_all(config_text(), "header_timeout: 500ms", "header_timeout: 60s"));
+  for (const auto& [bytes, method, path] : {std::tuple{"GET /echo/x\r\n", "GET", "/echo/x"},
+                                            std::tuple{"POST /echo/y?q=1 HTTP/2.0\r\nHost: a\r\n", "POST", "/echo/y"}}) {
+    const std::string out = raw(bytes, 30s);  // the answer, or the gateway's close, ends it
+    ASSERT_EQ(testing::raw_status(out), 400) << bytes << ": " << out;
+    EXPECT_NE(out.find("Connection: close"), std::string::npos) << out;
+    const std::size_t at = out.find("X-Request-Id: ");
+    ASSERT_NE(at, std::string::npos) << out;
+    const auto logged = json(access_log_line(out.substr(at + 14, out.find("\r\n", at) - at - 14)));
+    EXPECT_EQ(str(logged, "method"), method);
+    EXPECT_EQ(str(logged, "path"), path);
+    EXPECT_EQ(str(logged, "reason"), "bad_request");
+  }
+  EXPECT_EQ(upstream_->requests(), 0);
+}
+
 TEST_F(GatewayTest, AnIdleConnectionIsClosedQuietly) {
   EXPECT_EQ(raw("", 5s), "");
 }
