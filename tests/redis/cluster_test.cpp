@@ -152,18 +152,25 @@ TEST_F(ClusterTest, TheLeasesOfARefundThatFailedAreGivenBack) {
       << "the failed refund's lease is still taken";
 }
 
+// The master of the key "mapwait"'s slot, with the ACL user "mapwait" deleted on another master: a
+// store of that user waits for its first slot map without every master connected. nullptr if not.
+RedisServer* mapwait_master(RedisCluster& cluster) {
+  const int slot = key_slot("sluice:{mapwait}:fw");
+  RedisServer* master = cluster.master_of(slot);
+  RedisServer* refusing = cluster.master_of((slot + 8192) % 16384);
+  if (refusing == master) refusing = cluster.master_of((slot + 12000) % 16384);
+  if (master == nullptr || refusing == nullptr || refusing == master) return nullptr;
+  return refusing->cli({"ACL", "DELUSER", "mapwait"}) == "1" ? master : nullptr;
+}
+
 // A call made right after open() waits for the slot map; when that wait ends without every master
 // connected (one refuses the store's user: its ACL lacks it), the call still goes to the master of
 // its own slot, which answers it, rather than fail with the wait.
 TEST_F(ClusterTest, ACallWaitingForTheSlotMapGoesToItsMasterWhenTheWaitEndsWithoutEveryMaster) {
   const ClusterUser user(*cluster_, "mapwait");
   const std::string key = "mapwait";
-  RedisServer* master = cluster_->master_of(key_slot("sluice:{mapwait}:fw"));
+  RedisServer* master = mapwait_master(*cluster_);
   ASSERT_NE(master, nullptr);
-  RedisServer* refusing = cluster_->master_of((key_slot("sluice:{mapwait}:fw") + 8192) % 16384);
-  if (refusing == master) refusing = cluster_->master_of((key_slot("sluice:{mapwait}:fw") + 12000) % 16384);
-  ASSERT_TRUE(refusing != nullptr && refusing != master);
-  ASSERT_EQ(refusing->cli({"ACL", "DELUSER", "mapwait"}), "1");
   auto opened = redis::RedisStore::open(
       {.address = user.address(), .connect_timeout = 100ms, .command_timeout = 5s});
   ASSERT_TRUE(opened.ok()) << opened.error().message;
@@ -187,12 +194,8 @@ TEST_F(ClusterTest, ACallWaitingForTheSlotMapGoesToItsMasterWhenTheWaitEndsWitho
 TEST_F(ClusterTest, ACallWaitingForTheSlotMapIsNotSentPastItsDeadline) {
   const ClusterUser user(*cluster_, "mapwait");
   const std::string key = "mapwait";
-  RedisServer* master = cluster_->master_of(key_slot("sluice:{mapwait}:fw"));
+  RedisServer* master = mapwait_master(*cluster_);
   ASSERT_NE(master, nullptr);
-  RedisServer* refusing = cluster_->master_of((key_slot("sluice:{mapwait}:fw") + 8192) % 16384);
-  if (refusing == master) refusing = cluster_->master_of((key_slot("sluice:{mapwait}:fw") + 12000) % 16384);
-  ASSERT_TRUE(refusing != nullptr && refusing != master);
-  ASSERT_EQ(refusing->cli({"ACL", "DELUSER", "mapwait"}), "1");
   // The wait ends at 5 connect timeouts (500 ms), the call's deadline at 100 ms.
   auto opened = redis::RedisStore::open(
       {.address = user.address(), .connect_timeout = 100ms, .command_timeout = 100ms});

@@ -80,6 +80,29 @@ KeysByMaster keys_by_master(RedisCluster& cluster, const RedisServer* master, co
   return keys;
 }
 
+// A store whose breakers run on `clock`, and a key of the probe key's master (mine) and of each
+// other master (others), each counted once (so that each master has answered).
+struct ProbedCluster {
+  ManualClock clock{std::chrono::hours(1)};
+  std::unique_ptr<redis::RedisStore> store;
+  RedisServer* probe_master = nullptr;
+  KeysByMaster keys;
+};
+
+void open_probed(RedisCluster& cluster, const Limit& limit, const std::string& stem, ProbedCluster& out) {
+  redis::RedisStoreOptions options;
+  options.breaker.clock = &out.clock;
+  out.store = open_store(cluster.address(), options, Timeouts::kProduction);
+  ASSERT_NE(out.store, nullptr);
+  out.probe_master = cluster.master_of(redis::detail::key_slot("sluice:{sluice-probe}:fw"));
+  ASSERT_NE(out.probe_master, nullptr);
+  out.keys = keys_by_master(cluster, out.probe_master, stem);
+  ASSERT_FALSE(out.keys.mine.empty());
+  ASSERT_EQ(out.keys.others.size(), 2u);
+  ASSERT_TRUE(out.store->acquire(out.keys.mine, limit).ok());
+  for (const std::string& k : out.keys.others) ASSERT_TRUE(out.store->acquire(k, limit).ok());
+}
+
 // Servers paused with CLIENT PAUSE, which cannot be ended early (CLIENT UNPAUSE waits too), waited
 // out when this goes.
 struct WaitOutPauses {
@@ -374,21 +397,14 @@ TEST_F(ClusterTest, AProbeThatFailedForItsSlotAloneIsFollowedByAnother) {
 // breaker. (The breakers' clock is a manual one. CLIENT PAUSE, unlike SIGSTOP, leaves the master's
 // cluster bus answering, so no failover comes however long it lasts.)
 TEST_F(ClusterTest, AHungMasterOfTheProbesSlotDoesNotKeepTheStoresBreakerOpen) {
-  ManualClock clock{std::chrono::hours(1)};
-  redis::RedisStoreOptions options;
-  options.breaker.clock = &clock;
-  auto store = open_store(cluster_->address(), options, Timeouts::kProduction);
-  ASSERT_NE(store, nullptr);
   const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
-  RedisServer* hung_master = cluster_->master_of(redis::detail::key_slot("sluice:{sluice-probe}:fw"));
-  ASSERT_NE(hung_master, nullptr);
-  const KeysByMaster keys = keys_by_master(*cluster_, hung_master, "probed");
-  const std::string& hung = keys.mine;
-  const std::vector<std::string>& kept = keys.others;
-  ASSERT_FALSE(hung.empty());
-  ASSERT_EQ(kept.size(), 2u);
-  ASSERT_TRUE(store->acquire(hung, limit).ok());
-  for (const std::string& k : kept) ASSERT_TRUE(store->acquire(k, limit).ok());
+  ProbedCluster probed;
+  ASSERT_NO_FATAL_FAILURE(open_probed(*cluster_, limit, "probed", probed));
+  ManualClock& clock = probed.clock;
+  redis::RedisStore* store = probed.store.get();
+  RedisServer* hung_master = probed.probe_master;
+  const std::string& hung = probed.keys.mine;
+  const std::vector<std::string>& kept = probed.keys.others;
 
   const WaitOutPauses wait_out{{hung_master}};
   ASSERT_EQ(hung_master->cli({"CLIENT", "PAUSE", "3000", "ALL"}), "OK");
@@ -431,21 +447,15 @@ TEST_F(ClusterTest, AHungMasterOfTheProbesSlotDoesNotKeepTheStoresBreakerOpen) {
 // after one that failed on a hung master: the hung master's node breaker reopens with the store's,
 // and would otherwise take every probe.)
 TEST_F(ClusterTest, TheProbeGoesToTheMasterThatFailedLongestAgo) {
-  ManualClock clock{std::chrono::hours(1)};
-  redis::RedisStoreOptions options;
-  options.breaker.clock = &clock;
-  auto store = open_store(cluster_->address(), options, Timeouts::kProduction);
-  ASSERT_NE(store, nullptr);
   const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
-  RedisServer* hung_master = cluster_->master_of(redis::detail::key_slot("sluice:{sluice-probe}:fw"));
-  ASSERT_NE(hung_master, nullptr);
-  const KeysByMaster keys = keys_by_master(*cluster_, hung_master, "longest");
+  ProbedCluster probed;
+  ASSERT_NO_FATAL_FAILURE(open_probed(*cluster_, limit, "longest", probed));
+  ManualClock& clock = probed.clock;
+  redis::RedisStore* store = probed.store.get();
+  RedisServer* hung_master = probed.probe_master;
+  const KeysByMaster& keys = probed.keys;
   const std::string& hung = keys.mine;
   const std::vector<std::string>& kept = keys.others;
-  ASSERT_FALSE(hung.empty());
-  ASSERT_EQ(kept.size(), 2u);
-  ASSERT_TRUE(store->acquire(hung, limit).ok());
-  for (const std::string& k : kept) ASSERT_TRUE(store->acquire(k, limit).ok());
 
   WaitOutPauses wait_out{keys.other_masters};
   wait_out.servers.push_back(hung_master);
