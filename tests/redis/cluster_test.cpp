@@ -380,5 +380,67 @@ TEST_F(ClusterTest, AReleaseRefusedWhileItsKeysAreSplitIsSentAgain) {
   EXPECT_TRUE(again->allowed) << "the place was given back";
 }
 
+// The last lease of a concurrency limit given back on each side of a slot's migration. On the node
+// importing it (the keys moved there, the release sent by ASK), Redis refuses a DEL of several
+// keys one of which is missing; on the node migrating it (the keys still there), a script's access
+// to a key it has emptied. Either cut the release short, after the lease was taken off the set but
+// not off the count: the place stayed taken.
+class ClusterLeaseMigrationTest : public ClusterTest {
+ protected:
+  void SetUp() override {
+    ClusterTest::SetUp();
+    store_ = open_store(cluster_->address());
+    ASSERT_NE(store_, nullptr);
+    move_ = slot_move(*cluster_, slot_);
+    ASSERT_TRUE(move_.has_value()) << "no other master to move slot " << slot_ << " to";
+    const auto held = store_->acquire("migrated", one_);
+    ASSERT_TRUE(held.ok() && held->allowed);
+    held_ = *held;
+    ASSERT_EQ(move_->to->cli({"CLUSTER", "SETSLOT", s_, "IMPORTING", move_->from_id}), "OK");
+    ASSERT_EQ(move_->from->cli({"CLUSTER", "SETSLOT", s_, "MIGRATING", move_->to_id}), "OK");
+  }
+  void TearDown() override {
+    if (move_) finish_move();
+    ClusterTest::TearDown();
+  }
+  // Moves what is left of the slot's keys and gives the slot to its new master, on every node.
+  void finish_move() {
+    std::istringstream keys(move_->from->cli({"CLUSTER", "GETKEYSINSLOT", s_, "10"}));
+    for (std::string key; keys >> key;) {
+      move_->from->cli({"MIGRATE", "127.0.0.1", std::to_string(move_->to->port()), key, "0", "5000"});
+    }
+    move_->to->cli({"CLUSTER", "SETSLOT", s_, "NODE", move_->to_id});
+    for (std::size_t i = 0; i < cluster_->size(); ++i) cluster_->node(i).cli({"CLUSTER", "SETSLOT", s_, "NODE", move_->to_id});
+  }
+  // The release succeeds, and the place is free once the slot has moved. (While it moves, Redis
+  // answers a call on keys that are on neither node TRYAGAIN.)
+  void expect_the_place_given_back() {
+    const Status r = store_->release("migrated", one_, held_.lease);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    finish_move();
+    const auto again = store_->acquire("migrated", one_);
+    ASSERT_TRUE(again.ok()) << again.error().message;
+    EXPECT_TRUE(again->allowed);
+  }
+
+  const int slot_ = key_slot("sluice:{migrated}:cc");
+  const std::string s_ = std::to_string(slot_);
+  const Limit one_ = make(Limit::concurrency({.limit = 1, .lease_timeout = 1h}));
+  std::unique_ptr<redis::RedisStore> store_;
+  std::optional<SlotMove> move_;
+  Decision held_;
+};
+
+TEST_F(ClusterLeaseMigrationTest, TheLastLeaseGivenBackOnTheImportingNode) {
+  ASSERT_EQ(move_->from->cli({"MIGRATE", "127.0.0.1", std::to_string(move_->to->port()), "", "0", "5000", "KEYS",
+                              "sluice:{migrated}:cc", "sluice:{migrated}:cc:meta"}),
+            "OK");
+  expect_the_place_given_back();
+}
+
+TEST_F(ClusterLeaseMigrationTest, TheLastLeaseGivenBackOnTheMigratingNode) {
+  expect_the_place_given_back();
+}
+
 }  // namespace
 }  // namespace sluice::testing

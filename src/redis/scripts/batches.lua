@@ -6,12 +6,13 @@
 local FIRST_BATCH, BATCH = 4, 64
 
 -- When the oldest entries holding `need` are gone: `read(from, n)` gives the times at which entries
--- from..from+n-1 (oldest first) go, and what each holds. nil when they never hold that much.
+-- from..from+n-1 (oldest first) go, and what each holds. When they never hold that much: nil and
+-- what they hold in all.
 local function when_freed(need, read)
   local freed, from, batch = 0, 0, FIRST_BATCH
   while true do
     local times, counts = read(from, batch)
-    if #times == 0 then return nil end
+    if #times == 0 then return nil, freed end
     for i = 1, #times do
       freed = freed + counts[i]
       if freed >= need then return times[i] end

@@ -54,6 +54,14 @@ local function ttl_ms(reset)
   return string.format('%d', ms)
 end
 
+-- Deletes each of `keys` by a DEL of its own. A DEL of several keys, on a node importing their
+-- slot, is refused when one of them is missing (as Redis refuses any command of several keys
+-- there), which cuts the script short after what it wrote: so is one that deletes a state whose
+-- set its own ZREM emptied.
+local function del_each(keys)
+  for _, key in ipairs(keys) do redis.call('DEL', key) end
+end
+
 local function max(a, b)
   if a > b then return a end
   return b

@@ -50,7 +50,7 @@ end
 local function leases_flush(r)
   local keys = r.keys
   if r.wipe then
-    redis.call('DEL', keys[1], keys[2])
+    del_each(keys)
     r.wipe = false
   end
   if #r.gone > 0 then
@@ -135,6 +135,9 @@ local function leases_expire(r, t)
     for _, n in ipairs(permits) do r.n = r.n - (n + 0) end
     redis.call('ZREM', keys[1], unpack(expired))
     redis.call('HDEL', keys[2], unpack(expired))
+    -- A set the ZREM may have emptied (and Redis deleted) is not read again: on a node migrating
+    -- its slot, that would be a key gone elsewhere, and the script cut short.
+    if #expired < 1000 then break end
   end
   r.clean = t
 end
@@ -185,7 +188,7 @@ local function leases_decide(keys, p, now)
     else
       -- Once enough leases have timed out (sooner, if they are released).
       leases_flush(r)
-      local gone = when_freed(r.n + p.cost - p.quota, function(from, n)
+      local gone, held = when_freed(r.n + p.cost - p.quota, function(from, n)
         local leases = redis.call('ZRANGE', keys[1], from, from + n - 1, 'WITHSCORES')
         local ids, times = {}, {}
         for i = 1, #leases, 2 do
@@ -197,6 +200,13 @@ local function leases_decide(keys, p, now)
         for i, v in ipairs(counts) do counts[i] = v + 0 end
         return times, counts
       end)
+      if not gone then
+        -- The leases left hold less than n counts: a script was cut short after taking some off
+        -- the set (on a node migrating the slot, by a key it had emptied). n becomes what they
+        -- hold, and the call is decided again, rather than fail until the state expires.
+        r.n = held
+        return leases_decide(keys, p, now)
+      end
       d[4] = gone - now
     end
   end
@@ -217,6 +227,13 @@ local function leases_release(keys, now, lease)
   local permits = redis.call('HGET', keys[2], lease)
   if not permits then return 0 end
   r.n = r.n - (permits + 0)  -- first: a value sluice did not write raises before anything changes
+  if r.n <= 0 then
+    -- The last lease given back: the state is forgotten at once. Its set, which giving the lease
+    -- back would empty, is not read for expired leases: on a node migrating the slot, a key the
+    -- script emptied (and Redis deleted) is one gone elsewhere, and the script is cut short.
+    leases_forget(r)
+    return 1
+  end
   local g = r.gone
   g[#g + 1] = lease
   r.removed[lease] = true

@@ -14,7 +14,7 @@ local function log_settle(keys, p, now, total, latest)
   local reset = 0
   if total > 0 then reset = log_entry(redis.call('LINDEX', keys[1], -1)) + p.period - now end
   if reset <= 0 then
-    redis.call('DEL', keys[1], keys[2])
+    del_each(keys)
     return 0
   end
   local ttl = ttl_ms(reset)
@@ -63,7 +63,7 @@ local function log_decide(keys, p, now)
       d[2] = 1
     else
       -- Once the oldest entries holding `need` have left the window.
-      local gone = when_freed(total + p.cost - p.quota, function(from, n)
+      local gone, held = when_freed(total + p.cost - p.quota, function(from, n)
         local times, counts = {}, {}
         for i, v in ipairs(redis.call('LRANGE', list, from, from + n - 1)) do
           local at, count = log_entry(v)
@@ -71,6 +71,13 @@ local function log_decide(keys, p, now)
         end
         return times, counts
       end)
+      if not gone then
+        -- The entries left hold less than total counts: a script was cut short after trimming
+        -- them (on a node migrating the slot, by a key it had emptied). total becomes what they
+        -- hold, and the call is decided again, rather than fail until the state expires.
+        redis.call('SET', keys[2], pair(held, latest))
+        return log_decide(keys, p, now)
+      end
       d[4] = gone - now
     end
   end
