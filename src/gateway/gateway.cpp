@@ -1384,6 +1384,7 @@ Task<void> Worker::session(Socket socket) {
           while (in.starts_with("\r\n")) in.remove_prefix(2);
           if (in.find("\r\n") == std::string_view::npos) why = Reason::kUriTooLong;
         }
+        if (rec == http::error::bad_version && parser->version_unsupported()) why = Reason::kVersionNotSupported;
         co_await respond(x, why, nullptr, true);
         finish(x, status_of(why), why, std::nullopt);
         unread = true;
@@ -1615,7 +1616,7 @@ Task<bool> Worker::discard_body(Exchange& x) {
     if (ec != http::error::need_more) co_return !ec;  // done, or a bad body (the answer closes)
     // All that the buffer holds is of the body (the parser needs more to go on): it counts too.
     if (taken + x.buffer.size() > kDiscardLimit) co_return false;
-    auto [read_ec, n] = co_await read_more(x.client, x.buffer);
+    auto [read_ec, n] = co_await read_body_more(x.client, x.buffer);
     if (read_ec) co_return false;  // timed out, or the client left: the answer (if any) closes
     x.buffer.commit(n);
   }
