@@ -377,14 +377,21 @@ error_code MessageParser<isRequest>::parse_head(std::string_view head) {
 template <bool isRequest>
 error_code MessageParser<isRequest>::parse_start_line(const char*& p) {
   // Compared a character at a time: the first that differs stops it, at the final CR at the latest.
+  // HTTP-version = "HTTP/" DIGIT "." DIGIT: HTTP/1.1 (or later) or 1.0. Another major version is
+  // not one this speaks (version_unsupported_).
   const auto version = [&]() -> std::optional<bool> {
-    static constexpr std::string_view kHttp1 = "HTTP/1.";
-    for (std::size_t i = 0; i < kHttp1.size(); ++i) {
-      if (p[i] != kHttp1[i]) return std::nullopt;
+    static constexpr std::string_view kHttp = "HTTP/";
+    for (std::size_t i = 0; i < kHttp.size(); ++i) {
+      if (p[i] != kHttp[i]) return std::nullopt;
     }
-    if (p[7] != '0' && p[7] != '1') return std::nullopt;
+    const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+    if (!digit(p[5]) || p[6] != '.' || !digit(p[7])) return std::nullopt;
+    if (p[5] != '1') {
+      version_unsupported_ = p[8] == '\r' && p[9] == '\n';
+      return std::nullopt;
+    }
     p += 8;
-    return p[-1] == '1';
+    return p[-1] != '0';
   };
   if constexpr (isRequest) {
     // method SP request-target SP HTTP-version CRLF

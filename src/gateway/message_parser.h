@@ -131,8 +131,12 @@ class MessageParser {
   // Transfer-Encoding gives more than "chunked" alone (a request with such is refused).
   bool transfer_coded() const { return transfer_coded_; }
   std::optional<std::uint64_t> content_length() const { return content_length_; }
-  // Once the head is in: HTTP/1.1, rather than 1.0.
+  // Once the head is in: HTTP/1.1, rather than 1.0. (A later HTTP/1.x is taken as 1.1, RFC 9112
+  // 2.3.)
   bool http11() const { return http11_; }
+  // The message failed for its version, which is well-formed but not HTTP/1 ("HTTP/2.0" in a
+  // request line: RFC 9110 15.6.6's 505).
+  bool version_unsupported() const { return version_unsupported_; }
 
   // Requests.
   boost::beast::http::verb method() const { return method_; }
@@ -174,6 +178,7 @@ class MessageParser {
   unsigned status_ = 0;
   std::string_view reason_;
   bool http11_ = true;
+  bool version_unsupported_ = false;
   bool close_ = false;       // "Connection: close"
   bool keep_alive_ = false;  // "Connection: keep-alive"
   std::optional<std::uint64_t> content_length_;

@@ -52,6 +52,8 @@ constexpr std::array<ReasonInfo, kReasonCount> kReasons{{
     {"bad_request", 400, "The request is malformed or ambiguous.", "请求格式错误"},
     {"header_too_large", 431, "The request header is larger than 8 KiB.", "请求头过大"},
     {"uri_too_long", 414, "The request target is longer than 8 KiB.", "请求地址过长"},
+    {"http_version_not_supported", 505, "The HTTP version is not supported; send HTTP/1.1.",
+     "不支持该 HTTP 版本,请使用 HTTP/1.1"},
     {"body_too_large", 413, "The request body is too large.", "请求体过大"},
     {"request_timeout", 408, "The request took too long to arrive.", "请求接收超时"},
     {"client_closed_request", 499, "The client closed the connection before the answer came.",

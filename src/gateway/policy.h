@@ -44,6 +44,7 @@ enum class Reason : std::uint8_t {
   kBadRequest,             // malformed or ambiguous request
   kHeaderTooLarge,
   kUriTooLong,             // 414: a request line over the head's limit on its own
+  kVersionNotSupported,    // 505: a request line of another major version (HTTP/2.0)
   kBodyTooLarge,
   kRequestTimeout,
   kClientClosedRequest,    // 499: the client left while the upstream worked on its request

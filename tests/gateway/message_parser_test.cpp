@@ -69,6 +69,7 @@ TEST(MessageParserTest, TheRequestLineOfAHeadThatDidNotEndIsReadOnRequest) {
   EXPECT_EQ(read("POST /a HTTP/2.0\r\nHost: x\r\n", http::error::bad_version),
             std::tuple(std::string("POST"), std::string("/a"), true, http::verb::post));
   EXPECT_EQ(read("GET /a HTTP/1.1"), std::tuple(std::string(), std::string(), true, http::verb::unknown));
+  EXPECT_EQ(read("GET /a HTTP/1.2\r\n"), std::tuple(std::string("GET"), std::string("/a"), true, http::verb::get));
   EXPECT_EQ(read("get /a HTTP/1.1\r\n", http::error::bad_method),
             std::tuple(std::string(), std::string(), true, http::verb::unknown));
   HeadText text;
@@ -258,7 +259,7 @@ TEST(MessageParserTest, BadRequestHeadsAreRefusedWithTheirReason) {
       {"GET  HTTP/1.1\r\n\r\n", http::error::bad_target},
       {"GET /a b HTTP/1.1\r\n\r\n", http::error::bad_version},
       {"GET / HTTP/2.0\r\n\r\n", http::error::bad_version},
-      {"GET / HTTP/1.2\r\n\r\n", http::error::bad_version},
+      {"GET / HTTP/1.10\r\n\r\n", http::error::bad_version},
       {"GET / http/1.1\r\n\r\n", http::error::bad_version},
       {"GET / HTTP/1.1 \r\n\r\n", http::error::bad_version},
       {"GET /\r\n\r\n", http::error::bad_version},
@@ -291,6 +292,37 @@ TEST(MessageParserTest, BadRequestHeadsAreRefusedWithTheirReason) {
   }
 }
 
+// RFC 9112 2.3: a later minor version of HTTP/1 is taken as the latest this speaks, 1.1, in a request
+// or a response. Another major version, well-formed, is one this does not speak (a 505 for a
+// request); a version that is not one is merely bad (400).
+TEST(MessageParserTest, ALaterHttp1IsHttp11AndAnotherMajorVersionIsUnsupported) {
+  const auto request = [](std::string_view wire, error_code& ec) {
+    HeadText text;
+    RequestParser p(text);
+    put(p, wire, ec);
+    return std::pair{p.http11(), p.version_unsupported()};
+  };
+  error_code ec;
+  EXPECT_EQ(request("GET / HTTP/1.2\r\nHost: h\r\n\r\n", ec), std::pair(true, false));
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_EQ(request("GET / HTTP/1.0\r\n\r\n", ec), std::pair(false, false));
+  EXPECT_FALSE(ec) << ec.message();
+  for (const std::string_view wire : {"GET / HTTP/2.0\r\n\r\n", "GET / HTTP/2.0\r\n", "GET / HTTP/0.9\r\nHost: h\r\n"}) {
+    EXPECT_TRUE(request(wire, ec).second) << wire;
+    EXPECT_EQ(ec, http::error::bad_version) << wire;
+  }
+  for (const std::string_view wire : {"GET / HTTP/2.0 \r\n\r\n", "GET / HTTP/2\r\n\r\n", "GET /\r\n\r\n"}) {
+    EXPECT_FALSE(request(wire, ec).second) << wire;
+    EXPECT_EQ(ec, http::error::bad_version) << wire;
+  }
+  HeadText text;
+  ResponseParser r(text);
+  const std::string_view response = "HTTP/1.2 200 OK\r\nContent-Length: 0\r\n\r\n";
+  EXPECT_EQ(put(r, response, ec), response.size());
+  EXPECT_FALSE(ec) << ec.message();
+  EXPECT_TRUE(r.http11());
+}
+
 TEST(MessageParserTest, BadResponseHeadsAreRefusedWithTheirReason) {
   const Bad cases[] = {
       {"HTTP/1.1 20\r\n\r\n", http::error::bad_status},
@@ -298,6 +330,7 @@ TEST(MessageParserTest, BadResponseHeadsAreRefusedWithTheirReason) {
       {"HTTP/1.1 2000 OK\r\n\r\n", http::error::bad_status},
       {"HTTP/1.1  200 OK\r\n\r\n", http::error::bad_status},
       {"HTTP/3 200 OK\r\n\r\n", http::error::bad_version},
+      {"HTTP/2.0 200 OK\r\n\r\n", http::error::bad_version},
       {"HTTP/1.1 200 O\x01K\r\n\r\n", http::error::bad_reason},
       {"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
        http::error::bad_transfer_encoding},

@@ -2925,23 +2925,24 @@ TEST_F(GatewayTest, AHeadRefusedBeforeItEndedLogsItsRequestLine) {
   EXPECT_EQ(upstream_->requests(), 0);
 }
 
-// A request line that came whole and is not one (HTTP/0.9's "GET /", no version; another version)
-// is a 400 at once, not a 408 once header_timeout has passed for a head that would never be whole;
-// the log names its method and path.
-TEST_F(GatewayTest, ARequestLineWithoutAVersionIs400AtOnce) {
+// A request line that came whole and is not one (HTTP/0.9's "GET /", no version) is a 400 at once,
+// and one of another major version (HTTP/2.0 sent as text) a 505 (RFC 9110 15.6.6), not a 408 once
+// header_timeout has passed for a head that would never be whole; the log names its method and path.
+TEST_F(GatewayTest, ARequestLineWithoutAVersionOrOfAnotherIsAnsweredAtOnce) {
   gw_.reset();
   start(replace_all(config_text(), "header_timeout: 500ms", "header_timeout: 60s"));
-  for (const auto& [bytes, method, path] : {std::tuple{"GET /echo/x\r\n", "GET", "/echo/x"},
-                                            std::tuple{"POST /echo/y?q=1 HTTP/2.0\r\nHost: a\r\n", "POST", "/echo/y"}}) {
+  for (const auto& [bytes, method, path, status, reason] :
+       {std::tuple{"GET /echo/x\r\n", "GET", "/echo/x", 400, "bad_request"},
+        std::tuple{"POST /echo/y?q=1 HTTP/2.0\r\nHost: a\r\n", "POST", "/echo/y", 505, "http_version_not_supported"}}) {
     const std::string out = raw(bytes, 30s);  // the answer, or the gateway's close, ends it
-    ASSERT_EQ(testing::raw_status(out), 400) << bytes << ": " << out;
+    ASSERT_EQ(testing::raw_status(out), status) << bytes << ": " << out;
     EXPECT_NE(out.find("Connection: close"), std::string::npos) << out;
     const std::size_t at = out.find("X-Request-Id: ");
     ASSERT_NE(at, std::string::npos) << out;
     const auto logged = json(access_log_line(out.substr(at + 14, out.find("\r\n", at) - at - 14)));
     EXPECT_EQ(str(logged, "method"), method);
     EXPECT_EQ(str(logged, "path"), path);
-    EXPECT_EQ(str(logged, "reason"), "bad_request");
+    EXPECT_EQ(str(logged, "reason"), reason);
   }
   EXPECT_EQ(upstream_->requests(), 0);
 }
