@@ -5,6 +5,8 @@
 
 #include <future>
 #include <optional>
+#include <sstream>
+#include <vector>
 
 #include "cluster_fixture.h"
 #include "fleet.h"
@@ -380,66 +382,112 @@ TEST_F(ClusterTest, AReleaseRefusedWhileItsKeysAreSplitIsSentAgain) {
   EXPECT_TRUE(again->allowed) << "the place was given back";
 }
 
-// The last lease of a concurrency limit given back on each side of a slot's migration. On the node
-// importing it (the keys moved there, the release sent by ASK), Redis refuses a DEL of several
-// keys one of which is missing; on the node migrating it (the keys still there), a script's access
-// to a key it has emptied. Either cut the release short, after the lease was taken off the set but
-// not off the count: the place stayed taken.
-class ClusterLeaseMigrationTest : public ClusterTest {
+// A state of two keys (a concurrency limit's, a sliding log's) decided on each side of its slot's
+// migration, while the slot is MIGRATING on the old master and IMPORTING on the new one. On the
+// node importing it (the keys moved there, the call sent by ASK), Redis refuses a command of
+// several keys one of which is missing (a DEL of both); on the node migrating it (the keys still
+// there), any access to a key the script has itself emptied. Either stopped the script after what
+// it had written: a lease or an entry taken off the set or the list, but not off the count. The
+// store's time is pinned, so that leases and entries expire when the test says.
+class ClusterMigrationTest : public ClusterTest {
  protected:
   void SetUp() override {
     ClusterTest::SetUp();
-    store_ = open_store(cluster_->address());
+    store_ = open_store(cluster_->address(), {.pinned_clock = &clock_});
     ASSERT_NE(store_, nullptr);
-    move_ = slot_move(*cluster_, slot_);
-    ASSERT_TRUE(move_.has_value()) << "no other master to move slot " << slot_ << " to";
-    const auto held = store_->acquire("migrated", one_);
-    ASSERT_TRUE(held.ok() && held->allowed);
-    held_ = *held;
-    ASSERT_EQ(move_->to->cli({"CLUSTER", "SETSLOT", s_, "IMPORTING", move_->from_id}), "OK");
-    ASSERT_EQ(move_->from->cli({"CLUSTER", "SETSLOT", s_, "MIGRATING", move_->to_id}), "OK");
   }
   void TearDown() override {
     if (move_) finish_move();
     ClusterTest::TearDown();
   }
+  // Marks the slot of `key`'s state MIGRATING on its master and IMPORTING on another.
+  void start_move(const std::string& state_key) {
+    slot_ = std::to_string(key_slot(state_key));
+    move_ = slot_move(*cluster_, std::stoi(slot_));
+    ASSERT_TRUE(move_.has_value()) << "no other master to move slot " << slot_ << " to";
+    ASSERT_EQ(move_->to->cli({"CLUSTER", "SETSLOT", slot_, "IMPORTING", move_->from_id}), "OK");
+    ASSERT_EQ(move_->from->cli({"CLUSTER", "SETSLOT", slot_, "MIGRATING", move_->to_id}), "OK");
+  }
+  // Moves the slot's keys still on the old master (all of them at once, so that none is split).
+  void migrate_keys() {
+    std::istringstream in(move_->from->cli({"CLUSTER", "GETKEYSINSLOT", slot_, "10"}));
+    std::vector<std::string> args{"MIGRATE", "127.0.0.1", std::to_string(move_->to->port()), "", "0", "5000", "KEYS"};
+    for (std::string key; in >> key;) args.push_back(key);
+    if (args.size() > 7) ASSERT_EQ(move_->from->cli(args), "OK");
+  }
   // Moves what is left of the slot's keys and gives the slot to its new master, on every node.
   void finish_move() {
-    std::istringstream keys(move_->from->cli({"CLUSTER", "GETKEYSINSLOT", s_, "10"}));
-    for (std::string key; keys >> key;) {
-      move_->from->cli({"MIGRATE", "127.0.0.1", std::to_string(move_->to->port()), key, "0", "5000"});
-    }
-    move_->to->cli({"CLUSTER", "SETSLOT", s_, "NODE", move_->to_id});
-    for (std::size_t i = 0; i < cluster_->size(); ++i) cluster_->node(i).cli({"CLUSTER", "SETSLOT", s_, "NODE", move_->to_id});
-  }
-  // The release succeeds, and the place is free once the slot has moved. (While it moves, Redis
-  // answers a call on keys that are on neither node TRYAGAIN.)
-  void expect_the_place_given_back() {
-    const Status r = store_->release("migrated", one_, held_.lease);
-    ASSERT_TRUE(r.ok()) << r.error().message;
-    finish_move();
-    const auto again = store_->acquire("migrated", one_);
-    ASSERT_TRUE(again.ok()) << again.error().message;
-    EXPECT_TRUE(again->allowed);
+    migrate_keys();
+    move_->to->cli({"CLUSTER", "SETSLOT", slot_, "NODE", move_->to_id});
+    for (std::size_t i = 0; i < cluster_->size(); ++i) cluster_->node(i).cli({"CLUSTER", "SETSLOT", slot_, "NODE", move_->to_id});
   }
 
-  const int slot_ = key_slot("sluice:{migrated}:cc");
-  const std::string s_ = std::to_string(slot_);
-  const Limit one_ = make(Limit::concurrency({.limit = 1, .lease_timeout = 1h}));
+  ManualClock clock_{std::chrono::seconds(1'700'000'000)};
   std::unique_ptr<redis::RedisStore> store_;
+  std::string slot_;
   std::optional<SlotMove> move_;
-  Decision held_;
 };
 
-TEST_F(ClusterLeaseMigrationTest, TheLastLeaseGivenBackOnTheImportingNode) {
-  ASSERT_EQ(move_->from->cli({"MIGRATE", "127.0.0.1", std::to_string(move_->to->port()), "", "0", "5000", "KEYS",
-                              "sluice:{migrated}:cc", "sluice:{migrated}:cc:meta"}),
-            "OK");
-  expect_the_place_given_back();
+// The last lease given back: the place is free once the slot has moved. (While it moves, Redis
+// answers a call on keys that are on neither node TRYAGAIN.)
+TEST_F(ClusterMigrationTest, TheLastLeaseIsGivenBackOnTheImportingNode) {
+  const Limit one = make(Limit::concurrency({.limit = 1, .lease_timeout = 1h}));
+  const auto held = store_->acquire("migrated", one);
+  ASSERT_TRUE(held.ok() && held->allowed);
+  start_move("sluice:{migrated}:cc");
+  migrate_keys();
+  const Status r = store_->release("migrated", one, held->lease);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  finish_move();
+  const auto again = store_->acquire("migrated", one);
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_TRUE(again->allowed);
 }
 
-TEST_F(ClusterLeaseMigrationTest, TheLastLeaseGivenBackOnTheMigratingNode) {
-  expect_the_place_given_back();
+TEST_F(ClusterMigrationTest, TheLastLeaseIsGivenBackOnTheMigratingNode) {
+  const Limit one = make(Limit::concurrency({.limit = 1, .lease_timeout = 1h}));
+  const auto held = store_->acquire("migrated", one);
+  ASSERT_TRUE(held.ok() && held->allowed);
+  start_move("sluice:{migrated}:cc");
+  const Status r = store_->release("migrated", one, held->lease);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  finish_move();
+  const auto again = store_->acquire("migrated", one);
+  ASSERT_TRUE(again.ok()) << again.error().message;
+  EXPECT_TRUE(again->allowed);
+}
+
+// A lease taken where every lease held has expired, on the node migrating the slot: the expired
+// one is taken off and the new one held, and the state moves whole.
+TEST_F(ClusterMigrationTest, ALeaseIsTakenWhereEveryLeaseExpiredOnTheMigratingNode) {
+  const Limit one = make(Limit::concurrency({.limit = 1, .lease_timeout = 1s}));
+  ASSERT_TRUE(store_->acquire("migrated", one)->allowed);
+  start_move("sluice:{migrated}:cc");
+  clock_.advance(std::chrono::seconds(2));
+  const auto d = store_->acquire("migrated", one);
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_TRUE(d->allowed);
+  finish_move();
+  const auto held = store_->acquire("migrated", one);
+  ASSERT_TRUE(held.ok()) << held.error().message;
+  EXPECT_FALSE(held->allowed) << "the new lease moved with the slot";
+  EXPECT_EQ(held->retry_after, std::chrono::seconds(1));
+}
+
+// The same for a sliding log whose every entry has left the window.
+TEST_F(ClusterMigrationTest, AnEntryIsLoggedWhereEveryEntryLeftTheWindowOnTheMigratingNode) {
+  const Limit one = make(Limit::sliding_log({.limit = 1, .period = 1s}));
+  ASSERT_TRUE(store_->acquire("migrated", one)->allowed);
+  start_move("sluice:{migrated}:sl");
+  clock_.advance(std::chrono::seconds(2));
+  const auto d = store_->acquire("migrated", one);
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_TRUE(d->allowed);
+  finish_move();
+  const auto logged = store_->acquire("migrated", one);
+  ASSERT_TRUE(logged.ok()) << logged.error().message;
+  EXPECT_FALSE(logged->allowed) << "the new entry moved with the slot";
+  EXPECT_EQ(logged->retry_after, std::chrono::seconds(1));
 }
 
 }  // namespace

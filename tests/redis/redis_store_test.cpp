@@ -278,10 +278,10 @@ TEST_F(RedisStoreTest, AnErrorInOneLimitGivesBackWhatTheLimitsBeforeItTook) {
   EXPECT_EQ(server_->cli({"EXISTS", "{a}:cc", "{a}:cc:meta", "{a}:fw"}), "0");
 }
 
-// A script cut short after taking leases or log entries off (Redis refuses a script's access to a
-// key it has emptied, on a node migrating the slot) leaves a count above what is left. A decision
-// that finds what is left can never free what the call needs counts what is left, rather than
-// fail with a Lua error until the state expires.
+// A script cut short after taking leases or log entries off (as an older sluice's was on a node
+// migrating the slot, by a Redis that refused it a key it had emptied) leaves a count above what is
+// left. A decision that finds what is left can never free what the call needs counts what is left,
+// rather than fail with a Lua error until the state expires.
 TEST_F(RedisStoreTest, ALeaseCountAboveWhatTheLeasesHoldIsCountedAgain) {
   auto store = open_store(server_->address());
   ASSERT_NE(store, nullptr);
