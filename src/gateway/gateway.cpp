@@ -1728,13 +1728,16 @@ bool Worker::prepare(Exchange& x) {
 }
 
 Task<bool> Worker::answer(Exchange& x) {
-  const RequestParser& req = x.parser;
+  RequestParser& req = x.parser;
   if (!path_is_clean(x.path)) {
     x.ctx.verdict.bad_request = unclean_path_cause(x.path);
     co_await respond(x, Reason::kBadRequest, &x.ctx.verdict, true);
     finish(x, 400, Reason::kBadRequest, std::nullopt);
     co_return false;
   }
+  // Every answer here but decide's leaves the body unread: a small one that comes at once is
+  // dropped, as a refused request's is, and the connection carries on.
+  if (x.path != "/_sluice/v1/decide" && !req.is_done()) co_await discard_body(x);
   if (x.path == "/_sluice/healthz") {
     if (req.method() != http::verb::get && req.method() != http::verb::head) co_return co_await not_allowed(x, "GET, HEAD");
     // From the stop signal on, drain_delay included: a load balancer takes the instance out first.
@@ -1745,7 +1748,10 @@ Task<bool> Worker::answer(Exchange& x) {
     co_return ok;
   }
   if (x.path == "/_sluice/v1/decide") {
-    if (req.method() != http::verb::post) co_return co_await not_allowed(x, "POST");
+    if (req.method() != http::verb::post) {
+      if (!req.is_done()) co_await discard_body(x);
+      co_return co_await not_allowed(x, "POST");
+    }
     co_return co_await decide_endpoint(x);
   }
   // Another path under /_sluice/.
