@@ -989,6 +989,16 @@ TEST_F(GatewayTest, ARefusedBodySlowerThanTheTimeoutClosesTheConnection) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 4s) << "the refusal was not held past the timeout";
 }
 
+// However long header_timeout is, a refused body is waited for a second at most: a client that
+// stalls is answered then, with the connection closed, rather than after the minute it is given.
+TEST_F(GatewayTest, ARefusedBodyIsWaitedForASecondAtMost) {
+  gw_.reset();
+  start(replace_all(config_text(), "header_timeout: 500ms", "header_timeout: 60s"));
+  ASSERT_EQ(testing::raw_status(raw(post_per_user("u6", "Content-Length: 1\r\nConnection: close\r\n", "x"))), 200);
+  const std::string stalled = raw(post_per_user("u6", "Content-Length: 10\r\n", "hello"), 10s);  // and then nothing
+  EXPECT_EQ(statuses_and_closes(stalled), (std::vector<std::pair<int, bool>>{{429, true}})) << stalled;
+}
+
 // A request that is not proxied (healthz here) counts under no system: nothing of the previous
 // request on the same connection carries over.
 TEST_F(GatewayTest, ARequestOnAKeptAliveConnectionStartsWithAFreshContext) {
