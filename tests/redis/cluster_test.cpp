@@ -422,72 +422,64 @@ class ClusterMigrationTest : public ClusterTest {
     for (std::size_t i = 0; i < cluster_->size(); ++i) cluster_->node(i).cli({"CLUSTER", "SETSLOT", slot_, "NODE", move_->to_id});
   }
 
+  void expect_the_last_lease_given_back(bool keys_moved);
+  void expect_admitted_where_everything_expired(const Limit& one, const std::string& state_key);
+
   ManualClock clock_{std::chrono::seconds(1'700'000'000)};
   std::unique_ptr<redis::RedisStore> store_;
   std::string slot_;
   std::optional<SlotMove> move_;
 };
 
-// The last lease given back: the place is free once the slot has moved. (While it moves, Redis
-// answers a call on keys that are on neither node TRYAGAIN.)
-TEST_F(ClusterMigrationTest, TheLastLeaseIsGivenBackOnTheImportingNode) {
+// The last lease given back, on the importing node (`keys_moved`) or the migrating one: the place is
+// free once the slot has moved. (While it moves, Redis answers a call on keys that are on neither
+// node TRYAGAIN.)
+void ClusterMigrationTest::expect_the_last_lease_given_back(bool keys_moved) {
   const Limit one = make(Limit::concurrency({.limit = 1, .lease_timeout = 1h}));
   const auto held = store_->acquire("migrated", one);
   ASSERT_TRUE(held.ok() && held->allowed);
   start_move("sluice:{migrated}:cc");
-  migrate_keys();
+  if (keys_moved) migrate_keys();
   const Status r = store_->release("migrated", one, held->lease);
   ASSERT_TRUE(r.ok()) << r.error().message;
   finish_move();
   const auto again = store_->acquire("migrated", one);
   ASSERT_TRUE(again.ok()) << again.error().message;
   EXPECT_TRUE(again->allowed);
+}
+
+// A call admitted where everything the state held (one, of one) has expired, on the node migrating
+// the slot: what expired is taken off, what the call takes is held, and the state moves whole.
+void ClusterMigrationTest::expect_admitted_where_everything_expired(const Limit& one, const std::string& state_key) {
+  ASSERT_TRUE(store_->acquire("migrated", one)->allowed);
+  start_move(state_key);
+  clock_.advance(std::chrono::seconds(2));
+  const auto d = store_->acquire("migrated", one);
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_TRUE(d->allowed);
+  finish_move();
+  const auto after = store_->acquire("migrated", one);
+  ASSERT_TRUE(after.ok()) << after.error().message;
+  EXPECT_FALSE(after->allowed) << "what the call took moved with the slot";
+  EXPECT_EQ(after->retry_after, std::chrono::seconds(1));
+}
+
+TEST_F(ClusterMigrationTest, TheLastLeaseIsGivenBackOnTheImportingNode) {
+  expect_the_last_lease_given_back(true);
 }
 
 TEST_F(ClusterMigrationTest, TheLastLeaseIsGivenBackOnTheMigratingNode) {
-  const Limit one = make(Limit::concurrency({.limit = 1, .lease_timeout = 1h}));
-  const auto held = store_->acquire("migrated", one);
-  ASSERT_TRUE(held.ok() && held->allowed);
-  start_move("sluice:{migrated}:cc");
-  const Status r = store_->release("migrated", one, held->lease);
-  ASSERT_TRUE(r.ok()) << r.error().message;
-  finish_move();
-  const auto again = store_->acquire("migrated", one);
-  ASSERT_TRUE(again.ok()) << again.error().message;
-  EXPECT_TRUE(again->allowed);
+  expect_the_last_lease_given_back(false);
 }
 
-// A lease taken where every lease held has expired, on the node migrating the slot: the expired
-// one is taken off and the new one held, and the state moves whole.
 TEST_F(ClusterMigrationTest, ALeaseIsTakenWhereEveryLeaseExpiredOnTheMigratingNode) {
-  const Limit one = make(Limit::concurrency({.limit = 1, .lease_timeout = 1s}));
-  ASSERT_TRUE(store_->acquire("migrated", one)->allowed);
-  start_move("sluice:{migrated}:cc");
-  clock_.advance(std::chrono::seconds(2));
-  const auto d = store_->acquire("migrated", one);
-  ASSERT_TRUE(d.ok()) << d.error().message;
-  EXPECT_TRUE(d->allowed);
-  finish_move();
-  const auto held = store_->acquire("migrated", one);
-  ASSERT_TRUE(held.ok()) << held.error().message;
-  EXPECT_FALSE(held->allowed) << "the new lease moved with the slot";
-  EXPECT_EQ(held->retry_after, std::chrono::seconds(1));
+  expect_admitted_where_everything_expired(make(Limit::concurrency({.limit = 1, .lease_timeout = 1s})),
+                                           "sluice:{migrated}:cc");
 }
 
-// The same for a sliding log whose every entry has left the window.
 TEST_F(ClusterMigrationTest, AnEntryIsLoggedWhereEveryEntryLeftTheWindowOnTheMigratingNode) {
-  const Limit one = make(Limit::sliding_log({.limit = 1, .period = 1s}));
-  ASSERT_TRUE(store_->acquire("migrated", one)->allowed);
-  start_move("sluice:{migrated}:sl");
-  clock_.advance(std::chrono::seconds(2));
-  const auto d = store_->acquire("migrated", one);
-  ASSERT_TRUE(d.ok()) << d.error().message;
-  EXPECT_TRUE(d->allowed);
-  finish_move();
-  const auto logged = store_->acquire("migrated", one);
-  ASSERT_TRUE(logged.ok()) << logged.error().message;
-  EXPECT_FALSE(logged->allowed) << "the new entry moved with the slot";
-  EXPECT_EQ(logged->retry_after, std::chrono::seconds(1));
+  expect_admitted_where_everything_expired(make(Limit::sliding_log({.limit = 1, .period = 1s})),
+                                           "sluice:{migrated}:sl");
 }
 
 }  // namespace
