@@ -413,7 +413,9 @@ class ClusterMigrationTest : public ClusterTest {
     std::istringstream in(move_->from->cli({"CLUSTER", "GETKEYSINSLOT", slot_, "10"}));
     std::vector<std::string> args{"MIGRATE", "127.0.0.1", std::to_string(move_->to->port()), "", "0", "5000", "KEYS"};
     for (std::string key; in >> key;) args.push_back(key);
-    if (args.size() > 7) ASSERT_EQ(move_->from->cli(args), "OK");
+    if (args.size() > 7) {
+      ASSERT_EQ(move_->from->cli(args), "OK");
+    }
   }
   // Moves what is left of the slot's keys and gives the slot to its new master, on every node.
   void finish_move() {
