@@ -222,6 +222,11 @@ class ClosingUpstream {
   }
   std::uint16_t port() const { return port_; }
   int requests() const { return requests_.load(); }  // read whole (kDropNext: and the next, begun)
+  // The requests read whole, as they came on the wire (framed by Content-Length or chunked).
+  std::vector<std::string> received() {
+    std::lock_guard lock(mutex_);
+    return received_;
+  }
   int closed() const { return closed_.load(); }  // connections it has closed
   int unasked() const { return unasked_.load(); }  // kHalfClose: connections the gateway wrote on after
   // kIdle408: the first connection sends its 408 and closes; kStray: it sends its stray response.
@@ -247,6 +252,7 @@ class ClosingUpstream {
       const std::string& response = responses_[std::min(i, responses_.size() - 1)];
       std::string in;
       std::size_t need = std::string::npos;  // header and body, once the header is in
+      bool chunked = false;  // then the body ends with the last chunk (the tests' bodies hold no "0\r\n\r\n")
       char buf[4096];
       while (need == std::string::npos || in.size() < need) {
         const ssize_t n = ::recv(c, buf, sizeof buf, 0);
@@ -256,10 +262,16 @@ class ClosingUpstream {
         if (need == std::string::npos && end != std::string::npos) {
           const std::size_t cl = in.find("Content-Length: ");
           const bool early = after_ == After::kEarly || after_ == After::kEarlyHold;
-          need = end + 4 + (cl < end && !early ? std::stoul(in.substr(cl + 16)) : 0);
+          chunked = !early && in.find("Transfer-Encoding: chunked") < end;
+          need = chunked ? std::string::npos - 1 : end + 4 + (cl < end && !early ? std::stoul(in.substr(cl + 16)) : 0);
         }
+        if (chunked && in.ends_with("\r\n0\r\n\r\n")) need = in.size();
       }
       if (need != std::string::npos && in.size() >= need) {
+        {
+          std::lock_guard lock(mutex_);
+          received_.push_back(in);
+        }
         ++requests_;
         std::size_t sent = 0;
         if (after_ == After::kInterim) {
@@ -329,6 +341,7 @@ class ClosingUpstream {
   std::condition_variable changed_;
   bool time_out_ = false;  // kIdle408, kStray: time the waiting connection out
   bool stray_sent_ = false;
+  std::vector<std::string> received_;
   std::thread thread_;
 };
 
@@ -1263,6 +1276,28 @@ TEST_F(GatewayTest, BodiesStreamBothWays) {
   EXPECT_EQ(big.body.size(), 300000u);
 }
 
+// A chunked message (its head, then its body): `bytes` in all, in chunks larger than 512 bytes and
+// at most 16 KiB, mostly larger than 1 KiB.
+void expect_relayed_in_pieces_of_up_to_16KiB(const std::string& message, std::size_t bytes) {
+  const std::size_t head_end = message.find("\r\n\r\n");
+  ASSERT_NE(message.substr(0, head_end).find("Transfer-Encoding: chunked"), std::string::npos) << message.substr(0, 300);
+  std::size_t total = 0, largest = 0, chunks = 0;
+  for (std::size_t i = head_end + 4;;) {
+    const std::size_t eol = message.find("\r\n", i);
+    ASSERT_NE(eol, std::string::npos);
+    const std::size_t n = std::stoul(message.substr(i, eol - i), nullptr, 16);
+    if (n == 0) break;
+    total += n;
+    largest = std::max(largest, n);
+    ++chunks;
+    i = eol + 2 + n + 2;
+  }
+  EXPECT_EQ(total, bytes);
+  EXPECT_GT(largest, 512u) << "over " << chunks << " chunks";
+  EXPECT_LE(largest, 16u * 1024);
+  EXPECT_LT(chunks, bytes / 1024) << "most pieces are small";
+}
+
 // A body is relayed in pieces of what one read brought, up to 16 KiB: a close-delimited response
 // of 300 KB, all there to read, reaches an HTTP/1.1 client re-chunked in pieces larger than the
 // 512 bytes a read was once held to (which took a read and a write per 512 bytes).
@@ -1276,23 +1311,26 @@ TEST_F(GatewayTest, ABodyIsRelayedInPiecesOfUpTo16KiBNot512Bytes) {
   const std::string out = read_until(fd, "\r\n0\r\n\r\n");
   ::close(fd);
   ASSERT_EQ(testing::raw_status(out), 200) << out.substr(0, 200);
-  const std::size_t head_end = out.find("\r\n\r\n");
-  ASSERT_NE(out.substr(0, head_end).find("Transfer-Encoding: chunked"), std::string::npos);
-  std::size_t total = 0, largest = 0, chunks = 0;
-  for (std::size_t i = head_end + 4;;) {
-    const std::size_t eol = out.find("\r\n", i);
-    ASSERT_NE(eol, std::string::npos);
-    const std::size_t n = std::stoul(out.substr(i, eol - i), nullptr, 16);
-    if (n == 0) break;
-    total += n;
-    largest = std::max(largest, n);
-    ++chunks;
-    i = eol + 2 + n + 2;
-  }
-  EXPECT_EQ(total, kBytes);
-  EXPECT_GT(largest, 512u) << "over " << chunks << " chunks";
-  EXPECT_LE(largest, 16u * 1024);
-  EXPECT_LT(chunks, kBytes / 1024) << "most pieces are small";
+  expect_relayed_in_pieces_of_up_to_16KiB(out, kBytes);
+}
+
+// The same for an upload: seven chunks of 64 KiB, all sent at once, reach the upstream in pieces of
+// what one read brought, up to 16 KiB.
+TEST_F(GatewayTest, AnUploadIsRelayedInPiecesOfUpTo16KiBNot512Bytes) {
+  constexpr std::size_t kChunk = 64 * 1024, kChunks = 7;
+  ClosingUpstream up("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", ClosingUpstream::After::kClose);
+  gw_.reset();
+  start(replace_all(config_text("", up.port()), "max_body_bytes: 4096", "max_body_bytes: 1048576"));
+  char size[16];
+  std::snprintf(size, sizeof size, "%zx", kChunk);
+  std::string request = "POST /closing HTTP/1.1\r\nHost: a\r\nX-System-Key: crm\r\nTransfer-Encoding: chunked\r\n"
+                        "Connection: close\r\n\r\n";
+  for (std::size_t i = 0; i < kChunks; ++i) request += std::string(size) + "\r\n" + std::string(kChunk, 'x') + "\r\n";
+  request += "0\r\n\r\n";
+  ASSERT_EQ(testing::raw_status(raw(request)), 200);
+  const std::vector<std::string> received = up.received();
+  ASSERT_EQ(received.size(), 1u);
+  expect_relayed_in_pieces_of_up_to_16KiB(received[0], kChunk * kChunks);
 }
 
 // An upstream's repeated Content-Length of one value reaches the client as one field (RFC 9110
