@@ -26,6 +26,23 @@ using namespace std::chrono_literals;
 constexpr std::uint64_t kMaxBurst = 100'000;
 constexpr int kMaxConnections = 100'000;
 constexpr double kMaxRate = 10'000'000;
+// One request in about 11.6 days: a slower rate is not a load, and its schedule (in nanoseconds
+// from the start, 64 bits) would overflow within a few requests.
+constexpr double kMinRate = 1e-6;
+// The last request of a schedule is due within this (a little under the 292 years that nanoseconds
+// in 64 bits hold).
+constexpr double kMaxScheduleSeconds = 9e9;
+
+// "1 request", "2 requests".
+std::string requests_text(std::uint64_t n) {
+  return std::to_string(n) + (n == 1 ? " request" : " requests");
+}
+
+std::string format_rate(double rate) {
+  std::ostringstream out;
+  out << rate;
+  return out.str();
+}
 
 Error bad(std::string message) { return invalid_argument(std::move(message)); }
 
@@ -296,22 +313,27 @@ Status plan_load(const Options& o, Plan& plan) {
     if (!from || !to) {
       return bad("--ramp '" + *o.ramp + "': write FROM:TO in requests per second, e.g. 10:500");
     }
-    if (*from < 0 || *to < 0 || (*from == 0 && *to == 0) || *from > kMaxRate || *to > kMaxRate) {
-      return bad("--ramp rates must be between 0 and 10000000 per second, not both 0");
+    const auto in_range = [](double r) { return r == 0 || (r >= kMinRate && r <= kMaxRate); };
+    if (!in_range(*from) || !in_range(*to) || (*from == 0 && *to == 0)) {
+      return bad("--ramp rates must be 0 or from 0.000001 to 10000000 per second, not both 0");
     }
     plan.mode = Mode::kRate;
     plan.ramp = true;
     plan.duration = duration;
     plan.schedule = Schedule::ramp(*from, *to, duration);
   } else if (o.rate) {
-    if (!(*o.rate > 0) || *o.rate > kMaxRate) {
-      return bad("--rate must be more than 0 and at most 10000000 per second");
+    if (!(*o.rate >= kMinRate) || *o.rate > kMaxRate) {
+      return bad("--rate must be from 0.000001 (one request in 11.6 days) to 10000000 per second");
     }
     if (o.requests && o.duration) {
       return bad("--rate runs for --requests or for --duration, not both");
     }
     plan.mode = Mode::kRate;
     if (o.requests) {
+      if (static_cast<double>(*o.requests - 1) / *o.rate > kMaxScheduleSeconds) {
+        return bad("--rate " + format_rate(*o.rate) + " for " + std::to_string(*o.requests) +
+                   " requests would take over 285 years: give a higher rate or fewer requests");
+      }
       plan.schedule = Schedule::constant(*o.rate, *o.requests);
     } else {
       plan.duration = o.duration ? duration : Nanos{10s};
@@ -432,16 +454,6 @@ Status plan_expectations(const Options& o, Plan& plan) {
   return {};
 }
 
-// "1 request", "2 requests".
-std::string requests_text(std::uint64_t n) {
-  return std::to_string(n) + (n == 1 ? " request" : " requests");
-}
-
-std::string format_rate(double rate) {
-  std::ostringstream out;
-  out << rate;
-  return out.str();
-}
 
 }  // namespace
 

@@ -43,6 +43,8 @@ constexpr std::int64_t kAbort = -1;  // Shared::go when the run is called off du
 constexpr Nanos kBurstLead = 10ms;   // from "all connected" to the burst's instant
 constexpr Nanos kBurstSpin = 300us;  // spin, rather than sleep, this close to the instant
 constexpr Nanos kStopPoll = 50ms;    // how often the opening of connections looks for a stop
+constexpr Nanos kFirstConnectBackoff = 1ms;  // closed loop, after a connect fails (see on_connect)
+constexpr Nanos kMaxConnectBackoff = 100ms;
 
 bool iequals(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
@@ -179,9 +181,12 @@ struct alignas(64) LiveCounters {
 };
 
 struct Conn {
-  explicit Conn(asio::io_context& io) : socket(io), buffer(new char[kReadBuffer]) {}
+  explicit Conn(asio::io_context& io) : socket(io), pause(io), buffer(new char[kReadBuffer]) {}
 
   tcp::socket socket;
+  // Closed loop: while connecting fails, the next request waits connect_backoff (see on_connect).
+  asio::steady_timer pause;
+  Nanos connect_backoff{0};
   std::unique_ptr<char[]> buffer;
   std::size_t begin = 0;  // unparsed bytes are buffer[begin, end)
   std::size_t end = 0;
@@ -299,8 +304,15 @@ class Worker {
       if (--pending_connects_ == 0) sweep_.cancel();
       return;
     }
-    if (ec && c.timed_out) return fail(c, "connect: no answer within " + timeout_text());
-    if (ec) return fail(c, "connect: " + ec.message());
+    if (ec) {
+      // The next request on the connection (closed loop) waits 1 ms, then twice as long after each
+      // connect that fails, up to 100 ms: a server gone mid-run is not tried thousands of times a
+      // second, each a request counted as failed.
+      c.connect_backoff = std::clamp(2 * c.connect_backoff, Nanos{kFirstConnectBackoff}, Nanos{kMaxConnectBackoff});
+      if (c.timed_out) return fail(c, "connect: no answer within " + timeout_text());
+      return fail(c, "connect: " + ec.message());
+    }
+    c.connect_backoff = Nanos{0};
     write(c);
   }
 
@@ -706,7 +718,10 @@ class Worker {
         break;
       case Mode::kRequests:
       case Mode::kDuration:
-        if (take_closed_loop_request(c, now)) return begin_request(c, now);
+        if (take_closed_loop_request(c, now)) {
+          if (c.connect_backoff > Nanos{0}) return begin_after_backoff(c);
+          return begin_request(c, now);
+        }
         --busy_;
         break;
       case Mode::kRate:
@@ -715,6 +730,18 @@ class Worker {
         return dispatch();
     }
     if (busy_ == 0) finish();
+  }
+
+  // Closed loop, after a connect failed: the request taken goes once connect_backoff has passed,
+  // unless the run has ended or been stopped meanwhile.
+  void begin_after_backoff(Conn& c) {
+    c.pause.expires_after(c.connect_backoff);
+    c.pause.async_wait([this, &c](error_code) {
+      const Nanos now = since_start();
+      const bool over = plan_.mode == Mode::kDuration && now >= plan_.duration;
+      if (!over && !shared_.stop.load(std::memory_order_relaxed)) return begin_request(c, now);
+      if (--busy_ == 0) finish();
+    });
   }
 
   void finish() {

@@ -107,9 +107,13 @@ class ReportFile {
   }
   const std::string& path() const { return path_; }
 
-  // Whether the file could be written, without creating or truncating it: "" or what is wrong.
+  // Whether the file could be written, without creating or truncating it: "" or what is wrong. A
+  // file not there yet is tried by making (and removing) a temporary file beside it, as write()
+  // will: a directory that access() says is writable may still refuse a new file (/proc, /sys, a
+  // read-only mount, for root).
   std::string check() const {
     if (to_stdout()) return {};
+    if (path_.empty()) return flag_ + ": give a file name, or - for stdout";
     struct stat st {};
     if (::stat(path_.c_str(), &st) == 0) {
       if (S_ISDIR(st.st_mode)) return problem("it is a directory");
@@ -117,7 +121,11 @@ class ReportFile {
       return {};  // written in place when no temporary file can be made beside it
     }
     if (errno != ENOENT) return problem(error_text(errno));
-    if (::access(directory_of(path_).c_str(), W_OK | X_OK) != 0) return problem(error_text(errno));
+    std::string temp = temp_name();
+    const int fd = ::mkstemp(temp.data());
+    if (fd < 0) return problem(error_text(errno));
+    ::close(fd);
+    ::unlink(temp.c_str());
     return {};
   }
 
@@ -135,7 +143,7 @@ class ReportFile {
     struct stat st {};
     const bool exists = ::lstat(path_.c_str(), &st) == 0;
     if (exists && !S_ISREG(st.st_mode)) return write_in_place(content);
-    std::string temp = directory_of(path_) + "/." + base_name(path_) + ".XXXXXX";
+    std::string temp = temp_name();
     const int fd = ::mkstemp(temp.data());
     if (fd < 0) return exists ? write_in_place(content) : problem(error_text(errno));
     // mkstemp makes the file 0600: give it the old file's mode, or what a new file would get.
@@ -174,6 +182,9 @@ class ReportFile {
     out.close();
     return out ? "" : problem("error while writing");
   }
+
+  // The template of a temporary file beside the report, for mkstemp.
+  std::string temp_name() const { return directory_of(path_) + "/." + base_name(path_) + ".XXXXXX"; }
 
   static std::string directory_of(const std::string& path) {
     const auto slash = path.rfind('/');
@@ -219,7 +230,9 @@ int run_bench(const bench::Options& options, const Output& output) {
     std::cerr << (isatty(STDOUT_FILENO) == 1 ? "\r\x1b[K" : "") << "sluice bench: stopping: waiting up to "
               << options.timeout << " for the requests in flight; Ctrl-C again to quit at once\n";
   };
-  const bool live = !output.quiet && isatty(STDOUT_FILENO) == 1;
+  // The progress line, on a terminal, and only where the text report goes: not over JSON or SVG on
+  // stdout (a terminal may still be read by a program: a pty in CI, `docker run -t`).
+  const bool live = !output.quiet && isatty(STDOUT_FILENO) == 1 && !json_to_stdout && !chart_to_stdout;
   if (live) {
     hooks.on_progress = [](const bench::Progress& p) {
       std::cout << "\r" << bench::format_progress(p) << "\x1b[K" << std::flush;

@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <fcntl.h>
+#include <stdlib.h>
+#include <termios.h>
 #include <netinet/in.h>
 #include <unistd.h>
 
@@ -80,6 +82,40 @@ Outcome finish(pid_t pid) {
 }
 
 Outcome sluice(const std::vector<std::string>& args) { return finish(start(args)); }
+
+// Runs the binary with its stdout on a terminal (a pseudo-terminal whose output is read here as it
+// comes, its newlines kept as they are written): what it printed there, and its exit status.
+std::pair<int, std::string> sluice_on_a_terminal(const std::vector<std::string>& args) {
+  const int master = posix_openpt(O_RDWR | O_NOCTTY);
+  if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0) return {-1, "no pseudo-terminal"};
+  const std::string slave_name = ptsname(master);
+  std::vector<std::string> argv_strings{SLUICE_BINARY};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int slave = open(slave_name.c_str(), O_RDWR | O_NOCTTY);
+    termios raw{};
+    tcgetattr(slave, &raw);
+    raw.c_oflag &= ~static_cast<tcflag_t>(OPOST);  // "\n" stays "\n"
+    tcsetattr(slave, TCSANOW, &raw);
+    dup2(slave, STDOUT_FILENO);
+    const int e = open(err_path().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(e, STDERR_FILENO);
+    alarm(20);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(master, buf, sizeof buf)) > 0;) out.append(buf, static_cast<std::size_t>(n));  // EIO once it exits
+  int wstatus = 0;
+  waitpid(pid, &wstatus, 0);
+  close(master);
+  return {WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1, out};
+}
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -334,6 +370,36 @@ TEST(Cli, JsonToADashGoesToStdoutInPlaceOfTheReport) {
   ASSERT_FALSE(ec) << o.out;
   EXPECT_EQ(report.at("requests").to_number<int>(), 5);
   EXPECT_EQ(sluice({"bench", "-n", "5", "--json", "-", "--chart", "-", server.url()}).status, 2);
+}
+
+// On a terminal, the progress line is drawn where the text report goes, but not over the JSON that
+// takes its place (a pty in CI, `docker run -t`): the terminal gets the JSON alone.
+TEST(Cli, JsonToADashOnATerminalHasNoProgressLine) {
+  TestServer server;
+  const auto [status, out] = sluice_on_a_terminal({"bench", "-n", "5", "--json", "-", server.url()});
+  EXPECT_EQ(status, 0) << out << slurp(err_path());
+  EXPECT_FALSE(contains(out, "\r")) << out;
+  boost::system::error_code ec;
+  const boost::json::value report = boost::json::parse(out, ec);
+  ASSERT_FALSE(ec) << out;
+  EXPECT_EQ(report.at("requests").to_number<int>(), 5);
+  const auto [text_status, text] = sluice_on_a_terminal({"bench", "-n", "5", server.url()});
+  EXPECT_EQ(text_status, 0);
+  EXPECT_TRUE(contains(text, "\r\x1b[K")) << "the text report has its progress line cleared: " << text;
+}
+
+// A report file that cannot be made is refused before the run, which sends nothing: an empty name,
+// and a file in a directory that access() says root may write but that refuses new files (/proc).
+TEST(Cli, AReportFileThatCannotBeMadeIsRefusedBeforeTheRun) {
+  TestServer server;
+  for (const std::vector<std::string>& flags : {std::vector<std::string>{"--json", ""}, {"--chart", ""},
+                                               {"--json", "/proc/sluice-bench-test.json"}}) {
+    const Outcome o = sluice({"bench", "-n", "3", flags[0], flags[1], server.url()});
+    EXPECT_EQ(o.status, 2) << flags[1] << ": " << o.out << o.err;
+    EXPECT_TRUE(contains(o.err, flags[0] + ": ")) << o.err;
+    EXPECT_FALSE(contains(o.out, "Requests")) << "no run: " << o.out;
+  }
+  EXPECT_EQ(server.arrivals().size(), 0u);
 }
 
 TEST(Cli, QuietPrintsNothingWhenAllIsWell) {

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <map>
 #include <set>
+#include <thread>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -405,6 +406,35 @@ TEST(Load, ARefusedConnectionFailsWithAClearMessage) {
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.error().message,
             "cannot connect to 127.0.0.1:" + std::to_string(port) + ": Connection refused");
+}
+
+// A server that goes away mid-run: in a closed loop each connection tries again after a pause that
+// doubles from 1 ms to 100 ms, rather than at once, thousands of times a second (each a request
+// counted as failed). Two connections for 600 ms: about ten tries each.
+TEST(Load, AClosedLoopAgainstAServerGoneTriesAgainAfterAPause) {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor acceptor(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  const auto port = acceptor.local_endpoint().port();
+  // Takes the run's two connections, then stops listening and closes them unanswered.
+  std::thread gone([&] {
+    boost::asio::ip::tcp::socket a(io), b(io);
+    acceptor.accept(a);
+    acceptor.accept(b);
+    acceptor.close();
+  });
+  Options o;
+  o.url = "http://127.0.0.1:" + std::to_string(port) + "/";
+  o.duration = "600ms";
+  o.connections = 2;
+  const Plan plan = plan_of(o);
+  Result<RunResult> result = run(plan);
+  gone.join();
+  ASSERT_TRUE(result.ok()) << result.error().message;
+  const Report r = make_report(plan, *result);
+  EXPECT_EQ(r.responses, 0u);
+  EXPECT_GE(r.errors, 4u);
+  EXPECT_LE(r.errors, 60u) << "tried again at once";
+  EXPECT_GE(r.error_counts.count("connect: Connection refused"), 1u);
 }
 
 TEST(Load, AStopEndsTheRunEarlyWithWhatWasSeen) {

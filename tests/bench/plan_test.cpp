@@ -231,6 +231,24 @@ TEST(Plan, RejectsARampWithoutDurationOrWithBadRates) {
   EXPECT_NE(error_of(o).find("not both 0"), std::string::npos);
 }
 
+// A rate so low that its schedule (nanoseconds from the start) overflows sent every request at once:
+// it is refused, as is a number of requests whose last would be due centuries out.
+TEST(Plan, ARateTooLowForItsScheduleIsRefused) {
+  Options o = with_url();
+  o.rate = 1e-10;
+  o.requests = 3;
+  EXPECT_NE(error_of(o).find("--rate must be from 0.000001"), std::string::npos) << error_of(o);
+  o.rate = 1e-6;
+  ok(o);
+  o.requests = 100'000;
+  EXPECT_NE(error_of(o).find("would take over 285 years"), std::string::npos) << error_of(o);
+  o.requests.reset();
+  o.rate.reset();
+  o.duration = "10s";
+  o.ramp = "0:1e-10";
+  EXPECT_NE(error_of(o).find("--ramp rates must be 0 or from 0.000001"), std::string::npos) << error_of(o);
+}
+
 TEST(Plan, ADurationTooLongAndAURLWithASpaceSayWhatIsWrong) {
   // Both said what they are not: "'106752d' is not a duration", "is not a URL (leftover)".
   Options o = with_url();
