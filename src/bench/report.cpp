@@ -143,8 +143,8 @@ void append_rate_limit(std::string& out, const RateLimitSummary& rl, std::uint64
           "window check", static_cast<unsigned long long>(rl.window_rises),
           static_cast<unsigned long long>(rl.window_checks), rl.first_rise.c_str(), "");
     } else if (rl.window_checks > 0) {
-      out += format("    %-18s remaining only fell within each window (%llu checks)\n",
-                    "window check", static_cast<unsigned long long>(rl.window_checks));
+      out += format("    %-18s remaining only fell within each window (%llu check%s)\n", "window check",
+                    static_cast<unsigned long long>(rl.window_checks), rl.window_checks == 1 ? "" : "s");
     } else {
       out += format("    %-18s no two responses on a connection fell in one window for sure\n",
                     "window check");

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   // only an access log there (see access_log_ok()).
   if (sluice::cli::stdout_was_closed() && !(argc > 1 && std::string_view(argv[1]) == "serve")) {
     std::fprintf(stderr, "sluice: stdout is closed: start sluice with it open (>/dev/null to drop what it writes)\n");
-    return 1;
+    return kUsageError;  // as for bad flags: 1 says something of the command's own (bench: a failed assertion)
   }
   // A reader of stdout or stderr that goes away (a log shipper restarted, `| head`) fails the
   // writes to it, and costs what they carried; it does not kill the gateway, or a bench run.

@@ -162,6 +162,19 @@ TEST(Report, ARiseOfRemainingSaysWhatItMeansForEachAlgorithm) {
       << text;
 }
 
+TEST(Report, AWindowCheckThatFoundNoRiseCountsItsChecksInWords) {
+  // It said "(1 checks)".
+  RunResult run = fifty_fifty();
+  run.stats.rate_limit.remaining.add(1);
+  for (const auto& [checks, words] : {std::pair{1, "(1 check)"}, std::pair{2, "(2 checks)"}}) {
+    run.stats.rate_limit.window_checks = checks;
+    const std::string text = format_report(make_report(burst_plan(), run));
+    EXPECT_NE(text.find(std::string("window check       remaining only fell within each window ") + words + "\n"),
+              std::string::npos)
+        << text;
+  }
+}
+
 TEST(Report, RemainingIsCountedInValuesNotResponses) {
   // Two responses of two quotas each: the text said "on 4 responses".
   RunResult run = fifty_fifty();

@@ -641,15 +641,17 @@ TEST_F(ProcessTest, AnAccessLogToAStdoutThatWasClosedIsRefused) {
   EXPECT_EQ(std::filesystem::last_write_time(dir_ + "/sluice.db"), before);
 }
 
-// The other commands are run for what they write to stdout (a token shown once, an export): with it
-// closed they refuse to run, rather than write it to the /dev/null standing in for it.
+// The other commands are run for what they write to stdout (a token shown once, an export, a bench
+// report): with it closed they refuse to run, rather than write it to the /dev/null standing in for
+// it, and exit 2, as for bad flags (bench's 1 is a failed assertion).
 TEST_F(ProcessTest, ACommandOtherThanServeRefusesAClosedStdout) {
   testing::write_file(config_path_, config_yaml(upstream_->port(), 100, "closed"));
   const std::vector<std::string> commands{"token create --role admin --db " + dir_ + "/tokens.db",
-                                          "config export --db " + dir_ + "/tokens.db", "config check " + config_path_};
+                                          "config export --db " + dir_ + "/tokens.db", "config check " + config_path_,
+                                          "bench --help", "bench -n 1 http://127.0.0.1:1/"};
   for (const std::string& command : commands) {
     Child child({"/bin/sh", "-c", std::string("exec ") + SLUICE_BINARY + " " + command + " >&-"}, dir_);
-    EXPECT_EQ(child.wait_exit(10s), 1) << command;
+    EXPECT_EQ(child.wait_exit(10s), 2) << command;
     EXPECT_EQ(child.stderr_text(),
               "sluice: stdout is closed: start sluice with it open (>/dev/null to drop what it writes)\n")
         << command;
