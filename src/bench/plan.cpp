@@ -417,7 +417,15 @@ Status plan_requests(const Options& o, Plan& plan) {
   std::string head = method + " " + plan.target.path + " HTTP/1.1\r\n";
   if (!given("Host")) head += "Host: " + plan.target.host_header + "\r\n";
   if (!given("User-Agent")) head += "User-Agent: sluice-bench\r\n";
-  for (const HeaderLine& h : headers) head += h.name + ": " + h.value + "\r\n";
+  for (const HeaderLine& h : headers) {
+    head += h.name + ": " + h.value + "\r\n";
+    // RFC 9112 9.6: the connection closes after the response to a request that says close, whatever
+    // the response says.
+    if (iequals(h.name, "Connection")) {
+      std::stringstream options(h.value);
+      for (std::string option; std::getline(options, option, ',');) plan.close_each |= iequals(trim(option), "close");
+    }
+  }
   const bool sends_body = !body.empty() || method == "POST" || method == "PUT" || method == "PATCH";
   std::string tail;
   if (sends_body) tail += "Content-Length: " + std::to_string(body.size()) + "\r\n";

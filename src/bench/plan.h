@@ -71,6 +71,7 @@ struct Plan {
   std::optional<Schedule> schedule;  // kRate: constant or ramp
   bool ramp = false;                 // kRate given by --ramp, even with FROM equal to TO
   bool head = false;                 // HEAD: responses carry no body whatever their headers say
+  bool close_each = false;           // the request says "Connection: close": one request a connection
   // One serialised request per value of the varied header (one in all when nothing varies).
   std::vector<std::string> wire;
   std::string vary_name;

@@ -668,7 +668,7 @@ class Worker {
     note_rate_limit_fields(c, now);
     c.parser.reset();
     ++c.exchanges;
-    if (!keep_alive || c.write_failed) close(c);
+    if (!keep_alive || plan_.close_each || c.write_failed) close(c);
     finish_request(c, now);
   }
 

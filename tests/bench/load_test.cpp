@@ -199,6 +199,24 @@ TEST(Load, AConnectionTheServerClosedWhileIdleIsNotUsedAgain) {
   EXPECT_EQ(connections, (std::set<int>{1, 2, 3}));
 }
 
+// A request that says "Connection: close" is the last on its connection, whatever the server says:
+// the next goes on a new one. (It was written on the same connection, met the server's close and
+// was sent again: "Retried 9" for ten requests.)
+TEST(Load, ARequestThatSaysCloseIsTheLastOnItsConnection) {
+  TestServer server;  // keeps connections open, whatever the request says
+  Options o;
+  o.url = server.url();
+  o.requests = 10;
+  o.connections = 1;
+  o.headers = {"Connection: close"};
+  const Report r = run_ok(plan_of(o));
+  EXPECT_EQ(r.responses, 10u);
+  EXPECT_EQ(r.retried, 0u);
+  std::set<int> connections;
+  for (const Arrival& a : server.arrivals()) connections.insert(a.connection);
+  EXPECT_EQ(connections.size(), 10u);
+}
+
 TEST(Load, AConnectionWithBytesNobodyAskedForIsNotUsedAgain) {
   // Bytes after a response would be read as the next request's response: a bad response, it was.
   TestServer server(TestServerOptions{
