@@ -228,9 +228,12 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     if (asking) c->send(encode({"ASKING"}), [](Result<Reply>) {}, deadline);
     c->send(command, [self = shared_from_this(), gate = std::move(gate), permit, slot, command,
                       callback = std::move(callback), deadline, hops](Result<Reply> r) mutable {
-      // Any answer, an error reply or a redirection too, is the node answering.
-      const bool failed = !r.ok() && (r.error().code == ErrorCode::kTimeout ||
-                                      r.error().code == ErrorCode::kStoreUnavailable);
+      // Any answer, an error reply or a redirection too, is the node answering; but CLUSTERDOWN and
+      // MASTERDOWN, the node refusing every slot it has, are it failing, as a timeout is: once its
+      // breaker opens, its calls fail at once, and another master answering keeps the store's
+      // breaker closed (see node_failure).
+      const bool failed = !r.ok() ? r.error().code == ErrorCode::kTimeout || r.error().code == ErrorCode::kStoreUnavailable
+                                  : is_error(*r) && node_refusing(text(*r));
       gate->breaker.record(permit, failed);
       (failed ? gate->failed : gate->answered) = self->clock().now();
       self->on_reply(slot, command, std::move(callback), deadline, hops, std::move(r));

@@ -91,18 +91,34 @@ inline bool try_again(const Error& e) { return e.message.starts_with("redis clus
 // is being handed over between two masters.
 inline constexpr std::string_view kSlotStillMoving = " still being moved: ";
 
-// Whether a cluster's call failed for one node: it timed out there, its node breaker is open, or no
-// connection to the node it was redirected to came in time. (Whether the others answer is for
-// Client::a_master_answering to say.)
+// How a cluster node answers a call for a slot that no master serves.
+inline constexpr std::string_view kSlotNotServed = "CLUSTERDOWN Hash slot not served";
+
+// Whether an error reply is a cluster node refusing every call it gets, whatever the slot: it sees
+// the cluster down (CLUSTERDOWN, but for a slot not served: a node cut off from the majority, or one
+// that requires full coverage while some slot is not served), or is a replica whose master is lost
+// (MASTERDOWN).
+inline bool node_refusing(std::string_view error_reply) {
+  return (error_reply.starts_with("CLUSTERDOWN") && !error_reply.starts_with(kSlotNotServed)) ||
+         error_reply.starts_with("MASTERDOWN");
+}
+
+// Whether a cluster's call failed for one node: it timed out there, its node breaker is open, no
+// connection to the node it was redirected to came in time, or the node refused it (node_refusing).
+// (Whether the others answer is for Client::a_master_answering to say.)
 inline bool node_failure(const Error& e) {
+  constexpr std::string_view kPrefix = "redis cluster: ";
   return e.code == ErrorCode::kTimeout || e.message.starts_with(kNodeNotAnswering) ||
-         e.message.starts_with(kNodeNotConnected);
+         e.message.starts_with(kNodeNotConnected) ||
+         (e.message.starts_with(kPrefix) && node_refusing(std::string_view(e.message).substr(kPrefix.size())));
 }
 
 // Whether a call failed for its slot alone, while the cluster's other slots may answer: no master
-// serves it, or it is moving (try_again, or redirected to the end).
+// serves it (as the map says, or as its node answers), or it is moving (try_again, or redirected to
+// the end).
 inline bool slot_failure(const Error& e) {
   return e.message.starts_with(kNoMasterForSlot) || try_again(e) ||
+         e.message.starts_with("redis cluster: " + std::string(kSlotNotServed)) ||
          (e.message.starts_with("redis cluster: slot ") && e.message.find(kSlotStillMoving) != std::string::npos);
 }
 

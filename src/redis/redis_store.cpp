@@ -512,12 +512,12 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   // Tells the breaker how a call went: only a Redis that cannot answer is a failure. On a cluster, a
   // call that failed for its slot alone (no master serves it, until a replica is promoted; it is
   // moving), or for its node alone while another master answers (a timeout there, its node breaker
-  // open: see ClientOptions::node_breaker), is not counted either way: as a failure it would open
-  // the one breaker, and every limit on the other masters would follow its on_store_failure too;
-  // as a success it would hide an outage of every master (which opens the breaker through the
-  // failed reconnections, see attempt_failed, or through its nodes' failures once none answers).
-  // CLUSTERDOWN counts. As a probe (half-open), it frees its place for another call, which may
-  // show the store deciding.
+  // open: see ClientOptions::node_breaker; CLUSTERDOWN from it), is not counted either way: as a
+  // failure it would open the one breaker, and every limit on the other masters would follow its
+  // on_store_failure too; as a success it would hide an outage of every master (which opens the
+  // breaker through the failed reconnections, see attempt_failed, or through its nodes' failures
+  // once none answers: a cluster down answers CLUSTERDOWN from every node). As a probe (half-open),
+  // it frees its place for another call, which may show the store deciding.
   void record(const BreakerPermit& permit, const std::optional<Error>& error) {
     const bool transient =
         error && (error->code == ErrorCode::kStoreUnavailable || error->code == ErrorCode::kTimeout);

@@ -303,31 +303,79 @@ TEST_F(ClusterTest, AMasterThatAnsweredOverASecondAgoDoesNotKeepTheStoresBreaker
   EXPECT_EQ(store->breaker().state(), BreakerState::kOpen) << "a master that answered over a second ago";
 }
 
-// A master that answers CLUSTERDOWN (here: a slot it no longer serves, which it then says of the
-// whole cluster's state) answers: it is Redis refusing to decide, which the store's breaker counts,
-// as it counts a cluster that says so from every node (a master lost with its replicas under
-// cluster-require-full-coverage yes), though the node breakers saw it answer.
-TEST_F(ClusterTest, CallsAnsweredClusterDownOpenTheStoresBreaker) {
+// A master that answers CLUSTERDOWN for every slot it serves: it requires full coverage (Redis's
+// default) and has given up another slot (`given_up`, next to `slot`), so it sees the cluster down, as
+// a node cut off from the majority does. The key "down" is on `slot`; `other` is a key on another
+// master.
+struct ClusterDownMaster {
+  ClusterDownMaster(RedisCluster& cluster, redis::RedisStore& s, const Limit& l) : store(s), limit(l) {
+    master = cluster.master_of(slot);
+    given_up = cluster.master_of(slot - 1) == master ? slot - 1 : slot + 1;
+    if (cluster.master_of(given_up) != master) master = nullptr;
+    for (int i = 0; master != nullptr && cluster.master_of(redis::detail::key_slot("sluice:{" + other + "}:fw")) == master;) {
+      other = "other" + std::to_string(++i);
+    }
+  }
+  // Makes the master answer CLUSTERDOWN, until the destructor.
+  bool go_down() {
+    return master->cli({"CONFIG", "SET", "cluster-require-full-coverage", "yes"}) == "OK" &&
+           master->cli({"CLUSTER", "DELSLOTS", std::to_string(given_up)}) == "OK";
+  }
+  ~ClusterDownMaster() {
+    if (master == nullptr) return;
+    master->cli({"CLUSTER", "ADDSLOTS", std::to_string(given_up)});
+    master->cli({"CONFIG", "SET", "cluster-require-full-coverage", "no"});
+  }
+  // Calls `key` n times, or until the store's breaker opens: whether a call failed with CLUSTERDOWN.
+  bool calls_answered_cluster_down(const std::string& key, int n, bool with_other = false) {
+    bool seen = false;
+    for (int i = 0; i < n && store.breaker().state() == BreakerState::kClosed; ++i) {
+      if (with_other) {
+        EXPECT_TRUE(store.acquire(other, limit).ok()) << "a key on another master";
+      }
+      const Result<Decision> d = store.acquire(key, limit);
+      seen |= !d.ok() && d.error().message.find("CLUSTERDOWN") != std::string::npos;
+    }
+    return seen;
+  }
+
+  redis::RedisStore& store;
+  const Limit& limit;
+  const int slot = redis::detail::key_slot("sluice:{down}:fw");
+  int given_up = 0;
+  RedisServer* master = nullptr;
+  std::string other = "other";
+};
+
+// A master that answers CLUSTERDOWN fails only its own calls while another master answers (at once,
+// once its node breaker has opened): the store's breaker stays closed, and the limits whose keys are
+// on the other masters are still decided on Redis. (It opened the store's breaker, for every
+// limit, where the master saying CLUSTERDOWN was one of four.)
+TEST_F(ClusterTest, CallsAnsweredClusterDownByOneMasterFailOnlyItsOwn) {
   auto store = open_store(cluster_->address(), {}, Timeouts::kProduction);
   ASSERT_NE(store, nullptr);
   const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
-  const std::string key = "down";
-  const int slot = redis::detail::key_slot("sluice:{down}:fw");
-  RedisServer* master = cluster_->master_of(slot);
-  ASSERT_NE(master, nullptr);
-  ASSERT_TRUE(store->acquire(key, limit).ok());
-  ASSERT_EQ(master->cli({"CLUSTER", "DELSLOTS", std::to_string(slot)}), "OK");
-  struct AddBack {
-    RedisServer* server;
-    int slot;
-    ~AddBack() { server->cli({"CLUSTER", "ADDSLOTS", std::to_string(slot)}); }
-  } add_back{master, slot};
-  std::string error;
-  for (int i = 0; i < 20 && store->breaker().state() == BreakerState::kClosed; ++i) {
-    const Result<Decision> d = store->acquire(key, limit);
-    if (!d.ok()) error = d.error().message;
-  }
-  EXPECT_NE(error.find("CLUSTERDOWN"), std::string::npos) << error;
+  ClusterDownMaster down(*cluster_, *store, limit);
+  ASSERT_NE(down.master, nullptr);
+  ASSERT_TRUE(store->acquire("down", limit).ok());
+  ASSERT_TRUE(down.go_down());
+  EXPECT_TRUE(down.calls_answered_cluster_down("down", 20, /*with_other=*/true));
+  EXPECT_EQ(store->breaker().state(), BreakerState::kClosed);
+  EXPECT_FALSE(store->acquire("down", limit).ok());
+}
+
+// With no other master answering, calls answered CLUSTERDOWN open the store's breaker, as a cluster
+// does that says so from every node (a master lost with its replicas, under
+// cluster-require-full-coverage yes).
+TEST_F(ClusterTest, CallsAnsweredClusterDownWithNoOtherMasterAnsweringOpenTheStoresBreaker) {
+  auto store = open_store(cluster_->address(), {}, Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
+  ClusterDownMaster down(*cluster_, *store, limit);
+  ASSERT_NE(down.master, nullptr);
+  ASSERT_TRUE(store->acquire("down", limit).ok());
+  ASSERT_TRUE(down.go_down());
+  EXPECT_TRUE(down.calls_answered_cluster_down("down", 40));
   EXPECT_EQ(store->breaker().state(), BreakerState::kOpen);
 }
 
@@ -344,16 +392,16 @@ TEST_F(ClusterTest, AProbeThatFailedForItsSlotAloneIsFollowedByAnother) {
   ASSERT_NE(store, nullptr);
   const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
   // The store's breaker opened by calls answered CLUSTERDOWN (see the test above).
-  const std::string key = "down";
-  const int down = redis::detail::key_slot("sluice:{down}:fw");
   const int slot = redis::detail::key_slot("sluice:{sluice-probe}:fw");
-  ASSERT_NE(down, slot);
-  RedisServer* master = cluster_->master_of(down);
-  ASSERT_NE(master, nullptr);
-  ASSERT_TRUE(store->acquire(key, limit).ok());
-  ASSERT_EQ(master->cli({"CLUSTER", "DELSLOTS", std::to_string(down)}), "OK");
-  for (int i = 0; i < 20 && store->breaker().state() == BreakerState::kClosed; ++i) (void)store->acquire(key, limit);
-  ASSERT_EQ(master->cli({"CLUSTER", "ADDSLOTS", std::to_string(down)}), "OK");
+  {
+    ClusterDownMaster down(*cluster_, *store, limit);
+    ASSERT_NE(down.master, nullptr);
+    ASSERT_NE(down.slot, slot);
+    ASSERT_NE(down.given_up, slot);
+    ASSERT_TRUE(store->acquire("down", limit).ok());
+    ASSERT_TRUE(down.go_down());
+    down.calls_answered_cluster_down("down", 40);
+  }
   ASSERT_EQ(store->breaker().state(), BreakerState::kOpen);
 
   // The probe's slot handed over with its old master told first: it redirects to the new one, which
