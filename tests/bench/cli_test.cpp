@@ -47,16 +47,22 @@ std::string slurp(const std::string& path) {
 std::string out_path() { return ::testing::TempDir() + "sluice_cli_out.txt"; }
 std::string err_path() { return ::testing::TempDir() + "sluice_cli_err.txt"; }
 
+// The binary's argv for `args`, as execv takes it.
+struct Argv {
+  explicit Argv(const std::vector<std::string>& args) : strings{SLUICE_BINARY} {
+    strings.insert(strings.end(), args.begin(), args.end());
+    for (std::string& a : strings) pointers.push_back(a.data());
+    pointers.push_back(nullptr);
+  }
+  std::vector<std::string> strings;
+  std::vector<char*> pointers;
+};
+
 // Starts the binary with stdout and stderr in files. An alarm kills it if it hangs past 20 s.
 pid_t start(const std::vector<std::string>& args) {
   const std::string out = out_path();
   const std::string err = err_path();
-  std::vector<std::string> argv_strings{SLUICE_BINARY};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : argv_strings) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
+  Argv argv(args);
   const pid_t pid = fork();
   if (pid == 0) {
     const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -64,7 +70,7 @@ pid_t start(const std::vector<std::string>& args) {
     dup2(o, STDOUT_FILENO);
     dup2(e, STDERR_FILENO);
     alarm(20);
-    execv(argv[0], argv.data());
+    execv(argv.pointers[0], argv.pointers.data());
     _exit(127);
   }
   return pid;
@@ -89,11 +95,7 @@ std::pair<int, std::string> sluice_on_a_terminal(const std::vector<std::string>&
   const int master = posix_openpt(O_RDWR | O_NOCTTY);
   if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0) return {-1, "no pseudo-terminal"};
   const std::string slave_name = ptsname(master);
-  std::vector<std::string> argv_strings{SLUICE_BINARY};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& a : argv_strings) argv.push_back(a.data());
-  argv.push_back(nullptr);
+  Argv argv(args);
   const pid_t pid = fork();
   if (pid == 0) {
     const int slave = open(slave_name.c_str(), O_RDWR | O_NOCTTY);
@@ -105,7 +107,7 @@ std::pair<int, std::string> sluice_on_a_terminal(const std::vector<std::string>&
     const int e = open(err_path().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(e, STDERR_FILENO);
     alarm(20);
-    execv(argv[0], argv.data());
+    execv(argv.pointers[0], argv.pointers.data());
     _exit(127);
   }
   std::string out;

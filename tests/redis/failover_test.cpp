@@ -305,20 +305,24 @@ TEST_F(ClusterTest, AMasterThatAnsweredOverASecondAgoDoesNotKeepTheStoresBreaker
 
 // A master that answers CLUSTERDOWN for every slot it serves: it requires full coverage (Redis's
 // default) and has given up another slot (`given_up`, next to `slot`), so it sees the cluster down, as
-// a node cut off from the majority does. The key "down" is on `slot`; `other` is a key on another
-// master.
+// a node cut off from the majority does. `key` is a key on it (on none of `spares`); `other` a key on
+// another master.
 struct ClusterDownMaster {
-  ClusterDownMaster(RedisCluster& cluster, redis::RedisStore& s, const Limit& l) : store(s), limit(l) {
+  ClusterDownMaster(RedisCluster& cluster, redis::RedisStore& s, const std::vector<const RedisServer*>& spares = {})
+      : store(s) {
+    const auto master_of = [&](const std::string& k) { return cluster.master_of(redis::detail::key_slot("sluice:{" + k + "}:fw")); };
+    const auto spared = [&](const RedisServer* m) { return std::find(spares.begin(), spares.end(), m) != spares.end(); };
+    for (int i = 0; spared(master_of(key)) && i < 100;) key = "down" + std::to_string(++i);
+    slot = redis::detail::key_slot("sluice:{" + key + "}:fw");
     master = cluster.master_of(slot);
     given_up = cluster.master_of(slot - 1) == master ? slot - 1 : slot + 1;
-    if (cluster.master_of(given_up) != master) master = nullptr;
-    for (int i = 0; master != nullptr && cluster.master_of(redis::detail::key_slot("sluice:{" + other + "}:fw")) == master;) {
-      other = "other" + std::to_string(++i);
-    }
+    if (spared(master) || cluster.master_of(given_up) != master) master = nullptr;
+    for (int i = 0; master != nullptr && master_of(other) == master;) other = "other" + std::to_string(++i);
   }
-  // Makes the master answer CLUSTERDOWN, until the destructor.
+  // Makes the master answer CLUSTERDOWN, until the destructor, once `key` has been decided there.
   bool go_down() {
-    return master->cli({"CONFIG", "SET", "cluster-require-full-coverage", "yes"}) == "OK" &&
+    return master != nullptr && store.acquire(key, limit).ok() &&
+           master->cli({"CONFIG", "SET", "cluster-require-full-coverage", "yes"}) == "OK" &&
            master->cli({"CLUSTER", "DELSLOTS", std::to_string(given_up)}) == "OK";
   }
   ~ClusterDownMaster() {
@@ -327,7 +331,7 @@ struct ClusterDownMaster {
     master->cli({"CONFIG", "SET", "cluster-require-full-coverage", "no"});
   }
   // Calls `key` n times, or until the store's breaker opens: whether a call failed with CLUSTERDOWN.
-  bool calls_answered_cluster_down(const std::string& key, int n, bool with_other = false) {
+  bool calls_answered_cluster_down(int n, bool with_other = false) {
     bool seen = false;
     for (int i = 0; i < n && store.breaker().state() == BreakerState::kClosed; ++i) {
       if (with_other) {
@@ -340,8 +344,9 @@ struct ClusterDownMaster {
   }
 
   redis::RedisStore& store;
-  const Limit& limit;
-  const int slot = redis::detail::key_slot("sluice:{down}:fw");
+  const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
+  std::string key = "down";
+  int slot = 0;
   int given_up = 0;
   RedisServer* master = nullptr;
   std::string other = "other";
@@ -354,14 +359,11 @@ struct ClusterDownMaster {
 TEST_F(ClusterTest, CallsAnsweredClusterDownByOneMasterFailOnlyItsOwn) {
   auto store = open_store(cluster_->address(), {}, Timeouts::kProduction);
   ASSERT_NE(store, nullptr);
-  const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
-  ClusterDownMaster down(*cluster_, *store, limit);
-  ASSERT_NE(down.master, nullptr);
-  ASSERT_TRUE(store->acquire("down", limit).ok());
+  ClusterDownMaster down(*cluster_, *store);
   ASSERT_TRUE(down.go_down());
-  EXPECT_TRUE(down.calls_answered_cluster_down("down", 20, /*with_other=*/true));
+  EXPECT_TRUE(down.calls_answered_cluster_down(20, /*with_other=*/true));
   EXPECT_EQ(store->breaker().state(), BreakerState::kClosed);
-  EXPECT_FALSE(store->acquire("down", limit).ok());
+  EXPECT_FALSE(store->acquire(down.key, down.limit).ok());
 }
 
 // With no other master answering, calls answered CLUSTERDOWN open the store's breaker, as a cluster
@@ -370,12 +372,9 @@ TEST_F(ClusterTest, CallsAnsweredClusterDownByOneMasterFailOnlyItsOwn) {
 TEST_F(ClusterTest, CallsAnsweredClusterDownWithNoOtherMasterAnsweringOpenTheStoresBreaker) {
   auto store = open_store(cluster_->address(), {}, Timeouts::kProduction);
   ASSERT_NE(store, nullptr);
-  const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
-  ClusterDownMaster down(*cluster_, *store, limit);
-  ASSERT_NE(down.master, nullptr);
-  ASSERT_TRUE(store->acquire("down", limit).ok());
+  ClusterDownMaster down(*cluster_, *store);
   ASSERT_TRUE(down.go_down());
-  EXPECT_TRUE(down.calls_answered_cluster_down("down", 40));
+  EXPECT_TRUE(down.calls_answered_cluster_down(40));
   EXPECT_EQ(store->breaker().state(), BreakerState::kOpen);
 }
 
@@ -390,24 +389,20 @@ TEST_F(ClusterTest, AProbeThatFailedForItsSlotAloneIsFollowedByAnother) {
   options.breaker.clock = &clock;
   auto store = open_store(cluster_->address(), options, Timeouts::kProduction);
   ASSERT_NE(store, nullptr);
-  const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
-  // The store's breaker opened by calls answered CLUSTERDOWN (see the test above).
+  // The store's breaker opened by calls answered CLUSTERDOWN (see the test above), from a master
+  // that takes no part in the handover below: its node breaker is open on the stopped clock.
   const int slot = redis::detail::key_slot("sluice:{sluice-probe}:fw");
+  const std::optional<SlotMove> move = slot_move(*cluster_, slot);
+  ASSERT_TRUE(move.has_value()) << "no other master to move slot " << slot << " to";
   {
-    ClusterDownMaster down(*cluster_, *store, limit);
-    ASSERT_NE(down.master, nullptr);
-    ASSERT_NE(down.slot, slot);
-    ASSERT_NE(down.given_up, slot);
-    ASSERT_TRUE(store->acquire("down", limit).ok());
+    ClusterDownMaster down(*cluster_, *store, {move->from, move->to});
     ASSERT_TRUE(down.go_down());
-    down.calls_answered_cluster_down("down", 40);
+    down.calls_answered_cluster_down(40);
   }
   ASSERT_EQ(store->breaker().state(), BreakerState::kOpen);
 
   // The probe's slot handed over with its old master told first: it redirects to the new one, which
   // redirects back (see cluster_test.cpp), until every node is told.
-  const std::optional<SlotMove> move = slot_move(*cluster_, slot);
-  ASSERT_TRUE(move.has_value()) << "no other master to move slot " << slot << " to";
   const std::string s = std::to_string(slot);
   struct Settle {
     RedisCluster& cluster;
