@@ -462,7 +462,6 @@ Status plan_expectations(const Options& o, Plan& plan) {
   return {};
 }
 
-
 }  // namespace
 
 Result<Plan> make_plan(const Options& o, int cores) {
