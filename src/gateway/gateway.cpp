@@ -1735,9 +1735,10 @@ Task<bool> Worker::answer(Exchange& x) {
     finish(x, 400, Reason::kBadRequest, std::nullopt);
     co_return false;
   }
-  // Every answer here but decide's leaves the body unread: a small one that comes at once is
-  // dropped, as a refused request's is, and the connection carries on.
-  if (x.path != "/_sluice/v1/decide" && !req.is_done()) co_await discard_body(x);
+  // Every answer here but decide's to a POST leaves the body unread: a small one that comes at once
+  // is dropped, as a refused request's is, and the connection carries on.
+  const bool decides = x.path == "/_sluice/v1/decide" && req.method() == http::verb::post;
+  if (!decides && !req.is_done()) co_await discard_body(x);
   if (x.path == "/_sluice/healthz") {
     if (req.method() != http::verb::get && req.method() != http::verb::head) co_return co_await not_allowed(x, "GET, HEAD");
     // From the stop signal on, drain_delay included: a load balancer takes the instance out first.
@@ -1748,10 +1749,7 @@ Task<bool> Worker::answer(Exchange& x) {
     co_return ok;
   }
   if (x.path == "/_sluice/v1/decide") {
-    if (req.method() != http::verb::post) {
-      if (!req.is_done()) co_await discard_body(x);
-      co_return co_await not_allowed(x, "POST");
-    }
+    if (!decides) co_return co_await not_allowed(x, "POST");
     co_return co_await decide_endpoint(x);
   }
   // Another path under /_sluice/.

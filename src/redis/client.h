@@ -91,8 +91,9 @@ inline bool try_again(const Error& e) { return e.message.starts_with("redis clus
 // is being handed over between two masters.
 inline constexpr std::string_view kSlotStillMoving = " still being moved: ";
 
-// How a cluster node answers a call for a slot that no master serves.
+// How a cluster node answers a call for a slot that no master serves, and the error it becomes.
 inline constexpr std::string_view kSlotNotServed = "CLUSTERDOWN Hash slot not served";
+inline constexpr std::string_view kSlotNotServedError = "redis cluster: CLUSTERDOWN Hash slot not served";
 
 // Whether an error reply is a cluster node refusing every call it gets, whatever the slot: it sees
 // the cluster down (CLUSTERDOWN, but for a slot not served: a node cut off from the majority, or one
@@ -118,7 +119,7 @@ inline bool node_failure(const Error& e) {
 // the end).
 inline bool slot_failure(const Error& e) {
   return e.message.starts_with(kNoMasterForSlot) || try_again(e) ||
-         e.message.starts_with("redis cluster: " + std::string(kSlotNotServed)) ||
+         e.message.starts_with(kSlotNotServedError) ||
          (e.message.starts_with("redis cluster: slot ") && e.message.find(kSlotStillMoving) != std::string::npos);
 }
 
