@@ -1,5 +1,6 @@
 #include "cli/bench_command.h"
 
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -200,9 +201,18 @@ class ReportFile {
   std::string path_;
 };
 
+// The CPUs this process may run on, which the default thread count goes by: under `taskset` or in
+// a container's cpuset they are fewer than the machine has, and a thread more than there are CPUs
+// only takes turns with another.
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 int run_bench(const bench::Options& options, const Output& output) {
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  Result<bench::Plan> plan = bench::make_plan(options, cores);
+  Result<bench::Plan> plan = bench::make_plan(options, usable_cpus());
   if (!plan) return cannot_run(plan.error().message);
 
   // Check the output files first: a long run should not end in "cannot write".
@@ -317,7 +327,8 @@ void add_bench_command(CLI::App& app) {
                   "Connections kept open (default 10; a burst opens one per request)")
       ->type_name("N");
   cmd->add_option("-t,--threads", options->threads,
-                  "Threads, each with its share of the connections (default: one per core)")
+                  "Threads, each with its share of the connections (default: one per CPU it may "
+                  "run on)")
       ->type_name("N");
 
   const CLI::Validator positive = whole_number(1);

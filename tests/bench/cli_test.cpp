@@ -1,6 +1,7 @@
 // The real `sluice bench` binary: exit status 0 / 1 / 2 / 130 for passing assertions, each failing
 // one, bad flags or a target that cannot be reached, and Ctrl-C, with a clear message and never a
 // hang; its JSON (never a truncated file), chart, --quiet and --help.
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -58,13 +59,15 @@ struct Argv {
   std::vector<char*> pointers;
 };
 
-// Starts the binary with stdout and stderr in files. An alarm kills it if it hangs past 20 s.
-pid_t start(const std::vector<std::string>& args) {
+// Starts the binary with stdout and stderr in files, and on the CPUs `cpus` if given (its affinity,
+// as `taskset` sets it). An alarm kills it if it hangs past 20 s.
+pid_t start(const std::vector<std::string>& args, const cpu_set_t* cpus = nullptr) {
   const std::string out = out_path();
   const std::string err = err_path();
   Argv argv(args);
   const pid_t pid = fork();
   if (pid == 0) {
+    if (cpus != nullptr && sched_setaffinity(0, sizeof *cpus, cpus) != 0) _exit(126);
     const int o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(o, STDOUT_FILENO);
@@ -372,6 +375,34 @@ TEST(Cli, JsonToADashGoesToStdoutInPlaceOfTheReport) {
   ASSERT_FALSE(ec) << o.out;
   EXPECT_EQ(report.at("requests").to_number<int>(), 5);
   EXPECT_EQ(sluice({"bench", "-n", "5", "--json", "-", "--chart", "-", server.url()}).status, 2);
+}
+
+// The default thread count is the number of CPUs the process may run on (under `taskset`, or a
+// container's cpuset), not every CPU of the machine; never more than the connections.
+TEST(Cli, TheDefaultThreadCountIsTheCpusItMayRunOn) {
+  TestServer server;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+  const auto threads_run = [&](const cpu_set_t* cpus) {
+    const Outcome o =
+        finish(start({"bench", "-n", "40", "-c", "8", "--json", "-", server.url()}, cpus));
+    EXPECT_EQ(o.status, 0) << o.err;
+    boost::system::error_code ec;
+    const boost::json::value report = boost::json::parse(o.out, ec);
+    return ec ? -1 : report.at("threads").to_number<int>();
+  };
+  EXPECT_EQ(threads_run(nullptr), std::min(CPU_COUNT(&allowed), 8));
+
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed)) {
+      CPU_SET(cpu, &one);
+      break;
+    }
+  }
+  EXPECT_EQ(threads_run(&one), 1);
 }
 
 // On a terminal, the progress line is drawn where the text report goes, but not over the JSON that
