@@ -633,8 +633,11 @@ class Worker {
 
   void complete(Conn& c, bool keep_alive) {
     const int status = c.fields.status;
-    if (status >= 100 &&
-        status < 200) {  // an interim response (103 Early Hints): the real one follows
+    // An interim response (103 Early Hints): the real one follows. Not 101 Switching Protocols,
+    // after which the connection no longer speaks HTTP (RFC 9110 15.2.2): it is the response (a
+    // status of its own in the report), and the connection is closed. Waiting for another, a
+    // request to a server that switches unasked waited for --timeout.
+    if (status >= 100 && status < 200 && status != 101) {
       c.parser.reset();
       return read(c);
     }
@@ -668,7 +671,7 @@ class Worker {
     note_rate_limit_fields(c, now);
     c.parser.reset();
     ++c.exchanges;
-    if (!keep_alive || plan_.close_each || c.write_failed) close(c);
+    if (!keep_alive || status == 101 || plan_.close_each || c.write_failed) close(c);
     finish_request(c, now);
   }
 

@@ -381,6 +381,25 @@ TEST(Load, RateLimitHeadersAreSummedUp) {
   EXPECT_EQ(rl.window_rises, 0u);
 }
 
+TEST(Load, A101IsTheResponseAndItsConnectionIsNotUsedAgain) {
+  // Taken for an interim response, a 101 nobody asked for left each request waiting for the
+  // timeout; after a 101 the connection no longer speaks HTTP.
+  TestServer server(TestServerOptions{.raw_response = "HTTP/1.1 101 Switching Protocols\r\n"
+                                                      "Upgrade: h2c\r\n"
+                                                      "Connection: Upgrade\r\n\r\n"});
+  Options o;
+  o.url = server.url();
+  o.requests = 3;
+  o.connections = 1;
+  o.timeout = "5s";
+  const Report r = run_ok(plan_of(o));
+  EXPECT_EQ(r.errors, 0u);
+  EXPECT_EQ(r.status_counts.at(101), 3u);
+  std::set<int> connections;
+  for (const Arrival& a : server.arrivals()) connections.insert(a.connection);
+  EXPECT_EQ(connections.size(), 3u);
+}
+
 TEST(Load, ARetryAfterGivenAsADateCountsAsARetryAfter) {
   // It was counted among the rejections without one.
   TestServer server(
