@@ -43,6 +43,10 @@ json::object rate_limit_of(const RateLimitSummary& rl) {
   o["reset_s"] = spread_of(rl.reset_s);
   o["retry_after_s"] = spread_of(rl.retry_after_s);
   o["rejected_without_retry_after"] = rl.rejected_without_retry_after;
+  o["retry_after_invalid"] = rl.retry_after_invalid;
+  if (!rl.first_invalid_retry_after.empty()) {
+    o["first_invalid_retry_after"] = rl.first_invalid_retry_after;
+  }
   o["window_checks"] = rl.window_checks;
   o["window_rises"] = rl.window_rises;
   if (!rl.first_rise.empty()) o["first_rise"] = rl.first_rise;

@@ -207,6 +207,16 @@ std::optional<std::int64_t> parse_retry_after(std::string_view value, std::int64
   return std::max<std::int64_t>(0, *date - now_unix_s);
 }
 
+std::string printable_sample(std::string_view value) {
+  constexpr std::size_t kMax = 40;
+  std::string out(value.substr(0, kMax));
+  for (char& c : out) {
+    if (c < 0x20 || c > 0x7e) c = '?';
+  }
+  if (value.size() > kMax) out += "...";
+  return out;
+}
+
 std::int64_t reset_delta(std::int64_t value, std::int64_t now_unix_s) {
   constexpr std::int64_t kUnixTimeFloor = 1'000'000'000;  // 2001: no window is that long
   if (value < kUnixTimeFloor) return value;
@@ -237,6 +247,10 @@ void RateLimitSummary::merge(const RateLimitSummary& other) {
   reset_s.merge(other.reset_s);
   retry_after_s.merge(other.retry_after_s);
   rejected_without_retry_after += other.rejected_without_retry_after;
+  retry_after_invalid += other.retry_after_invalid;
+  if (first_invalid_retry_after.empty()) {
+    first_invalid_retry_after = other.first_invalid_retry_after;
+  }
   for (const std::string& p : other.policies) add_policy(p);
   window_checks += other.window_checks;
   window_rises += other.window_rises;

@@ -37,6 +37,10 @@ std::optional<std::int64_t> parse_http_date(std::string_view value);
 // seconds left from `now_unix_s` (0 for a date already past).
 std::optional<std::int64_t> parse_retry_after(std::string_view value, std::int64_t now_unix_s);
 
+// `value` as a report may show it: at most 40 bytes, with every byte that is not printable ASCII as
+// '?' (a header's value may carry control bytes and obs-text).
+std::string printable_sample(std::string_view value);
+
 // A reset given as a Unix time (X-RateLimit-Reset: 1700000000, as some services send it) becomes
 // the seconds left from `now_unix_s`; a small value is already a delta and stays as it is.
 std::int64_t reset_delta(std::int64_t value, std::int64_t now_unix_s);
@@ -56,7 +60,11 @@ struct RateLimitSummary {
   Spread remaining;      // one value per quota a response reported (two quotas: two values)
   Spread reset_s;        // seconds until the quota resets
   Spread retry_after_s;  // Retry-After, in seconds
-  std::uint64_t rejected_without_retry_after = 0;  // 429s without one
+  std::uint64_t rejected_without_retry_after = 0;  // 429s without one (or without a valid one)
+  // Responses whose Retry-After was neither seconds nor an HTTP date ("-5", "soon"), and the first
+  // such value as the report shows it.
+  std::uint64_t retry_after_invalid = 0;
+  std::string first_invalid_retry_after;
   std::vector<std::string> policies;  // distinct RateLimit-Policy values, at most kMaxPolicies
   // The window check: pairs of responses to the same caller and quota where the server must have
   // decided the second after the first, inside the same window; and those where remaining rose.

@@ -107,7 +107,7 @@ std::string seconds_range(const Spread& s) {
 void append_rate_limit(std::string& out, const RateLimitSummary& rl, std::uint64_t rejected) {
   // Rejections without a Retry-After are worth a line of their own, as the JSON has them.
   const bool any = rl.remaining.count > 0 || rl.reset_s.count > 0 || rl.retry_after_s.count > 0 ||
-                   !rl.policies.empty() || rejected > 0;
+                   rl.retry_after_invalid > 0 || !rl.policies.empty() || rejected > 0;
   if (!any) {
     out += "\n  Rate-limit headers   none seen\n";
     return;
@@ -125,12 +125,18 @@ void append_rate_limit(std::string& out, const RateLimitSummary& rl, std::uint64
   if (rl.reset_s.count > 0) {
     out += format("    %-18s %s\n", "reset in", seconds_range(rl.reset_s).c_str());
   }
-  if (rejected > 0 || rl.retry_after_s.count > 0) {
+  if (rejected > 0 || rl.retry_after_s.count > 0 || rl.retry_after_invalid > 0) {
     const std::string range =
         rl.retry_after_s.count == 0 ? std::string("none") : seconds_range(rl.retry_after_s);
     out += format("    %-18s %s; %llu of %llu rejections had none\n", "Retry-After", range.c_str(),
                   static_cast<unsigned long long>(rl.rejected_without_retry_after),
                   static_cast<unsigned long long>(rejected));
+  }
+  if (rl.retry_after_invalid > 0) {
+    // Counted as none above: a client cannot wait for "-5" or "soon" (RFC 9110 10.2.3).
+    out += format("    %-18s %llu invalid (neither seconds nor a date); first: \"%s\"\n", "",
+                  static_cast<unsigned long long>(rl.retry_after_invalid),
+                  rl.first_invalid_retry_after.c_str());
   }
   if (rl.remaining.count > 0) {
     if (rl.window_rises > 0) {

@@ -71,6 +71,7 @@ struct ResponseFields {
   int status = 0;
   int bad_status = 0;  // a status line's code outside 100..599, which makes it a bad response
   std::optional<std::int64_t> retry_after_s;
+  std::string invalid_retry_after;        // a Retry-After that was neither seconds nor a date
   std::vector<QuotaSeen> quotas;          // from RateLimit
   std::optional<std::int64_t> remaining;  // from RateLimit-Remaining / X-RateLimit-Remaining
   std::optional<std::int64_t> reset;      // from RateLimit-Reset / X-RateLimit-Reset
@@ -79,6 +80,7 @@ struct ResponseFields {
     status = 0;
     bad_status = 0;
     retry_after_s.reset();
+    invalid_retry_after.clear();
     quotas.clear();
     remaining.reset();
     reset.reset();
@@ -115,6 +117,7 @@ class ResponseParser final : public http::basic_parser<false> {
     const std::string_view value(value_bsv.data(), value_bsv.size());
     if (f == http::field::retry_after) {
       fields_.retry_after_s = parse_retry_after(value, unix_now_s());
+      if (!fields_.retry_after_s) fields_.invalid_retry_after = printable_sample(value);
       return;
     }
     if (f != http::field::unknown || name_bsv.size() < 9) return;
@@ -689,6 +692,12 @@ class Worker {
       c.window.observe(c.variant, q, c.sent, now, summary);
     }
     if (f.retry_after_s) summary.retry_after_s.add(*f.retry_after_s);
+    if (!f.invalid_retry_after.empty()) {
+      ++summary.retry_after_invalid;
+      if (summary.first_invalid_retry_after.empty()) {
+        summary.first_invalid_retry_after = f.invalid_retry_after;
+      }
+    }
     if (f.status == 429 && !f.retry_after_s) ++summary.rejected_without_retry_after;
   }
 

@@ -400,6 +400,23 @@ TEST(Load, A101IsTheResponseAndItsConnectionIsNotUsedAgain) {
   EXPECT_EQ(connections.size(), 3u);
 }
 
+TEST(Load, ARetryAfterThatIsNeitherSecondsNorADateIsCountedAsInvalid) {
+  // It was counted among the rejections without one, and nothing said it was there.
+  TestServer server(TestServerOptions{.raw_response = "HTTP/1.1 429 Too Many Requests\r\n"
+                                                      "Retry-After: -5\r\n"
+                                                      "Content-Length: 0\r\n\r\n"});
+  Options o;
+  o.url = server.url();
+  o.requests = 4;
+  o.connections = 1;
+  const Report r = run_ok(plan_of(o));
+  EXPECT_EQ(r.rejected, 4u);
+  EXPECT_EQ(r.rate_limit.rejected_without_retry_after, 4u);
+  EXPECT_EQ(r.rate_limit.retry_after_s.count, 0u);
+  EXPECT_EQ(r.rate_limit.retry_after_invalid, 4u);
+  EXPECT_EQ(r.rate_limit.first_invalid_retry_after, "-5");
+}
+
 TEST(Load, ARetryAfterGivenAsADateCountsAsARetryAfter) {
   // It was counted among the rejections without one.
   TestServer server(

@@ -71,6 +71,12 @@ TEST(RetryAfter, IsSecondsOrAnHttpDate) {
   EXPECT_FALSE(parse_retry_after("later", now));
 }
 
+TEST(RetryAfter, AValueIsShownPrintableAndShort) {
+  EXPECT_EQ(printable_sample("-5"), "-5");
+  EXPECT_EQ(printable_sample("a\x1b[2Jb\xff"), "a?[2Jb?");  // no escape sequence reaches a terminal
+  EXPECT_EQ(printable_sample(std::string(50, 'x')), std::string(40, 'x') + "...");
+}
+
 TEST(Seconds, AUnixTimeResetBecomesSecondsLeft) {
   EXPECT_EQ(reset_delta(30, 1'700'000'000), 30);
   EXPECT_EQ(reset_delta(1'700'000'045, 1'700'000'000), 45);

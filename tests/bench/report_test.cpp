@@ -142,6 +142,25 @@ TEST(Report, RejectionsWithoutRetryAfterAreInTheTextAsInTheJson) {
             std::string::npos);
 }
 
+TEST(Report, AnInvalidRetryAfterIsSaidAsSuchNotJustAsNone) {
+  // "Retry-After: -5" was reported only as a rejection without one.
+  RunResult run;
+  run.stats.status[429] = 4;
+  run.stats.rate_limit.rejected_without_retry_after = 4;
+  run.stats.rate_limit.retry_after_invalid = 4;
+  run.stats.rate_limit.first_invalid_retry_after = "-5";
+  const Report report = make_report(burst_plan(), run);
+  const std::string text = format_report(report);
+  EXPECT_NE(text.find("Retry-After        none; 4 of 4 rejections had none\n"
+                      "                       4 invalid (neither seconds nor a date); first: \"-5\"\n"),
+            std::string::npos)
+      << text;
+  const boost::json::value json = boost::json::parse(to_json(report));
+  const boost::json::value& rl = json.at("rate_limit");
+  EXPECT_EQ(rl.at("retry_after_invalid").to_number<int>(), 4);
+  EXPECT_EQ(rl.at("first_invalid_retry_after").as_string(), "-5");
+}
+
 TEST(Report, ARiseOfRemainingSaysWhatItMeansForEachAlgorithm) {
   // A sliding log (the demo's) frees quota before its reset, and the report warned of servers that
   // each count alone against one gateway.
