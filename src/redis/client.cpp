@@ -206,8 +206,9 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     }
     auto c = std::make_shared<Connection>(
         strand_, std::move(co),
-        [weak = weak_from_this()](bool) {
+        [weak = weak_from_this(), name](bool ready, const std::string& why) {
           if (auto self = weak.lock()) {
+            self->tell_connection_state(name, ready, why);
             self->refresh_soon();
             self->check_connected();
           }
@@ -236,6 +237,8 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
                                   : is_error(*r) && node_refusing(text(*r));
       gate->breaker.record(permit, failed);
       (failed ? gate->failed : gate->answered) = self->clock().now();
+      if (failed) gate->last_failure = r.ok() ? std::string(text(*r)) : r.error().message;
+      self->tell_node_state(*gate);
       self->on_reply(slot, command, std::move(callback), deadline, hops, std::move(r));
     }, deadline);
   }
@@ -243,11 +246,54 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   // A node's breaker, and when it last answered and last failed a call (on the breaker's clock;
   // never: Nanos::min()).
   struct Gate {
-    explicit Gate(const CircuitBreakerOptions& options) : breaker(options) {}
+    Gate(const CircuitBreakerOptions& options, std::string host_port) : breaker(options), node(std::move(host_port)) {}
     CircuitBreaker breaker;
+    std::string node;  // host:port
     Nanos answered = Nanos::min();
     Nanos failed = Nanos::min();
+    std::string last_failure;  // why the last failed call failed, or the connection was lost
+    bool said_open = false;    // on_node_change was last told kNotAnswering
   };
+
+  // Tells on_node_change that a master's connection was lost (it does not answer, as when its
+  // breaker opens), or that a master said not to answer is connected again with its breaker closed.
+  void tell_connection_state(const std::string& name, bool ready, const std::string& why) {
+    if (!options_.on_node_change || !loaded_ || stopped_) return;
+    const auto it = nodes_.find(name);
+    if (it == nodes_.end()) return;
+    if (!ready && !serves_a_slot(name)) return;  // a replica
+    Gate& gate = *gate_of(*it->second);
+    // "connection closed by the server", without what it meant for the calls it failed.
+    if (!ready) gate.last_failure = why.substr(0, why.find(kMayHaveRun));
+    if (!ready && !gate.said_open) {
+      gate.said_open = true;
+      options_.on_node_change(gate.node, NodeState::kNotAnswering, gate.last_failure);
+    } else if (ready) {
+      tell_node_state(gate);
+    }
+  }
+
+  // Tells on_node_change that a master said not to answer is no longer called.
+  void tell_gone(Gate& gate) {
+    if (!gate.said_open || !options_.on_node_change) return;
+    gate.said_open = false;
+    options_.on_node_change(gate.node, NodeState::kGone, std::string());
+  }
+
+  // Tells on_node_change that the node's breaker opened, or closed, since it last told. (The call
+  // that opened it may have been a success that made the failures' share too large: the last
+  // failure says why.)
+  void tell_node_state(Gate& gate) {
+    if (!options_.on_node_change) return;
+    const BreakerState state = gate.breaker.state();
+    if (!gate.said_open && state == BreakerState::kOpen) {
+      gate.said_open = true;
+      options_.on_node_change(gate.node, NodeState::kNotAnswering, gate.last_failure);
+    } else if (gate.said_open && state == BreakerState::kClosed) {
+      gate.said_open = false;
+      options_.on_node_change(gate.node, NodeState::kAnswering, std::string());
+    }
+  }
 
   // The node breakers' clock, which also says when a node answered (see a_master_answering).
   const Clock& clock() const {
@@ -257,7 +303,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   // The gate of the node `c` is a connection to (made with it, dropped with it).
   std::shared_ptr<Gate> gate_of(const Connection& c) {
     std::shared_ptr<Gate>& gate = gates_[&c];
-    if (!gate) gate = std::make_shared<Gate>(options_.node_breaker);
+    if (!gate) gate = std::make_shared<Gate>(options_.node_breaker, c.endpoint().to_string());
     return gate;
   }
 
@@ -431,7 +477,11 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     for (const auto& [name, endpoint] : listed) node(endpoint);
     for (auto it = nodes_.begin(); it != nodes_.end();) {
       if (listed.count(it->first) == 0) {
-        gates_.erase(it->second.get());
+        const auto gate = gates_.find(it->second.get());
+        if (gate != gates_.end()) {
+          tell_gone(*gate->second);
+          gates_.erase(gate);
+        }
         it->second->stop();
         it = nodes_.erase(it);
       } else {
@@ -442,15 +492,20 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
       const auto it = owner[slot].empty() ? nodes_.end() : nodes_.find(owner[slot]);
       slots_[slot] = it == nodes_.end() ? nullptr : it->second.get();
     }
+    // A master said not to answer whose slots another serves now (its replica, promoted).
+    for (const auto& [c, gate] : gates_) {
+      if (gate->said_open && std::find(slots_.begin(), slots_.end(), c) == slots_.end()) tell_gone(*gate);
+    }
     loaded_ = true;
     check_connected();
   }
 
-  // Whether the node named `name` is the master of a slot in the map.
+  // Whether some master in the map is connected.
   bool a_master_ready() const {
     return std::any_of(slots_.begin(), slots_.end(), [](const Connection* c) { return c != nullptr && c->ready(); });
   }
 
+  // Whether the node named `name` is the master of a slot in the map.
   bool serves_a_slot(const std::string& name) const {
     const auto it = nodes_.find(name);
     return it != nodes_.end() && std::find(slots_.begin(), slots_.end(), it->second.get()) != slots_.end();

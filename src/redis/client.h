@@ -3,12 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "redis/connection.h"
 #include "sluice/circuit_breaker.h"
 #include "sluice/redis/address.h"
+#include "sluice/redis/node_state.h"
 
 namespace sluice::redis::detail {
 
@@ -69,6 +72,9 @@ struct ClientOptions {
   // (kNodeNotAnswering) while the other masters' are decided as ever. Its clock (nullptr:
   // SteadyClock) also times "within the last second" of Client::a_master_answering.
   CircuitBreakerOptions node_breaker;
+  // A cluster: told when a node's breaker opens, closes again, or goes with a node not answering
+  // (see RedisStore::on_node_change), with the node as host:port.
+  std::function<void(const std::string& node, NodeState state, const std::string& why)> on_node_change;
 };
 
 std::shared_ptr<Client> make_client(Strand strand, const ClientOptions& options);

@@ -153,7 +153,7 @@ void Connection::set_ready() {
   const SteadyTime deadline = std::chrono::steady_clock::now() + options_.command_timeout;
   for (const std::string& c : options_.on_connect) enqueue(c, [](Result<Reply>) {}, deadline);
   for (auto& f : std::exchange(attempt_waiters_, {})) f(Status{});
-  if (listener_) listener_(true);
+  if (listener_) listener_(true, std::string());
 }
 
 void Connection::send(std::string_view command, Callback callback) {
@@ -336,7 +336,7 @@ void Connection::disconnect(Error why) {
     pending[i].callback(why);
     if (generation != generation_) return;
   }
-  if (was_ready && listener_) listener_(false);
+  if (was_ready && listener_) listener_(false, why.message);
   if (!stopping_ && state_ == State::kIdle) retry_later();
 }
 

@@ -50,8 +50,8 @@ struct ConnectionOptions {
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  // Told when the connection becomes ready (true) or is lost (false).
-  using Listener = std::function<void(bool ready)>;
+  // Told when the connection becomes ready (true) or is lost (false, with why).
+  using Listener = std::function<void(bool ready, const std::string& why)>;
 
   Connection(Strand strand, ConnectionOptions options, Listener listener = {});
   ~Connection();

@@ -595,6 +595,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   std::unordered_map<int, Queue> queues;  // by slot on a cluster; one, 0, on a single node
   AvailabilityListener availability;       // see RedisStore::on_availability
   RefusalListener refusal;                 // see RedisStore::on_refusal
+  NodeListener node_change;                // see RedisStore::on_node_change
   asio::steady_timer probe_timer;
   bool probe_armed = false;
   bool closing = false;  // the store is being closed: no more probes
@@ -1215,6 +1216,9 @@ Result<std::unique_ptr<RedisStore>> RedisStore::open(asio::any_io_executor execu
   co.on_attempt_failed = [found](const Error& e) {
     if (auto impl = found->lock()) impl->attempt_failed(e);
   };
+  co.on_node_change = [found](const std::string& node, NodeState state, const std::string& why) {
+    if (auto impl = found->lock(); impl && impl->node_change) impl->node_change(node, state, why);
+  };
   auto impl = std::make_shared<Impl>(std::move(executor), options, std::move(co));
   *found = impl;
   asio::dispatch(impl->strand, [impl] { impl->client->start(); });
@@ -1256,6 +1260,12 @@ Limit RedisStore::local_share(const Limit& limit) const { return divided(limit, 
 void RedisStore::on_refusal(RefusalListener listener) {
   asio::dispatch(impl_->strand, [impl = impl_, listener = std::move(listener)]() mutable {
     impl->refusal = std::move(listener);
+  });
+}
+
+void RedisStore::on_node_change(NodeListener listener) {
+  asio::dispatch(impl_->strand, [impl = impl_, listener = std::move(listener)]() mutable {
+    impl->node_change = std::move(listener);
   });
 }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -103,6 +104,32 @@ void open_probed(RedisCluster& cluster, const Limit& limit, const std::string& s
   for (const std::string& k : out.keys.others) ASSERT_TRUE(out.store->acquire(k, limit).ok());
 }
 
+// What a store tells of its nodes (RedisStore::on_node_change), one line each: "host:port not
+// answering: why", "host:port answering", "host:port gone".
+class NodeNews {
+ public:
+  // The listener shares what it was told: the store may call it after this is gone.
+  explicit NodeNews(redis::RedisStore& store) {
+    store.on_node_change([told = told_](const std::string& node, redis::NodeState state, const std::string& why) {
+      const std::lock_guard lock(told->mu);
+      told->lines.push_back(node + (state == redis::NodeState::kNotAnswering ? " not answering: " + why
+                                    : state == redis::NodeState::kAnswering  ? " answering"
+                                                                             : " gone"));
+    });
+  }
+  std::vector<std::string> told() const {
+    const std::lock_guard lock(told_->mu);
+    return told_->lines;
+  }
+
+ private:
+  struct Told {
+    std::mutex mu;
+    std::vector<std::string> lines;  // guarded by mu
+  };
+  std::shared_ptr<Told> told_ = std::make_shared<Told>();
+};
+
 // Servers paused with CLIENT PAUSE, which cannot be ended early (CLIENT UNPAUSE waits too), waited
 // out when this goes.
 struct WaitOutPauses {
@@ -120,6 +147,7 @@ TEST_F(ClusterTest, DecisionsResumeAfterAMasterDiesAndItsReplicaTakesOver) {
   ASSERT_TRUE(store->acquire(key, limit).ok());
   RedisServer* master = cluster_->master_of(redis::detail::key_slot(key));
   ASSERT_NE(master, nullptr);
+  const NodeNews news(*store);
 
   master->kill();
   const auto killed = Clock::now();
@@ -139,6 +167,10 @@ TEST_F(ClusterTest, DecisionsResumeAfterAMasterDiesAndItsReplicaTakesOver) {
   // Until then every call was answered at once or within the command timeout.
   EXPECT_LE(slowest, store->options().command_timeout + kLateness);
   EXPECT_TRUE(store->acquire(key, limit).ok());
+  // Said when its connection was lost, and when its replica took its slots.
+  const std::string node = "127.0.0.1:" + std::to_string(master->port());
+  EXPECT_EQ(news.told(), (std::vector<std::string>{node + " not answering: redis " + node + ": connection closed by the server",
+                                                    node + " gone"}));
 }
 
 // A cluster of its own: this one's lost master stays lost.
@@ -202,6 +234,7 @@ TEST_F(ClusterTest, WhileAMasterHangsTheOtherMastersKeysAreStillDecidedOnRedis) 
   }
   ASSERT_TRUE(store->acquire(hung, limit).ok());
   ASSERT_TRUE(store->acquire(kept, limit).ok());
+  const NodeNews news(*store);
 
   master->pause();
   struct Resume {
@@ -221,6 +254,18 @@ TEST_F(ClusterTest, WhileAMasterHangsTheOtherMastersKeysAreStillDecidedOnRedis) 
   EXPECT_TRUE(hung_error.starts_with(redis::detail::kNodeNotAnswering)) << hung_error;
   EXPECT_EQ(kept_error, "") << "a key of another master failed";
   EXPECT_EQ(store->breaker().state(), BreakerState::kClosed);
+  // Said once, of the hung master alone, with the failure that opened its breaker.
+  const std::string node = "127.0.0.1:" + std::to_string(master->port());
+  std::vector<std::string> said = news.told();
+  ASSERT_EQ(said.size(), 1u) << ::testing::PrintToString(said);
+  EXPECT_TRUE(said[0].starts_with(node + " not answering: redis " + node)) << said[0];
+
+  // Back: the next probe its breaker lets through closes it, and that is said too.
+  master->resume();
+  ASSERT_TRUE(eventually([&] { return store->acquire(hung, limit).ok(); }, 5s));
+  said = news.told();
+  ASSERT_EQ(said.size(), 2u) << ::testing::PrintToString(said);
+  EXPECT_EQ(said[1], node + " answering");
 }
 
 // Every master hung, and calls for the keys of two of them: once their node breakers have opened,

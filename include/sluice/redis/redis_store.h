@@ -21,6 +21,7 @@
 #include "sluice/circuit_breaker.h"
 #include "sluice/clock.h"
 #include "sluice/local_store.h"
+#include "sluice/redis/node_state.h"
 #include "sluice/store.h"
 
 namespace sluice::redis {
@@ -209,6 +210,14 @@ class RedisStore final : public Store {
   // such a call follows its on_store_failure as an outage does, but no breaker opens to say so.
   using RefusalListener = std::function<void(const std::string& why)>;
   void on_refusal(RefusalListener listener);
+
+  // A cluster: tells `listener`, on the store's executor, when the breaker of one master's calls
+  // opens (kNotAnswering, with the failure that opened it: a hung or cut-off master), when it
+  // closes again (kAnswering), and when a master not answering leaves the slot map (kGone, a
+  // replica having taken its slots). Meanwhile the other masters' keys are decided as ever and
+  // the store's own breaker stays closed, so on_availability says nothing of it.
+  using NodeListener = std::function<void(const std::string& node, NodeState state, const std::string& why)>;
+  void on_node_change(NodeListener listener);
 
   struct Impl;
   struct OwnThread;
