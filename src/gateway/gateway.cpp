@@ -38,10 +38,12 @@
 #include <cstdio>
 #include <ctime>
 #include <list>
+#include <map>
 #include <random>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "config/crypto.h"
 #include "config/json.h"
@@ -937,6 +939,14 @@ struct Gateway::Impl {
   std::atomic<int> stores_down{0};  // workers whose limit store's breaker is open
   std::mutex store_log_mu;
   StoreNews store_news{kStoreLogEvery};              // guarded by store_log_mu
+  // A Redis Cluster's masters that some worker's store said not to answer (see log_node).
+  struct NodeNews {
+    explicit NodeNews(const std::string& node)
+        : news(kStoreLogEvery, "redis cluster node " + node, "limits whose keys it serves") {}
+    int down = 0;  // workers whose store said it does not answer
+    StoreNews news;
+  };
+  std::map<std::string, NodeNews, std::less<>> node_news;  // guarded by store_log_mu
   std::unique_ptr<asio::steady_timer> store_log_timer;  // on worker 0: says a change held back
   bool store_log_timer_armed = false;                // guarded by store_log_mu
 
@@ -966,23 +976,57 @@ struct Gateway::Impl {
     }
     if (line) log(*line);
   }
+  // Said once for the gateway, as the store's availability is: when the first worker's store says a
+  // master does not answer, and when the last says it answers again (or that it is gone: a replica
+  // took its slots). A master that keeps failing and answering is said at most every
+  // kStoreLogEvery, as the store is.
+  void log_node(const std::string& node, redis::NodeState state, const std::string& why) {
+    std::optional<std::string> line;
+    {
+      std::lock_guard lock(store_log_mu);
+      auto it = node_news.find(node);
+      if (state == redis::NodeState::kNotAnswering) {
+        if (it == node_news.end()) it = node_news.try_emplace(node, node).first;
+        if (it->second.down++ == 0) line = it->second.news.say(StoreNews::kDown, why, Clock::now());
+      } else if (it != node_news.end() && it->second.down > 0 && --it->second.down == 0) {
+        if (state == redis::NodeState::kAnswering) {
+          line = it->second.news.say(StoreNews::kUp, why, Clock::now());
+        } else {
+          line = "redis cluster node " + node + " left the slot map: its slots' limits are decided on the masters "
+                 "that serve them now";
+          node_news.erase(it);
+        }
+      }
+      arm_store_log_timer();
+    }
+    if (line) log(*line);
+  }
+
   // Under store_log_mu.
   void arm_store_log_timer() {
-    const std::optional<Clock::time_point> due = store_news.next_due();
+    std::optional<Clock::time_point> due = store_news.next_due();
+    for (const auto& [node, n] : node_news) {
+      const std::optional<Clock::time_point> node_due = n.news.next_due();
+      if (node_due && (!due || *node_due < *due)) due = node_due;
+    }
     if (!due || store_log_timer_armed || !store_log_timer) return;
     store_log_timer_armed = true;
     asio::post(store_log_timer->get_executor(), [this, at = *due] {
       store_log_timer->expires_at(at);
       store_log_timer->async_wait([this](const boost::system::error_code& ec) {
-        std::optional<std::string> line;
+        std::vector<std::string> lines;
         {
           std::lock_guard lock(store_log_mu);
           store_log_timer_armed = false;
           if (ec) return;
-          line = store_news.due(stores_down.load() > 0, Clock::now());
+          const auto now = Clock::now();
+          if (auto line = store_news.due(stores_down.load() > 0, now)) lines.push_back(std::move(*line));
+          for (auto& [node, n] : node_news) {
+            if (auto line = n.news.due(n.down > 0, now)) lines.push_back(std::move(*line));
+          }
           arm_store_log_timer();
         }
-        if (line) log(*line);
+        for (const std::string& line : lines) log(line);
       });
     });
   }
@@ -3216,6 +3260,9 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
       }
     });
     w.limiter->watch_refusals([self](const std::string& why) { self->log_store(StoreNews::kRefused, why); });
+    w.limiter->watch_nodes([self](const std::string& node, redis::NodeState state, const std::string& why) {
+      self->log_node(node, state, why);
+    });
   }
   g.store_log_timer = std::make_unique<asio::steady_timer>(g.workers[0]->ioc);
   auto acceptor = listen_on(g.workers[0]->ioc, listen, "listen");

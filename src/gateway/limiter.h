@@ -10,10 +10,12 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <span>
 #include <string_view>
 
 #include "sluice/circuit_breaker.h"
+#include "sluice/redis/node_state.h"
 #include "sluice/result.h"
 #include "sluice/store.h"
 
@@ -41,6 +43,11 @@ class Limiter {
   // what sluice did not write), with why; the gateway logs it.
   using RefusalListener = std::function<void(const std::string& why)>;
   virtual void watch_refusals(RefusalListener /*f*/) {}
+  // Tells `f` when one master of a Redis Cluster stops answering, answers again, or leaves the slot
+  // map while not answering (see redis::RedisStore::on_node_change), from the limiter's event loop;
+  // the gateway logs it. Any other store never does.
+  using NodeListener = std::function<void(const std::string& node, redis::NodeState state, const std::string& why)>;
+  virtual void watch_nodes(NodeListener /*f*/) {}
 
   // The limit a decision made by on_store_failure: local followed (Decision::fallback): this
   // process's share of `limit` in a fleet on a shared store; the limit itself for a store in this

@@ -40,16 +40,16 @@ std::string StoreNews::line(Kind kind, Time now) {
     case kDown:
       said_down_ = true;
       held_ = false;
-      return "limit store not answering (" + why_[kind] + "): limits follow their on_store_failure until it does" +
+      return subject_ + " not answering (" + why_[kind] + "): " + whose_ + " follow their on_store_failure until it does" +
              again;
     case kUp:
       said_down_ = false;
       held_ = false;
-      return "limit store answering again: limits are decided on it again" + again;
+      return subject_ + " answering again: " + whose_ + " are decided on it again" + again;
     case kRefused:
       break;
   }
-  return "limit store refused a call (" + why_[kind] + "): its limits followed their on_store_failure" + again;
+  return subject_ + " refused a call (" + why_[kind] + "): its limits followed their on_store_failure" + again;
 }
 
 }  // namespace sluice::gateway

@@ -175,6 +175,80 @@ TEST_F(RedisClusterFleetTest, ThreeGatewaysSharingOneClusterAdmitExactlyTheLimit
   });
 }
 
+// A master that hangs (paused for less than the cluster's node timeout: no failover) is said in the
+// log once for the gateway, however many workers' stores find it, with the failure that opened its
+// node breaker; and so is its return. The other masters' keys are decided on Redis throughout.
+TEST_F(RedisClusterFleetTest, AHungMasterAndItsReturnAreSaidOnceInTheLog) {
+  auto up = DemoUpstream::start();
+  ASSERT_TRUE(up.ok());
+  auto factory = redis_limiters({.address = cluster_->address(), .command_timeout = 20ms});
+  ASSERT_TRUE(factory.ok()) << factory.error().message;
+  std::mutex log_mu;
+  std::vector<std::string> log;  // guarded by log_mu
+  GatewayOptions o;
+  o.listen = "127.0.0.1:0";
+  o.admin_listen = "off";
+  o.threads = 2;
+  o.access_log = "off";
+  o.log = [&](std::string_view line) {
+    const std::lock_guard lock(log_mu);
+    log.emplace_back(line);
+  };
+  o.make_limiter = std::move(*factory);
+  auto g = Gateway::start(o, testing::load_config(
+                                 "upstreams:\n"
+                                 "  - {name: app, targets: [127.0.0.1:" + std::to_string((*up)->port()) + "]}\n"
+                                 "systems:\n"
+                                 "  - {key: crm, interfaces: [api]}\n"
+                                 "interfaces:\n"
+                                 "  - {id: api, path: /api, upstream: app, limits: [{algorithm: fixed_window, "
+                                 "limit: 1000000, period: 1h, key_by: \"header:X-User\", on_store_failure: allow}]}\n"));
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  const std::unique_ptr<Gateway> gw = std::move(*g);
+  const auto logged = [&](const std::string& prefix) {
+    const std::lock_guard lock(log_mu);
+    return std::count_if(log.begin(), log.end(), [&](const std::string& l) { return l.starts_with(prefix); });
+  };
+  // Requests for 30 users, whose counters spread over the three masters, on two connections (the
+  // workers take connections in turn).
+  HttpClient a(gw->port()), b(gw->port());
+  int next_user = 0;
+  const auto request_round = [&] {
+    for (int i = 0; i < 30; ++i) {
+      HttpClient& c = i % 2 == 0 ? a : b;
+      const HttpResponse r = c.request("GET", "/api", {{"X-System-Key", "crm"}, {"X-User", "u" + std::to_string(next_user++ % 30)}});
+      EXPECT_EQ(r.status, 200) << r.body;
+    }
+  };
+  request_round();  // every master called once: connected, answering
+
+  testing::RedisServer* master = cluster_->master_of(0);
+  ASSERT_NE(master, nullptr);
+  const std::string said = "redis cluster node 127.0.0.1:" + std::to_string(master->port());
+  master->pause();
+  struct Resume {
+    testing::RedisServer* server;
+    ~Resume() { server->resume(); }
+  } resume{master};
+  // Each worker's calls to it time out until 5 in a row open its node breaker: rounds of requests
+  // until that is said, for at most 600 ms (no failover: that takes a second).
+  const auto rounds_until = [&](const std::string& line, std::chrono::milliseconds limit) {
+    for (const auto until = Steady::now() + limit; Steady::now() < until;) {
+      request_round();
+      if (logged(line) > 0) return true;
+    }
+    return false;
+  };
+  const bool opened = rounds_until(said + " not answering (", 600ms);
+  master->resume();
+  ASSERT_TRUE(opened);
+  EXPECT_TRUE(rounds_until(said + " answering again: limits whose keys it serves are decided on it again", 5s));
+  EXPECT_EQ(logged(said + " not answering (redis " + said.substr(said.rfind(' ') + 1)), 1);
+  EXPECT_EQ(logged(said + " answering again"), 1);
+  EXPECT_EQ(logged("redis cluster node"), 2) << "another master was said not to answer";
+  EXPECT_EQ(logged("limit store"), 0) << "the store's breaker opened";
+}
+
 // Runs build/sluice to its end: its exit code, and its stdout.
 int run_sluice(const std::vector<std::string>& args, std::string* out = nullptr) {
   std::vector<std::string> argv{SLUICE_BINARY};

@@ -1,4 +1,4 @@
-// What the gateway logs about its limit store: each message at most once per interval, with how
+// What the gateway logs about its limit store (or one node of a cluster): each message at most once per interval, with how
 // many times it happened meanwhile, and never a last word on the store's availability that is wrong.
 #include "gateway/store_news.h"
 
@@ -52,6 +52,20 @@ TEST(StoreNews, AChangeUndoneBeforeItsTimeIsNotSaid) {
   ASSERT_TRUE(news.next_due());
   EXPECT_FALSE(news.due(false, kT0 + 40s));  // the last line said "answering again": still true
   EXPECT_FALSE(news.next_due());
+}
+
+// One master of a Redis Cluster: the same messages, of it and of the limits whose keys it serves.
+TEST(StoreNews, ANodeIsSaidOfByName) {
+  StoreNews news(30s, "redis cluster node 10.0.0.7:6379", "limits whose keys it serves");
+  EXPECT_EQ(news.say(StoreNews::kDown, "timeout", kT0),
+            "redis cluster node 10.0.0.7:6379 not answering (timeout): limits whose keys it serves follow their "
+            "on_store_failure until it does");
+  EXPECT_EQ(news.say(StoreNews::kUp, "", kT0 + 1s),
+            "redis cluster node 10.0.0.7:6379 answering again: limits whose keys it serves are decided on it again");
+  EXPECT_FALSE(news.say(StoreNews::kDown, "timeout", kT0 + 2s));
+  EXPECT_EQ(news.due(true, kT0 + 30s),
+            "redis cluster node 10.0.0.7:6379 not answering (timeout): limits whose keys it serves follow their "
+            "on_store_failure until it does (1 more times since last said)");
 }
 
 }  // namespace
