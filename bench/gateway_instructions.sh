@@ -5,8 +5,8 @@
 # kind of limit active and never rejecting (local store), nginx as a proxy with a limit_req, both in
 # front of one nginx `return 200` upstream that runs natively. Each proxy runs under valgrind's
 # callgrind; after a warm-up request its counters are zeroed, wrk runs for --duration seconds, and the
-# counters are dumped: instructions divided by the requests wrk made. Kernel work is not counted (both
-# make the same system calls per request: two sendmsg and two recvmsg, by strace). With --redis, a
+# counters are dumped: instructions divided by the requests wrk made. Kernel work is not counted
+# (gateway_syscalls.sh counts the system calls, where the two differ). With --redis, a
 # third sluice counts the system's limit alone in a redis-server of the script's own (as
 # gateway_vs_nginx.sh's "one limit"): the instructions of sluice's side of the Redis path.
 #
