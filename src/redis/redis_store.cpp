@@ -749,8 +749,9 @@ struct RedisStore::Impl::Acquire : std::enable_shared_from_this<Acquire> {
     } else if (error) {
       give_back_leases();
     }
-    if (error && error->code == ErrorCode::kProtocol && impl->refusal) {
-      // Redis does not say which key held what sluice did not write: every key of the call.
+    if (error && (error->code == ErrorCode::kProtocol || detail::try_again(*error)) && impl->refusal) {
+      // Redis does not say which key held what sluice did not write (or which keys are on which
+      // side of a moving slot): every key of the call.
       std::string keys;
       for (const Request& q : requests) {
         for (const std::string* k : {&q.state, &q.state2}) {

@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <vector>
 
 #include "cluster_fixture.h"
 #include "fleet.h"
+#include "redis/client.h"
 #include "redis/resp.h"
 
 namespace sluice::testing {
@@ -482,6 +484,37 @@ TEST_F(ClusterMigrationTest, ALeaseIsTakenWhereEveryLeaseExpiredOnTheMigratingNo
 TEST_F(ClusterMigrationTest, AnEntryIsLoggedWhereEveryEntryLeftTheWindowOnTheMigratingNode) {
   expect_admitted_where_everything_expired(make(Limit::sliding_log({.limit = 1, .period = 1s})),
                                            "sluice:{migrated}:sl");
+}
+
+// A state of two keys not seen before, made while its slot moves (MIGRATING on its master, IMPORTING
+// on another, its keys on neither): the importing node refuses the script with TRYAGAIN until the
+// slot has moved. The call follows its on_store_failure (here: fails), the refusal is told with
+// its keys (the gateway logs it), and once the slot has moved the state is made.
+TEST_F(ClusterMigrationTest, AStateMadeWhileItsSlotMovesIsRefusedAndTold) {
+  struct Told {
+    std::mutex mu;
+    std::vector<std::string> refusals;  // guarded by mu
+  };
+  const auto told = std::make_shared<Told>();
+  store_->on_refusal([told](const std::string& why) {
+    const std::lock_guard lock(told->mu);
+    told->refusals.push_back(why);
+  });
+  const Limit one = make(Limit::sliding_log({.limit = 1, .period = 1s}));
+  start_move("sluice:{fresh}:sl");
+  const auto refused = store_->acquire("fresh", one);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(redis::detail::try_again(refused.error())) << refused.error().message;
+  {
+    const std::lock_guard lock(told->mu);
+    ASSERT_EQ(told->refusals.size(), 1u);
+    EXPECT_TRUE(told->refusals[0].starts_with("redis cluster: TRYAGAIN")) << told->refusals[0];
+    EXPECT_NE(told->refusals[0].find("(keys sluice:{fresh}:sl"), std::string::npos) << told->refusals[0];
+  }
+  finish_move();
+  const auto made = store_->acquire("fresh", one);
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  EXPECT_TRUE(made->allowed);
 }
 
 }  // namespace

@@ -206,8 +206,10 @@ class RedisStore final : public Store {
   void on_availability(AvailabilityListener listener);
 
   // Tells `listener`, on the store's executor, of each call Redis answered with an error while it
-  // was available (a key holding what sluice did not write: WRONGTYPE), with the error and the key:
-  // such a call follows its on_store_failure as an outage does, but no breaker opens to say so.
+  // was available (a key holding what sluice did not write: WRONGTYPE; on a cluster, a state of two
+  // keys made while its slot moves, refused with TRYAGAIN until it has moved), with the error and
+  // the keys: such a call follows its on_store_failure as an outage does, but no breaker opens to
+  // say so.
   using RefusalListener = std::function<void(const std::string& why)>;
   void on_refusal(RefusalListener listener);
 
