@@ -947,6 +947,7 @@ struct Gateway::Impl {
     StoreNews news;
   };
   std::map<std::string, NodeNews, std::less<>> node_news;  // guarded by store_log_mu
+  std::string last_notice;                                 // guarded by store_log_mu: see log_notice
   std::unique_ptr<asio::steady_timer> store_log_timer;  // on worker 0: says a change held back
   bool store_log_timer_armed = false;                // guarded by store_log_mu
 
@@ -1000,6 +1001,16 @@ struct Gateway::Impl {
       arm_store_log_timer();
     }
     if (line) log(*line);
+  }
+
+  // Each worker's store tells it: said once, unless it is news.
+  void log_notice(const std::string& notice) {
+    {
+      std::lock_guard lock(store_log_mu);
+      if (notice == last_notice) return;
+      last_notice = notice;
+    }
+    log(notice);
   }
 
   // Under store_log_mu.
@@ -3263,6 +3274,7 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
     w.limiter->watch_nodes([self](const std::string& node, redis::NodeState state, const std::string& why) {
       self->log_node(node, state, why);
     });
+    w.limiter->watch_notices([self](const std::string& notice) { self->log_notice(notice); });
   }
   g.store_log_timer = std::make_unique<asio::steady_timer>(g.workers[0]->ioc);
   auto acceptor = listen_on(g.workers[0]->ioc, listen, "listen");

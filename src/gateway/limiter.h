@@ -48,6 +48,10 @@ class Limiter {
   // the gateway logs it. Any other store never does.
   using NodeListener = std::function<void(const std::string& node, redis::NodeState state, const std::string& why)>;
   virtual void watch_nodes(NodeListener /*f*/) {}
+  // Tells `f` what an operator should know of a shared store that fails no call (see
+  // redis::RedisStore::on_notice); the gateway logs it.
+  using NoticeListener = std::function<void(const std::string& notice)>;
+  virtual void watch_notices(NoticeListener /*f*/) {}
 
   // The limit a decision made by on_store_failure: local followed (Decision::fallback): this
   // process's share of `limit` in a fleet on a shared store; the limit itself for a store in this

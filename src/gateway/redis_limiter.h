@@ -24,6 +24,7 @@ class RedisLimiter final : public Limiter {
   void watch_store(AvailabilityListener f) override { store_->on_availability(std::move(f)); }
   void watch_refusals(RefusalListener f) override { store_->on_refusal(std::move(f)); }
   void watch_nodes(NodeListener f) override { store_->on_node_change(std::move(f)); }
+  void watch_notices(NoticeListener f) override { store_->on_notice(std::move(f)); }
   void acquire_all(std::span<const LimitRequest> requests, std::span<Decision> decisions,
                    Handler done) override;
   // Each request follows its own on_store_failure while Redis cannot decide, as in acquire_all: a

@@ -1,5 +1,6 @@
 #include "redis/client.h"
 
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include <algorithm>
@@ -496,8 +497,38 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     for (const auto& [c, gate] : gates_) {
       if (gate->said_open && std::find(slots_.begin(), slots_.end(), c) == slots_.end()) tell_gone(*gate);
     }
+    check_seeds(listed);
     loaded_ = true;
     check_connected();
+  }
+
+  // Tells on_notice when none of the addresses the client was made with is a node of the cluster
+  // any more (all of them removed since, or replaced): the client goes on by the nodes it knows, but
+  // a restart with those addresses would find no cluster. And when one is a node again. Only
+  // addresses given as IP addresses can be told: a node is listed by its address, not by a name.
+  void check_seeds(const std::map<std::string, Endpoint>& listed) {
+    if (!options_.on_notice) return;
+    std::string seeds;
+    bool one_listed = false;
+    for (const Endpoint& seed : options_.address.nodes) {
+      boost::system::error_code not_an_address;
+      asio::ip::make_address(seed.host, not_an_address);
+      if (not_an_address) return;
+      one_listed = one_listed || listed.contains(seed.to_string());
+      seeds += (seeds.empty() ? "" : ",") + seed.to_string();
+    }
+    if (one_listed != seeds_gone_) return;  // as said (or, at first, as it should be)
+    seeds_gone_ = !one_listed;
+    if (!seeds_gone_) {
+      options_.on_notice("redis cluster: an address the store was opened with (" + seeds +
+                         ") is a node of the cluster again");
+      return;
+    }
+    std::string nodes;
+    for (const auto& [name, endpoint] : listed) nodes += (nodes.empty() ? "" : ",") + name;
+    options_.on_notice("redis cluster: none of the addresses the store was opened with (" + seeds +
+                       ") is a node of the cluster any more; it goes on by the nodes it knows, but a restart with "
+                       "them would find no cluster: give it the nodes now in it (" + nodes + ")");
   }
 
   // Whether some master in the map is connected.
@@ -549,6 +580,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   std::string map_problem_;  // what the last map said that leaves slots without a master
   bool connect_timer_armed_ = false;
   bool loaded_ = false;
+  bool seeds_gone_ = false;  // see check_seeds
   bool connected_once_ = false;
   bool first_wait_over_ = false;  // the first wait for a slot map has ended: commands no longer wait
   bool refreshing_ = false;

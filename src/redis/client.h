@@ -75,6 +75,8 @@ struct ClientOptions {
   // A cluster: told when a node's breaker opens, closes again, or goes with a node not answering
   // (see RedisStore::on_node_change), with the node as host:port.
   std::function<void(const std::string& node, NodeState state, const std::string& why)> on_node_change;
+  // A cluster: told what an operator should know that fails no call (see RedisStore::on_notice).
+  std::function<void(const std::string& notice)> on_notice;
 };
 
 std::shared_ptr<Client> make_client(Strand strand, const ClientOptions& options);

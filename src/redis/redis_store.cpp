@@ -596,6 +596,7 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
   AvailabilityListener availability;       // see RedisStore::on_availability
   RefusalListener refusal;                 // see RedisStore::on_refusal
   NodeListener node_change;                // see RedisStore::on_node_change
+  NoticeListener notice;                   // see RedisStore::on_notice
   asio::steady_timer probe_timer;
   bool probe_armed = false;
   bool closing = false;  // the store is being closed: no more probes
@@ -1220,6 +1221,9 @@ Result<std::unique_ptr<RedisStore>> RedisStore::open(asio::any_io_executor execu
   co.on_node_change = [found](const std::string& node, NodeState state, const std::string& why) {
     if (auto impl = found->lock(); impl && impl->node_change) impl->node_change(node, state, why);
   };
+  co.on_notice = [found](const std::string& notice) {
+    if (auto impl = found->lock(); impl && impl->notice) impl->notice(notice);
+  };
   auto impl = std::make_shared<Impl>(std::move(executor), options, std::move(co));
   *found = impl;
   asio::dispatch(impl->strand, [impl] { impl->client->start(); });
@@ -1261,6 +1265,12 @@ Limit RedisStore::local_share(const Limit& limit) const { return divided(limit, 
 void RedisStore::on_refusal(RefusalListener listener) {
   asio::dispatch(impl_->strand, [impl = impl_, listener = std::move(listener)]() mutable {
     impl->refusal = std::move(listener);
+  });
+}
+
+void RedisStore::on_notice(NoticeListener listener) {
+  asio::dispatch(impl_->strand, [impl = impl_, listener = std::move(listener)]() mutable {
+    impl->notice = std::move(listener);
   });
 }
 

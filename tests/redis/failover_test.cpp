@@ -173,6 +173,54 @@ TEST_F(ClusterTest, DecisionsResumeAfterAMasterDiesAndItsReplicaTakesOver) {
                                                     node + " gone"}));
 }
 
+// A cluster of its own: this one loses a node for good.
+class SeedGoneTest : public ClusterTest {};
+
+// The one address the store was opened with is a replica's, which then leaves the cluster (forgotten
+// by every other node, and stopped, as `redis-cli --cluster del-node` does): the store goes on by
+// the nodes it knows, and tells that a restart with that address would find no cluster.
+TEST_F(SeedGoneTest, AStoreWhoseOnlyAddressLeftTheClusterSaysSo) {
+  RedisServer* replica = nullptr;
+  for (std::size_t i = 0; i < cluster_->size() && replica == nullptr; ++i) {
+    if (cluster_->node(i).cli({"INFO", "replication"}).find("role:slave") != std::string::npos) {
+      replica = &cluster_->node(i);
+    }
+  }
+  ASSERT_NE(replica, nullptr);
+  const std::string seed = "127.0.0.1:" + std::to_string(replica->port());
+  auto store = open_store("redis-cluster://" + seed, {}, Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  struct Told {
+    std::mutex mu;
+    std::vector<std::string> notices;  // guarded by mu
+  };
+  const auto told = std::make_shared<Told>();
+  store->on_notice([told](const std::string& notice) {
+    const std::lock_guard lock(told->mu);
+    told->notices.push_back(notice);
+  });
+  const auto notices = [&] {
+    const std::lock_guard lock(told->mu);
+    return told->notices;
+  };
+  const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
+  ASSERT_TRUE(store->acquire("seed", limit).ok());
+
+  const std::string id = replica->cli({"CLUSTER", "MYID"});
+  for (std::size_t i = 0; i < cluster_->size(); ++i) {
+    if (&cluster_->node(i) == replica) continue;
+    ASSERT_EQ(cluster_->node(i).cli({"CLUSTER", "FORGET", id}), "OK");
+  }
+  EXPECT_TRUE(notices().empty()) << "said before it left";
+  replica->kill();
+  ASSERT_TRUE(eventually([&] { return !notices().empty(); }, 5s));
+  const std::vector<std::string> said = notices();
+  ASSERT_EQ(said.size(), 1u) << ::testing::PrintToString(said);
+  EXPECT_TRUE(said[0].starts_with("redis cluster: none of the addresses the store was opened with (" + seed +
+                                  ") is a node of the cluster any more")) << said[0];
+  EXPECT_TRUE(store->acquire("seed", limit).ok()) << "it goes on by the nodes it knows";
+}
+
 // A cluster of its own: this one's lost master stays lost.
 class LostMasterTest : public ClusterTest {};
 

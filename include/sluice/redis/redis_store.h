@@ -221,6 +221,13 @@ class RedisStore final : public Store {
   using NodeListener = std::function<void(const std::string& node, NodeState state, const std::string& why)>;
   void on_node_change(NodeListener listener);
 
+  // A cluster: tells `listener`, on the store's executor, what an operator should know that fails
+  // no call: that none of the addresses the store was opened with is a node of the cluster any
+  // more (a restart with them would find no cluster), and that one is again. (Addresses given as
+  // host names are not looked at: the cluster lists its nodes by address.)
+  using NoticeListener = std::function<void(const std::string& notice)>;
+  void on_notice(NoticeListener listener);
+
   struct Impl;
   struct OwnThread;
 
