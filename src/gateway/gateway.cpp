@@ -977,6 +977,7 @@ struct Gateway::Impl {
     }
     if (line) log(*line);
   }
+
   // Said once for the gateway, as the store's availability is: when the first worker's store says a
   // master does not answer, and when the last says it answers again (or that it is gone: a replica
   // took its slots). A master that keeps failing and answering is said at most every

@@ -1,9 +1,9 @@
 // What the gateway logs about its limit store, or one node of a Redis Cluster: that it stopped
-// answering, answers again, or refused a call. A store that fails some calls and answers others goes down and up again and again: after
-// the first of each message, the next comes after `every` at the earliest, with how many times it
-// happened meanwhile. But the log's last word on whether the store answers is never left wrong: a
-// change held back is said once the wait is over (due()), if it still holds. Not thread-safe: the
-// gateway locks around it.
+// answering, answers again, or refused a call. A store that fails some calls and answers others
+// goes down and up again and again: after the first of each message, the next comes after `every`
+// at the earliest, with how many times it happened meanwhile. But the log's last word on whether
+// the store answers is never left wrong: a change held back is said once the wait is over (due()),
+// if it still holds. Not thread-safe: the gateway locks around it.
 #pragma once
 
 #include <array>

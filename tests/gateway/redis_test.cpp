@@ -210,17 +210,18 @@ TEST_F(RedisClusterFleetTest, AHungMasterAndItsReturnAreSaidOnceInTheLog) {
     return std::count_if(log.begin(), log.end(), [&](const std::string& l) { return l.starts_with(prefix); });
   };
   // Requests for 30 users, whose counters spread over the three masters, on two connections (the
-  // workers take connections in turn).
+  // workers take connections in turn), until `until`.
   HttpClient a(gw->port()), b(gw->port());
   int next_user = 0;
-  const auto request_round = [&] {
-    for (int i = 0; i < 30; ++i) {
+  const auto request_round = [&](Steady::time_point until) {
+    for (int i = 0; i < 30 && Steady::now() < until; ++i) {
       HttpClient& c = i % 2 == 0 ? a : b;
-      const HttpResponse r = c.request("GET", "/api", {{"X-System-Key", "crm"}, {"X-User", "u" + std::to_string(next_user++ % 30)}});
+      const std::string user = "u" + std::to_string(next_user++ % 30);
+      const HttpResponse r = c.request("GET", "/api", {{"X-System-Key", "crm"}, {"X-User", user}});
       EXPECT_EQ(r.status, 200) << r.body;
     }
   };
-  request_round();  // every master called once: connected, answering
+  request_round(Steady::time_point::max());  // every master called once: connected, answering
 
   testing::RedisServer* master = cluster_->master_of(0);
   ASSERT_NE(master, nullptr);
@@ -234,7 +235,7 @@ TEST_F(RedisClusterFleetTest, AHungMasterAndItsReturnAreSaidOnceInTheLog) {
   // until that is said, for at most 600 ms (no failover: that takes a second).
   const auto rounds_until = [&](const std::string& line, std::chrono::milliseconds limit) {
     for (const auto until = Steady::now() + limit; Steady::now() < until;) {
-      request_round();
+      request_round(until);
       if (logged(line) > 0) return true;
     }
     return false;
