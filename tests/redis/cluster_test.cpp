@@ -491,26 +491,17 @@ TEST_F(ClusterMigrationTest, AnEntryIsLoggedWhereEveryEntryLeftTheWindowOnTheMig
 // slot has moved. The call follows its on_store_failure (here: fails), the refusal is told with
 // its keys (the gateway logs it), and once the slot has moved the state is made.
 TEST_F(ClusterMigrationTest, AStateMadeWhileItsSlotMovesIsRefusedAndTold) {
-  struct Told {
-    std::mutex mu;
-    std::vector<std::string> refusals;  // guarded by mu
-  };
-  const auto told = std::make_shared<Told>();
-  store_->on_refusal([told](const std::string& why) {
-    const std::lock_guard lock(told->mu);
-    told->refusals.push_back(why);
-  });
+  const Told told;
+  store_->on_refusal([told](const std::string& why) { told.add(why); });
   const Limit one = make(Limit::sliding_log({.limit = 1, .period = 1s}));
   start_move("sluice:{fresh}:sl");
   const auto refused = store_->acquire("fresh", one);
   ASSERT_FALSE(refused.ok());
   EXPECT_TRUE(redis::detail::try_again(refused.error())) << refused.error().message;
-  {
-    const std::lock_guard lock(told->mu);
-    ASSERT_EQ(told->refusals.size(), 1u);
-    EXPECT_TRUE(told->refusals[0].starts_with("redis cluster: TRYAGAIN")) << told->refusals[0];
-    EXPECT_NE(told->refusals[0].find("(keys sluice:{fresh}:sl"), std::string::npos) << told->refusals[0];
-  }
+  const std::vector<std::string> refusals = told.lines();
+  ASSERT_EQ(refusals.size(), 1u);
+  EXPECT_TRUE(refusals[0].starts_with("redis cluster: TRYAGAIN")) << refusals[0];
+  EXPECT_NE(refusals[0].find("(keys sluice:{fresh}:sl"), std::string::npos) << refusals[0];
   finish_move();
   const auto made = store_->acquire("fresh", one);
   ASSERT_TRUE(made.ok()) << made.error().message;

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -108,26 +107,17 @@ void open_probed(RedisCluster& cluster, const Limit& limit, const std::string& s
 // answering: why", "host:port answering", "host:port gone".
 class NodeNews {
  public:
-  // The listener shares what it was told: the store may call it after this is gone.
   explicit NodeNews(redis::RedisStore& store) {
     store.on_node_change([told = told_](const std::string& node, redis::NodeState state, const std::string& why) {
-      const std::lock_guard lock(told->mu);
-      told->lines.push_back(node + (state == redis::NodeState::kNotAnswering ? " not answering: " + why
-                                    : state == redis::NodeState::kAnswering  ? " answering"
-                                                                             : " gone"));
+      told.add(node + (state == redis::NodeState::kNotAnswering ? " not answering: " + why
+                       : state == redis::NodeState::kAnswering  ? " answering"
+                                                                : " gone"));
     });
   }
-  std::vector<std::string> told() const {
-    const std::lock_guard lock(told_->mu);
-    return told_->lines;
-  }
+  std::vector<std::string> told() const { return told_.lines(); }
 
  private:
-  struct Told {
-    std::mutex mu;
-    std::vector<std::string> lines;  // guarded by mu
-  };
-  std::shared_ptr<Told> told_ = std::make_shared<Told>();
+  Told told_;
 };
 
 // Servers paused with CLIENT PAUSE, which cannot be ended early (CLIENT UNPAUSE waits too), waited
@@ -193,19 +183,9 @@ TEST_F(SeedGoneTest, AStoreWhoseOnlyAddressLeftTheClusterSaysSo) {
   const std::string seed = "127.0.0.1:" + std::to_string(replica->port());
   auto store = open_store("redis-cluster://" + seed, {}, Timeouts::kProduction);
   ASSERT_NE(store, nullptr);
-  struct Told {
-    std::mutex mu;
-    std::vector<std::string> notices;  // guarded by mu
-  };
-  const auto told = std::make_shared<Told>();
-  store->on_notice([told](const std::string& notice) {
-    const std::lock_guard lock(told->mu);
-    told->notices.push_back(notice);
-  });
-  const auto notices = [&] {
-    const std::lock_guard lock(told->mu);
-    return told->notices;
-  };
+  const Told told;
+  store->on_notice([told](const std::string& notice) { told.add(notice); });
+  const auto notices = [&] { return told.lines(); };
   const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
   ASSERT_TRUE(store->acquire("seed", limit).ok());
 

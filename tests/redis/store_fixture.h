@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,6 +17,27 @@
 #include "sluice/redis/redis_store.h"
 
 namespace sluice::testing {
+
+// What a store's listener is told, a line each, from the store's thread. Copies share the lines, so
+// that a listener can keep its own copy: the store may call it after the test is done with it.
+class Told {
+ public:
+  void add(std::string line) const {
+    const std::lock_guard lock(state_->mu);
+    state_->lines.push_back(std::move(line));
+  }
+  std::vector<std::string> lines() const {
+    const std::lock_guard lock(state_->mu);
+    return state_->lines;
+  }
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::vector<std::string> lines;  // guarded by mu
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
 
 inline Limit make(Result<Limit> r) {
   EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().message);
