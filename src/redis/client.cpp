@@ -69,13 +69,15 @@ constexpr int kRedirectsAtOnce = 2;
 // a promoted replica is ready at once; their failed reconnections do not count as Redis failing,
 // see node()). MOVED updates the slot and refreshes the map; ASK is
 // followed for that one command. While any slot has no connected master the map is refreshed
-// every 100ms, which is how decisions resume after a failover.
+// every 100ms, which is how decisions resume after a failover; and at least every
+// ClientOptions::map_refresh.
 class ClusterClient final : public Client, public std::enable_shared_from_this<ClusterClient> {
  public:
   ClusterClient(Strand strand, const ClientOptions& options)
       : strand_(std::move(strand)),
         options_(options),
         refresh_timer_(strand_),
+        map_timer_(strand_),
         connect_timer_(strand_),
         slots_(kSlots, nullptr) {}
 
@@ -87,6 +89,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   void stop() override {
     stopped_ = true;
     refresh_timer_.cancel();
+    map_timer_.cancel();
     connect_timer_.cancel();
     for (const auto& t : pauses_) {
       if (auto timer = t.lock()) timer->cancel();
@@ -395,6 +398,15 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     });
   }
 
+  // Refreshes the map ClientOptions::map_refresh after this refresh, unless another comes first.
+  void arm_map_timer() {
+    if (options_.map_refresh.count() == 0) return;
+    map_timer_.expires_after(options_.map_refresh);  // cancels the wait for the one before
+    map_timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+      if (auto self = weak.lock(); self && !ec) self->refresh_soon();
+    });
+  }
+
   // Asks a ready node for the map: the next one after the node asked last, in name order, so that
   // a node that hangs or has lost its view of the cluster is not the only one asked.
   void refresh() {
@@ -411,6 +423,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     if (!c) return;  // a connection that becomes ready asks again
     refreshing_ = true;
     last_refresh_ = std::chrono::steady_clock::now();
+    arm_map_timer();
     c->send(encode({"CLUSTER", "NODES"}), [self = shared_from_this(), endpoint = c->endpoint()](
                                                Result<Reply> r) {
       self->refreshing_ = false;
@@ -567,6 +580,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   Strand strand_;
   ClientOptions options_;
   asio::steady_timer refresh_timer_;
+  asio::steady_timer map_timer_;  // see arm_map_timer
   asio::steady_timer connect_timer_;
   std::map<std::string, std::shared_ptr<Connection>> nodes_;  // by host:port
   std::vector<Connection*> slots_;  // the master of each slot (owned by nodes_), or nullptr

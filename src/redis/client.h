@@ -65,6 +65,9 @@ struct ClientOptions {
   std::chrono::milliseconds command_timeout{50};
   std::chrono::milliseconds reconnect_min{10};
   std::chrono::milliseconds reconnect_max{500};
+  // A cluster: the slot map is read again at least this often (0: only when a call or connection
+  // calls for it).
+  std::chrono::milliseconds map_refresh{30'000};
   std::vector<std::string> on_connect;  // see ConnectionOptions
   std::function<void(const Error&)> on_attempt_failed;  // see ConnectionOptions: any node's
   // A cluster: each node's calls go through a breaker of their own, which a node that stops

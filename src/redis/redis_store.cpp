@@ -1193,12 +1193,14 @@ Result<std::unique_ptr<RedisStore>> RedisStore::open(asio::any_io_executor execu
     return invalid_argument("reconnect_min must be from 0 to reconnect_max");
   }
   if (options.deny_retry_after.count() < 0) return invalid_argument("deny_retry_after must not be negative");
+  if (options.cluster_map_refresh.count() < 0) return invalid_argument("cluster_map_refresh must not be negative");
   detail::ClientOptions co;
   co.address = std::move(*address);
   co.connect_timeout = options.connect_timeout;
   co.command_timeout = options.command_timeout;
   co.reconnect_min = options.reconnect_min;
   co.reconnect_max = options.reconnect_max;
+  co.map_refresh = options.cluster_map_refresh;
   co.node_breaker = options.breaker;
   co.node_breaker.on_state_change = nullptr;  // the store's own breaker is the one reported
   // Every node, replicas too, knows the function library and the scripts from the start, so FCALL

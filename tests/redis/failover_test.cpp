@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <optional>
 #include <thread>
 
@@ -170,8 +171,9 @@ TEST_F(ClusterTest, DecisionsResumeAfterAMasterDiesAndItsReplicaTakesOver) {
 class SeedGoneTest : public ClusterTest {};
 
 // The one address the store was opened with is a replica's, which then leaves the cluster (forgotten
-// by every other node, and stopped, as `redis-cli --cluster del-node` does): the store goes on by
-// the nodes it knows, and tells that a restart with that address would find no cluster.
+// by every other node, then stopped, as `redis-cli --cluster del-node` does): the store, whose
+// calls never meet that replica, finds it gone at its next regular read of the map, tells that a
+// restart with that address would find no cluster, and goes on by the nodes it knows.
 TEST_F(SeedGoneTest, AStoreWhoseOnlyAddressLeftTheClusterSaysSo) {
   RedisServer* replica = nullptr;
   for (std::size_t i = 0; i < cluster_->size() && replica == nullptr; ++i) {
@@ -181,7 +183,9 @@ TEST_F(SeedGoneTest, AStoreWhoseOnlyAddressLeftTheClusterSaysSo) {
   }
   ASSERT_NE(replica, nullptr);
   const std::string seed = "127.0.0.1:" + std::to_string(replica->port());
-  auto store = open_store("redis-cluster://" + seed, {}, Timeouts::kProduction);
+  redis::RedisStoreOptions options;
+  options.cluster_map_refresh = 200ms;
+  auto store = open_store("redis-cluster://" + seed, options, Timeouts::kProduction);
   ASSERT_NE(store, nullptr);
   const Told told;
   store->on_notice([told](const std::string& notice) { told.add(notice); });
@@ -189,22 +193,32 @@ TEST_F(SeedGoneTest, AStoreWhoseOnlyAddressLeftTheClusterSaysSo) {
   const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
   ASSERT_TRUE(store->acquire("seed", limit).ok());
   EXPECT_TRUE(notices().empty()) << "said before it left";
+  // It reads the map every 200ms whether or not a call calls for it (more than the few reads that
+  // follow its connections being made).
+  const auto map_reads = [&] {
+    long reads = 0;
+    for (std::size_t i = 0; i < cluster_->size(); ++i) {
+      const std::string stats = cluster_->node(i).cli({"INFO", "commandstats"});
+      const auto at = stats.find("cmdstat_cluster|nodes:calls=");
+      if (at != std::string::npos) reads += std::atol(stats.c_str() + at + 28);
+    }
+    return reads;
+  };
+  const long reads_before = map_reads();
+  EXPECT_TRUE(eventually([&] { return map_reads() >= reads_before + 10; }, 10s));
 
-  // From here on it may be said at any time: a refresh of the map (those that follow the store's
-  // connections being made may still be running) that asks another node finds the seed gone. Its
-  // stop makes sure one comes.
   const std::string id = replica->cli({"CLUSTER", "MYID"});
   for (std::size_t i = 0; i < cluster_->size(); ++i) {
     if (&cluster_->node(i) == replica) continue;
     ASSERT_EQ(cluster_->node(i).cli({"CLUSTER", "FORGET", id}), "OK");
   }
+  ASSERT_TRUE(eventually([&] { return !notices().empty(); }, 5s)) << "not said while the replica runs";
   replica->kill();
-  ASSERT_TRUE(eventually([&] { return !notices().empty(); }, 5s));
+  EXPECT_TRUE(store->acquire("seed", limit).ok()) << "it goes on by the nodes it knows";
   const std::vector<std::string> said = notices();
   ASSERT_EQ(said.size(), 1u) << ::testing::PrintToString(said);
   EXPECT_TRUE(said[0].starts_with("redis cluster: none of the addresses the store was opened with (" + seed +
                                   ") is a node of the cluster any more")) << said[0];
-  EXPECT_TRUE(store->acquire("seed", limit).ok()) << "it goes on by the nodes it knows";
 }
 
 // A cluster of its own: this one's lost master stays lost.

@@ -107,6 +107,19 @@ TEST_F(RedisStoreTest, RefusesBadArguments) {
   EXPECT_FALSE(RedisStore::open({.address = "http://x"}).ok());
 }
 
+TEST(RedisStoreOptionsTest, BadOptionsAreRefusedWithWhatIsWrong) {
+  const auto refused = [](RedisStoreOptions options, std::string_view why) {
+    auto store = RedisStore::open(std::move(options));
+    ASSERT_FALSE(store.ok()) << why;
+    EXPECT_EQ(store.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(store.error().message.find(why), std::string::npos) << store.error().message;
+  };
+  refused({.max_batch = 0}, "max_batch must be at least 1");
+  refused({.reconnect_min = 300ms}, "reconnect_min must be from 0 to reconnect_max");
+  refused({.deny_retry_after = -1ms}, "deny_retry_after must not be negative");
+  refused({.cluster_map_refresh = -1ms}, "cluster_map_refresh must not be negative");
+}
+
 TEST_F(RedisStoreTest, AcquireAllIsOneCallAndAllOrNothing) {
   auto store = open_store(server_->address());
   ASSERT_NE(store, nullptr);

@@ -45,6 +45,11 @@ struct RedisStoreOptions {
   // reconnect_max.
   std::chrono::milliseconds reconnect_min{10};
   std::chrono::milliseconds reconnect_max{250};
+  // A cluster: its slot map is read again at least this often, so that a node added or removed
+  // that no call meets (a replica; an address the store was opened with, see on_notice) is known
+  // within this time. It is read again at once too whenever a call or a connection shows it
+  // changed (a redirection, a master lost). 0: only then.
+  std::chrono::milliseconds cluster_map_refresh{30'000};
   // The policy of the calls that take no LimitRequest (acquire(key, limit, cost) and peek).
   OnStoreFailure on_store_failure = OnStoreFailure::kError;
   // OnStoreFailure::kLocal divides every limit by this: the number of instances sharing the store.
@@ -223,8 +228,9 @@ class RedisStore final : public Store {
 
   // A cluster: tells `listener`, on the store's executor, what an operator should know that fails
   // no call: that none of the addresses the store was opened with is a node of the cluster any
-  // more (a restart with them would find no cluster), and that one is again. (Addresses given as
-  // host names are not looked at: the cluster lists its nodes by address.)
+  // more (a restart with them would find no cluster), and that one is again, as found at a read of
+  // the slot map (see cluster_map_refresh). (Addresses given as host names are not looked at: the
+  // cluster lists its nodes by address.)
   using NoticeListener = std::function<void(const std::string& notice)>;
   void on_notice(NoticeListener listener);
 
