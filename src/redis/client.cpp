@@ -519,6 +519,8 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   // any more (all of them removed since, or replaced): the client goes on by the nodes it knows, but
   // a restart with those addresses would find no cluster. And when one is a node again. Only
   // addresses given as IP addresses can be told: a node is listed by its address, not by a name.
+  // Nor can they when the first map lists none of them: the nodes are known to each other by
+  // other addresses than those that reached them (another interface, a forwarded port).
   void check_seeds(const std::map<std::string, Endpoint>& listed) {
     if (!options_.on_notice) return;
     std::string seeds;
@@ -530,9 +532,10 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
       one_listed = one_listed || listed.contains(seed.to_string());
       seeds += (seeds.empty() ? "" : ",") + seed.to_string();
     }
-    if (one_listed != seeds_gone_) return;  // as said (or, at first, as it should be)
-    seeds_gone_ = !one_listed;
-    if (!seeds_gone_) {
+    if (seeds_ == Seeds::kNotSeen) seeds_ = one_listed ? Seeds::kListed : Seeds::kNotListedAtFirst;
+    if (seeds_ == Seeds::kNotListedAtFirst || one_listed == (seeds_ == Seeds::kListed)) return;  // as said
+    seeds_ = one_listed ? Seeds::kListed : Seeds::kGone;
+    if (one_listed) {
       options_.on_notice("redis cluster: an address the store was opened with (" + seeds +
                          ") is a node of the cluster again");
       return;
@@ -594,7 +597,8 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   std::string map_problem_;  // what the last map said that leaves slots without a master
   bool connect_timer_armed_ = false;
   bool loaded_ = false;
-  bool seeds_gone_ = false;  // see check_seeds
+  // What the maps said of the addresses the client was made with (see check_seeds).
+  enum class Seeds { kNotSeen, kListed, kGone, kNotListedAtFirst } seeds_ = Seeds::kNotSeen;
   bool connected_once_ = false;
   bool first_wait_over_ = false;  // the first wait for a slot map has ended: commands no longer wait
   bool refreshing_ = false;

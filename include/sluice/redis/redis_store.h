@@ -230,7 +230,7 @@ class RedisStore final : public Store {
   // no call: that none of the addresses the store was opened with is a node of the cluster any
   // more (a restart with them would find no cluster), and that one is again, as found at a read of
   // the slot map (see cluster_map_refresh). (Addresses given as host names are not looked at: the
-  // cluster lists its nodes by address.)
+  // cluster lists its nodes by address; nor are any when the first map lists none of them.)
   using NoticeListener = std::function<void(const std::string& notice)>;
   void on_notice(NoticeListener listener);
 
