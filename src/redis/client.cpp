@@ -241,7 +241,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
                                   : is_error(*r) && node_refusing(text(*r));
       gate->breaker.record(permit, failed);
       (failed ? gate->failed : gate->answered) = self->clock().now();
-      if (failed) gate->last_failure = r.ok() ? std::string(text(*r)) : r.error().message;
+      if (failed) gate->last_failure = r.ok() ? std::string(text(*r)) : without_may_have_run(r.error().message);
       self->tell_node_state(*gate);
       self->on_reply(slot, command, std::move(callback), deadline, hops, std::move(r));
     }, deadline);
@@ -257,7 +257,12 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     Nanos failed = Nanos::min();
     std::string last_failure;  // why the last failed call failed, or the connection was lost
     bool said_open = false;    // on_node_change was last told kNotAnswering
+    bool dropped = false;      // its node left the map: the calls still holding it tell nothing
   };
+
+  // What a failure says of the node: "did not answer within 50ms", without what it meant for the
+  // call it failed ("the command may have run").
+  static std::string without_may_have_run(const std::string& why) { return why.substr(0, why.find(kMayHaveRun)); }
 
   // Tells on_node_change that a master's connection was lost (it does not answer, as when its
   // breaker opens), or that a master said not to answer is connected again with its breaker closed.
@@ -268,7 +273,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     if (!ready && !serves_a_slot(name)) return;  // a replica
     Gate& gate = *gate_of(*it->second);
     // "connection closed by the server", without what it meant for the calls it failed.
-    if (!ready) gate.last_failure = why.substr(0, why.find(kMayHaveRun));
+    if (!ready) gate.last_failure = without_may_have_run(why);
     if (!ready && !gate.said_open) {
       gate.said_open = true;
       options_.on_node_change(gate.node, NodeState::kNotAnswering, gate.last_failure);
@@ -288,7 +293,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   // that opened it may have been a success that made the failures' share too large: the last
   // failure says why.)
   void tell_node_state(Gate& gate) {
-    if (!options_.on_node_change) return;
+    if (!options_.on_node_change || gate.dropped || stopped_) return;
     const BreakerState state = gate.breaker.state();
     if (!gate.said_open && state == BreakerState::kOpen) {
       gate.said_open = true;
@@ -490,17 +495,20 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     if (listed.empty() || covered == 0 || (loaded_ && covered < covered_now)) return;
     for (const auto& [name, endpoint] : listed) node(endpoint);
     for (auto it = nodes_.begin(); it != nodes_.end();) {
-      if (listed.count(it->first) == 0) {
-        const auto gate = gates_.find(it->second.get());
-        if (gate != gates_.end()) {
-          tell_gone(*gate->second);
-          gates_.erase(gate);
-        }
-        it->second->stop();
-        it = nodes_.erase(it);
-      } else {
+      if (listed.count(it->first) != 0) {
         ++it;
+        continue;
       }
+      // Out of the map before it stops, so that the calls and the connection state it fails as it
+      // stops are told of no node.
+      const std::shared_ptr<Connection> gone = std::move(it->second);
+      it = nodes_.erase(it);
+      if (const auto gate = gates_.find(gone.get()); gate != gates_.end()) {
+        tell_gone(*gate->second);
+        gate->second->dropped = true;
+        gates_.erase(gate);
+      }
+      gone->stop();
     }
     for (std::size_t slot = 0; slot < kSlots; ++slot) {
       const auto it = owner[slot].empty() ? nodes_.end() : nodes_.find(owner[slot]);

@@ -299,6 +299,42 @@ TEST_F(SeedGoneTest, AStoreWhoseOnlyAddressLeftTheClusterSaysSo) {
                                   ") is a node of the cluster any more")) << said[0];
 }
 
+// A cluster of its own: this one loses a master for good, emptied first.
+class EmptiedMasterTest : public ClusterTest {};
+
+// A master whose slots all move to another, and which then leaves the cluster (as `redis-cli
+// --cluster reshard` and `del-node` do), while the store, which had no call for those slots
+// meanwhile, still has it serving them: the store learns both at the redirection of its next call
+// there. The master answered throughout and left in good order: nothing is said of it.
+TEST_F(EmptiedMasterTest, AMasterEmptiedAndRemovedIsNotSaidToHaveFailed) {
+  redis::RedisStoreOptions options;
+  options.cluster_map_refresh = 0ms;  // so that its map stays as it was until the call
+  auto store = open_store(cluster_->address(), options, Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  const NodeNews news(*store);
+  const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
+  const std::string key = "emptied";
+  ASSERT_TRUE(store->acquire(key, limit).ok());
+  const std::optional<SlotMove> move = slot_move(*cluster_, redis::detail::key_slot(key));
+  ASSERT_TRUE(move.has_value());
+
+  const std::string from = "127.0.0.1:" + std::to_string(move->from->port());
+  const std::string resharded =
+      move->from->cli({"--cluster", "reshard", from, "--cluster-from", move->from_id, "--cluster-to", move->to_id,
+                       "--cluster-slots", "16384", "--cluster-yes"});
+  ASSERT_TRUE(eventually([&] { return cluster_->master_of(redis::detail::key_slot(key)) == move->to; }, 10s))
+      << resharded;
+  for (std::size_t i = 0; i < cluster_->size(); ++i) {
+    if (&cluster_->node(i) == move->from) continue;
+    ASSERT_EQ(cluster_->node(i).cli({"CLUSTER", "FORGET", move->from_id}), "OK");
+  }
+  const long long reads_before = calls("cluster|nodes");
+  ASSERT_TRUE(store->acquire(key, limit).ok());  // redirected: the map is read again
+  ASSERT_TRUE(eventually([&] { return calls("cluster|nodes") > reads_before; }, 5s)) << "the map was not read";
+  ASSERT_TRUE(store->acquire(key, limit).ok());
+  EXPECT_EQ(news.told(), std::vector<std::string>{});
+}
+
 // A cluster of its own: this one's lost master stays lost.
 class LostMasterTest : public ClusterTest {};
 
