@@ -78,6 +78,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
         options_(options),
         refresh_timer_(strand_),
         map_timer_(strand_),
+        probe_timer_(strand_),
         connect_timer_(strand_),
         slots_(kSlots, nullptr) {}
 
@@ -90,6 +91,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     stopped_ = true;
     refresh_timer_.cancel();
     map_timer_.cancel();
+    probe_timer_.cancel();
     connect_timer_.cancel();
     for (const auto& t : pauses_) {
       if (auto timer = t.lock()) timer->cancel();
@@ -277,6 +279,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     if (!ready && !gate.said_open) {
       gate.said_open = true;
       options_.on_node_change(gate.node, NodeState::kNotAnswering, gate.last_failure);
+      arm_probe_timer();
     } else if (ready) {
       tell_node_state(gate);
     }
@@ -298,10 +301,47 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     if (!gate.said_open && state == BreakerState::kOpen) {
       gate.said_open = true;
       options_.on_node_change(gate.node, NodeState::kNotAnswering, gate.last_failure);
+      arm_probe_timer();
     } else if (gate.said_open && state == BreakerState::kClosed) {
       gate.said_open = false;
       options_.on_node_change(gate.node, NodeState::kAnswering, std::string());
     }
+  }
+
+  // While a master is said not to answer, it is asked PING whenever its breaker lets a call through
+  // (every node_breaker.open_for), so that it is found answering again, and said to, without
+  // waiting for a call for its slots: one that gets none would be said not to answer for ever.
+  void arm_probe_timer() {
+    if (probe_armed_ || stopped_) return;
+    probe_armed_ = true;
+    probe_timer_.expires_after(options_.node_breaker.open_for);
+    probe_timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+      const auto self = weak.lock();
+      if (!self || ec) return;
+      self->probe_armed_ = false;
+      self->probe_silent_masters();
+    });
+  }
+
+  void probe_silent_masters() {
+    if (stopped_) return;
+    bool silent = false;
+    for (const auto& [name, c] : nodes_) {
+      const auto it = gates_.find(c.get());
+      if (it == gates_.end() || !it->second->said_open) continue;
+      silent = true;
+      if (!c->ready()) continue;  // said when connected again
+      std::shared_ptr<Gate> gate = it->second;
+      const BreakerPermit permit = gate->breaker.try_acquire();
+      if (!permit.admitted()) continue;  // open still, or a call is its probe
+      c->send(encode({"PING"}), [self = shared_from_this(), gate, permit](Result<Reply> r) {
+        gate->breaker.record(permit, !r.ok());
+        (r.ok() ? gate->answered : gate->failed) = self->clock().now();
+        if (!r.ok()) gate->last_failure = without_may_have_run(r.error().message);
+        self->tell_node_state(*gate);
+      }, std::chrono::steady_clock::now() + options_.command_timeout);
+    }
+    if (silent) arm_probe_timer();
   }
 
   // The node breakers' clock, which also says when a node answered (see a_master_answering).
@@ -592,6 +632,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   ClientOptions options_;
   asio::steady_timer refresh_timer_;
   asio::steady_timer map_timer_;  // see arm_map_timer
+  asio::steady_timer probe_timer_;  // see arm_probe_timer
   asio::steady_timer connect_timer_;
   std::map<std::string, std::shared_ptr<Connection>> nodes_;  // by host:port
   std::vector<Connection*> slots_;  // the master of each slot (owned by nodes_), or nullptr
@@ -611,6 +652,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   bool first_wait_over_ = false;  // the first wait for a slot map has ended: commands no longer wait
   bool refreshing_ = false;
   bool refresh_scheduled_ = false;
+  bool probe_armed_ = false;
   bool again_ = false;
   bool stopped_ = false;
 };
