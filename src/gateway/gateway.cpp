@@ -947,7 +947,7 @@ struct Gateway::Impl {
     StoreNews news;
   };
   std::map<std::string, NodeNews, std::less<>> node_news;  // guarded by store_log_mu
-  std::string last_notice;                                 // guarded by store_log_mu: see log_notice
+  int seeds_gone_workers = 0;                              // guarded by store_log_mu: see log_notice
   std::unique_ptr<asio::steady_timer> store_log_timer;  // on worker 0: says a change held back
   bool store_log_timer_armed = false;                // guarded by store_log_mu
 
@@ -1004,14 +1004,18 @@ struct Gateway::Impl {
     if (line) log(*line);
   }
 
-  // Each worker's store tells it: said once, unless it is news.
-  void log_notice(const std::string& notice) {
+  // Said once for the gateway: when the first worker's store finds that none of the addresses it
+  // was opened with is a node of the cluster any more, and when the last finds one again (each
+  // store tells each once, in turn).
+  void log_notice(redis::Notice notice, const std::string& text) {
     {
       std::lock_guard lock(store_log_mu);
-      if (notice == last_notice) return;
-      last_notice = notice;
+      if (notice == redis::Notice::kSeedsGone ? seeds_gone_workers++ != 0
+                                              : seeds_gone_workers == 0 || --seeds_gone_workers != 0) {
+        return;
+      }
     }
-    log(notice);
+    log(text);
   }
 
   // Under store_log_mu.
@@ -3275,7 +3279,7 @@ Result<std::unique_ptr<Gateway>> Gateway::start(GatewayOptions options,
     w.limiter->watch_nodes([self](const std::string& node, redis::NodeState state, const std::string& why) {
       self->log_node(node, state, why);
     });
-    w.limiter->watch_notices([self](const std::string& notice) { self->log_notice(notice); });
+    w.limiter->watch_notices([self](redis::Notice notice, const std::string& text) { self->log_notice(notice, text); });
   }
   g.store_log_timer = std::make_unique<asio::steady_timer>(g.workers[0]->ioc);
   auto acceptor = listen_on(g.workers[0]->ioc, listen, "listen");

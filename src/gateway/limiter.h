@@ -15,7 +15,7 @@
 #include <string_view>
 
 #include "sluice/circuit_breaker.h"
-#include "sluice/redis/node_state.h"
+#include "sluice/redis/cluster_news.h"
 #include "sluice/result.h"
 #include "sluice/store.h"
 
@@ -50,7 +50,7 @@ class Limiter {
   virtual void watch_nodes(NodeListener /*f*/) {}
   // Tells `f` what an operator should know of a shared store that fails no call (see
   // redis::RedisStore::on_notice); the gateway logs it.
-  using NoticeListener = std::function<void(const std::string& notice)>;
+  using NoticeListener = std::function<void(redis::Notice notice, const std::string& text)>;
   virtual void watch_notices(NoticeListener /*f*/) {}
 
   // The limit a decision made by on_store_failure: local followed (Decision::fallback): this

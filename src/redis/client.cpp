@@ -584,13 +584,13 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     if (seeds_ == Seeds::kNotListedAtFirst || one_listed == (seeds_ == Seeds::kListed)) return;  // as said
     seeds_ = one_listed ? Seeds::kListed : Seeds::kGone;
     if (one_listed) {
-      options_.on_notice("redis cluster: an address the store was opened with (" + seeds +
+      options_.on_notice(Notice::kSeedsBack, "redis cluster: an address the store was opened with (" + seeds +
                          ") is a node of the cluster again");
       return;
     }
     std::string nodes;
     for (const auto& [name, endpoint] : listed) nodes += (nodes.empty() ? "" : ",") + name;
-    options_.on_notice("redis cluster: none of the addresses the store was opened with (" + seeds +
+    options_.on_notice(Notice::kSeedsGone, "redis cluster: none of the addresses the store was opened with (" + seeds +
                        ") is a node of the cluster any more; it goes on by the nodes it knows, but a restart with "
                        "them would find no cluster: give it the nodes now in it (" + nodes + ")");
   }

@@ -11,7 +11,7 @@
 #include "redis/connection.h"
 #include "sluice/circuit_breaker.h"
 #include "sluice/redis/address.h"
-#include "sluice/redis/node_state.h"
+#include "sluice/redis/cluster_news.h"
 
 namespace sluice::redis::detail {
 
@@ -79,7 +79,7 @@ struct ClientOptions {
   // (see RedisStore::on_node_change), with the node as host:port.
   std::function<void(const std::string& node, NodeState state, const std::string& why)> on_node_change;
   // A cluster: told what an operator should know that fails no call (see RedisStore::on_notice).
-  std::function<void(const std::string& notice)> on_notice;
+  std::function<void(Notice notice, const std::string& text)> on_notice;
 };
 
 std::shared_ptr<Client> make_client(Strand strand, const ClientOptions& options);

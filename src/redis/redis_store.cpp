@@ -1223,8 +1223,8 @@ Result<std::unique_ptr<RedisStore>> RedisStore::open(asio::any_io_executor execu
   co.on_node_change = [found](const std::string& node, NodeState state, const std::string& why) {
     if (auto impl = found->lock(); impl && impl->node_change) impl->node_change(node, state, why);
   };
-  co.on_notice = [found](const std::string& notice) {
-    if (auto impl = found->lock(); impl && impl->notice) impl->notice(notice);
+  co.on_notice = [found](Notice notice, const std::string& text) {
+    if (auto impl = found->lock(); impl && impl->notice) impl->notice(notice, text);
   };
   auto impl = std::make_shared<Impl>(std::move(executor), options, std::move(co));
   *found = impl;

@@ -167,6 +167,59 @@ TEST(RedisFleetTest, ThreeGatewaysSharingOneRedisAdmitExactlyTheLimit) {
 
 class RedisClusterFleetTest : public testing::ClusterTest {};
 
+// A gateway of two workers before a demo upstream, its limits in the store `options` open, its log
+// kept: the system crm may call /api, whose limit is per X-User (on_store_failure: allow).
+class LoggedGateway {
+ public:
+  explicit LoggedGateway(redis::RedisStoreOptions options) {
+    auto up = DemoUpstream::start();
+    auto factory = redis_limiters(std::move(options));
+    if (!up.ok() || !factory.ok()) {
+      error_ = !up.ok() ? up.error().message : factory.error().message;
+      return;
+    }
+    up_ = std::move(*up);
+    GatewayOptions o;
+    o.listen = "127.0.0.1:0";
+    o.admin_listen = "off";
+    o.threads = 2;
+    o.access_log = "off";
+    o.log = [this](std::string_view line) {
+      const std::lock_guard lock(mu_);
+      log_.emplace_back(line);
+    };
+    o.make_limiter = std::move(*factory);
+    auto g = Gateway::start(o, testing::load_config(
+                                   "upstreams:\n"
+                                   "  - {name: app, targets: [127.0.0.1:" + std::to_string(up_->port()) + "]}\n"
+                                   "systems:\n"
+                                   "  - {key: crm, interfaces: [api]}\n"
+                                   "interfaces:\n"
+                                   "  - {id: api, path: /api, upstream: app, limits: [{algorithm: fixed_window, "
+                                   "limit: 1000000, period: 1h, key_by: \"header:X-User\", on_store_failure: allow}]}\n"));
+    if (!g.ok()) {
+      error_ = g.error().message;
+      return;
+    }
+    gw_ = std::move(*g);
+  }
+  // Why it did not start, or "".
+  const std::string& error() const { return error_; }
+  std::uint16_t port() const { return gw_->port(); }
+  // How many lines of its log start with `prefix`.
+  long logged(const std::string& prefix) const {
+    const std::lock_guard lock(mu_);
+    return std::count_if(log_.begin(), log_.end(), [&](const std::string& l) { return l.starts_with(prefix); });
+  }
+
+ private:
+  std::string error_;
+  std::unique_ptr<DemoUpstream> up_;
+  mutable std::mutex mu_;
+  std::vector<std::string> log_;  // guarded by mu_
+  std::unique_ptr<Gateway> gw_;   // last: stopped before what its log and upstream use
+};
+
 TEST_F(RedisClusterFleetTest, ThreeGatewaysSharingOneClusterAdmitExactlyTheLimit) {
   expect_fleet_admits_exactly_50(cluster_->address(), [] {
     std::size_t n = 0;
@@ -179,39 +232,12 @@ TEST_F(RedisClusterFleetTest, ThreeGatewaysSharingOneClusterAdmitExactlyTheLimit
 // log once for the gateway, however many workers' stores find it, with the failure that opened its
 // node breaker; and so is its return. The other masters' keys are decided on Redis throughout.
 TEST_F(RedisClusterFleetTest, AHungMasterAndItsReturnAreSaidOnceInTheLog) {
-  auto up = DemoUpstream::start();
-  ASSERT_TRUE(up.ok());
-  auto factory = redis_limiters({.address = cluster_->address(), .command_timeout = 20ms});
-  ASSERT_TRUE(factory.ok()) << factory.error().message;
-  std::mutex log_mu;
-  std::vector<std::string> log;  // guarded by log_mu
-  GatewayOptions o;
-  o.listen = "127.0.0.1:0";
-  o.admin_listen = "off";
-  o.threads = 2;
-  o.access_log = "off";
-  o.log = [&](std::string_view line) {
-    const std::lock_guard lock(log_mu);
-    log.emplace_back(line);
-  };
-  o.make_limiter = std::move(*factory);
-  auto g = Gateway::start(o, testing::load_config(
-                                 "upstreams:\n"
-                                 "  - {name: app, targets: [127.0.0.1:" + std::to_string((*up)->port()) + "]}\n"
-                                 "systems:\n"
-                                 "  - {key: crm, interfaces: [api]}\n"
-                                 "interfaces:\n"
-                                 "  - {id: api, path: /api, upstream: app, limits: [{algorithm: fixed_window, "
-                                 "limit: 1000000, period: 1h, key_by: \"header:X-User\", on_store_failure: allow}]}\n"));
-  ASSERT_TRUE(g.ok()) << g.error().message;
-  const std::unique_ptr<Gateway> gw = std::move(*g);
-  const auto logged = [&](const std::string& prefix) {
-    const std::lock_guard lock(log_mu);
-    return std::count_if(log.begin(), log.end(), [&](const std::string& l) { return l.starts_with(prefix); });
-  };
+  LoggedGateway gw({.address = cluster_->address(), .command_timeout = 20ms});
+  ASSERT_EQ(gw.error(), "");
+  const auto logged = [&](const std::string& prefix) { return gw.logged(prefix); };
   // Requests for 30 users, whose counters spread over the three masters, on two connections (the
   // workers take connections in turn), until `until`.
-  HttpClient a(gw->port()), b(gw->port());
+  HttpClient a(gw.port()), b(gw.port());
   int next_user = 0;
   const auto request_round = [&](Steady::time_point until) {
     for (int i = 0; i < 30 && Steady::now() < until; ++i) {
@@ -248,6 +274,39 @@ TEST_F(RedisClusterFleetTest, AHungMasterAndItsReturnAreSaidOnceInTheLog) {
   EXPECT_EQ(logged(said + " answering again"), 1);
   EXPECT_EQ(logged("redis cluster node"), 2) << "another master was said not to answer";
   EXPECT_EQ(logged("limit store"), 0) << "the store's breaker opened";
+}
+
+// A cluster of its own: its one seed leaves it.
+class RedisClusterSeedGoneTest : public testing::ClusterTest {};
+
+// The one address the gateway's store was opened with is a replica's, which leaves the cluster:
+// each worker's store finds it at its next read of the slot map, and the gateway says it once.
+TEST_F(RedisClusterSeedGoneTest, ASeedThatLeftTheClusterIsSaidOnceInTheLog) {
+  testing::RedisServer* replica = nullptr;
+  for (std::size_t i = 0; i < cluster_->size() && replica == nullptr; ++i) {
+    if (cluster_->node(i).cli({"INFO", "replication"}).find("role:slave") != std::string::npos) {
+      replica = &cluster_->node(i);
+    }
+  }
+  ASSERT_NE(replica, nullptr);
+  const std::string seed = "127.0.0.1:" + std::to_string(replica->port());
+  LoggedGateway gw({.address = "redis-cluster://" + seed, .cluster_map_refresh = 100ms});
+  ASSERT_EQ(gw.error(), "");
+  HttpClient client(gw.port());
+  EXPECT_EQ(client.request("GET", "/api", {{"X-System-Key", "crm"}, {"X-User", "u"}}).status, 200);
+
+  const std::string id = replica->cli({"CLUSTER", "MYID"});
+  for (std::size_t i = 0; i < cluster_->size(); ++i) {
+    if (&cluster_->node(i) == replica) continue;
+    ASSERT_EQ(cluster_->node(i).cli({"CLUSTER", "FORGET", id}), "OK");
+  }
+  const std::string said = "redis cluster: none of the addresses the store was opened with (" + seed + ")";
+  ASSERT_TRUE(testing::eventually([&] { return gw.logged(said) > 0; }));
+  // By then the other worker has read the map too, or does within a few more reads.
+  const long long reads = calls("cluster|nodes");
+  ASSERT_TRUE(testing::eventually([&] { return calls("cluster|nodes") >= reads + 8; }));
+  EXPECT_EQ(gw.logged(said), 1);
+  EXPECT_EQ(client.request("GET", "/api", {{"X-System-Key", "crm"}, {"X-User", "u"}}).status, 200);
 }
 
 // Runs build/sluice to its end: its exit code, and its stdout.

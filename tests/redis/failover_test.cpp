@@ -244,7 +244,7 @@ TEST_F(ClusterTest, AnAddressTheClusterDoesNotListIsNotSaidToHaveLeft) {
   ASSERT_TRUE(opened.ok()) << opened.error().message;
   const std::unique_ptr<redis::RedisStore> store = std::move(*opened);
   const Told told;
-  store->on_notice([told](const std::string& notice) { told.add(notice); });  // before the first map
+  store->on_notice([told](redis::Notice, const std::string& text) { told.add(text); });  // before the first map
   const Status connected = store->connect();
   ASSERT_TRUE(connected.ok()) << connected.error().message;
   const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
@@ -275,7 +275,7 @@ TEST_F(SeedGoneTest, AStoreWhoseOnlyAddressLeftTheClusterSaysSo) {
   auto store = open_store("redis-cluster://" + seed, options, Timeouts::kProduction);
   ASSERT_NE(store, nullptr);
   const Told told;
-  store->on_notice([told](const std::string& notice) { told.add(notice); });
+  store->on_notice([told](redis::Notice, const std::string& text) { told.add(text); });
   const auto notices = [&] { return told.lines(); };
   const Limit limit = make(Limit::fixed_window({.limit = 1'000'000, .period = 1h}));
   ASSERT_TRUE(store->acquire("seed", limit).ok());

@@ -21,7 +21,7 @@
 #include "sluice/circuit_breaker.h"
 #include "sluice/clock.h"
 #include "sluice/local_store.h"
-#include "sluice/redis/node_state.h"
+#include "sluice/redis/cluster_news.h"
 #include "sluice/store.h"
 
 namespace sluice::redis {
@@ -232,7 +232,8 @@ class RedisStore final : public Store {
   // more (a restart with them would find no cluster), and that one is again, as found at a read of
   // the slot map (see cluster_map_refresh). (Addresses given as host names are not looked at: the
   // cluster lists its nodes by address; nor are any when the first map lists none of them.)
-  using NoticeListener = std::function<void(const std::string& notice)>;
+  // With the notice, the line to log.
+  using NoticeListener = std::function<void(Notice notice, const std::string& text)>;
   void on_notice(NoticeListener listener);
 
   struct Impl;
