@@ -298,7 +298,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   void tell_node_state(Gate& gate) {
     if (!options_.on_node_change || gate.dropped || stopped_) return;
     const BreakerState state = gate.breaker.state();
-    if (!gate.said_open && state == BreakerState::kOpen) {
+    if (!gate.said_open && state == BreakerState::kOpen && serves_a_slot(gate.node)) {
       gate.said_open = true;
       options_.on_node_change(gate.node, NodeState::kNotAnswering, gate.last_failure);
       arm_probe_timer();
@@ -308,13 +308,15 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
     }
   }
 
-  // While a master is said not to answer, it is asked PING whenever its breaker lets a call through
-  // (every node_breaker.open_for), so that it is found answering again, and said to, without
-  // waiting for a call for its slots: one that gets none would be said not to answer for ever.
-  void arm_probe_timer() {
-    if (probe_armed_ || stopped_) return;
+  // While a master is said not to answer, it is asked CLUSTER INFO whenever its breaker lets a call
+  // through (node_breaker.open_for after it last opened), so that it is found answering again, and
+  // said to, without waiting for a call for its slots: one that gets none would be said not to
+  // answer for ever. `restart`: from now, even when armed already (a probe that failed reopened
+  // its breaker).
+  void arm_probe_timer(bool restart = false) {
+    if ((probe_armed_ && !restart) || stopped_) return;
     probe_armed_ = true;
-    probe_timer_.expires_after(options_.node_breaker.open_for);
+    probe_timer_.expires_after(options_.node_breaker.open_for);  // cancels the wait armed before
     probe_timer_.async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
       const auto self = weak.lock();
       if (!self || ec) return;
@@ -334,11 +336,20 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
       std::shared_ptr<Gate> gate = it->second;
       const BreakerPermit permit = gate->breaker.try_acquire();
       if (!permit.admitted()) continue;  // open still, or a call is its probe
-      c->send(encode({"PING"}), [self = shared_from_this(), gate, permit](Result<Reply> r) {
-        gate->breaker.record(permit, !r.ok());
-        (r.ok() ? gate->answered : gate->failed) = self->clock().now();
-        if (!r.ok()) gate->last_failure = without_may_have_run(r.error().message);
+      // Not PING: a master cut off from the cluster answers it, but refuses every call for a key
+      // (CLUSTERDOWN), as CLUSTER INFO says. Any other answer (NOPERM from a user without it) is
+      // the node answering, as for a call.
+      c->send(encode({"CLUSTER", "INFO"}), [self = shared_from_this(), gate, permit](Result<Reply> r) {
+        const std::string failure =
+            !r.ok()          ? without_may_have_run(r.error().message)
+            : is_error(*r)   ? (node_refusing(text(*r)) ? std::string(text(*r)) : std::string())
+            : text(*r).find("cluster_state:fail") != std::string_view::npos ? "CLUSTER INFO: cluster_state:fail"
+                                                                             : std::string();
+        gate->breaker.record(permit, !failure.empty());
+        (failure.empty() ? gate->answered : gate->failed) = self->clock().now();
+        if (!failure.empty()) gate->last_failure = failure;
         self->tell_node_state(*gate);
+        if (gate->said_open) self->arm_probe_timer(/*restart=*/true);
       }, std::chrono::steady_clock::now() + options_.command_timeout);
     }
     if (silent) arm_probe_timer();

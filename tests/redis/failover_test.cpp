@@ -422,8 +422,8 @@ TEST_F(ClusterTest, WhileAMasterHangsTheOtherMastersKeysAreStillDecidedOnRedis) 
   ASSERT_EQ(said.size(), 1u) << ::testing::PrintToString(said);
   EXPECT_TRUE(said[0].starts_with(node + " not answering: redis " + node)) << said[0];
 
-  // Back: found answering by the PING the store sends it whenever its breaker lets a call through,
-  // with no call for its keys, and said so; its keys are decided on it again.
+  // Back: found answering by the CLUSTER INFO the store sends it whenever its breaker lets a call
+  // through, with no call for its keys, and said so; its keys are decided on it again.
   master->resume();
   ASSERT_TRUE(eventually([&] { return news.told().size() >= 2; }, 5s)) << "not said to answer again";
   said = news.told();
@@ -564,15 +564,29 @@ struct ClusterDownMaster {
 // A master that answers CLUSTERDOWN fails only its own calls while another master answers (at once,
 // once its node breaker has opened): the store's breaker stays closed, and the limits whose keys are
 // on the other masters are still decided on Redis. (It opened the store's breaker, for every
-// limit, where the master saying CLUSTERDOWN was one of four.)
+// limit, where the master saying CLUSTERDOWN was one of four.) It is said not to answer until it
+// serves its slots again, as the store's CLUSTER INFO finds with no call for them.
 TEST_F(ClusterTest, CallsAnsweredClusterDownByOneMasterFailOnlyItsOwn) {
   auto store = open_store(cluster_->address(), {}, Timeouts::kProduction);
   ASSERT_NE(store, nullptr);
-  ClusterDownMaster down(*cluster_, *store);
-  ASSERT_TRUE(down.go_down());
-  EXPECT_TRUE(down.calls_answered_cluster_down(20, /*with_other=*/true));
-  EXPECT_EQ(store->breaker().state(), BreakerState::kClosed);
-  EXPECT_FALSE(store->acquire(down.key, down.limit).ok());
+  const NodeNews news(*store);
+  std::string node;
+  {
+    ClusterDownMaster down(*cluster_, *store);
+    ASSERT_TRUE(down.go_down());
+    node = "127.0.0.1:" + std::to_string(down.master->port());
+    EXPECT_TRUE(down.calls_answered_cluster_down(20, /*with_other=*/true));
+    EXPECT_EQ(store->breaker().state(), BreakerState::kClosed);
+    EXPECT_FALSE(store->acquire(down.key, down.limit).ok());
+    // It answers PING, but not for its keys: the probes find it failing still.
+    const long long probes = calls("cluster|info");
+    ASSERT_TRUE(eventually([&] { return calls("cluster|info") >= probes + 3; }, 10s));
+    const std::vector<std::string> said = news.told();
+    ASSERT_EQ(said.size(), 1u) << ::testing::PrintToString(said);
+    EXPECT_TRUE(said[0].starts_with(node + " not answering: CLUSTERDOWN")) << said[0];
+  }
+  EXPECT_TRUE(eventually([&] { return news.told().size() == 2; }, 10s)) << ::testing::PrintToString(news.told());
+  EXPECT_EQ(news.told().back(), node + " answering");
 }
 
 // With no other master answering, calls answered CLUSTERDOWN open the store's breaker, as a cluster

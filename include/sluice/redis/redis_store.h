@@ -220,12 +220,12 @@ class RedisStore final : public Store {
 
   // A cluster: tells `listener`, on the store's executor, when the breaker of one master's calls
   // opens (kNotAnswering, with the failure that opened it: a hung or cut-off master), when it
-  // closes again (kAnswering: meanwhile the store sends the master a PING whenever the breaker
-  // lets a call through, so that it is found answering without a call for its keys), and when a
-  // master not answering leaves the slot map (kGone, a replica having taken its slots). Meanwhile
-  // the other masters' keys are decided as ever and the store's own breaker stays closed, so
-  // on_availability says nothing of it. Nothing is told once the store closes: a master said not
-  // to answer then is never said to answer again.
+  // closes again (kAnswering: meanwhile the store sends the master CLUSTER INFO whenever the
+  // breaker lets a call through, so that it is found answering without a call for its keys), and
+  // when a master not answering leaves the slot map (kGone, a replica having taken its slots).
+  // Meanwhile the other masters' keys are decided as ever and the store's own breaker stays
+  // closed, so on_availability says nothing of it. Nothing is told once the store closes: a master
+  // said not to answer then is never said to answer again.
   using NodeListener = std::function<void(const std::string& node, NodeState state, const std::string& why)>;
   void on_node_change(NodeListener listener);
 
