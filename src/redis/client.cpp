@@ -592,7 +592,14 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
       seeds += (seeds.empty() ? "" : ",") + seed.to_string();
     }
     if (seeds_ == Seeds::kNotSeen) seeds_ = one_listed ? Seeds::kListed : Seeds::kNotListedAtFirst;
-    if (seeds_ == Seeds::kNotListedAtFirst || one_listed == (seeds_ == Seeds::kListed)) return;  // as said
+    if (seeds_ == Seeds::kNotListedAtFirst || one_listed == (seeds_ == Seeds::kListed)) {  // as said
+      seeds_maps_against_ = 0;
+      return;
+    }
+    // One node's map may be behind the others' (a node removed is forgotten by each in turn): a
+    // change is said once two maps in a row, from two nodes, show it. The next comes soon.
+    if (++seeds_maps_against_ < 2) return refresh_soon();
+    seeds_maps_against_ = 0;
     seeds_ = one_listed ? Seeds::kListed : Seeds::kGone;
     if (one_listed) {
       options_.on_notice(Notice::kSeedsBack, "redis cluster: an address the store was opened with (" + seeds +
@@ -659,6 +666,7 @@ class ClusterClient final : public Client, public std::enable_shared_from_this<C
   bool loaded_ = false;
   // What the maps said of the addresses the client was made with (see check_seeds).
   enum class Seeds { kNotSeen, kListed, kGone, kNotListedAtFirst } seeds_ = Seeds::kNotSeen;
+  int seeds_maps_against_ = 0;  // maps in a row that said otherwise
   bool connected_once_ = false;
   bool first_wait_over_ = false;  // the first wait for a slot map has ended: commands no longer wait
   bool refreshing_ = false;

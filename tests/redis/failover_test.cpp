@@ -45,8 +45,8 @@ class ClosingListener {
   }
   ~ClosingListener() {
     ::shutdown(fd_, SHUT_RDWR);
-    ::close(fd_);
     closer_.join();
+    ::close(fd_);
   }
   bool listening() const { return listening_; }
   int accepted() const { return accepted_; }
@@ -86,8 +86,8 @@ class Forwarder {
   }
   ~Forwarder() {
     ::shutdown(fd_, SHUT_RDWR);
-    ::close(fd_);
     acceptor_.join();
+    ::close(fd_);
     for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
     for (std::thread& t : pumps_) t.join();
     for (int fd : fds_) ::close(fd);
@@ -240,6 +240,7 @@ TEST_F(ClusterTest, AnAddressTheClusterDoesNotListIsNotSaidToHaveLeft) {
   redis::RedisStoreOptions options;
   options.address = "redis-cluster://127.0.0.1:" + std::to_string(forwarder.port());
   options.cluster_map_refresh = 200ms;
+  options.connect_timeout = options.command_timeout = 2s;  // through the forwarder's threads
   auto opened = redis::RedisStore::open(options);
   ASSERT_TRUE(opened.ok()) << opened.error().message;
   const std::unique_ptr<redis::RedisStore> store = std::move(*opened);
