@@ -196,7 +196,8 @@ class LoggedGateway {
                                    "  - {key: crm, interfaces: [api]}\n"
                                    "interfaces:\n"
                                    "  - {id: api, path: /api, upstream: app, limits: [{algorithm: fixed_window, "
-                                   "limit: 1000000, period: 1h, key_by: \"header:X-User\", on_store_failure: allow}]}\n"));
+                                   "limit: 1000000, period: 1h, key_by: \"header:X-User\", "
+                                   "on_store_failure: allow}]}\n"));
     if (!g.ok()) {
       error_ = g.error().message;
       return;
