@@ -51,6 +51,7 @@
 #include "core/duration.h"
 #include "gateway/access_log.h"
 #include "gateway/caller_auth.h"
+#include "gateway/edge_reads.h"
 #include "gateway/message_parser.h"
 #include "gateway/write_now.h"
 #include "gateway/policy.h"
@@ -360,12 +361,32 @@ class TimedSocket : public DeadlineHook {
  public:
   using List = boost::intrusive::list<TimedSocket, boost::intrusive::constant_time_size<false>>;
 
-  TimedSocket(Socket socket, List& list) : socket_(std::move(socket)) { list.push_back(*this); }
-  TimedSocket(asio::io_context& ioc, List& list) : socket_(ioc) { list.push_back(*this); }
+  TimedSocket(Socket socket, List& list)
+      : socket_(std::move(socket)), reader_(EdgeReads::of(socket_.get_executor().context())) {
+    list.push_back(*this);
+  }
+  TimedSocket(asio::io_context& ioc, List& list) : socket_(ioc), reader_(EdgeReads::of(ioc)) { list.push_back(*this); }
   TimedSocket(const TimedSocket&) = delete;
   TimedSocket& operator=(const TimedSocket&) = delete;
 
+  // Its writes, connect and close are the socket's; its reads are edge_reads.h's, never the
+  // socket's own: read_now, then, when that says would_block, async_read_some.
   Socket& socket() { return socket_; }
+  std::tuple<error_code, std::size_t> read_now(asio::mutable_buffer buffer) {
+    error_code ec;
+    std::size_t n = 0;
+    if (!reader_.read_now(socket_.native_handle(), buffer, ec, n)) ec = asio::error::would_block;
+    return {ec, n};
+  }
+  auto async_read_some(asio::mutable_buffer buffer) { return reader_.async_read_some(buffer, kTok); }
+  // Whether something (bytes, the end, an error) may have come since the last read found nothing.
+  bool may_have_input() const { return reader_.may_have_input(); }
+  // Ends what is pending, reads and writes, with operation_aborted.
+  void cancel() {
+    error_code ignored;
+    socket_.cancel(ignored);
+    reader_.cancel();
+  }
   void arm(Nanos timeout) {
     // From the coarse clock, which may lag the time by a tick now and not when it is read again: two
     // ticks more, so that the time given is never cut short, even when a busy machine (a VM whose
@@ -416,10 +437,9 @@ class TimedSocket : public DeadlineHook {
     } else {
       return;
     }
-    error_code ignored;
-    socket_.cancel(ignored);
+    cancel();
     // An upstream that has answered is written no more of the body: a write it does not read stops.
-    if (seen_ && what_ == Watch::kUpstreamAnswered) watched_->socket().cancel(ignored);
+    if (seen_ && what_ == Watch::kUpstreamAnswered) watched_->cancel();
   }
 
  private:
@@ -456,6 +476,7 @@ class TimedSocket : public DeadlineHook {
   }
 
   Socket socket_;
+  EdgeReader reader_;  // after socket_: gone before the socket closes, so no event comes for it
   Nanos deadline_ = Nanos::max();
   bool timed_out_ = false;
   bool cut_ = false;  // see cut()
@@ -476,8 +497,11 @@ Reason reason_of_upstream_error(const error_code& ec) {
   return malformed ? Reason::kUpstreamBadResponse : Reason::kUpstreamConnectFailed;
 }
 
-// Whether an idle upstream connection is still open and has sent nothing unasked.
+// Whether an idle upstream connection is still open and has sent nothing unasked: sure, with no
+// system call, when nothing has come since its last read found nothing (up to the last events
+// collected; a close that comes later is the same race as one that crosses the request, below).
 bool still_open(TimedSocket& s) {
+  if (!s.may_have_input()) return true;
   char c = 0;
   const ssize_t n = ::recv(s.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
@@ -499,19 +523,15 @@ error_code parse_buffered(MessageParser<isRequest>& parser, beast::flat_buffer& 
   return ec;
 }
 
-// A read of a head into the buffer: as much as its capacity takes, at least 512 bytes and at most
-// 64 KiB. A head's buffer stays as small as its heads need.
-auto read_more(TimedSocket& from, beast::flat_buffer& buffer) {
-  return from.socket().async_read_some(buffer.prepare(beast::read_size(buffer, 64 * 1024)), kTok);
-}
+// Room for a read of a head into the buffer: as much as its capacity takes, at least 512 bytes and
+// at most 64 KiB. A head's buffer stays as small as its heads need.
+asio::mutable_buffer head_room(beast::flat_buffer& buffer) { return buffer.prepare(beast::read_size(buffer, 64 * 1024)); }
 
-// A read of a body into the buffer: up to kRelayChunk, whatever the buffer's capacity. The buffer
-// grows to that once in a connection's life, on its first body read, and keeps the capacity: sized
-// by its capacity instead (read_more), a buffer drained after every read stays at 512 bytes, and a
-// body went 512 bytes a read and a write, at three times nginx's CPU for a large download.
-auto read_body_more(TimedSocket& from, beast::flat_buffer& buffer) {
-  return from.socket().async_read_some(buffer.prepare(kRelayChunk), kTok);
-}
+// Room for a read of a body into the buffer: up to kRelayChunk, whatever the buffer's capacity. The
+// buffer grows to that once in a connection's life, on its first body read, and keeps the capacity:
+// sized by its capacity instead (head_room), a buffer drained after every read stays at 512 bytes,
+// and a body went 512 bytes a read and a write, at three times nginx's CPU for a large download.
+asio::mutable_buffer body_room(beast::flat_buffer& buffer) { return buffer.prepare(kRelayChunk); }
 
 // What a failed read means for the message: the connection's close ends a message that runs to it
 // (then {}, and the parser is done); before any byte it is http::error::end_of_stream.
@@ -808,7 +828,9 @@ Task<RelayResult> relay(TimedSocket& from, beast::flat_buffer& buffer,
       }
       if (rec == http::error::need_more) {
         from.arm(read_timeout);
-        auto [read_ec, rn] = co_await read_body_more(from, buffer);
+        const auto room = body_room(buffer);
+        auto [read_ec, rn] = from.read_now(room);
+        if (read_ec == asio::error::would_block) std::tie(read_ec, rn) = co_await from.async_read_some(room);
         buffer.commit(rn);
         rec = read_ec ? read_failed(parser, from.timed(read_ec)) : parse_buffered(parser, buffer);
       }
@@ -1228,8 +1250,7 @@ struct Worker {
   // the first bytes of a request may be done and its handler not run yet.
   void close_idle_conns() {
     for (Conn* c : conns) {
-      error_code ec;
-      if (!c->busy) c->stream->socket().cancel(ec);
+      if (!c->busy) c->stream->cancel();
     }
   }
 
@@ -1408,7 +1429,9 @@ Task<void> Worker::session(Socket socket) {
     error_code rec = parse_buffered(*parser, buffer);
     while (rec == http::error::need_more) {
       conn.busy = first_byte.has_value();  // a request begun: a drain waits for it
-      auto [read_ec, n] = co_await read_more(stream, buffer);
+      const auto room = head_room(buffer);
+      auto [read_ec, n] = stream.read_now(room);
+      if (read_ec == asio::error::would_block) std::tie(read_ec, n) = co_await stream.async_read_some(room);
       if (stream.timed(read_ec) == asio::error::operation_aborted && gw.draining.load(std::memory_order_acquire)) {
         // A drain's cancel between requests: the connection ends, unless a request has begun to come.
         error_code aec;
@@ -1474,7 +1497,9 @@ Task<void> Worker::session(Socket socket) {
     stream.arm(kLingerTime);
     for (std::size_t dropped = 0; dropped < kLingerBytes;) {
       buffer.clear();
-      auto [read_ec, n] = co_await read_more(stream, buffer);
+      const auto room = head_room(buffer);
+      auto [read_ec, n] = stream.read_now(room);
+      if (read_ec == asio::error::would_block) std::tie(read_ec, n) = co_await stream.async_read_some(room);
       if (read_ec) break;
       dropped += n;
     }
@@ -1624,7 +1649,9 @@ Task<Reason> Worker::read_body(Exchange& x, std::size_t limit, std::string& body
     error_code ec = parse_buffered(x.parser, x.buffer);
     if (ec == http::error::need_more) {
       x.client.arm(x.snapshot->config().header_timeout);
-      auto [read_ec, n] = co_await read_body_more(x.client, x.buffer);
+      const auto room = body_room(x.buffer);
+      auto [read_ec, n] = x.client.read_now(room);
+      if (read_ec == asio::error::would_block) std::tie(read_ec, n) = co_await x.client.async_read_some(room);
       x.buffer.commit(n);
       ec = read_ec ? read_failed(x.parser, x.client.timed(read_ec)) : parse_buffered(x.parser, x.buffer);
     }
@@ -1676,7 +1703,9 @@ Task<bool> Worker::discard_body(Exchange& x) {
     if (ec != http::error::need_more) co_return !ec;  // done, or a bad body (the answer closes)
     // All that the buffer holds is of the body (the parser needs more to go on): it counts too.
     if (taken + x.buffer.size() > kDiscardLimit) co_return false;
-    auto [read_ec, n] = co_await read_body_more(x.client, x.buffer);
+    const auto room = body_room(x.buffer);
+    auto [read_ec, n] = x.client.read_now(room);
+    if (read_ec == asio::error::would_block) std::tie(read_ec, n) = co_await x.client.async_read_some(room);
     if (read_ec) co_return false;  // timed out, or the client left: the answer (if any) closes
     x.buffer.commit(n);
   }
@@ -2277,7 +2306,9 @@ Task<Worker::Sent> Worker::send_upstream(Exchange& x, const InterfaceEntry& itf,
         if (head) rp->skip(true);
         ec = parse_buffered(*rp, up_buffer);
         while (ec == http::error::need_more) {
-          auto [hec, hn] = co_await read_more(us, up_buffer);
+          const auto room = head_room(up_buffer);
+          auto [hec, hn] = us.read_now(room);
+          if (hec == asio::error::would_block) std::tie(hec, hn) = co_await us.async_read_some(room);
           up_buffer.commit(hn);
           ec = hec ? read_failed(*rp, us.timed(hec)) : parse_buffered(*rp, up_buffer);
         }

@@ -1,0 +1,98 @@
+// The reads a proxied request costs the gateway's worker: one of the request and one of the
+// upstream's answer, and none that finds nothing (a socket is read when epoll has said it has
+// input: edge_reads.h), nor a peek at the pooled upstream connection before it is used again.
+// Counted by interposing recv() for the gateway's worker threads (named sluice-w<N>), so in an
+// executable of its own that the sanitizer builds leave out: their runtime interposes recv too.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "gateway/demo.h"
+#include "gateway/gateway.h"
+#include "http_client.h"
+#include "load_config.h"
+
+namespace {
+std::atomic<long> reads{0};        // that returned bytes or the end
+std::atomic<long> empty_reads{0};  // that found nothing: EAGAIN
+std::atomic<long> peeks{0};
+
+bool on_a_worker() {
+  char name[16] = {};
+  pthread_getname_np(pthread_self(), name, sizeof name);
+  return std::strncmp(name, "sluice-w", 8) == 0;
+}
+}  // namespace
+
+// Every recv() of this process comes here: made as the system call, and counted when a worker made it.
+extern "C" ssize_t recv(int fd, void* buf, size_t len, int flags) {
+  const auto n = static_cast<ssize_t>(::syscall(SYS_recvfrom, fd, buf, len, flags, nullptr, nullptr));
+  const int saved = errno;
+  if (on_a_worker()) {
+    if ((flags & MSG_PEEK) != 0) {
+      peeks.fetch_add(1);
+    } else if (n < 0 && (saved == EAGAIN || saved == EWOULDBLOCK)) {
+      empty_reads.fetch_add(1);
+    } else {
+      reads.fetch_add(1);
+    }
+  }
+  errno = saved;
+  return n;
+}
+
+namespace sluice::gateway {
+namespace {
+
+using testing::HttpClient;
+
+TEST(ReadsTest, AProxiedRequestIsTwoReadsAndNoneFindsNothing) {
+  auto up = DemoUpstream::start();
+  ASSERT_TRUE(up.ok());
+  GatewayOptions o;
+  o.listen = "127.0.0.1:0";
+  o.admin_listen = "127.0.0.1:0";
+  o.threads = 1;
+  o.access_log = "off";
+  o.log = [](std::string_view) {};
+  auto g = Gateway::start(o, testing::load_config(R"(
+upstreams:
+  - {name: app, targets: [127.0.0.1:)" + std::to_string((*up)->port()) + R"(]}
+systems:
+  - key: crm
+    interfaces: ["*"]
+    limits: [{algorithm: sliding_window, limit: 1000000, period: 1m}]
+interfaces:
+  - id: echo
+    path: /echo/*
+    upstream: app
+    concurrency: 100
+)"));
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  HttpClient c((*g)->port());
+  // The connections' first reads: the client's, and the upstream connection's, made as soon as the
+  // request is sent, before any event says what the socket holds.
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(c.get("/echo/warm", "crm").status, 200);
+  ASSERT_GT(reads.load(), 0) << "the workers' reads do not come through recv(): nothing is counted";
+
+  reads = 0;
+  empty_reads = 0;
+  peeks = 0;
+  constexpr int kRequests = 100;
+  for (int i = 0; i < kRequests; ++i) ASSERT_EQ(c.get("/echo/x", "crm").status, 200);
+  EXPECT_EQ(empty_reads.load(), 0) << "over " << kRequests << " requests";
+  EXPECT_EQ(peeks.load(), 0);
+  EXPECT_EQ(reads.load(), 2 * kRequests);
+  EXPECT_EQ(c.connections(), 1);
+}
+
+}  // namespace
+}  // namespace sluice::gateway
