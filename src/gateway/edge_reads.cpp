@@ -48,7 +48,10 @@ class OneBlockAllocator {
 
 }  // namespace
 
-EdgeReader::~EdgeReader() { cancel(); }
+EdgeReader::~EdgeReader() {
+  cancel();
+  events_.forget(*this);
+}
 
 bool EdgeReader::read_now(int fd, asio::mutable_buffer buffer, error_code& ec, std::size_t& n) {
   ec = {};
@@ -138,18 +141,27 @@ void EdgeReads::shutdown() {
 }
 
 bool EdgeReads::add(EdgeReader& reader, int fd, error_code& ec) {
+  if (++registrations_ == 0) ++registrations_;  // 0 is no registration's
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
-  ev.data.ptr = &reader;
+  ev.data.u64 = (std::uint64_t{registrations_} << 32) | static_cast<std::uint32_t>(fd);
   if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0 &&
       (errno != EEXIST || ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev) != 0)) {
     ec = error_code(errno, asio::error::get_system_category());
     return false;
   }
+  forget(reader);
+  if (static_cast<std::size_t>(fd) >= slots_.size()) slots_.resize(static_cast<std::size_t>(fd) + 1);
+  slots_[static_cast<std::size_t>(fd)] = Slot{&reader, registrations_};
   reader.fd_ = fd;
   reader.ready_ = true;  // what came before is not told as an event: the first read looks
   reader.ended_ = false;
   return true;
+}
+
+void EdgeReads::forget(const EdgeReader& reader) {
+  const auto at = static_cast<std::size_t>(reader.fd_);
+  if (reader.fd_ >= 0 && at < slots_.size() && slots_[at].reader == &reader) slots_[at] = Slot{};
 }
 
 void EdgeReads::arm() {
@@ -171,7 +183,10 @@ void EdgeReads::collect() {
   do {
     n = ::epoll_wait(epoll_fd_, events, kBatch, 0);
     for (int i = 0; i < n; ++i) {
-      auto& reader = *static_cast<EdgeReader*>(events[i].data.ptr);
+      const auto at = static_cast<std::uint32_t>(events[i].data.u64);
+      const auto registration = static_cast<std::uint32_t>(events[i].data.u64 >> 32);
+      if (at >= slots_.size() || slots_[at].registration != registration || slots_[at].reader == nullptr) continue;
+      EdgeReader& reader = *slots_[at].reader;
       reader.ready_ = true;
       if ((events[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) reader.ended_ = true;
       if (reader.waiter_) {

@@ -28,6 +28,7 @@
 #include <boost/system/error_code.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace sluice::gateway {
 
@@ -109,6 +110,7 @@ class EdgeReads : public boost::asio::execution_context::service {
 
   void shutdown() override;
   bool add(EdgeReader& reader, int fd, boost::system::error_code& ec);
+  void forget(const EdgeReader& reader);
   void arm();
   void collect();
 
@@ -126,6 +128,17 @@ class EdgeReads : public boost::asio::execution_context::service {
   WaitMemory wait_memory_;
   Waiting waiting_;  // the readers whose read waits
   Waiting due_;      // in collect(): the readers whose read waited and that have had an event
+
+  // The readers by descriptor, each with the number its registration was given, which its events
+  // carry: an event that does not match is of a reader gone. Closing a descriptor takes it out of
+  // the epoll instance only once no process has it open, and a child forked meanwhile (to exec a
+  // program: Asio opens sockets without O_CLOEXEC) keeps it open, its events still coming.
+  struct Slot {
+    EdgeReader* reader = nullptr;
+    std::uint32_t registration = 0;
+  };
+  std::vector<Slot> slots_;
+  std::uint32_t registrations_ = 0;
   bool shut_down_ = false;
 };
 

@@ -2,7 +2,7 @@
 // did not fill its buffer leaves the socket waiting for epoll's next event; a read that waits
 // completes when bytes come, or the end; an end that came with the last bytes is read (it is told
 // once); cancel, and an io_context that goes, end a read that waits; reads that keep finding input
-// take turns.
+// take turns; the events of a reader gone are nobody's.
 #include "gateway/edge_reads.h"
 
 #include <gtest/gtest.h>
@@ -171,6 +171,28 @@ TEST_F(EdgeReadsTest, ADestroyedReaderEndsItsWaitingRead) {
   reader_.reset();
   while (!result->has_value()) ASSERT_EQ(ioc_.run_one(), 1u);
   EXPECT_EQ((*result)->ec, asio::error::operation_aborted);
+}
+
+// A descriptor stays in the epoll instance while any process has its file open (a child forked to
+// exec a program keeps the sockets that have no O_CLOEXEC): events keep coming for a reader gone,
+// and they are not another's, even one made where it was.
+TEST_F(EdgeReadsTest, AnEventOfAReaderGoneIsNobodys) {
+  auto gone = std::make_unique<EdgeReader>(EdgeReads::of(ioc_));
+  char buf[16];
+  error_code ec;
+  std::size_t n = 0;
+  ASSERT_FALSE(gone->read_now(socket_.native_handle(), asio::buffer(buf), ec, n));
+  gone.reset();  // and socket_ stays open, as the file of a socket closed in a child's hands
+
+  tcp::acceptor acceptor(ioc_, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  tcp::socket other_peer(ioc_);
+  other_peer.connect(acceptor.local_endpoint());
+  tcp::socket other = acceptor.accept();
+  auto reader = std::make_unique<EdgeReader>(EdgeReads::of(ioc_));  // often where the one gone was
+  ASSERT_FALSE(reader->read_now(other.native_handle(), asio::buffer(buf), ec, n));
+  send("for the reader gone");
+  collect_events();
+  EXPECT_FALSE(reader->may_have_input());
 }
 
 // As Asio's own operations: a coroutine waiting on a read when the io_context is destroyed is
