@@ -51,10 +51,11 @@ class EdgeReader
   // Reads from `fd` (a connected stream socket) what it holds now, up to the buffer's size: true
   // when that is done, with n bytes read, or ec set (asio::error::eof at the end of the stream);
   // false when the socket has nothing yet, and the caller waits with async_read_some. Registers
-  // the socket on the first call (after a connect: the descriptor is the connected one).
+  // the socket on the first call (after a connect: the descriptor is the connected one). A reader
+  // serves one socket: one opened again after a close takes a new reader.
   bool read_now(int fd, boost::asio::mutable_buffer buffer, error_code& ec, std::size_t& n);
 
-  // The rest of a read that read_now found nothing for: completes once the socket has input (or
+  // The rest of a read that read_now found nothing for (one read waits at a time): completes once the socket has input (or
   // has ended), with what read_now would then say; or with operation_aborted by cancel(). The
   // handler runs on the io_context's thread: called by EdgeReads as it learns of the input (as a
   // reactor's operations are), posted otherwise.

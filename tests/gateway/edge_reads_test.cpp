@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,6 +29,10 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 using tcp = asio::ip::tcp;
 
+// How long a read that waits may take before the test fails rather than hangs: it is not waited
+// out when the read completes.
+constexpr auto kNoLongerThan = std::chrono::seconds(10);
+
 struct Result {
   error_code ec;
   std::size_t n = 0;
@@ -41,7 +46,13 @@ class EdgeReadsTest : public ::testing::Test {
     acceptor.accept(socket_);
   }
 
-  void send(const std::string& bytes) { asio::write(peer_, asio::buffer(bytes)); }
+  // Sends to the socket, and blocks until the bytes have reached it (on the loopback they do within
+  // the call, unless the kernel has left its network work to a thread of its own).
+  void send(const std::string& bytes) {
+    asio::write(peer_, asio::buffer(bytes));
+    pollfd p{socket_.native_handle(), POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, -1), 1);
+  }
 
   // Runs what is ready in the io_context: the wait on the epoll instance, which has events (on the
   // loopback, bytes and a close reach the socket within the call that sends them), and the reading
@@ -95,7 +106,7 @@ TEST_F(EdgeReadsTest, ASocketWithNothingYetIsSaidSoAndWaitsForBytes) {
   const auto result = start_read(64);
   EXPECT_FALSE(result->has_value());
   send("late");
-  while (!result->has_value()) ASSERT_EQ(ioc_.run_one(), 1u);
+  while (!result->has_value()) ASSERT_EQ(ioc_.run_one_for(kNoLongerThan), 1u);
   EXPECT_FALSE((*result)->ec);
   EXPECT_EQ(got((*result)->n), "late");
 }
@@ -146,7 +157,7 @@ TEST_F(EdgeReadsTest, AResetIsAnError) {
   const ::linger abortive{1, 0};
   ASSERT_EQ(::setsockopt(peer_.native_handle(), SOL_SOCKET, SO_LINGER, &abortive, sizeof abortive), 0);
   peer_.close();
-  while (!result->has_value()) ASSERT_EQ(ioc_.run_one(), 1u);
+  while (!result->has_value()) ASSERT_EQ(ioc_.run_one_for(kNoLongerThan), 1u);
   EXPECT_EQ((*result)->ec, asio::error::connection_reset);
 }
 
@@ -155,7 +166,7 @@ TEST_F(EdgeReadsTest, CancelEndsAWaitingRead) {
   const auto result = start_read(64);
   reader_->cancel();
   EXPECT_FALSE(result->has_value()) << "the handler is posted, not called from cancel";
-  while (!result->has_value()) ASSERT_EQ(ioc_.run_one(), 1u);
+  while (!result->has_value()) ASSERT_EQ(ioc_.run_one_for(kNoLongerThan), 1u);
   EXPECT_EQ((*result)->ec, asio::error::operation_aborted);
   // The socket carries on: bytes that come later are read.
   send("after");
@@ -169,7 +180,7 @@ TEST_F(EdgeReadsTest, ADestroyedReaderEndsItsWaitingRead) {
   EXPECT_FALSE(read_now(64).has_value());
   const auto result = start_read(64);
   reader_.reset();
-  while (!result->has_value()) ASSERT_EQ(ioc_.run_one(), 1u);
+  while (!result->has_value()) ASSERT_EQ(ioc_.run_one_for(kNoLongerThan), 1u);
   EXPECT_EQ((*result)->ec, asio::error::operation_aborted);
 }
 
@@ -223,7 +234,7 @@ TEST(EdgeReadsShutdownTest, AReadWaitingWhenTheIoContextGoesIsDestroyedWithIt) {
           co_await reader.async_read_some(asio::buffer(buf), asio::use_awaitable);
         },
         asio::detached);
-    while (!suspended) ASSERT_EQ(ioc.run_one(), 1u);
+    while (!suspended) ASSERT_EQ(ioc.run_one_for(kNoLongerThan), 1u);
     EXPECT_FALSE(*destroyed);
   }
   EXPECT_TRUE(*destroyed);
@@ -238,7 +249,7 @@ TEST_F(EdgeReadsTest, ReadsThatKeepFindingInputTakeTurns) {
   // The wait reads at once, and its handler takes its turn in the io_context's queue.
   const auto result = start_read(1);
   EXPECT_FALSE(result->has_value());
-  while (!result->has_value()) ASSERT_EQ(ioc_.run_one(), 1u);
+  while (!result->has_value()) ASSERT_EQ(ioc_.run_one_for(kNoLongerThan), 1u);
   EXPECT_EQ((*result)->n, 1u);
   // And the count starts again.
   EXPECT_TRUE(read_now(1).has_value());

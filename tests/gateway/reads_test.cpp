@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -23,7 +24,8 @@
 namespace {
 std::atomic<long> reads{0};        // that returned bytes or the end
 std::atomic<long> empty_reads{0};  // that found nothing: EAGAIN
-std::atomic<long> peeks{0};
+std::atomic<long> upstream_peeks{0};  // at a pooled upstream connection before it is used again
+std::atomic<int> upstream_port{0};
 
 bool on_a_worker() {
   char name[16] = {};
@@ -38,7 +40,12 @@ extern "C" ssize_t recv(int fd, void* buf, size_t len, int flags) {
   const int saved = errno;
   if (on_a_worker()) {
     if ((flags & MSG_PEEK) != 0) {
-      peeks.fetch_add(1);
+      // Not the peeks at a client whose answer is slow to come (TimedSocket::watch).
+      sockaddr_in peer{};
+      socklen_t size = sizeof peer;
+      if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &size) == 0 && ntohs(peer.sin_port) == upstream_port.load()) {
+        upstream_peeks.fetch_add(1);
+      }
     } else if (n < 0 && (saved == EAGAIN || saved == EWOULDBLOCK)) {
       empty_reads.fetch_add(1);
     } else {
@@ -57,6 +64,7 @@ using testing::HttpClient;
 TEST(ReadsTest, AProxiedRequestIsTwoReadsAndNoneFindsNothing) {
   auto up = DemoUpstream::start();
   ASSERT_TRUE(up.ok());
+  upstream_port = (*up)->port();
   GatewayOptions o;
   o.listen = "127.0.0.1:0";
   o.admin_listen = "127.0.0.1:0";
@@ -85,11 +93,11 @@ interfaces:
 
   reads = 0;
   empty_reads = 0;
-  peeks = 0;
+  upstream_peeks = 0;
   constexpr int kRequests = 100;
   for (int i = 0; i < kRequests; ++i) ASSERT_EQ(c.get("/echo/x", "crm").status, 200);
   EXPECT_EQ(empty_reads.load(), 0) << "over " << kRequests << " requests";
-  EXPECT_EQ(peeks.load(), 0);
+  EXPECT_EQ(upstream_peeks.load(), 0);
   EXPECT_EQ(reads.load(), 2 * kRequests);
   EXPECT_EQ(c.connections(), 1);
 }
