@@ -2,7 +2,6 @@
 
 #include <sys/socket.h>
 
-#include <boost/asio/bind_allocator.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/system/system_error.hpp>
 #include <cerrno>
@@ -12,41 +11,6 @@ namespace sluice::gateway {
 
 namespace asio = boost::asio;
 using error_code = boost::system::error_code;
-
-namespace {
-
-// Allocates from one block of memory while it is free, else from the heap.
-template <class T, class Memory>
-class OneBlockAllocator {
- public:
-  using value_type = T;
-  explicit OneBlockAllocator(Memory& memory) : memory_(&memory) {}
-  template <class U>
-  OneBlockAllocator(const OneBlockAllocator<U, Memory>& other) : memory_(other.memory_) {}  // NOLINT: a rebind
-
-  T* allocate(std::size_t n) {
-    if (!memory_->taken && n * sizeof(T) <= sizeof memory_->bytes && alignof(T) <= alignof(std::max_align_t)) {
-      memory_->taken = true;
-      return reinterpret_cast<T*>(memory_->bytes);
-    }
-    return static_cast<T*>(::operator new(n * sizeof(T)));
-  }
-  void deallocate(T* p, std::size_t) {
-    if (reinterpret_cast<unsigned char*>(p) == memory_->bytes) {
-      memory_->taken = false;
-    } else {
-      ::operator delete(p);
-    }
-  }
-  bool operator==(const OneBlockAllocator& other) const { return memory_ == other.memory_; }
-
- private:
-  template <class, class>
-  friend class OneBlockAllocator;
-  Memory* memory_;
-};
-
-}  // namespace
 
 EdgeReader::~EdgeReader() {
   cancel();
@@ -165,12 +129,11 @@ void EdgeReads::forget(const EdgeReader& reader) {
 }
 
 void EdgeReads::arm() {
-  descriptor_.async_wait(asio::posix::descriptor_base::wait_read,
-                         asio::bind_allocator(OneBlockAllocator<void, WaitMemory>(wait_memory_), [this](const error_code& ec) {
-                           if (ec) return;  // the io_context is going
-                           collect();
-                           arm();
-                         }));
+  descriptor_.async_wait(asio::posix::descriptor_base::wait_read, [this](const error_code& ec) {
+    if (ec) return;  // the io_context is going
+    collect();
+    arm();
+  });
 }
 
 // First each event marks its reader (nothing runs meanwhile that could destroy a reader whose

@@ -55,10 +55,10 @@ class EdgeReader
   // serves one socket: one opened again after a close takes a new reader.
   bool read_now(int fd, boost::asio::mutable_buffer buffer, error_code& ec, std::size_t& n);
 
-  // The rest of a read that read_now found nothing for (one read waits at a time): completes once the socket has input (or
-  // has ended), with what read_now would then say; or with operation_aborted by cancel(). The
-  // handler runs on the io_context's thread: called by EdgeReads as it learns of the input (as a
-  // reactor's operations are), posted otherwise.
+  // The rest of a read that read_now found nothing for (one read waits at a time): completes once
+  // the socket has input (or has ended), with what read_now would then say; or with
+  // operation_aborted by cancel(). The handler runs on the io_context's thread: called by EdgeReads
+  // as it learns of the input (as a reactor's operations are), posted otherwise.
   template <class Token>
   auto async_read_some(boost::asio::mutable_buffer buffer, Token&& token) {
     return boost::asio::async_initiate<Token, Signature>(
@@ -115,18 +115,9 @@ class EdgeReads : public boost::asio::execution_context::service {
   void arm();
   void collect();
 
-  // Where the wait on the epoll instance, made anew after each batch, keeps its operation: taken
-  // from Asio's per-thread cache of freed blocks, its block was often taken meanwhile by another
-  // operation that fitted in it, and the next wait then allocated one.
-  struct WaitMemory {
-    alignas(std::max_align_t) unsigned char bytes[256];
-    bool taken = false;
-  };
-
   boost::asio::io_context& ioc_;
   int epoll_fd_;
   boost::asio::posix::basic_stream_descriptor<boost::asio::io_context::executor_type> descriptor_;
-  WaitMemory wait_memory_;
   Waiting waiting_;  // the readers whose read waits
   Waiting due_;      // in collect(): the readers whose read waited and that have had an event
 
@@ -140,7 +131,6 @@ class EdgeReads : public boost::asio::execution_context::service {
   };
   std::vector<Slot> slots_;
   std::uint32_t registrations_ = 0;
-  bool shut_down_ = false;
 };
 
 }  // namespace sluice::gateway

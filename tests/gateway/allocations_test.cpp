@@ -3,8 +3,9 @@
 // coroutine whose frame grows past that (a local too many in Worker::proxy, say) takes its frame
 // from malloc on every request, and on the way frees a cached block of another (about 5% of a
 // proxied request's instructions, unseen until measured). Asio takes those blocks from
-// std::aligned_alloc, which this executable interposes to count the calls; so it is an executable of
-// its own, left out of the sanitizer builds, whose runtime interposes it too (see CMakeLists.txt).
+// std::aligned_alloc, which this executable interposes to count the calls; so it is in an executable
+// of such tests, left out of the sanitizer builds, whose runtime interposes it too (see
+// CMakeLists.txt).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,10 +14,8 @@
 
 #include <malloc.h>
 
-#include "gateway/demo.h"
-#include "gateway/gateway.h"
 #include "http_client.h"
-#include "load_config.h"
+#include "one_worker_gateway.h"
 
 namespace {
 std::atomic<long> aligned_allocations{0};
@@ -39,17 +38,7 @@ using testing::HttpClient;
 // limit, refused for an unknown caller. The gateway's (and the demo upstream's, in this process
 // too) are all reused.
 TEST(AllocationsTest, ARequestReusesAsiosFramesAndHandlers) {
-  auto up = DemoUpstream::start();
-  ASSERT_TRUE(up.ok());
-  GatewayOptions o;
-  o.listen = "127.0.0.1:0";
-  o.admin_listen = "127.0.0.1:0";
-  o.threads = 1;
-  o.access_log = "off";
-  o.log = [](std::string_view) {};
-  auto g = Gateway::start(o, testing::load_config(R"(
-upstreams:
-  - {name: app, targets: [127.0.0.1:)" + std::to_string((*up)->port()) + R"(]}
+  const auto gw = testing::start_one_worker(R"(
 systems:
   - key: crm
     interfaces: ["*"]
@@ -68,9 +57,9 @@ interfaces:
     limits: [{algorithm: fixed_window, limit: 1, period: 1h}]
 grants:
   - {system: crm, interface: echo, limits: [{algorithm: fixed_window, limit: 1000000, period: 1h}]}
-)"));
-  ASSERT_TRUE(g.ok()) << g.error().message;
-  HttpClient c((*g)->port());
+)");
+  ASSERT_TRUE(gw.gateway);
+  HttpClient c(gw.gateway->port());
   for (int i = 0; i < 3; ++i) ASSERT_EQ(c.get("/echo/warm", "crm").status, 200);
   ASSERT_EQ(c.get("/tight/warm", "crm").status, 200);  // its one request
   ASSERT_EQ(c.get("/tight/warm", "crm").status, 429);

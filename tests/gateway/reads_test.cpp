@@ -2,7 +2,7 @@
 // upstream's answer, and none that finds nothing (a socket is read when epoll has said it has
 // input: edge_reads.h), nor a peek at the pooled upstream connection before it is used again.
 // Counted by interposing recv() for the gateway's worker threads (named sluice-w<N>), so in an
-// executable of its own that the sanitizer builds leave out: their runtime interposes recv too.
+// executable of such tests that the sanitizer builds leave out: their runtime interposes recv too.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -16,10 +16,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "gateway/demo.h"
-#include "gateway/gateway.h"
 #include "http_client.h"
-#include "load_config.h"
+#include "one_worker_gateway.h"
 
 namespace {
 std::atomic<long> reads{0};        // that returned bytes or the end
@@ -62,18 +60,7 @@ namespace {
 using testing::HttpClient;
 
 TEST(ReadsTest, AProxiedRequestIsTwoReadsAndNoneFindsNothing) {
-  auto up = DemoUpstream::start();
-  ASSERT_TRUE(up.ok());
-  upstream_port = (*up)->port();
-  GatewayOptions o;
-  o.listen = "127.0.0.1:0";
-  o.admin_listen = "127.0.0.1:0";
-  o.threads = 1;
-  o.access_log = "off";
-  o.log = [](std::string_view) {};
-  auto g = Gateway::start(o, testing::load_config(R"(
-upstreams:
-  - {name: app, targets: [127.0.0.1:)" + std::to_string((*up)->port()) + R"(]}
+  const auto gw = testing::start_one_worker(R"(
 systems:
   - key: crm
     interfaces: ["*"]
@@ -83,9 +70,10 @@ interfaces:
     path: /echo/*
     upstream: app
     concurrency: 100
-)"));
-  ASSERT_TRUE(g.ok()) << g.error().message;
-  HttpClient c((*g)->port());
+)");
+  ASSERT_TRUE(gw.gateway);
+  upstream_port = gw.upstream->port();
+  HttpClient c(gw.gateway->port());
   // The connections' first reads: the client's, and the upstream connection's, made as soon as the
   // request is sent, before any event says what the socket holds.
   for (int i = 0; i < 3; ++i) ASSERT_EQ(c.get("/echo/warm", "crm").status, 200);
