@@ -607,6 +607,9 @@ TEST_F(ClusterTest, CallsAnsweredClusterDownWithNoOtherMasterAnsweringOpenTheSto
 // place: another probe follows open_for later, rather than the breaker staying half-open until a
 // caller's call comes. Once the slot has moved, a probe passes and the breaker closes, with no call
 // from anyone. (The breaker's clock is a manual one: it lets the first probe through when told.)
+// A probe that times out on one of the two masters (a loaded machine) leaves that master's slots
+// for the next probe, which then goes to a master that failed nothing and closes the breaker
+// before the slot has moved: that too is a probe that followed.
 TEST_F(ClusterTest, AProbeThatFailedForItsSlotAloneIsFollowedByAnother) {
   ManualClock clock{std::chrono::hours(1)};
   redis::RedisStoreOptions options;
@@ -646,11 +649,13 @@ TEST_F(ClusterTest, AProbeThatFailedForItsSlotAloneIsFollowedByAnother) {
   const long long before = moved();
 
   // The breaker's open period is over: the store's next probe is let through, and is redirected
-  // until its deadline, 13 times at most. More than 13 redirections: a probe followed it.
+  // until its deadline, 13 times at most. More than 13 redirections, or the breaker closed by a
+  // probe to another master: a probe followed it.
   clock.advance(options.breaker.open_for + Nanos{1});
-  ASSERT_TRUE(eventually([&] { return moved() >= before + 14; }, 5s))
+  ASSERT_TRUE(eventually([&] { return moved() > before; }, 5s)) << "the first probe went elsewhere";
+  const auto followed = [&] { return moved() >= before + 14 || store->breaker().state() == BreakerState::kClosed; };
+  ASSERT_TRUE(eventually(followed, 5s))
       << moved() - before << " redirections: no probe after the first one's slot failure";
-  EXPECT_EQ(store->breaker().state(), BreakerState::kHalfOpen);
   settle();
   EXPECT_TRUE(eventually([&] { return store->breaker().state() == BreakerState::kClosed; }, 5s))
       << "the breaker stayed " << to_string(store->breaker().state());
