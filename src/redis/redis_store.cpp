@@ -536,6 +536,8 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
       // the last failure says why.
       if (before == BreakerState::kClosed && availability) availability(false, last_failure);
       probe_later();
+    } else if (now == BreakerState::kHalfOpen) {
+      probe_later();  // a probe passed, and the breaker wants more (half_open_probes)
     } else if (now == BreakerState::kClosed && before == BreakerState::kHalfOpen && availability) {
       availability(true, std::string());
     }
@@ -549,9 +551,10 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
     if (permit.admitted()) record(permit, Error{ErrorCode::kStoreUnavailable, e.message});
   }
 
-  // While the breaker is open, a call of the store's own at each open_for takes the probe a caller's
-  // would have taken, so that the breaker closes once Redis decides again even when no call comes
-  // (a worker with no requests would otherwise report Redis down for as long as it has none).
+  // While the breaker is open, or half-open wanting more probes, a call of the store's own at each
+  // open_for takes the probe a caller's would have taken, so that the breaker closes once Redis
+  // decides again even when no call comes (a worker with no requests would otherwise report Redis
+  // down for as long as it has none).
   void probe_later() {
     if (closing || probe_armed) return;
     probe_armed = true;

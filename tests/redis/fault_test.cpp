@@ -436,6 +436,27 @@ TEST(RedisFaults, TheBreakerClosesByItselfOnceRedisAnswersAgain) {
   EXPECT_TRUE(heard[1].first);
 }
 
+// A breaker that wants several probes to pass before it closes gets them from the store too: one
+// success leaves it half-open, and the store probes again (it stayed half-open, waiting for a
+// caller's call).
+TEST(RedisFaults, TheBreakerClosesByItselfAfterEveryProbeItWants) {
+  auto server = RedisServer::start();
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  CircuitBreakerOptions breaker = redis::RedisStoreOptions::default_breaker();
+  breaker.half_open_probes = 3;
+  auto store = open_store((*server)->address(), {.on_store_failure = OnStoreFailure::kAllow, .breaker = breaker},
+                          Timeouts::kProduction);
+  ASSERT_NE(store, nullptr);
+  const Limit limit = plenty();
+  ASSERT_FALSE(store->acquire("k", limit)->fallback);
+  (*server)->kill();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(store->acquire("k", limit).ok());
+  ASSERT_EQ(store->breaker().state(), BreakerState::kOpen);
+  ASSERT_TRUE((*server)->restart().ok());
+  EXPECT_TRUE(eventually([&] { return store->breaker().state() == BreakerState::kClosed; }, 5s))
+      << "the breaker stayed " << to_string(store->breaker().state());
+}
+
 // The store's own probe is an acquire as a caller's is: a Redis out of memory, which answers PING
 // and reads but refuses writes, keeps the breaker open without a call from anyone, and the breaker
 // closes once Redis takes writes again.

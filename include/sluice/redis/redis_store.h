@@ -204,9 +204,10 @@ class RedisStore final : public Store {
   CircuitBreaker& breaker();
 
   // Tells `listener`, on the store's executor, when its breaker opens (false, with the error that
-  // opened it) and when it closes again (true, with nothing). While the breaker is open the store
-  // probes Redis itself (a PING at each open_for), so that it closes once Redis answers even when
-  // no call comes. Set it before the calls it should hear of.
+  // opened it) and when it closes again (true, with nothing). While the breaker is open, or
+  // half-open wanting more probes, the store probes Redis itself (an acquire on a key of its own at
+  // each open_for), so that it closes once Redis decides again even when no call comes. Set it
+  // before the calls it should hear of.
   using AvailabilityListener = std::function<void(bool available, const std::string& why)>;
   void on_availability(AvailabilityListener listener);
 
