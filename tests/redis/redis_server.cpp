@@ -92,8 +92,10 @@ Status RedisServer::launch() {
   }
   argv.insert(argv.end(), options_.args.begin(), options_.args.end());
   if (options_.cluster_node) {
-    argv.insert(argv.end(), {"--cluster-enabled", "yes", "--cluster-config-file",
-                             dir_ + "/nodes.conf", "--cluster-node-timeout", "1000"});
+    // A replica's first sync starts at once, not after the 5 s Redis waits by default for more
+    // replicas to share a diskless transfer: a cluster is ready in under 2 s rather than 6.
+    argv.insert(argv.end(), {"--cluster-enabled", "yes", "--cluster-config-file", dir_ + "/nodes.conf",
+                             "--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0"});
   }
   auto args = c_args(argv);
   const pid_t parent = getpid();
