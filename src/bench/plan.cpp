@@ -121,6 +121,37 @@ bool is_host_name(std::string_view s) {
   });
 }
 
+// What RFC 3986 refuses in a URL's path, query and fragment (`rest`, from the first '/', '?' or
+// '#' on), said plainly (Boost.URL says "leftover" or "invalid"): a character a URL holds only
+// percent-encoded, with its encoding, or a '%' that begins no percent-encoded byte.
+std::optional<std::string> refused_in_rest(std::string_view rest) {
+  const auto allowed = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("-._~!$&'()*+,;=:@/?", c) != nullptr;
+  };
+  const auto hex = [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; };
+  bool fragment = false;
+  for (std::size_t i = 0; i < rest.size(); ++i) {
+    const char c = rest[i];
+    if (c == '%') {
+      if (i + 2 < rest.size() && hex(rest[i + 1]) && hex(rest[i + 2])) {
+        i += 2;
+        continue;
+      }
+      return "'%' must begin a percent-encoded byte of two hex digits (%25 for '%' itself)";
+    }
+    if (c == '#' && !fragment) {
+      fragment = true;
+      continue;
+    }
+    if (!allowed(c)) {
+      char encoded[4];
+      std::snprintf(encoded, sizeof encoded, "%%%02X", static_cast<unsigned char>(c));
+      return std::string("'") + c + "' must be percent-encoded (" + encoded + ")";
+    }
+  }
+  return std::nullopt;
+}
+
 Result<Target> parse_target(const std::string& text) {
   // "localhost:8080/x" is taken as http://localhost:8080/x.
   const std::string url = text.find("://") == std::string::npos ? "http://" + text : text;
@@ -150,6 +181,9 @@ Result<Target> parse_target(const std::string& text) {
     return bad("'" + text +
                "': user:password@ in the URL is not supported; "
                "send --header 'Authorization: ...' instead");
+  }
+  if (const auto refused = refused_in_rest(std::string_view(url).substr(authority_end))) {
+    return bad("'" + text + "' is not a URL: " + *refused);
   }
   // The rest (path, query, fragment) behind a host that parses one way only.
   const std::string rest = "http://h" + url.substr(authority_end);

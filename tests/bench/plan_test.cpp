@@ -266,6 +266,30 @@ TEST(Plan, ADurationTooLongAndAURLWithASpaceSayWhatIsWrong) {
   }
 }
 
+// What Boost.URL calls "leftover" or "invalid" in a path, query or fragment, said plainly.
+TEST(Plan, AURLWithACharacterToEncodeSaysWhichAndHow) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"http://h:1/a{b", "'{' must be percent-encoded (%7B)"},
+      {"http://h:1/a?q=x|y", "'|' must be percent-encoded (%7C)"},
+      {"http://h:1/a#f\\", "'\\' must be percent-encoded (%5C)"},
+      {"http://h:1/a#f#g", "'#' must be percent-encoded (%23)"},
+      {"http://h:1/a[0]", "'[' must be percent-encoded (%5B)"},
+      {"http://h:1/a\"b", "'\"' must be percent-encoded (%22)"},
+      {"http://h:1/%zz", "'%' must begin a percent-encoded byte of two hex digits (%25 for '%' itself)"},
+      {"http://h:1/?q=%", "'%' must begin a percent-encoded byte of two hex digits (%25 for '%' itself)"},
+      {"http://h:1/?q=%4", "'%' must begin a percent-encoded byte of two hex digits (%25 for '%' itself)"},
+  };
+  for (const auto& [url, why] : cases) {
+    Options o;
+    o.url = url;
+    EXPECT_EQ(error_of(o), "'" + url + "' is not a URL: " + why);
+  }
+  // What RFC 3986 allows there passes: sub-delimiters, ':' and '@', a percent-encoded byte, '?'
+  // in a query and '/' or '?' in a fragment.
+  const Plan p = ok(with_url("http://h:1/a!$&'()*+,;=:@b?x=%41&y=?#/f?"));
+  EXPECT_EQ(p.target.path, "/a!$&'()*+,;=:@b?x=%41&y=?");
+}
+
 TEST(Plan, RejectsBadNumbersAndDurations) {
   Options o = with_url();
   o.duration = "10";
