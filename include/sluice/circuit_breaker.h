@@ -110,8 +110,10 @@ class CircuitBreaker {
   CircuitBreaker& operator=(const CircuitBreaker&) = delete;
 
   BreakerPermit try_acquire();
-  // The outcome of an admitted call and how long it took (only compared with slow_call).
-  void record(const BreakerPermit& permit, bool failed, Nanos duration = Nanos{0});
+  // The outcome of an admitted call and how long it took (only compared with slow_call). Whether
+  // it counted: not when the call was admitted before the breaker's last change of state, nor in
+  // a forced or disabled state.
+  bool record(const BreakerPermit& permit, bool failed, Nanos duration = Nanos{0});
   // An admitted call that ended with no outcome to judge (cancelled): frees its probe slot.
   void release(const BreakerPermit& permit);
 

@@ -185,15 +185,16 @@ BreakerPermit CircuitBreaker::try_acquire() {
   return p;
 }
 
-void CircuitBreaker::record(const BreakerPermit& permit, bool failed, Nanos duration) {
-  if (!permit.admitted_ || permit.recorded_) return;
+bool CircuitBreaker::record(const BreakerPermit& permit, bool failed, Nanos duration) {
+  if (!permit.admitted_ || permit.recorded_) return false;
   const bool slow = options_.slow_call_rate > 0 && duration >= options_.slow_call;
   Transition t{};
   bool changed = false;
+  bool counted = true;
   {
     std::lock_guard lock(mu_);
     const std::uint64_t word = word_.load(std::memory_order_relaxed);
-    if ((word >> 8) != permit.generation_) return;  // from before the last transition: stale
+    if ((word >> 8) != permit.generation_) return false;  // from before the last transition: stale
     const BreakerState s = state_of(word);
     if (s == BreakerState::kClosed) {
       const Nanos now = timed_ ? clock_->now() : Nanos{0};
@@ -212,9 +213,12 @@ void CircuitBreaker::record(const BreakerPermit& permit, bool failed, Nanos dura
         opens_in_a_row_ = 0;
         changed = set_state(BreakerState::kClosed, t);
       }
+    } else {
+      counted = false;
     }
   }
   notify(t, changed);
+  return counted;
 }
 
 void CircuitBreaker::release(const BreakerPermit& permit) {

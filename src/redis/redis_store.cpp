@@ -529,14 +529,14 @@ struct RedisStore::Impl : std::enable_shared_from_this<RedisStore::Impl> {
     }
     if (transient) last_failure = error->message;
     const BreakerState before = breaker.state();
-    breaker.record(permit, transient);
+    const bool counted = breaker.record(permit, transient);
     const BreakerState now = breaker.state();
     if (now == BreakerState::kOpen) {
       // The call that opened it may have been a success that made the failures' share too large:
       // the last failure says why.
       if (before == BreakerState::kClosed && availability) availability(false, last_failure);
       probe_later();
-    } else if (now == BreakerState::kHalfOpen) {
+    } else if (now == BreakerState::kHalfOpen && counted && !transient) {
       probe_later();  // a probe passed, and the breaker wants more (half_open_probes)
     } else if (now == BreakerState::kClosed && before == BreakerState::kHalfOpen && availability) {
       availability(true, std::string());

@@ -178,14 +178,15 @@ TEST_F(BreakerTest, HalfOpenAdmitsOnlyItsProbesAndClosesOnTheirSuccess) {
   EXPECT_TRUE(p1.admitted());
   EXPECT_TRUE(p2.admitted());
   EXPECT_FALSE(p3.admitted());
-  b.record(p1, false);
+  EXPECT_TRUE(b.record(p1, false));
   EXPECT_EQ(b.state(), BreakerState::kHalfOpen);
   const BreakerPermit p4 = b.try_acquire();  // p1's slot is free again
   EXPECT_TRUE(p4.admitted());
-  b.record(p2, false);
+  EXPECT_TRUE(b.record(p2, false));
   EXPECT_EQ(b.state(), BreakerState::kClosed);
-  b.record(p4, true);  // a probe of a finished half-open period no longer counts
+  EXPECT_FALSE(b.record(p4, true));  // a probe of a finished half-open period no longer counts
   EXPECT_EQ(b.state(), BreakerState::kClosed);
+  EXPECT_FALSE(b.record(p3, true));  // not admitted
   const std::vector<std::pair<BreakerState, BreakerState>> expected = {
       {BreakerState::kClosed, BreakerState::kOpen},
       {BreakerState::kOpen, BreakerState::kHalfOpen},

@@ -63,9 +63,9 @@ struct RedisStoreOptions {
   // Wraps every call to Redis (timeouts and unreachable nodes count as failures; rejections do not,
   // nor a cluster's call that failed at once for its slot alone). While open, calls fail at once
   // with kCircuitOpen and the failure policies decide; after open_for one call probes Redis, and
-  // its success closes the breaker. The default opens after 5 failures in a row or half of the last
-  // 20 calls failing, and probes every 250ms, so that decisions are back on Redis well within a
-  // second of it answering again.
+  // its success (of half_open_probes probes, one by default) closes the breaker. The default opens
+  // after 5 failures in a row or half of the last 20 calls failing, and probes every 250ms, so
+  // that decisions are back on Redis well within a second of it answering again.
   CircuitBreakerOptions breaker = default_breaker();
 
   static CircuitBreakerOptions default_breaker() {
