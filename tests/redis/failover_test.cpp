@@ -652,6 +652,9 @@ TEST_F(ClusterTest, AProbeThatFailedForItsSlotAloneIsFollowedByAnother) {
   ASSERT_EQ(move->from->cli({"CLUSTER", "SETSLOT", s, "NODE", move->to_id}), "OK");
   const auto moved = [&] { return moved_answers(*move->from) + moved_answers(*move->to); };
   const long long before = moved();
+  // Script calls run (not those redirected, which Redis counts apart as rejected).
+  const auto scripts_run = [&] { return calls("fcall") + calls("evalsha"); };
+  const long long run_before = scripts_run();
 
   // The breaker's open period is over: the store's next probe is let through, and is redirected
   // until its deadline, 13 times at most. More than 13 redirections, or the breaker closed by a
@@ -661,6 +664,11 @@ TEST_F(ClusterTest, AProbeThatFailedForItsSlotAloneIsFollowedByAnother) {
   const auto followed = [&] { return moved() >= before + 14 || store->breaker().state() == BreakerState::kClosed; };
   ASSERT_TRUE(eventually(followed, 5s))
       << moved() - before << " redirections: no probe after the first one's slot failure";
+  if (store->breaker().state() == BreakerState::kClosed) {
+    EXPECT_GT(scripts_run(), run_before) << "closed by no probe that ran: the slot failure counted as a success";
+  } else {
+    EXPECT_EQ(store->breaker().state(), BreakerState::kHalfOpen);
+  }
   settle();
   EXPECT_TRUE(eventually([&] { return store->breaker().state() == BreakerState::kClosed; }, 5s))
       << "the breaker stayed " << to_string(store->breaker().state());
