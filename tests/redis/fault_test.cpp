@@ -120,6 +120,17 @@ class Load {
 
 Limit plenty() { return make(Limit::fixed_window({.limit = 1'000'000'000, .period = 1h})); }
 
+// Kills the store's Redis and calls it (kAllow answers each) until its breaker opens, then starts
+// Redis again: the breaker is left to close by the store's own probes.
+void open_the_breaker_then_restart(RedisServer& server, RedisStore& store) {
+  const Limit limit = plenty();
+  ASSERT_FALSE(store.acquire("k", limit)->fallback);
+  server.kill();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(store.acquire("k", limit).ok());
+  ASSERT_EQ(store.breaker().state(), BreakerState::kOpen);
+  ASSERT_TRUE(server.restart().ok());
+}
+
 // One acquisition, and how long until its handler ran (not counting the wait of this thread for
 // the handler's thread).
 struct Timed {
@@ -422,12 +433,7 @@ TEST(RedisFaults, TheBreakerClosesByItselfOnceRedisAnswersAgain) {
     std::lock_guard lock(mu);
     heard.emplace_back(available, why);
   });
-  const Limit limit = plenty();
-  ASSERT_FALSE(store->acquire("k", limit)->fallback);
-  (*server)->kill();
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(store->acquire("k", limit).ok());
-  ASSERT_EQ(store->breaker().state(), BreakerState::kOpen);
-  ASSERT_TRUE((*server)->restart().ok());
+  ASSERT_NO_FATAL_FAILURE(open_the_breaker_then_restart(**server, *store));
   EXPECT_TRUE(eventually([&] { return store->breaker().state() == BreakerState::kClosed; }, 5s));
   std::lock_guard lock(mu);
   ASSERT_EQ(heard.size(), 2u);
@@ -447,12 +453,7 @@ TEST(RedisFaults, TheBreakerClosesByItselfAfterEveryProbeItWants) {
   auto store = open_store((*server)->address(), {.on_store_failure = OnStoreFailure::kAllow, .breaker = breaker},
                           Timeouts::kProduction);
   ASSERT_NE(store, nullptr);
-  const Limit limit = plenty();
-  ASSERT_FALSE(store->acquire("k", limit)->fallback);
-  (*server)->kill();
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(store->acquire("k", limit).ok());
-  ASSERT_EQ(store->breaker().state(), BreakerState::kOpen);
-  ASSERT_TRUE((*server)->restart().ok());
+  ASSERT_NO_FATAL_FAILURE(open_the_breaker_then_restart(**server, *store));
   EXPECT_TRUE(eventually([&] { return store->breaker().state() == BreakerState::kClosed; }, 5s))
       << "the breaker stayed " << to_string(store->breaker().state());
 }
